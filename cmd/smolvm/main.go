@@ -1,0 +1,12 @@
+// Command smolvm runs isolated, checkpointable sandboxes for AI agents.
+package main
+
+import (
+	"os"
+
+	"smolvm.dev/smolvm/internal/cli"
+)
+
+func main() {
+	os.Exit(cli.Main(os.Args[1:]))
+}

@@ -1,0 +1,123 @@
+// Package cli implements the smolvm command line.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit codes follow docker's habits.
+const (
+	exitFailure     = 125 // smolvm itself failed
+	exitCannotRun   = 126 // the command exists but cannot be run
+	exitNotFound    = 127 // the command does not exist
+	exitInterrupted = 130
+)
+
+// exitError ends the process with a specific status. A nil err means the
+// status belongs to a command that ran, and nothing more is printed.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+// exitCode returns a bare status without a message.
+func exitCode(code int) error { return &exitError{code: code} }
+
+// app carries what every command shares: global flags and standard streams.
+type app struct {
+	dataDir string
+	runsc   string
+
+	stdin          io.Reader
+	stdout, stderr io.Writer
+}
+
+// Main runs the CLI with args and returns the process exit status.
+func Main(args []string) int {
+	a := &app{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := a.rootCmd()
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil {
+			fmt.Fprintln(a.stderr, "smolvm:", ee.err)
+		}
+		return ee.code
+	}
+	fmt.Fprintln(a.stderr, "smolvm:", err)
+	if ctx.Err() != nil {
+		return exitInterrupted
+	}
+	return exitFailure
+}
+
+func (a *app) rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "smolvm",
+		Short:         "Isolated, checkpointable sandboxes for AI agents",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetIn(a.stdin)
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	// Flag errors are smolvm's own failures (125), not the command's.
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return &exitError{code: exitFailure, err: fmt.Errorf("%s: %w", c.CommandPath(), err)}
+	})
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.dataDir, "data-dir", envOr("SMOLVM_DATA_DIR", defaultDataDir()), "state directory (env SMOLVM_DATA_DIR)")
+	pf.StringVar(&a.runsc, "runsc", os.Getenv("SMOLVM_RUNSC"), "path to runsc (env SMOLVM_RUNSC; default: next to smolvm, then $PATH)")
+
+	root.AddCommand(
+	// Command groups register here, one constructor per file.
+	)
+	return root
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// defaultDataDir is /var/lib/smolvm for root and $XDG_DATA_HOME/smolvm
+// otherwise.
+func defaultDataDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/smolvm"
+	}
+	if x := os.Getenv("XDG_DATA_HOME"); x != "" {
+		return filepath.Join(x, "smolvm")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(os.TempDir(), "smolvm")
+	}
+	return filepath.Join(home, ".local", "share", "smolvm")
+}

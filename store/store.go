@@ -1,0 +1,94 @@
+// Package store keeps smolvm's durable state in an embedded SQLite database.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	_ "modernc.org/sqlite" // pure-Go SQLite driver: keeps smolvm one static binary.
+)
+
+// FileName is the database file inside the data directory.
+const FileName = "state.db"
+
+// Store is an open state database. It is safe for concurrent use by many
+// goroutines and by many smolvm processes at once: SQLite's WAL journal and
+// busy timeout serialize writers without corrupting anything.
+type Store struct {
+	db *sql.DB
+}
+
+// Open opens (creating if needed) the database in dir. Each package that
+// keeps tables applies its own schema with Migrate.
+func Open(ctx context.Context, dir string) (*Store, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir %s: %w", dir, err)
+	}
+	path := filepath.Join(dir, FileName)
+	// _txlock=immediate makes every transaction take the write lock up front,
+	// so two CLIs racing on the same row wait instead of failing with
+	// SQLITE_BUSY halfway through a read-modify-write.
+	dsn := "file:" + path + "?_pragma=busy_timeout(15000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	s := &Store{db: db}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS migrations (component TEXT PRIMARY KEY, applied INTEGER NOT NULL)`); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// DB exposes the handle for packages that keep their own tables (registered
+// through Migrate) next to the core ones.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Migrate applies the statements of component's schema that have not been
+// applied yet. Statements are append-only: a released statement is never
+// edited, a change is a new statement at the end.
+func (s *Store) Migrate(ctx context.Context, component string, stmts []string) error {
+	return s.Tx(ctx, func(tx *sql.Tx) error {
+		var applied int
+		err := tx.QueryRowContext(ctx, `SELECT applied FROM migrations WHERE component = ?`, component).Scan(&applied)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("migrate %s: %w", component, err)
+		}
+		if applied > len(stmts) {
+			return fmt.Errorf("migrate %s: database is at schema %d, newer than this smolvm (%d): upgrade smolvm", component, applied, len(stmts))
+		}
+		for i := applied; i < len(stmts); i++ {
+			if _, err := tx.ExecContext(ctx, stmts[i]); err != nil {
+				return fmt.Errorf("migrate %s step %d: %w", component, i+1, err)
+			}
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO migrations(component, applied) VALUES(?, ?)
+			ON CONFLICT(component) DO UPDATE SET applied = excluded.applied`, component, len(stmts))
+		return err
+	})
+}
+
+// Tx runs fn in a write transaction, committing if fn returns nil.
+func (s *Store) Tx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// Now is the store's clock, in UTC with the precision stored.
+func Now() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }
