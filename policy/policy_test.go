@@ -124,7 +124,7 @@ func TestTrickyCommands(t *testing.T) {
 		{"if true; then rm -rf /; fi", Deny, 2},
 		{"cat <(rm -rf /)", Deny, 2},
 		{"find . -exec rm -rf / ';'", Deny, 2},
-		{"echo / | xargs rm -rf", Deny, 2},    // xargs may complete the denied prefix
+		{"echo / | xargs rm -rf", Deny, 2}, // xargs may complete the denied prefix
 		{"rm -rf $DIR", Deny, 1},
 		{"ls $DIR", Allow, 0},
 		{"echo hi > /etc/passwd", Deny, 2},

@@ -155,8 +155,8 @@ func redirParts(rs []*syntax.Redirect) []Part {
 			parts = append(parts, Part{Kind: kind, Dynamic: "redirection target is only known at run time"})
 			continue
 		}
-		if isStream(p) {
-			continue
+		if p == "" || isStream(p) {
+			continue // fails at run time, or touches no file
 		}
 		parts = append(parts, Part{Kind: kind, Path: p})
 	}
