@@ -3,6 +3,7 @@ package rules
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -83,10 +84,31 @@ func parseFrontmatter(src string) (fm frontmatter, body string, issues []issue) 
 	}
 	if fields, ok := plainFields(block); ok {
 		fm.fields = fields
-		return fm, body, []issue{{Warning, "frontmatter-not-yaml", 2,
-			fmt.Sprintf("frontmatter is not valid YAML (%v); read as plain key: value lines, but YAML tools will reject it (quote the value)", err)}}
+		msg, line := fileLines(err.Error())
+		return fm, body, []issue{{Warning, "frontmatter-not-yaml", line,
+			fmt.Sprintf("frontmatter is not valid YAML (%s); read as plain key: value lines, but YAML tools will reject it (quote the value)", msg)}}
 	}
-	return fm, body, []issue{{Error, "frontmatter-malformed", 2, fmt.Sprintf("frontmatter: %v", err)}}
+	msg, line := fileLines(err.Error())
+	return fm, body, []issue{{Error, "frontmatter-malformed", line, "frontmatter: " + msg}}
+}
+
+var yamlLine = regexp.MustCompile(`\bline (\d+)`)
+
+// fileLines renumbers the "line N" of a YAML error, counted in the block,
+// as lines of the file, and returns the first one (2 if there is none).
+func fileLines(msg string) (string, int) {
+	first := 0
+	msg = yamlLine.ReplaceAllStringFunc(msg, func(s string) string {
+		n, err := strconv.Atoi(strings.TrimPrefix(s, "line "))
+		if err != nil {
+			return s
+		}
+		if first == 0 {
+			first = n + 1
+		}
+		return fmt.Sprintf("line %d", n+1)
+	})
+	return msg, max(first, 2)
 }
 
 // yamlFields decodes a frontmatter block with a YAML parser. Lines are

@@ -30,7 +30,7 @@ type Entry struct {
 	Status Status `json:"status"`
 	Why    string `json:"why"`            // why the rule is in scope
 	Note   string `json:"note,omitempty"` // why it was cut, left out or excluded
-	Text   string `json:"-"`              // the part of Rule.Text given to the agent
+	Text   string `json:"text,omitempty"` // the part of Rule.Text given to the agent
 }
 
 // Resolution lists the rules for one file in precedence order: the

@@ -94,7 +94,8 @@ func (a *app) rootCmd() *cobra.Command {
 	pf.StringVar(&a.runsc, "runsc", os.Getenv("SMOLVM_RUNSC"), "path to runsc (env SMOLVM_RUNSC; default: next to smolvm, then $PATH)")
 
 	root.AddCommand(
-	// Command groups register here, one constructor per file.
+		// Command groups register here, one constructor per file.
+		a.rulesCmd(),
 	)
 	return root
 }
