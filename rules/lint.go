@@ -65,12 +65,16 @@ var topics = []topic{
 		{"the package.json test script", ci(`\b(npm|pnpm|yarn|bun) (run )?test\b`), nil},
 		{"pytest", ci(`\bpytest\b`), nil},
 		{"unittest", ci(`\bunittest\b`), nil},
-		{"jest", ci(`\bjest\b`), nil},
-		{"vitest", ci(`\bvitest\b`), nil},
-		{"mocha", ci(`\bmocha\b`), nil},
 		{"cargo test", ci(`\bcargo (test|nextest)\b`), nil},
 		{"tox", ci(`\btox\b`), nil},
 		{"bazel test", ci(`\bbazel test\b`), nil},
+	}},
+	// The package.json test script usually runs one of these, so they
+	// are a topic of their own rather than rivals of "npm test".
+	{"JavaScript test runner", []choice{
+		{"jest", ci(`\bjest\b`), nil},
+		{"vitest", ci(`\bvitest\b`), nil},
+		{"mocha", ci(`\bmocha\b`), nil},
 	}},
 	{"JavaScript package manager", []choice{
 		{"npm", ci(`\bnpm\b`), nil},
@@ -163,9 +167,11 @@ func (repo *Repo) conflicts() []Finding {
 		claims map[int][]claim
 	}
 	var rs []ruleClaims
+	seen := map[string]bool{} // the same text twice (often a CLAUDE.md importing AGENTS.md) is one rule
 	for i := range repo.Rules {
 		r := &repo.Rules[i]
-		if (r.Activation == Always || r.Activation == Glob) && r.OverriddenBy == "" {
+		if (r.Activation == Always || r.Activation == Glob) && r.OverriddenBy == "" && !seen[r.Hash] {
+			seen[r.Hash] = true
 			if c := claims(r); len(c) > 0 {
 				rs = append(rs, ruleClaims{r, c})
 			}

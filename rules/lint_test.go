@@ -20,6 +20,7 @@ func TestClaims(t *testing.T) {
 		{"Don't run `make test`; use `go test -race ./...`", map[string][]string{"test command": {"go test"}}},
 		{"Run tests with `npm run test`", map[string][]string{"test command": {"the package.json test script"}, "JavaScript package manager": {"npm"}}},
 		{"Use pytest for tests", map[string][]string{"test command": {"pytest"}}},
+		{"Test components with vitest, not jest", map[string][]string{"JavaScript test runner": {"vitest"}}},
 		{"python -m unittest discover", map[string][]string{"test command": {"unittest"}}},
 		{"uv pip install -r requirements.txt", map[string][]string{"Python package manager": {"uv"}}},
 		{"pip install -e .", map[string][]string{"Python package manager": {"pip"}}},
@@ -79,6 +80,23 @@ func TestLintConflicts(t *testing.T) {
 		if strings.Contains(f.Message, "packages/web/") && strings.Contains(f.Message, "packages/api/") {
 			t.Errorf("sibling packages reported as conflicting: %s", f)
 		}
+	}
+}
+
+func TestLintDuplicateTextConflictsOnce(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "AGENTS.md", "Run `pnpm test`.\nUse jest.\n")
+	write(t, dir, "CLAUDE.md", "@AGENTS.md\n")
+	write(t, dir, "web/AGENTS.md", "Tests use vitest.\n")
+	repo, err := Load(t.Context(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// vitest contradicts jest, not the package.json script that runs it,
+	// and the imported copy of AGENTS.md is not a second rule.
+	got := repo.Lint(LintOptions{})
+	if len(got) != 1 || !strings.Contains(got[0].Message, `"jest" at AGENTS.md:2 vs "vitest" at web/AGENTS.md:1`) {
+		t.Errorf("findings = %v", got)
 	}
 }
 
