@@ -21,7 +21,7 @@ type LintOptions struct {
 // Lint returns every problem with the repository's rule files: those met
 // while loading, oversized files and conflicting rules, sorted by file.
 func (repo *Repo) Lint(opts LintOptions) []Finding {
-	out := slices.Clone(repo.Findings)
+	out := append([]Finding{}, repo.Findings...) // [] in JSON when clean
 	for file, size := range repo.Sizes {
 		switch {
 		case opts.Budget > 0 && size > opts.Budget:

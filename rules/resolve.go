@@ -65,7 +65,7 @@ func (repo *Repo) Rel(p string) (string, error) {
 // dropped. The outcome depends only on the rules and the budget.
 func (repo *Repo) Resolve(file string, budget int) *Resolution {
 	file = path.Clean(file)
-	res := &Resolution{File: file, Budget: budget}
+	res := &Resolution{File: file, Budget: budget, Entries: []Entry{}}
 	seen := map[string]string{} // hash -> position of the first rule with that text
 	for i := range repo.Rules {
 		r := &repo.Rules[i]

@@ -103,7 +103,7 @@ func (a *app) rulesLintCmd(root *string) *cobra.Command {
 					Findings []rules.Finding `json:"findings"`
 					Errors   int             `json:"errors"`
 					Warnings int             `json:"warnings"`
-				}{repo.Root, slices.Concat([]rules.Finding{}, findings), errs, len(findings) - errs})
+				}{repo.Root, findings, errs, len(findings) - errs})
 			} else {
 				for _, f := range findings {
 					fmt.Fprintln(a.stdout, f)

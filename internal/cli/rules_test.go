@@ -230,6 +230,10 @@ func TestRulesLintFindings(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "0 errors, 0 warnings") {
 		t.Errorf("exit %d:\n%s", code, out)
 	}
+	out, _, code = rulesRun(t, "rules", "lint", "--json")
+	if code != 0 || !strings.Contains(out, `"findings": [],`) {
+		t.Errorf("exit %d:\n%s", code, out)
+	}
 }
 
 func TestRulesRender(t *testing.T) {
