@@ -399,3 +399,68 @@ func gitKind(argv []string) Kind {
 	}
 	return ""
 }
+
+// ParseAction parses an action as written on the command line: run CMD,
+// read PATH, write PATH, net HOST, git commit, git push, pr, memory.
+func ParseAction(args []string) (Action, error) {
+	if len(args) == 0 {
+		return Action{}, fmt.Errorf("no action (want run, read, write, net, git commit, git push, pr or memory)")
+	}
+	verb, rest := args[0], args[1:]
+	one := func(k Kind) (Action, error) {
+		if len(rest) != 1 || rest[0] == "" {
+			return Action{}, fmt.Errorf("%s takes one argument", verb)
+		}
+		return Action{Kind: k, Target: rest[0]}, nil
+	}
+	none := func(k Kind) (Action, error) {
+		if len(rest) != 0 {
+			return Action{}, fmt.Errorf("%s takes no argument", strings.Join(args[:len(args)-len(rest)], " "))
+		}
+		return Action{Kind: k}, nil
+	}
+	switch verb {
+	case "run":
+		if len(rest) == 0 {
+			return Action{}, fmt.Errorf("run takes a command line")
+		}
+		return Action{Kind: Run, Target: strings.Join(rest, " ")}, nil
+	case "read":
+		return one(Read)
+	case "write":
+		return one(Write)
+	case "net":
+		return one(Net)
+	case "git":
+		if len(rest) > 0 {
+			switch rest[0] {
+			case "commit":
+				rest = rest[1:]
+				return none(Commit)
+			case "push":
+				rest = rest[1:]
+				return none(Push)
+			}
+		}
+		return Action{}, fmt.Errorf("git takes commit or push")
+	case "git-commit", "commit":
+		return none(Commit)
+	case "git-push", "push":
+		return none(Push)
+	case "pr", "open-pr":
+		return none(PR)
+	case "open":
+		if len(rest) > 0 && rest[0] == "pr" {
+			rest = rest[1:]
+			return none(PR)
+		}
+	case "memory":
+		return none(Memory)
+	case "change":
+		if len(rest) > 0 && rest[0] == "memory" {
+			rest = rest[1:]
+			return none(Memory)
+		}
+	}
+	return Action{}, fmt.Errorf("unknown action %q (want run, read, write, net, git commit, git push, pr or memory)", strings.Join(args, " "))
+}

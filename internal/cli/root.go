@@ -95,6 +95,7 @@ func (a *app) rootCmd() *cobra.Command {
 
 	root.AddCommand(
 		// Command groups register here, one constructor per file.
+		a.policyCmd(), a.approvalsCmd(),
 		a.rulesCmd(),
 	)
 	return root

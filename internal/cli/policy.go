@@ -1,0 +1,428 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"smolvm.dev/smolvm/policy"
+	"smolvm.dev/smolvm/store"
+)
+
+// policyCmd groups the commands about the repository's trust policy.
+func (a *app) policyCmd() *cobra.Command {
+	var root string
+	cmd := &cobra.Command{
+		Use:   "policy",
+		Short: "Check, explain and audit the trust policy in .smolvm/policy.toml",
+		Long: `The trust policy decides, for each action an agent takes (read or write a
+file, run a command, connect to a host, git commit, git push, open a PR,
+change memory), whether smolvm allows it, asks a person, or denies it.
+Deny beats ask beats allow; actions no rule matches get the default (ask).`,
+	}
+	cmd.PersistentFlags().StringVar(&root, "root", "", "repository root (default: the nearest directory at or above the current one with .smolvm or .git)")
+	cmd.AddCommand(a.policyCheckCmd(&root), a.policyExplainCmd(&root), a.policyShowCmd(&root),
+		a.policyPresetsCmd(), a.policyAuditCmd())
+	return cmd
+}
+
+// policyLoad loads the policy of the repository at root, found from the
+// current directory when root is empty. An invalid policy file is printed
+// as file:line errors and exits 1.
+func (a *app) policyLoad(root string) (*policy.Policy, error) {
+	if root == "" {
+		var err error
+		if root, err = policyFindRoot(); err != nil {
+			return nil, err
+		}
+	}
+	p, err := policy.Load(root)
+	var errs policy.Errors
+	if errors.As(err, &errs) {
+		for _, e := range errs {
+			fmt.Fprintln(a.stderr, e)
+		}
+		return nil, exitCode(1)
+	}
+	return p, err
+}
+
+// policyFindRoot returns the nearest directory at or above the current one
+// holding .smolvm or .git, or the current directory.
+func policyFindRoot() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		for _, name := range []string{".smolvm", ".git"} {
+			if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+				return dir, nil
+			}
+		}
+		if filepath.Dir(dir) == dir {
+			return wd, nil
+		}
+	}
+}
+
+func (a *app) policyCheckCmd(root *string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "check",
+		Short: "Validate the policy file; print file:line errors and exit 1 if it is invalid",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.policyLoad(*root)
+			if err != nil {
+				return err
+			}
+			if p.File == "" {
+				_, err = fmt.Fprintf(a.stdout, "no %s in %s: every action asks\n", policy.FileName, p.Root)
+				return err
+			}
+			preset := ""
+			if p.Preset != "" {
+				preset = "preset " + p.Preset + ", "
+			}
+			_, err = fmt.Fprintf(a.stdout, "%s: ok (%s%d rules, default %s)\n", p.File, preset, len(p.Rules), p.Default)
+			return err
+		},
+	}
+}
+
+func (a *app) policyExplainCmd(root *string) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "explain ACTION [ARG...]",
+		Short: "Say what the policy decides for an action, which rule decided and why",
+		Long: `Actions: run 'COMMAND LINE', read PATH, write PATH, net HOST, git commit,
+git push, pr, memory. A command line is judged part by part: every command
+it runs (through &&, ;, pipes, $(…), sh -c, sudo, ...) and every file its
+redirections write.`,
+		Example: `  smolvm policy explain run 'true && rm -rf /'
+  smolvm policy explain write src/foo_test.go
+  smolvm policy explain git push
+  smolvm policy explain net example.com`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			act, err := policy.ParseAction(args)
+			if err != nil {
+				return err
+			}
+			p, err := a.policyLoad(*root)
+			if err != nil {
+				return err
+			}
+			d := p.Evaluate(act)
+			if asJSON {
+				return a.policyJSON(d)
+			}
+			return a.policyExplain(d)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the decision as JSON")
+	// explain run rm -rf / : words after the action are its, not flags.
+	cmd.Flags().SetInterspersed(false)
+	return cmd
+}
+
+func (a *app) policyExplain(d policy.Decision) error {
+	fmt.Fprintf(a.stdout, "action:  %s\n", d.Action)
+	fmt.Fprintf(a.stdout, "outcome: %s\n", d.Outcome)
+	fmt.Fprintf(a.stdout, "rule:    %s\n", d.RuleText())
+	fmt.Fprintf(a.stdout, "reason:  %s\n", d.Reason)
+	if len(d.Parts) == 0 {
+		return nil
+	}
+	fmt.Fprintln(a.stdout, "parts:")
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	for i, pd := range d.Parts {
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\n", i+1, pd.Outcome, pd.Part, pd.Reason)
+	}
+	return tw.Flush()
+}
+
+func (a *app) policyShowCmd(root *string) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show",
+		Short: "Print the effective policy: settings and every rule, presets expanded",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.policyLoad(*root)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return a.policyJSON(struct {
+					Root      string         `json:"root"`
+					File      string         `json:"file,omitempty"`
+					Preset    string         `json:"preset,omitempty"`
+					Default   policy.Outcome `json:"default"`
+					Dynamic   policy.Outcome `json:"dynamic"`
+					Timeout   string         `json:"approval_timeout"`
+					TestGlobs []string       `json:"test_globs"`
+					Rules     []policy.Rule  `json:"rules"`
+				}{p.Root, p.File, p.Preset, p.Default, p.Dynamic, p.Timeout.String(), p.TestGlobs, append([]policy.Rule{}, p.Rules...)})
+			}
+			fmt.Fprintf(a.stdout, "file:     %s\n", orNone(p.File))
+			fmt.Fprintf(a.stdout, "preset:   %s\n", orNone(p.Preset))
+			fmt.Fprintf(a.stdout, "default:  %s\ndynamic:  %s\ntimeout:  %s\n", p.Default, p.Dynamic, p.Timeout)
+			fmt.Fprintf(a.stdout, "tests:    %s\n", strings.Join(p.TestGlobs, " "))
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "WHERE\tOUTCOME\tCLASS\tPATTERN")
+			for _, r := range p.Rules {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Pos(), r.Outcome, r.Class, r.Pattern)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
+func (a *app) policyPresetsCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "presets [NAME]",
+		Short: "List the shipped presets, or print one's TOML",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				text, err := policy.PresetText(args[0])
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprint(a.stdout, text)
+				return err
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			for _, name := range policy.PresetNames() {
+				text, _ := policy.PresetText(name)
+				first, _, _ := strings.Cut(text, "\n")
+				fmt.Fprintf(tw, "%s\t%s\n", name, strings.TrimSpace(strings.TrimPrefix(first, "#")))
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+// policyLedger opens the approvals and audit ledger in the data directory.
+func (a *app) policyLedger(ctx context.Context) (*policy.Ledger, func() error, error) {
+	st, err := store.Open(ctx, a.dataDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := policy.OpenLedger(ctx, st)
+	if err != nil {
+		st.Close()
+		return nil, nil, err
+	}
+	return l, st.Close, nil
+}
+
+func (a *app) policyAuditCmd() *cobra.Command {
+	var since string
+	var asJSON bool
+	list := func(cmd *cobra.Command, jsonLines bool) error {
+		t, err := policySince(since, time.Now())
+		if err != nil {
+			return err
+		}
+		l, closeDB, err := a.policyLedger(cmd.Context())
+		if err != nil {
+			return err
+		}
+		defer closeDB()
+		recs, err := l.Audit(cmd.Context(), t)
+		if err != nil {
+			return err
+		}
+		if jsonLines {
+			enc := json.NewEncoder(a.stdout)
+			for _, r := range recs {
+				if err := enc.Encode(r); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "TIME\tREQUESTER\tACTION\tPOLICY\tOUTCOME\tBY\tRULE")
+		for _, r := range recs {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Time.Local().Format(time.DateTime), r.Requester,
+				policyShort(r.Action.String()), r.Verdict, r.Outcome, r.By, r.Rule)
+		}
+		return tw.Flush()
+	}
+	cmd := &cobra.Command{
+		Use:   "audit",
+		Short: "List every recorded policy decision: time, action, rule, outcome, who decided",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return list(cmd, asJSON)
+		},
+	}
+	cmd.PersistentFlags().StringVar(&since, "since", "", "only records since a time (RFC 3339 or YYYY-MM-DD) or for a duration back (24h)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON lines")
+	cmd.AddCommand(&cobra.Command{
+		Use:   "export",
+		Short: "Write the audit log as JSON lines, one decision per line",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return list(cmd, true)
+		},
+	})
+	return cmd
+}
+
+// policySince parses --since: empty for the beginning, a duration back
+// from now, an RFC 3339 time or a date.
+func policySince(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	if t, err := time.ParseInLocation(time.DateOnly, s, time.Local); err == nil {
+		return t, nil
+	}
+	return time.Time{}, fmt.Errorf("--since %q: want a duration (24h), an RFC 3339 time or YYYY-MM-DD", s)
+}
+
+// policyShort keeps long command lines on one table row.
+func policyShort(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > 60 {
+		return string(r[:59]) + "…"
+	}
+	return s
+}
+
+func (a *app) policyJSON(v any) error {
+	enc := json.NewEncoder(a.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// approvalsCmd groups the commands that answer policy asks.
+func (a *app) approvalsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "approvals",
+		Short: "List and answer actions waiting for approval under the trust policy",
+	}
+	cmd.AddCommand(a.approvalsLsCmd(), a.approvalsAnswerCmd(true), a.approvalsAnswerCmd(false))
+	return cmd
+}
+
+func (a *app) approvalsLsCmd() *cobra.Command {
+	var all, asJSON bool
+	cmd := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List pending approvals (--all: answered ones too)",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			l, closeDB, err := a.policyLedger(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			aps, err := l.Approvals(cmd.Context(), all)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return a.policyJSON(append([]policy.Approval{}, aps...))
+			}
+			now := store.Now()
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tSTATE\tAGE\tREQUESTER\tACTION\tRULE")
+			for _, ap := range aps {
+				state := ap.State
+				if state == policy.Pending {
+					state = "pending " + ap.Deadline.Sub(now).Round(time.Second).String() + " left"
+					if !ap.Deadline.After(now) {
+						state = policy.Expired // its requester is gone
+					}
+				} else if ap.By != "" && ap.By != ap.State {
+					state += " by " + ap.By
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", ap.ID, state, now.Sub(ap.Created).Round(time.Second),
+					ap.Requester, policyShort(ap.Action.String()), ap.Rule)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "include answered and expired approvals")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func (a *app) approvalsAnswerCmd(approve bool) *cobra.Command {
+	var why, as string
+	verb, done := "deny", "denied"
+	if approve {
+		verb, done = "approve", "approved"
+	}
+	cmd := &cobra.Command{
+		Use:   verb + " ID",
+		Short: strings.ToUpper(verb[:1]) + verb[1:] + " a pending action; the agent waiting on it continues at once",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if as == "" {
+				as = policyWho()
+			}
+			l, closeDB, err := a.policyLedger(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeDB()
+			ap, err := l.Approval(cmd.Context(), args[0])
+			if err != nil {
+				return &exitError{code: 1, err: err}
+			}
+			if err := l.Answer(cmd.Context(), ap.ID, approve, as, why); err != nil {
+				if errors.Is(err, policy.ErrAnswered) {
+					return &exitError{code: 1, err: err}
+				}
+				return err
+			}
+			_, err = fmt.Fprintf(a.stdout, "%s %s: %s\n", done, ap.ID, ap.Action)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&why, "why", "", "reason, recorded in the audit log and shown to the agent")
+	cmd.Flags().StringVar(&as, "as", "", "who answers (default: the current user)")
+	return cmd
+}
+
+// policyWho names the person running the command for the audit log.
+func policyWho() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	if u := os.Getenv("USER"); u != "" {
+		return u
+	}
+	return "unknown"
+}

@@ -1,0 +1,254 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"smolvm.dev/smolvm/policy"
+	"smolvm.dev/smolvm/store"
+)
+
+// policyRun runs smolvm with args and returns its output and exit status.
+func policyRun(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut}
+	root := a.rootCmd()
+	root.SetArgs(args)
+	err := root.ExecuteContext(t.Context())
+	var ee *exitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		code = ee.code
+		if ee.err != nil {
+			errOut.WriteString(ee.err.Error())
+		}
+	default:
+		code = exitFailure
+		errOut.WriteString(err.Error())
+	}
+	return out.String(), errOut.String(), code
+}
+
+// policyRepo makes a repository whose policy file holds text.
+func policyRepo(t *testing.T, text string) string {
+	t.Helper()
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, ".smolvm"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, policy.FileName), []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+const policyTestFile = `preset = "autofix-tests"
+
+[run]
+deny = ["rm -rf /"]
+`
+
+func TestPolicyCheck(t *testing.T) {
+	root := policyRepo(t, policyTestFile)
+	out, errOut, code := policyRun(t, "policy", "check", "--root", root)
+	if code != 0 || !strings.Contains(out, "ok") || !strings.Contains(out, "autofix-tests") {
+		t.Fatalf("valid policy: code %d, out %q, err %q", code, out, errOut)
+	}
+	root = policyRepo(t, "default = \"allow\"\n[run]\nallow = [\"ls &&\"]\n[git]\npush = \"maybe\"\n")
+	out, errOut, code = policyRun(t, "policy", "check", "--root", root)
+	if code != 1 {
+		t.Fatalf("invalid policy: code %d, out %q", code, out)
+	}
+	for _, want := range []string{".smolvm/policy.toml:3: run.allow", ".smolvm/policy.toml:5: git.push"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr %q lacks %q", errOut, want)
+		}
+	}
+	out, _, code = policyRun(t, "policy", "check", "--root", t.TempDir())
+	if code != 0 || !strings.Contains(out, "every action asks") {
+		t.Errorf("no policy file: code %d, out %q", code, out)
+	}
+}
+
+func TestPolicyExplain(t *testing.T) {
+	root := policyRepo(t, policyTestFile)
+	out, errOut, code := policyRun(t, "policy", "explain", "--root", root, "run", "true && rm -rf /")
+	if code != 0 {
+		t.Fatalf("code %d: %s", code, errOut)
+	}
+	for _, re := range []string{
+		`outcome: deny`,
+		`rule: +\.smolvm/policy\.toml:4: deny run "rm -rf /"`,
+		`reason: +part 2 \(rm -rf /\)`,
+		`(?m)^ +1 +allow +true +matched by preset:autofix-tests:\d+`,
+		`(?m)^ +2 +deny +rm -rf / +matched by \.smolvm/policy\.toml:4`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("explain output lacks /%s/:\n%s", re, out)
+		}
+	}
+	// Unquoted words after the action belong to it.
+	out, _, _ = policyRun(t, "policy", "explain", "--root", root, "run", "rm", "-rf", "/")
+	if !strings.Contains(out, "outcome: deny") {
+		t.Errorf("unquoted run: %s", out)
+	}
+	for _, tt := range []struct {
+		args []string
+		want policy.Outcome
+	}{
+		{[]string{"write", "src/foo_test.go"}, policy.Allow},
+		{[]string{"write", "src/foo.go"}, policy.Ask},
+		{[]string{"git", "push"}, policy.Deny},
+		{[]string{"git", "commit"}, policy.Ask},
+		{[]string{"net", "example.com"}, policy.Ask},
+		{[]string{"net", "proxy.golang.org:443"}, policy.Allow},
+		{[]string{"run", "FOO=1 sh -c 'go test ./... 2>&1 | grep -v ok'"}, policy.Allow},
+	} {
+		args := append([]string{"policy", "explain", "--root", root, "--json"}, tt.args...)
+		out, errOut, code := policyRun(t, args...)
+		var d policy.Decision
+		if err := json.Unmarshal([]byte(out), &d); err != nil || code != 0 {
+			t.Fatalf("%q: code %d, %v: %s%s", tt.args, code, err, out, errOut)
+		}
+		if d.Outcome != tt.want {
+			t.Errorf("%q: %s, want %s (%s)", tt.args, d.Outcome, tt.want, d.Reason)
+		}
+	}
+	if _, errOut, code := policyRun(t, "policy", "explain", "--root", root, "launch", "rockets"); code == 0 || !strings.Contains(errOut, "unknown action") {
+		t.Errorf("bad action: code %d, %q", code, errOut)
+	}
+}
+
+func TestPolicyShowAndPresets(t *testing.T) {
+	root := policyRepo(t, policyTestFile)
+	out, _, code := policyRun(t, "policy", "show", "--root", root)
+	if code != 0 || !regexp.MustCompile(`\.smolvm/policy\.toml:4 +deny +run +rm -rf /`).MatchString(out) ||
+		!regexp.MustCompile(`preset:autofix-tests:\d+ +deny +git-push`).MatchString(out) {
+		t.Errorf("show:\n%s", out)
+	}
+	out, _, _ = policyRun(t, "policy", "presets")
+	for _, name := range policy.PresetNames() {
+		if !strings.Contains(out, name) {
+			t.Errorf("presets list lacks %s:\n%s", name, out)
+		}
+	}
+	out, _, code = policyRun(t, "policy", "presets", "autofix-tests")
+	if text, _ := policy.PresetText("autofix-tests"); code != 0 || out != text {
+		t.Errorf("preset text: code %d\n%s", code, out)
+	}
+}
+
+func TestApprovalsCLI(t *testing.T) {
+	root := policyRepo(t, policyTestFile)
+	dataDir := t.TempDir()
+	ctx := context.Background()
+	st, err := store.Open(ctx, dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	l, err := policy.OpenLedger(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.Load(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &policy.Gate{Policy: p, Ledger: l, Poll: 10 * time.Millisecond}
+	done := make(chan error, 1)
+	go func() { done <- g.Check(ctx, policy.Action{Kind: policy.Commit}, "sandbox-7") }()
+
+	var id string
+	for deadline := time.Now().Add(10 * time.Second); id == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		out, _, _ := policyRun(t, "--data-dir", dataDir, "approvals", "ls", "--json")
+		var aps []policy.Approval
+		if err := json.Unmarshal([]byte(out), &aps); err != nil {
+			t.Fatalf("ls --json: %v: %s", err, out)
+		}
+		if len(aps) == 1 {
+			id = aps[0].ID
+		}
+	}
+	if id == "" {
+		t.Fatal("no pending approval listed")
+	}
+	out, _, _ := policyRun(t, "--data-dir", dataDir, "approvals", "ls")
+	if !strings.Contains(out, id) || !strings.Contains(out, "sandbox-7") || !strings.Contains(out, "git-commit") {
+		t.Errorf("ls:\n%s", out)
+	}
+	out, errOut, code := policyRun(t, "--data-dir", dataDir, "approvals", "approve", id, "--why", "tests pass", "--as", "alice")
+	if code != 0 || !strings.Contains(out, "approved "+id) {
+		t.Fatalf("approve: code %d, %s%s", code, out, errOut)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Check after approve: %v", err)
+	}
+	if _, errOut, code := policyRun(t, "--data-dir", dataDir, "approvals", "deny", id); code != 1 || !strings.Contains(errOut, "already answered") {
+		t.Errorf("deny after approve: code %d, %q", code, errOut)
+	}
+	if _, _, code := policyRun(t, "--data-dir", dataDir, "approvals", "approve", "nope"); code != 1 {
+		t.Errorf("approve unknown id: code %d", code)
+	}
+
+	// One more decision, then the audit log has both.
+	if err := g.Check(ctx, policy.Action{Kind: policy.Push}, "sandbox-7"); !errors.Is(err, policy.ErrDenied) {
+		t.Fatalf("push: %v", err)
+	}
+	for _, args := range [][]string{{"policy", "audit", "--json"}, {"policy", "audit", "export"}} {
+		out, errOut, code := policyRun(t, append([]string{"--data-dir", dataDir}, args...)...)
+		if code != 0 {
+			t.Fatalf("%q: code %d %s", args, code, errOut)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) != 2 {
+			t.Fatalf("%q: %d lines, want 2:\n%s", args, len(lines), out)
+		}
+		var first, second policy.Record
+		if err := errors.Join(json.Unmarshal([]byte(lines[0]), &first), json.Unmarshal([]byte(lines[1]), &second)); err != nil {
+			t.Fatal(err)
+		}
+		if first.Action.Kind != policy.Commit || first.Verdict != policy.Ask || first.Outcome != policy.Allow ||
+			first.By != "alice" || first.Why != "tests pass" || first.Approval != id || first.Requester != "sandbox-7" {
+			t.Errorf("first record %+v", first)
+		}
+		if second.Action.Kind != policy.Push || second.Outcome != policy.Deny || second.By != "policy" || !strings.Contains(second.Rule, "preset:autofix-tests") {
+			t.Errorf("second record %+v", second)
+		}
+	}
+	out, _, _ = policyRun(t, "--data-dir", dataDir, "policy", "audit")
+	if !regexp.MustCompile(`sandbox-7 +git-commit +ask +allow +alice`).MatchString(out) {
+		t.Errorf("audit table:\n%s", out)
+	}
+	out, _, _ = policyRun(t, "--data-dir", dataDir, "policy", "audit", "--since", "2999-01-01", "--json")
+	if out != "" {
+		t.Errorf("audit --since future: %q", out)
+	}
+	if _, _, code := policyRun(t, "--data-dir", dataDir, "policy", "audit", "--since", "yesterday"); code == 0 {
+		t.Error("audit --since yesterday: accepted")
+	}
+}
+
+func TestPolicySince(t *testing.T) {
+	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	for in, want := range map[string]time.Time{
+		"":                     {},
+		"2h":                   now.Add(-2 * time.Hour),
+		"2025-05-01T10:00:00Z": time.Date(2025, 5, 1, 10, 0, 0, 0, time.UTC),
+	} {
+		got, err := policySince(in, now)
+		if err != nil || !got.Equal(want) {
+			t.Errorf("policySince(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+}
