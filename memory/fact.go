@@ -61,13 +61,14 @@ func (s Status) Closed() bool { return s == Rejected || s == Forgotten }
 // Anchor ties a fact to a path, optionally narrowed to a line range or a
 // symbol, with the content hashes taken when the anchor was set.
 type Anchor struct {
-	Path       string // slash-separated, relative to the repository root
-	Start, End int    // 1-based inclusive line range; zero when unset
-	Symbol     string
-	Blob       string // git object id of the file (or tree for a directory)
-	Hash       string // sha256 of the anchored lines or Go declaration
-	Drift      string // why the anchor no longer matches; empty while it does
-	MovedTo    string // the path a renamed anchor was found at
+	Path    string `json:"path"`            // slash-separated, relative to the repository root
+	Start   int    `json:"start,omitempty"` // 1-based inclusive line range; zero when unset
+	End     int    `json:"end,omitempty"`
+	Symbol  string `json:"symbol,omitempty"`
+	Blob    string `json:"blob,omitempty"`     // git object id of the file (or tree for a directory)
+	Hash    string `json:"hash,omitempty"`     // sha256 of the anchored lines or Go declaration
+	Drift   string `json:"drift,omitempty"`    // why the anchor no longer matches; empty while it does
+	MovedTo string `json:"moved_to,omitempty"` // the path a renamed anchor was found at
 }
 
 // anchorYAML is Anchor's file form: line ranges are written as "L1-L2".
@@ -105,8 +106,21 @@ func (a *Anchor) UnmarshalYAML(n *yaml.Node) error {
 }
 
 // ParseAnchor parses the command-line form PATH, PATH:L1-L2, PATH:L or
-// PATH#Symbol. Hashes are filled in later, against the working tree.
+// PATH#Symbol, with PATH relative to the repository root. Hashes are filled
+// in later, against the working tree.
 func ParseAnchor(spec string) (Anchor, error) {
+	a, err := splitAnchor(spec)
+	if err != nil {
+		return Anchor{}, err
+	}
+	if err := a.check(); err != nil {
+		return Anchor{}, fmt.Errorf("anchor %q: %w", spec, err)
+	}
+	return a, nil
+}
+
+// splitAnchor separates a spec's line range or symbol from its path.
+func splitAnchor(spec string) (Anchor, error) {
 	var a Anchor
 	p := spec
 	if i := strings.LastIndexByte(p, '#'); i >= 0 {
@@ -122,9 +136,6 @@ func ParseAnchor(spec string) (Anchor, error) {
 		p = p[:i]
 	}
 	a.Path = p
-	if err := a.check(); err != nil {
-		return Anchor{}, fmt.Errorf("anchor %q: %w", spec, err)
-	}
 	return a, nil
 }
 
@@ -200,29 +211,29 @@ func isIdent(s string) bool {
 
 // Event is one recorded change to a fact.
 type Event struct {
-	At     time.Time `yaml:"at"`
-	By     string    `yaml:"by"`
-	Action string    `yaml:"action"`
-	Why    string    `yaml:"why,omitempty"`
+	At     time.Time `yaml:"at" json:"at"`
+	By     string    `yaml:"by" json:"by"`
+	Action string    `yaml:"action" json:"action"`
+	Why    string    `yaml:"why,omitempty" json:"why,omitempty"`
 }
 
 // Fact is one remembered piece of project knowledge. Its file is YAML
 // frontmatter followed by the text as a Markdown body.
 type Fact struct {
-	ID            string    `yaml:"id"`
-	Kind          Kind      `yaml:"kind"`
-	Status        Status    `yaml:"status"`
-	Author        string    `yaml:"author"`
-	CreatedAt     time.Time `yaml:"created_at"`
-	CreatedCommit string    `yaml:"created_commit,omitempty"`
-	ValidFrom     time.Time `yaml:"valid_from,omitempty"`
-	InvalidatedAt time.Time `yaml:"invalidated_at,omitempty"`
-	Reason        string    `yaml:"invalidated_reason,omitempty"`
-	Supersedes    string    `yaml:"supersedes,omitempty"`
-	SupersededBy  string    `yaml:"superseded_by,omitempty"`
-	Anchors       []Anchor  `yaml:"anchors,omitempty"`
-	History       []Event   `yaml:"history"`
-	Text          string    `yaml:"-"`
+	ID            string    `yaml:"id" json:"id"`
+	Kind          Kind      `yaml:"kind" json:"kind"`
+	Status        Status    `yaml:"status" json:"status"`
+	Author        string    `yaml:"author" json:"author"`
+	CreatedAt     time.Time `yaml:"created_at" json:"created_at"`
+	CreatedCommit string    `yaml:"created_commit,omitempty" json:"created_commit,omitempty"`
+	ValidFrom     time.Time `yaml:"valid_from,omitempty" json:"valid_from,omitzero"`
+	InvalidatedAt time.Time `yaml:"invalidated_at,omitempty" json:"invalidated_at,omitzero"`
+	Reason        string    `yaml:"invalidated_reason,omitempty" json:"invalidated_reason,omitempty"`
+	Supersedes    string    `yaml:"supersedes,omitempty" json:"supersedes,omitempty"`
+	SupersededBy  string    `yaml:"superseded_by,omitempty" json:"superseded_by,omitempty"`
+	Anchors       []Anchor  `yaml:"anchors,omitempty" json:"anchors,omitempty"`
+	History       []Event   `yaml:"history" json:"history"`
+	Text          string    `yaml:"-" json:"text"`
 }
 
 const fence = "---\n"

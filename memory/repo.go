@@ -76,6 +76,25 @@ func (r *Repo) Rel(base, p string) (string, error) {
 	return filepath.ToSlash(rel), nil
 }
 
+// ParseAnchorAt is ParseAnchor with the path relative to base (or
+// absolute) instead of the repository root.
+func (r *Repo) ParseAnchorAt(base, spec string) (Anchor, error) {
+	a, err := splitAnchor(spec)
+	if err != nil {
+		return Anchor{}, err
+	}
+	if a.Path == "" {
+		return Anchor{}, fmt.Errorf("anchor %q: empty path", spec)
+	}
+	if a.Path, err = r.Rel(base, filepath.FromSlash(a.Path)); err != nil {
+		return Anchor{}, fmt.Errorf("anchor %q: %w", spec, err)
+	}
+	if err := a.check(); err != nil {
+		return Anchor{}, fmt.Errorf("anchor %q: %w", spec, err)
+	}
+	return a, nil
+}
+
 // List returns every fact, oldest first.
 func (r *Repo) List(ctx context.Context) ([]*Fact, error) {
 	ents, err := os.ReadDir(r.dir)
@@ -557,4 +576,13 @@ func (r *Repo) fresh(ctx context.Context, f *Fact) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// GitUser returns "human:" and git's user.name, or "" when it is unset.
+func (r *Repo) GitUser(ctx context.Context) string {
+	out, err := git(ctx, r.root, "config", "user.name")
+	if name := strings.TrimSpace(out); err == nil && name != "" {
+		return "human:" + name
+	}
+	return ""
 }
