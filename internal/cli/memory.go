@@ -318,9 +318,6 @@ func (m *memoryCLI) editCmd() *cobra.Command {
 				if o.Anchors, err = m.anchors(r, base, anchors); err != nil {
 					return err
 				}
-				if o.Anchors == nil {
-					o.Anchors = []memory.Anchor{}
-				}
 			}
 			f, err := r.Edit(cmd.Context(), args[0], o)
 			if err != nil {
