@@ -176,7 +176,6 @@ func (p *Policy) Evaluate(a Action) Decision {
 		if len(a.Argv) == 0 {
 			parts = Split(a.Target)
 		}
-		d.Outcome, d.Reason = Allow, "the command does nothing"
 		for i, part := range parts {
 			pd := p.evalPart(part)
 			d.Parts = append(d.Parts, pd)
@@ -189,7 +188,7 @@ func (p *Policy) Evaluate(a Action) Decision {
 			}
 		}
 		if len(parts) == 0 {
-			// Only assignments: nothing runs, but nothing is checked either.
+			// Nothing runs (an assignment, a comment): nothing to match.
 			d.Outcome, d.Rule, d.Reason = p.pick(nil, "")
 		}
 	case Read, Write:

@@ -16,10 +16,11 @@ import (
 )
 
 // memoryProposed decides whether a new fact must be reviewed before it
-// becomes valid: agents propose, humans write, unless --direct is given.
-// The trust policy replaces this default later; keep the decision here.
+// becomes valid. Humans write directly; for agents the trust policy's
+// memory.change rule decides: allow writes directly, ask and deny propose.
+// direct cannot lift the policy: enforcement is smolvm's, not the caller's.
 func memoryProposed(author string, direct bool) bool {
-	return strings.HasPrefix(author, "agent:") && !direct
+	return strings.HasPrefix(author, "agent:") && !policyAllowsMemoryChange()
 }
 
 // memoryCLI holds the memory group's shared flag.
