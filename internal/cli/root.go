@@ -97,6 +97,7 @@ func (a *app) rootCmd() *cobra.Command {
 		// Command groups register here, one constructor per file.
 		a.policyCmd(), a.approvalsCmd(),
 		a.rulesCmd(),
+		a.agentCmd(),
 		a.memoryCmd(),
 	)
 	return root

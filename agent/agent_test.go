@@ -1,0 +1,64 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startAgent runs the agent in-process on a temporary socket. It exercises
+// the same code as in a sandbox, minus the isolation.
+func startAgent(t *testing.T, main *Process) (*Client, Config) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := Config{
+		Socket:   filepath.Join(dir, "agent.sock"),
+		Env:      []string{"PATH=/usr/bin:/bin", "BASE=1"},
+		Main:     main,
+		LogFile:  filepath.Join(dir, "main.log"),
+		ExitFile: filepath.Join(dir, "exit.json"),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go Serve(ctx, cfg)
+	c := NewClient(UnixDialer(cfg.Socket))
+	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer wcancel()
+	if err := c.Wait(wctx); err != nil {
+		t.Fatal(err)
+	}
+	return c, cfg
+}
+
+func execIO(t *testing.T, c *Client, stdin string, p Process) (string, string, Exit) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	io := Stdio{Stdout: &out, Stderr: &errb}
+	if stdin != "" {
+		io.Stdin = strings.NewReader(stdin)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	exit, err := c.Exec(ctx, p, io)
+	if err != nil {
+		t.Fatalf("exec %v: %v", p.Args, err)
+	}
+	return out.String(), errb.String(), exit
+}
+
+func TestExecSequence(t *testing.T) {
+	c, _ := startAgent(t, nil)
+	for i := 0; i < 20; i++ {
+		out, errOut, exit := execIO(t, c, "", Process{Args: []string{"sh", "-c", "echo a $BASE $X; echo b >&2; exit 3"}, Env: []string{"X=2"}})
+		if out != "a 1 2\n" || errOut != "b\n" || exit.Code != 3 {
+			t.Fatalf("run %d: out=%q err=%q exit=%+v", i, out, errOut, exit)
+		}
+		out, _, exit = execIO(t, c, "hello", Process{Args: []string{"cat"}})
+		if out != "hello" || exit.Code != 0 {
+			t.Fatalf("run %d: cat out=%q exit=%+v", i, out, exit)
+		}
+	}
+}

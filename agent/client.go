@@ -1,0 +1,197 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"time"
+)
+
+// Dialer opens a fresh stream to the agent.
+type Dialer func(ctx context.Context) (net.Conn, error)
+
+// UnixDialer dials the agent's socket at path.
+func UnixDialer(path string) Dialer {
+	return func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	}
+}
+
+// Client talks to one sandbox's agent.
+type Client struct {
+	dial Dialer
+}
+
+// NewClient returns a client that dials with d.
+func NewClient(d Dialer) *Client { return &Client{dial: d} }
+
+// ErrUnavailable means the agent could not be reached: the sandbox is not
+// running, or it died mid-operation.
+var ErrUnavailable = errors.New("sandbox agent unavailable")
+
+// OpError is an operation the agent refused or could not perform.
+type OpError struct{ Exit Exit }
+
+func (e *OpError) Error() string { return e.Exit.Error }
+
+// Wait polls until the agent answers a ping or ctx ends.
+func (c *Client) Wait(ctx context.Context) error {
+	delay := time.Millisecond
+	for {
+		err := c.Ping(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 20*time.Millisecond)
+	}
+}
+
+// Ping checks that the agent answers.
+func (c *Client) Ping(ctx context.Context) error {
+	_, err := c.do(ctx, Request{Op: OpPing}, nil)
+	return err
+}
+
+// Stdio is where an exec's streams come from and go to. Resize, when set,
+// delivers window changes for a TTY; Signals forwards signals.
+type Stdio struct {
+	Stdin   io.Reader
+	Stdout  io.Writer
+	Stderr  io.Writer
+	Resize  <-chan Size
+	Signals <-chan syscall.Signal
+}
+
+// Exec runs p and returns its exit. A failure to start the command (not
+// found, not executable) is an Exit with Error set, not an error; err is
+// for failures of the channel itself.
+func (c *Client) Exec(ctx context.Context, p Process, io Stdio) (Exit, error) {
+	p.Stdin = p.Stdin || io.Stdin != nil
+	return c.do(ctx, Request{Op: OpExec, Exec: &p}, &io)
+}
+
+// Put extracts the tar stream r at path inside the sandbox.
+func (c *Client) Put(ctx context.Context, path string, r io.Reader) error {
+	return opErr(c.do(ctx, Request{Op: OpPut, Path: path}, &Stdio{Stdin: r}))
+}
+
+// Get writes path from inside the sandbox to w as a tar stream.
+func (c *Client) Get(ctx context.Context, path string, w io.Writer) error {
+	return opErr(c.do(ctx, Request{Op: OpGet, Path: path}, &Stdio{Stdout: w}))
+}
+
+func opErr(e Exit, err error) error {
+	if err != nil {
+		return err
+	}
+	if e.Error != "" || e.Code != 0 {
+		return &OpError{Exit: e}
+	}
+	return nil
+}
+
+func (c *Client) do(ctx context.Context, req Request, stdio *Stdio) (Exit, error) {
+	nc, err := c.dial(ctx)
+	if err != nil {
+		return Exit{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	defer nc.Close()
+	// Cancelling ctx closes the connection, which the agent takes as the
+	// client going away.
+	stop := context.AfterFunc(ctx, func() { nc.Close() })
+	defer stop()
+
+	cn := newConn(nc)
+	if err := cn.writeJSON(frameRequest, req); err != nil {
+		return Exit{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if stdio != nil {
+		go pumpIn(cn, stdio)
+	}
+	for {
+		typ, b, err := cn.read()
+		if err != nil {
+			if ctx.Err() != nil {
+				return Exit{}, ctx.Err()
+			}
+			return Exit{}, fmt.Errorf("%w: connection lost: %v", ErrUnavailable, err)
+		}
+		switch typ {
+		case frameStdout, frameStderr:
+			w := io.Discard
+			if stdio != nil && typ == frameStdout && stdio.Stdout != nil {
+				w = stdio.Stdout
+			} else if stdio != nil && typ == frameStderr && stdio.Stderr != nil {
+				w = stdio.Stderr
+			}
+			if _, err := w.Write(b); err != nil {
+				return Exit{}, fmt.Errorf("write output: %w", err)
+			}
+		case frameExit:
+			var e Exit
+			if err := json.Unmarshal(b, &e); err != nil {
+				return Exit{}, fmt.Errorf("%w: bad exit frame: %v", ErrUnavailable, err)
+			}
+			return e, nil
+		}
+	}
+}
+
+// pumpIn forwards stdin, resizes and signals until they end or the
+// connection breaks.
+func pumpIn(cn *conn, s *Stdio) {
+	if s.Resize != nil || s.Signals != nil {
+		go func() {
+			resize, sigs := s.Resize, s.Signals
+			for resize != nil || sigs != nil {
+				select {
+				case sz, ok := <-resize:
+					if !ok {
+						resize = nil
+						continue
+					}
+					if cn.writeJSON(frameResize, sz) != nil {
+						return
+					}
+				case sig, ok := <-sigs:
+					if !ok {
+						sigs = nil
+						continue
+					}
+					if cn.writeJSON(frameSignal, int(sig)) != nil {
+						return
+					}
+				}
+			}
+		}()
+	}
+	if s.Stdin == nil {
+		return
+	}
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := s.Stdin.Read(buf)
+		if n > 0 {
+			if cn.write(frameStdin, buf[:n]) != nil {
+				return
+			}
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, os.ErrClosed) {
+				cn.write(frameStdinEOF, nil)
+			}
+			return
+		}
+	}
+}

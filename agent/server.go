@@ -1,0 +1,448 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+)
+
+// Config is what the host tells the agent at boot. The host writes it as
+// JSON into the sandbox's run directory.
+type Config struct {
+	// Socket is where the agent listens, inside the sandbox.
+	Socket string `json:"socket"`
+	// Env is the sandbox's base environment (image env + user env).
+	Env []string `json:"env"`
+	Dir string   `json:"dir,omitempty"`
+	// User is the default user for the main process and execs.
+	User string `json:"user,omitempty"`
+	// Main, when set, is the sandbox's main command. When it exits, the
+	// agent records its status in ExitFile and the sandbox stops.
+	Main     *Process `json:"main,omitempty"`
+	LogFile  string   `json:"log_file"`
+	ExitFile string   `json:"exit_file"`
+	// LogLimit caps the main process log; past it the log is rotated once.
+	LogLimit int64 `json:"log_limit,omitempty"`
+}
+
+// Server is the agent's state.
+type Server struct {
+	cfg    Config
+	reaper *reaper
+}
+
+// Serve runs the agent until ctx ends or the main process exits, returning
+// the status the agent should exit with.
+func Serve(ctx context.Context, cfg Config) (int, error) {
+	s := &Server{cfg: cfg, reaper: newReaper()}
+	os.Remove(cfg.Socket)
+	ln, err := net.Listen("unix", cfg.Socket)
+	if err != nil {
+		return 1, fmt.Errorf("listen %s: %w", cfg.Socket, err)
+	}
+	defer ln.Close()
+	go s.accept(ln)
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT)
+
+	var mainDone <-chan Exit
+	if cfg.Main != nil {
+		mainDone, err = s.startMain(*cfg.Main)
+		if err != nil {
+			exit := errExit(err)
+			s.writeExit(exit)
+			return exit.Code, nil
+		}
+	}
+	select {
+	case e := <-mainDone:
+		s.writeExit(e)
+		return e.Code, nil
+	case sig := <-sigs:
+		// Stop: pass the signal on to everything, give it a moment, and
+		// leave. The host escalates to SIGKILL if this takes too long.
+		unix.Kill(-1, sig.(unix.Signal))
+		select {
+		case e := <-mainDone:
+			s.writeExit(e)
+			return e.Code, nil
+		case <-time.After(2 * time.Second):
+		}
+		unix.Kill(-1, unix.SIGKILL)
+		return 128 + int(sig.(unix.Signal)), nil
+	case <-ctx.Done():
+		return 0, nil
+	}
+}
+
+func (s *Server) writeExit(e Exit) {
+	p, _ := json.Marshal(e)
+	tmp := s.cfg.ExitFile + ".tmp"
+	if err := os.WriteFile(tmp, p, 0o644); err == nil {
+		os.Rename(tmp, s.cfg.ExitFile)
+	}
+}
+
+func (s *Server) accept(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		go s.handle(c)
+	}
+}
+
+func (s *Server) handle(nc net.Conn) {
+	defer nc.Close()
+	c := newConn(nc)
+	typ, p, err := c.read()
+	if err != nil {
+		return
+	}
+	var req Request
+	if typ != frameRequest || json.Unmarshal(p, &req) != nil {
+		c.writeJSON(frameExit, Exit{Code: 125, Error: "malformed request", Kind: KindInvalid})
+		return
+	}
+	var exit Exit
+	switch req.Op {
+	case OpPing:
+	case OpExec:
+		if req.Exec == nil || len(req.Exec.Args) == 0 {
+			exit = Exit{Code: 125, Error: "exec: no command", Kind: KindInvalid}
+			break
+		}
+		exit = s.exec(c, *req.Exec)
+	case OpPut:
+		exit = s.put(c, req.Path)
+	case OpGet:
+		exit = s.get(c, req.Path)
+	default:
+		exit = Exit{Code: 125, Error: fmt.Sprintf("unknown op %q", req.Op), Kind: KindInvalid}
+	}
+	c.writeJSON(frameExit, exit)
+}
+
+// errExit classifies a failure to start a process the way a shell does.
+func errExit(err error) Exit {
+	switch {
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, exec.ErrNotFound):
+		return Exit{Code: 127, Error: err.Error(), Kind: KindNotFound}
+	default:
+		return Exit{Code: 126, Error: err.Error(), Kind: KindCannotRun}
+	}
+}
+
+// command builds the exec.Cmd for p with the sandbox's defaults applied.
+func (s *Server) command(p Process) (*exec.Cmd, error) {
+	env := mergeEnv(s.cfg.Env, p.Env)
+	usr := p.User
+	if usr == "" {
+		usr = s.cfg.User
+	}
+	cred, home, err := lookupUser(usr)
+	if err != nil {
+		return nil, err
+	}
+	if home != "" && !hasKey(p.Env, "HOME") {
+		env = mergeEnv(env, []string{"HOME=" + home})
+	}
+	path, err := lookPath(p.Args[0], envValue(env, "PATH"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := &exec.Cmd{Path: path, Args: p.Args, Env: env, Dir: p.Dir}
+	if cmd.Dir == "" {
+		cmd.Dir = s.cfg.Dir
+	}
+	if cmd.Dir == "" {
+		cmd.Dir = "/"
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	return cmd, nil
+}
+
+// exec runs p, streaming its stdio over c.
+func (s *Server) exec(c *conn, p Process) Exit {
+	cmd, err := s.command(p)
+	if err != nil {
+		return errExit(err)
+	}
+	var (
+		outputs []*os.File // read ends to pump to the client
+		closeAfterStart []*os.File
+		stdin   io.WriteCloser
+		ptmx    *os.File
+	)
+	if p.TTY {
+		master, slave, err := pty.Open()
+		if err != nil {
+			return Exit{Code: 126, Error: "open pty: " + err.Error(), Kind: KindCannotRun}
+		}
+		defer master.Close()
+		if p.Size != nil {
+			pty.Setsize(master, &pty.Winsize{Rows: p.Size.Rows, Cols: p.Size.Cols})
+		}
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+		cmd.SysProcAttr.Setsid = true
+		cmd.SysProcAttr.Setctty = true
+		closeAfterStart = append(closeAfterStart, slave)
+		ptmx, stdin, outputs = master, master, []*os.File{master}
+	} else {
+		cmd.SysProcAttr.Setpgid = true
+		or, ow, err := os.Pipe()
+		if err != nil {
+			return Exit{Code: 126, Error: err.Error(), Kind: KindCannotRun}
+		}
+		er, ew, err := os.Pipe()
+		if err != nil {
+			or.Close()
+			ow.Close()
+			return Exit{Code: 126, Error: err.Error(), Kind: KindCannotRun}
+		}
+		cmd.Stdout, cmd.Stderr = ow, ew
+		closeAfterStart = append(closeAfterStart, ow, ew)
+		outputs = []*os.File{or, er}
+		if p.Stdin {
+			ir, iw, err := os.Pipe()
+			if err != nil {
+				return Exit{Code: 126, Error: err.Error(), Kind: KindCannotRun}
+			}
+			cmd.Stdin = ir
+			closeAfterStart = append(closeAfterStart, ir)
+			stdin = iw
+		}
+	}
+	for _, f := range outputs {
+		if f != ptmx {
+			defer f.Close()
+		}
+	}
+	pgid, done, err := s.reaper.start(cmd)
+	for _, f := range closeAfterStart {
+		f.Close()
+	}
+	if err != nil {
+		if stdin != nil && stdin != ptmx {
+			stdin.Close()
+		}
+		return errExit(err)
+	}
+
+	// Pump output until EOF.
+	var pumps sync.WaitGroup
+	types := []byte{frameStdout, frameStderr}
+	for i, f := range outputs {
+		pumps.Add(1)
+		go func() {
+			defer pumps.Done()
+			io.Copy(frameWriter{c, types[i]}, f)
+		}()
+	}
+
+	// Read client frames: stdin, resize, signals. A broken connection means
+	// the client is gone: kill the process group rather than leave it
+	// running unobserved.
+	go func() {
+		for {
+			typ, b, err := c.read()
+			if err != nil {
+				unix.Kill(-pgid, unix.SIGKILL)
+				return
+			}
+			switch typ {
+			case frameStdin:
+				if stdin != nil {
+					stdin.Write(b)
+				}
+			case frameStdinEOF:
+				if stdin != nil {
+					if ptmx != nil {
+						stdin.Write([]byte{4}) // ^D: EOF for the terminal's reader
+					} else {
+						stdin.Close()
+					}
+				}
+			case frameResize:
+				var sz Size
+				if ptmx != nil && json.Unmarshal(b, &sz) == nil {
+					pty.Setsize(ptmx, &pty.Winsize{Rows: sz.Rows, Cols: sz.Cols})
+				}
+			case frameSignal:
+				var sig int
+				if json.Unmarshal(b, &sig) == nil && sig > 0 && sig < 65 {
+					unix.Kill(-pgid, unix.Signal(sig))
+				}
+			}
+		}
+	}()
+
+	var timeout <-chan time.Time
+	if p.TimeoutMS > 0 {
+		t := time.NewTimer(time.Duration(p.TimeoutMS) * time.Millisecond)
+		defer t.Stop()
+		timeout = t.C
+	}
+	var exit Exit
+	select {
+	case ws := <-done:
+		exit = exitOf(ws)
+	case <-timeout:
+		unix.Kill(-pgid, unix.SIGKILL)
+		exit = exitOf(<-done)
+		exit.TimedOut = true
+		exit.Error = fmt.Sprintf("timed out after %s", time.Duration(p.TimeoutMS)*time.Millisecond)
+	}
+	// Output already written is in the pipes; drain it, but do not wait
+	// forever for background children that inherited them.
+	drained := make(chan struct{})
+	go func() { pumps.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(250 * time.Millisecond):
+		for _, f := range outputs {
+			f.SetReadDeadline(time.Now())
+		}
+		<-drained
+	}
+	if stdin != nil && stdin != ptmx {
+		stdin.Close()
+	}
+	return exit
+}
+
+// lookPath resolves name against pathEnv the way execvp does, telling
+// "not found" (127) from "found but cannot run" (126).
+func lookPath(name, pathEnv string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, checkExecutable(name)
+	}
+	var denied error
+	for _, dir := range filepath.SplitList(pathEnv) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, name)
+		err := checkExecutable(p)
+		if err == nil {
+			return p, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) && denied == nil {
+			denied = err
+		}
+	}
+	if denied != nil {
+		return "", denied
+	}
+	return "", fmt.Errorf("%s: %w in $PATH", name, exec.ErrNotFound)
+}
+
+func checkExecutable(p string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() {
+		return fmt.Errorf("%s: is a directory", p)
+	}
+	if fi.Mode()&0o111 == 0 {
+		return fmt.Errorf("%s: permission denied", p)
+	}
+	return nil
+}
+
+// lookupUser resolves "name", "uid" or "uid:gid" against the sandbox's own
+// /etc/passwd. Empty means the agent's own identity (root).
+func lookupUser(spec string) (*syscall.Credential, string, error) {
+	if spec == "" {
+		return nil, "", nil
+	}
+	name, group, _ := strings.Cut(spec, ":")
+	var uid, gid uint64
+	home := ""
+	u, err := user.Lookup(name)
+	if err != nil {
+		u, err = user.LookupId(name)
+	}
+	switch {
+	case err == nil:
+		uid, _ = strconv.ParseUint(u.Uid, 10, 32)
+		gid, _ = strconv.ParseUint(u.Gid, 10, 32)
+		home = u.HomeDir
+	default:
+		n, perr := strconv.ParseUint(name, 10, 32)
+		if perr != nil {
+			return nil, "", fmt.Errorf("user %q: %w", name, fs.ErrNotExist)
+		}
+		uid, gid = n, n
+	}
+	if group != "" {
+		n, err := strconv.ParseUint(group, 10, 32)
+		if err != nil {
+			g, gerr := user.LookupGroup(group)
+			if gerr != nil {
+				return nil, "", fmt.Errorf("group %q: %w", group, fs.ErrNotExist)
+			}
+			n, _ = strconv.ParseUint(g.Gid, 10, 32)
+		}
+		gid = n
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}, home, nil
+}
+
+// mergeEnv returns base with over's entries replacing same-named ones.
+func mergeEnv(base, over []string) []string {
+	out := make([]string, 0, len(base)+len(over))
+	idx := map[string]int{}
+	for _, kv := range append(append([]string(nil), base...), over...) {
+		k, _, _ := strings.Cut(kv, "=")
+		if i, ok := idx[k]; ok {
+			out[i] = kv
+			continue
+		}
+		idx[k] = len(out)
+		out = append(out, kv)
+	}
+	return out
+}
+
+func envValue(env []string, key string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(env[i], "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+func hasKey(env []string, key string) bool {
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); k == key {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,108 @@
+// Package backend defines what an isolation backend must do to run a
+// sandbox; each implementation lives in a subpackage.
+package backend
+
+import (
+	"context"
+	"errors"
+	"syscall"
+	"time"
+
+	"smolvm.dev/smolvm/agent"
+)
+
+// Backend runs sandboxes. Implementations keep all per-sandbox state under
+// Spec.Dir, so that a sandbox can be found again by a later process, and
+// must be safe for concurrent use on different sandboxes.
+//
+// Checkpoint, restore, fork and pause are added by a later interface
+// (Snapshotter) that backends able to do them also implement.
+type Backend interface {
+	// Name is the backend's short name, as shown to users ("gvisor").
+	Name() string
+	// Create prepares the sandbox without running anything in it.
+	Create(ctx context.Context, spec *Spec) error
+	// Start boots a created sandbox and returns once its agent answers.
+	Start(ctx context.Context, spec *Spec) error
+	// Exec runs a process in a running sandbox.
+	Exec(ctx context.Context, spec *Spec, p agent.Process, stdio agent.Stdio) (agent.Exit, error)
+	// Agent returns a client for the sandbox's agent (files, pings).
+	Agent(spec *Spec) *agent.Client
+	// Signal sends sig to the sandbox's main process, or to every process.
+	Signal(ctx context.Context, spec *Spec, sig syscall.Signal, all bool) error
+	// Stats reports resource usage of a running sandbox.
+	Stats(ctx context.Context, spec *Spec) (*Stats, error)
+	// State reports what is really running, independent of any record.
+	State(ctx context.Context, spec *Spec) (Status, error)
+	// Stop ends every process: SIGTERM, then SIGKILL after timeout.
+	Stop(ctx context.Context, spec *Spec, timeout time.Duration) error
+	// Delete releases everything Create and Start made. It is idempotent
+	// and works on a half-created sandbox, which is how crashes are
+	// cleaned up.
+	Delete(ctx context.Context, spec *Spec) error
+}
+
+// Spec is a sandbox as a backend sees it.
+type Spec struct {
+	ID       string
+	Hostname string
+	// Dir is a private directory for this sandbox; the backend may put
+	// anything in it and Delete empties it.
+	Dir string
+	// Rootfs is the read-only image content the sandbox sees as /.
+	Rootfs Rootfs
+	// Main is the sandbox's main process; nil keeps the sandbox idle
+	// until stopped, ready for execs.
+	Main    *agent.Process
+	Env     []string
+	WorkDir string // default working directory
+	User    string // default user
+	Limits  Limits
+	// AgentBinary is the host path of the static binary run as the
+	// sandbox's PID 1 ("smolvm agent").
+	AgentBinary string
+}
+
+// Rootfs is layered, read-only image content.
+type Rootfs struct {
+	LowerDirs []string // lowest first
+	Mounts    []Mount  // extra read-only bind mounts
+}
+
+// Mount is a read-only bind mount from the host.
+type Mount struct {
+	Source      string
+	Destination string
+}
+
+// Limits bound a sandbox's resources. Zero means the backend default.
+type Limits struct {
+	CPUs   float64 // cores
+	Memory int64   // bytes
+	Pids   int64
+	Disk   int64 // bytes of writable layer
+}
+
+// Stats is a snapshot of resource usage.
+type Stats struct {
+	MemoryBytes    int64
+	MemoryLimit    int64
+	CPUNanos       int64
+	Pids           int64
+	OOMKills       int64
+	ProcessesAlive bool
+}
+
+// Status is what a backend observes.
+type Status string
+
+const (
+	StatusCreated Status = "created"
+	StatusRunning Status = "running"
+	StatusPaused  Status = "paused"
+	StatusStopped Status = "stopped"
+	StatusMissing Status = "missing" // nothing exists for this sandbox
+)
+
+// ErrNotRunning is returned for operations that need a running sandbox.
+var ErrNotRunning = errors.New("sandbox is not running")

@@ -1,0 +1,120 @@
+package gvisor
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"smolvm.dev/smolvm/agent"
+	"smolvm.dev/smolvm/backend"
+)
+
+// Paths inside the sandbox.
+const (
+	guestAgent  = "/.smolvm/agent"
+	guestRunDir = "/.smolvm/run"
+)
+
+// layout names the files a sandbox keeps under its Dir.
+type layout struct{ dir string }
+
+func (l layout) bundle() string    { return filepath.Join(l.dir, "bundle") }
+func (l layout) rootfs() string    { return filepath.Join(l.dir, "rootfs") }
+func (l layout) run() string       { return filepath.Join(l.dir, "run") }
+func (l layout) runscRoot() string { return filepath.Join(l.dir, "runsc") }
+func (l layout) upper() string     { return filepath.Join(l.dir, "upper") }
+func (l layout) socket() string    { return filepath.Join(l.run(), "agent.sock") }
+func (l layout) LogFile() string   { return filepath.Join(l.run(), "main.log") }
+func (l layout) ExitFile() string  { return filepath.Join(l.run(), "exit.json") }
+func (l layout) debugDir() string  { return filepath.Join(l.dir, "debug") }
+
+// defaultCaps is docker's default capability set: root in the sandbox can
+// own files and bind low ports, but not, say, load modules (gVisor would
+// refuse anyway).
+var defaultCaps = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
+	"CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP",
+	"CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
+}
+
+// ociSpec builds the runtime spec. The agent is the container's process;
+// the user's main command is handed to it in the agent config.
+func ociSpec(s *backend.Spec, root string) *specs.Spec {
+	l := layout{s.Dir}
+	mounts := []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc"},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		{Destination: guestAgent, Type: "bind", Source: s.AgentBinary, Options: []string{"rbind", "ro"}},
+		{Destination: guestRunDir, Type: "bind", Source: l.run(), Options: []string{"rbind", "rw", "nosuid", "nodev"}},
+	}
+	for _, m := range s.Rootfs.Mounts {
+		mounts = append(mounts, specs.Mount{Destination: m.Destination, Type: "bind", Source: m.Source, Options: []string{"rbind", "ro", "nodev"}})
+	}
+	caps := &specs.LinuxCapabilities{Bounding: defaultCaps, Effective: defaultCaps, Permitted: defaultCaps}
+	res := &specs.LinuxResources{}
+	if lim := s.Limits; lim.Memory > 0 {
+		res.Memory = &specs.LinuxMemory{Limit: &lim.Memory}
+	}
+	if cpus := s.Limits.CPUs; cpus > 0 {
+		period := uint64(100000)
+		quota := int64(cpus * float64(period))
+		res.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
+	}
+	if s.Limits.Pids > 0 {
+		res.Pids = &specs.LinuxPids{Limit: s.Limits.Pids}
+	}
+	return &specs.Spec{
+		Version: specs.Version,
+		Process: &specs.Process{
+			Args:         []string{guestAgent, "agent", guestRunDir + "/agent.json"},
+			Env:          []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+			Cwd:          "/",
+			Capabilities: caps,
+			Rlimits:      []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20}},
+		},
+		Root:     &specs.Root{Path: root, Readonly: true},
+		Hostname: s.Hostname,
+		Mounts:   mounts,
+		Linux: &specs.Linux{
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace}, {Type: specs.IPCNamespace},
+				{Type: specs.UTSNamespace}, {Type: specs.MountNamespace},
+			},
+			Resources:   res,
+			CgroupsPath: cgroupPath(s.ID),
+		},
+	}
+}
+
+func cgroupPath(id string) string { return "/smolvm/" + id }
+
+// agentConfig is what the agent reads at boot.
+func agentConfig(s *backend.Spec) agent.Config {
+	return agent.Config{
+		Socket:   guestRunDir + "/agent.sock",
+		Env:      s.Env,
+		Dir:      s.WorkDir,
+		User:     s.User,
+		Main:     s.Main,
+		LogFile:  guestRunDir + "/main.log",
+		ExitFile: guestRunDir + "/exit.json",
+	}
+}
+
+func writeJSON(path string, v any) error {
+	p, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, p, 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return os.Rename(tmp, path)
+}
