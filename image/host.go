@@ -210,6 +210,7 @@ func (s *Store) host() (*Image, error) {
 	return &Image{
 		ID:      "sha256:" + hex.EncodeToString(sum[:]),
 		Refs:    []string{hostName},
+		Layers:  []string{},
 		Config:  hostConfig,
 		Created: fi.ModTime().UTC(),
 		Source:  "builtin",

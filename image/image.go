@@ -48,14 +48,14 @@ type Config struct {
 
 // Rootfs is what a backend stacks to build a sandbox's root filesystem.
 type Rootfs struct {
-	LowerDirs []string // extracted layer directories, lowest first (host paths)
-	Mounts    []Mount  // extra read-only bind mounts
+	LowerDirs []string `json:"lowerDirs"`        // extracted layer directories, lowest first (host paths)
+	Mounts    []Mount  `json:"mounts,omitempty"` // extra read-only bind mounts
 }
 
 // Mount is a read-only bind mount of a host path into the sandbox.
 type Mount struct {
-	Source      string // host path
-	Destination string // path inside the sandbox
+	Source      string `json:"source"`      // host path
+	Destination string `json:"destination"` // path inside the sandbox
 }
 
 // Progress reports the state of one layer during Import or Pull.
@@ -220,6 +220,9 @@ func (s *Store) load(ctx context.Context, id string) (*Image, error) {
 	}
 	if img.Refs, err = queryStrings(ctx, db, `SELECT ref FROM image_refs WHERE image_id = ? ORDER BY ref`, id); err != nil {
 		return nil, fmt.Errorf("load image %s refs: %w", id, err)
+	}
+	if img.Refs == nil {
+		img.Refs = []string{} // an untagged image, left when its ref moved to a newer one
 	}
 	return img, nil
 }
