@@ -99,6 +99,7 @@ func (a *app) rootCmd() *cobra.Command {
 		a.rulesCmd(),
 		a.agentCmd(),
 		a.memoryCmd(),
+		a.imageCmd(),
 	)
 	return root
 }
