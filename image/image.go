@@ -221,6 +221,9 @@ func (s *Store) load(ctx context.Context, id string) (*Image, error) {
 	if img.Refs, err = queryStrings(ctx, db, `SELECT ref FROM image_refs WHERE image_id = ? ORDER BY ref`, id); err != nil {
 		return nil, fmt.Errorf("load image %s refs: %w", id, err)
 	}
+	if img.Layers == nil {
+		img.Layers = []string{}
+	}
 	if img.Refs == nil {
 		img.Refs = []string{} // an untagged image, left when its ref moved to a newer one
 	}
