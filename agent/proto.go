@@ -81,6 +81,8 @@ type Exit struct {
 	Kind  string `json:"kind,omitempty"`
 	// TimedOut is set when TimeoutMS expired.
 	TimedOut bool `json:"timed_out,omitempty"`
+	// Reason says why a sandbox's main process ended, in the exit file.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Error kinds.

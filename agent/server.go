@@ -40,6 +40,9 @@ type Config struct {
 	ExitFile string   `json:"exit_file"`
 	// LogLimit caps the main process log; past it the log is rotated once.
 	LogLimit int64 `json:"log_limit,omitempty"`
+	// Deadline, when set, is the end of the sandbox's time to live: the
+	// agent stops everything then, so expiry needs no daemon.
+	Deadline *time.Time `json:"deadline,omitempty"`
 }
 
 // Server is the agent's state.
@@ -72,8 +75,19 @@ func Serve(ctx context.Context, cfg Config) (int, error) {
 			return exit.Code, nil
 		}
 	}
+	var expired <-chan time.Time
+	if cfg.Deadline != nil {
+		t := time.NewTimer(time.Until(*cfg.Deadline))
+		defer t.Stop()
+		expired = t.C
+	}
 	select {
 	case e := <-mainDone:
+		s.writeExit(e)
+		return e.Code, nil
+	case <-expired:
+		unix.Kill(-1, unix.SIGKILL)
+		e := Exit{Code: 137, Signal: int(unix.SIGKILL), Reason: "expired"}
 		s.writeExit(e)
 		return e.Code, nil
 	case sig := <-sigs:
@@ -158,7 +172,7 @@ func errExit(err error) Exit {
 
 // command builds the exec.Cmd for p with the sandbox's defaults applied.
 func (s *Server) command(p Process) (*exec.Cmd, error) {
-	env := mergeEnv(s.cfg.Env, p.Env)
+	env := MergeEnv(s.cfg.Env, p.Env)
 	usr := p.User
 	if usr == "" {
 		usr = s.cfg.User
@@ -168,7 +182,7 @@ func (s *Server) command(p Process) (*exec.Cmd, error) {
 		return nil, err
 	}
 	if home != "" && !hasKey(p.Env, "HOME") {
-		env = mergeEnv(env, []string{"HOME=" + home})
+		env = MergeEnv(env, []string{"HOME=" + home})
 	}
 	path, err := lookPath(p.Args[0], envValue(env, "PATH"))
 	if err != nil {
@@ -192,10 +206,10 @@ func (s *Server) exec(c *conn, p Process) Exit {
 		return errExit(err)
 	}
 	var (
-		outputs []*os.File // read ends to pump to the client
+		outputs         []*os.File // read ends to pump to the client
 		closeAfterStart []*os.File
-		stdin   io.WriteCloser
-		ptmx    *os.File
+		stdin           io.WriteCloser
+		ptmx            *os.File
 	)
 	if p.TTY {
 		master, slave, err := pty.Open()
@@ -357,7 +371,7 @@ func lookPath(name, pathEnv string) (string, error) {
 	if denied != nil {
 		return "", denied
 	}
-	return "", fmt.Errorf("%s: %w in $PATH", name, exec.ErrNotFound)
+	return "", fmt.Errorf("%s: %w", name, exec.ErrNotFound)
 }
 
 func checkExecutable(p string) error {
@@ -413,18 +427,21 @@ func lookupUser(spec string) (*syscall.Credential, string, error) {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}, home, nil
 }
 
-// mergeEnv returns base with over's entries replacing same-named ones.
-func mergeEnv(base, over []string) []string {
-	out := make([]string, 0, len(base)+len(over))
+// MergeEnv layers environments: a later KEY=value replaces an earlier one
+// in place, so the order of first appearance is kept.
+func MergeEnv(layers ...[]string) []string {
+	var out []string
 	idx := map[string]int{}
-	for _, kv := range append(append([]string(nil), base...), over...) {
-		k, _, _ := strings.Cut(kv, "=")
-		if i, ok := idx[k]; ok {
-			out[i] = kv
-			continue
+	for _, l := range layers {
+		for _, kv := range l {
+			k, _, _ := strings.Cut(kv, "=")
+			if i, ok := idx[k]; ok {
+				out[i] = kv
+				continue
+			}
+			idx[k] = len(out)
+			out = append(out, kv)
 		}
-		idx[k] = len(out)
-		out = append(out, kv)
 	}
 	return out
 }

@@ -24,6 +24,8 @@ type Backend interface {
 	Create(ctx context.Context, spec *Spec) error
 	// Start boots a created sandbox and returns once its agent answers.
 	Start(ctx context.Context, spec *Spec) error
+	// Run is Create and Start in one step, by the backend's fastest path.
+	Run(ctx context.Context, spec *Spec) error
 	// Exec runs a process in a running sandbox.
 	Exec(ctx context.Context, spec *Spec, p agent.Process, stdio agent.Stdio) (agent.Exit, error)
 	// Agent returns a client for the sandbox's agent (files, pings).
@@ -58,9 +60,11 @@ type Spec struct {
 	WorkDir string // default working directory
 	User    string // default user
 	Limits  Limits
-	// AgentBinary is the host path of the static binary run as the
-	// sandbox's PID 1 ("smolvm agent").
+	// AgentBinary is the host path of the static smolvm-agent binary run
+	// as the sandbox's PID 1.
 	AgentBinary string
+	// Deadline ends the sandbox: everything in it is killed then.
+	Deadline *time.Time
 }
 
 // Rootfs is layered, read-only image content.

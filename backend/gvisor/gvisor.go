@@ -114,29 +114,31 @@ func lastLine(s string) string {
 
 // Create implements backend.Backend.
 func (b *Backend) Create(ctx context.Context, s *backend.Spec) error {
-	l := layout{s.Dir}
-	for _, d := range []string{l.bundle(), l.run(), l.runscRoot(), l.upper()} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return fmt.Errorf("create %s: %w", s.ID, err)
-		}
-	}
-	// The agent runs as root in the sandbox but gVisor's gofer may open the
-	// run dir as another user on some setups; 0711 lets it traverse.
-	os.Chmod(l.run(), 0o711)
-	root, err := b.mountRootfs(s)
-	if err != nil {
+	if err := b.prepare(s); err != nil {
 		return fmt.Errorf("create %s: %w", s.ID, err)
 	}
-	if err := writeJSON(filepath.Join(l.bundle(), "config.json"), ociSpec(s, root)); err != nil {
-		return fmt.Errorf("create %s: %w", s.ID, err)
-	}
-	if err := writeJSON(filepath.Join(l.run(), "agent.json"), agentConfig(s)); err != nil {
-		return fmt.Errorf("create %s: %w", s.ID, err)
-	}
-	if err := b.runsc(ctx, s, "create", "--bundle", l.bundle(), s.ID); err != nil {
+	if err := b.runsc(ctx, s, "create", "--bundle", layout{s.Dir}.bundle(), s.ID); err != nil {
 		return fmt.Errorf("create %s: %w", s.ID, err)
 	}
 	return nil
+}
+
+// prepare lays out the sandbox's directory: bundle, rootfs, agent config.
+func (b *Backend) prepare(s *backend.Spec) error {
+	l := layout{s.Dir}
+	for _, d := range []string{l.bundle(), l.run(), l.runscRoot(), l.upper()} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+	root, err := b.mountRootfs(s)
+	if err != nil {
+		return err
+	}
+	if err := writeJSON(filepath.Join(l.bundle(), "config.json"), ociSpec(s, root)); err != nil {
+		return err
+	}
+	return writeJSON(filepath.Join(l.run(), "agent.json"), agentConfig(s))
 }
 
 // mountRootfs returns the host directory to use as the sandbox's root. One
@@ -173,6 +175,19 @@ func mounted(dir string) bool {
 		return false
 	}
 	return st.Dev != parent.Dev
+}
+
+// Run implements backend.Backend with one `runsc run --detach`, which saves
+// a whole runsc process start over create + start.
+func (b *Backend) Run(ctx context.Context, s *backend.Spec) error {
+	l := layout{s.Dir}
+	if err := b.prepare(s); err != nil {
+		return fmt.Errorf("run %s: %w", s.ID, err)
+	}
+	if err := b.runsc(ctx, s, "run", "--detach", "--bundle", l.bundle(), s.ID); err != nil {
+		return fmt.Errorf("run %s: %w", s.ID, err)
+	}
+	return b.waitAgent(ctx, s)
 }
 
 // Start implements backend.Backend.

@@ -43,7 +43,7 @@ func newSandbox(t *testing.T) (*Backend, *backend.Spec) {
 		Rootfs:      hostRoot(t),
 		Env:         []string{"PATH=/usr/bin:/bin", "GREETING=hi"},
 		Limits:      backend.Limits{Memory: 512 << 20, Pids: 128, Disk: 64 << 20},
-		AgentBinary: testenv.Smolvm(t),
+		AgentBinary: testenv.Agent(t),
 	}
 	ctx := context.Background()
 	t.Cleanup(func() { b.Delete(context.Background(), spec) })

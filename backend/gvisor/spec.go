@@ -72,8 +72,8 @@ func ociSpec(s *backend.Spec, root string) *specs.Spec {
 	return &specs.Spec{
 		Version: specs.Version,
 		Process: &specs.Process{
-			Args:         []string{guestAgent, "agent", guestRunDir + "/agent.json"},
-			Env:          []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+			Args:         []string{guestAgent, guestRunDir + "/agent.json"},
+			Env:          []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "GOMAXPROCS=1"},
 			Cwd:          "/",
 			Capabilities: caps,
 			Rlimits:      []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20}},
@@ -104,6 +104,7 @@ func agentConfig(s *backend.Spec) agent.Config {
 		Main:     s.Main,
 		LogFile:  guestRunDir + "/main.log",
 		ExitFile: guestRunDir + "/exit.json",
+		Deadline: s.Deadline,
 	}
 }
 

@@ -97,7 +97,8 @@ func (a *app) rootCmd() *cobra.Command {
 		// Command groups register here, one constructor per file.
 		a.policyCmd(), a.approvalsCmd(),
 		a.rulesCmd(),
-		a.agentCmd(),
+		a.runCmd(), a.createCmd(), a.startCmd(), a.stopCmd(), a.rmCmd(),
+		a.execCmd(), a.cpCmd(), a.lsCmd(), a.inspectCmd(), a.logsCmd(), a.gcCmd(), a.benchCmd(),
 		a.memoryCmd(),
 		a.imageCmd(),
 	)

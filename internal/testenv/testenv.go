@@ -1,5 +1,5 @@
 // Package testenv finds or builds what integration tests need: the runsc
-// binary and a freshly built smolvm binary.
+// binary and a freshly built smolvm-agent.
 package testenv
 
 import (
@@ -38,17 +38,17 @@ func Runsc(t testing.TB) string {
 	return p
 }
 
-// Smolvm builds the smolvm binary once per test process and returns its
-// path. It is static, so it can run as PID 1 inside a sandbox.
-func Smolvm(t testing.TB) string {
+// Agent builds the smolvm-agent binary once per test process and returns
+// its path. It is static, so it can run as PID 1 inside any sandbox.
+func Agent(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		// Test processes of several packages build at once: each writes
 		// its own file, then renames it over the shared one atomically.
 		dir := filepath.Join(moduleRoot(), "bin")
-		binPath = filepath.Join(dir, "smolvm-test")
+		binPath = filepath.Join(dir, "smolvm-agent-test")
 		tmp := fmt.Sprintf("%s.%d", binPath, os.Getpid())
-		cmd := exec.Command("go", "build", "-o", tmp, "smolvm.dev/smolvm/cmd/smolvm")
+		cmd := exec.Command("go", "build", "-o", tmp, "smolvm.dev/smolvm/cmd/smolvm-agent")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		cmd.Dir = moduleRoot()
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -58,7 +58,7 @@ func Smolvm(t testing.TB) string {
 		buildErr = os.Rename(tmp, binPath)
 	})
 	if buildErr != nil {
-		t.Fatalf("build smolvm: %v", buildErr)
+		t.Fatalf("build smolvm-agent: %v", buildErr)
 	}
 	return binPath
 }

@@ -1,0 +1,97 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"smolvm.dev/smolvm/backend/gvisor"
+	"smolvm.dev/smolvm/image"
+	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/store"
+)
+
+// runscPath finds runsc: the flag or $SMOLVM_RUNSC, then beside the smolvm
+// binary, then $PATH.
+func (a *app) runscPath() (string, error) {
+	if a.runsc != "" {
+		if _, err := os.Stat(a.runsc); err != nil {
+			return "", fmt.Errorf("runsc %s: %w", a.runsc, err)
+		}
+		return a.runsc, nil
+	}
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "runsc")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("runsc"); err == nil {
+		return p, nil
+	}
+	return "", errors.New("runsc not found: install it with scripts/install.sh (builds the pinned gVisor runsc), or point --runsc / SMOLVM_RUNSC at one")
+}
+
+// agentBinary finds smolvm-agent, the static binary that runs as PID 1 in
+// every sandbox: $SMOLVM_AGENT_BINARY, beside smolvm, then $PATH.
+func agentBinary() (string, error) {
+	if p := os.Getenv("SMOLVM_AGENT_BINARY"); p != "" {
+		return p, nil
+	}
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "smolvm-agent")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("smolvm-agent"); err == nil {
+		return p, nil
+	}
+	return "", errors.New("smolvm-agent not found: install it beside smolvm (scripts/install.sh does), or set SMOLVM_AGENT_BINARY")
+}
+
+// env is what sandbox commands work with.
+type env struct {
+	st     *store.Store
+	images *image.Store
+	mgr    *sandbox.Manager
+}
+
+func (e *env) Close() error { return e.st.Close() }
+
+// open opens the data dir, the image store and the sandbox manager.
+func (a *app) open(ctx context.Context) (*env, error) {
+	st, err := store.Open(ctx, a.dataDir)
+	if err != nil {
+		return nil, err
+	}
+	images, err := image.Open(ctx, a.dataDir, st)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	runsc, err := a.runscPath()
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	be, err := gvisor.New(gvisor.Config{Runsc: runsc, Debug: os.Getenv("SMOLVM_DEBUG") != ""})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	bin, err := agentBinary()
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	mgr, err := sandbox.New(ctx, sandbox.Options{DataDir: a.dataDir, Store: st, Images: images, Backend: be, AgentBinary: bin})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return &env{st: st, images: images, mgr: mgr}, nil
+}

@@ -1,0 +1,565 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"golang.org/x/term"
+
+	"smolvm.dev/smolvm/agent"
+	"smolvm.dev/smolvm/backend"
+	"smolvm.dev/smolvm/internal/units"
+	"smolvm.dev/smolvm/sandbox"
+)
+
+// createFlags are shared by run and create.
+type createFlags struct {
+	name, image, workdir, user, hostname string
+	cpus                                 float64
+	memory, disk                         string
+	pids                                 int64
+	env                                  []string
+	timeout                              time.Duration
+}
+
+func (f *createFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.name, "name", "", "sandbox name (default sb-<id>)")
+	fs.StringVar(&f.image, "image", "", "image reference or ID (default: host, the host's /usr read-only)")
+	fs.Float64Var(&f.cpus, "cpus", 0, fmt.Sprintf("CPU cores (default %g)", sandbox.DefaultCPUs))
+	fs.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512m (default "+units.FormatBytes(sandbox.DefaultMemory)+")")
+	fs.Int64Var(&f.pids, "pids", 0, fmt.Sprintf("process limit (default %d)", sandbox.DefaultPids))
+	fs.StringVar(&f.disk, "disk", "", "writable layer size, e.g. 1g (default "+units.FormatBytes(sandbox.DefaultDisk)+")")
+	fs.StringArrayVarP(&f.env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
+	fs.StringVarP(&f.workdir, "workdir", "w", "", "working directory inside the sandbox")
+	fs.StringVarP(&f.user, "user", "u", "", "user (name, uid or uid:gid)")
+	fs.StringVar(&f.hostname, "hostname", "", "hostname (default: the name)")
+	fs.DurationVar(&f.timeout, "timeout", 0, "time to live after start, e.g. 15m; the sandbox is stopped then (default: none)")
+}
+
+func (f *createFlags) options(fs *pflag.FlagSet, cmd []string, start bool) (sandbox.CreateOptions, error) {
+	o := sandbox.CreateOptions{Name: f.name, Image: f.image, Start: start, Config: sandbox.Config{
+		Cmd: cmd, Env: f.env, WorkDir: f.workdir, User: f.user, Hostname: f.hostname, TTL: f.timeout,
+		Limits: backend.Limits{CPUs: f.cpus, Pids: f.pids},
+	}}
+	// Zero means "default" inside; typed explicitly it is impossible.
+	if fs.Changed("cpus") && f.cpus <= 0 {
+		return o, fmt.Errorf("--cpus %g: must be positive", f.cpus)
+	}
+	if fs.Changed("pids") && f.pids <= 0 {
+		return o, fmt.Errorf("--pids %d: must be positive", f.pids)
+	}
+	var err error
+	if f.memory != "" {
+		if o.Config.Limits.Memory, err = units.ParseBytes(f.memory); err != nil {
+			return o, fmt.Errorf("--memory: %w", err)
+		}
+		if o.Config.Limits.Memory == 0 {
+			return o, fmt.Errorf("--memory %s: must be positive", f.memory)
+		}
+	}
+	if f.disk != "" {
+		if o.Config.Limits.Disk, err = units.ParseBytes(f.disk); err != nil {
+			return o, fmt.Errorf("--disk: %w", err)
+		}
+		if o.Config.Limits.Disk == 0 {
+			return o, fmt.Errorf("--disk %s: must be positive", f.disk)
+		}
+	}
+	for _, kv := range f.env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return o, fmt.Errorf("--env %q: want KEY=VALUE", kv)
+		}
+	}
+	return o, nil
+}
+
+func (a *app) runCmd() *cobra.Command {
+	var f createFlags
+	var rm, detach bool
+	cmd := &cobra.Command{
+		Use:   "run [flags] [-- CMD...]",
+		Short: "Create and start a sandbox, and wait for its command unless detached",
+		Long: `Create and start a sandbox. Without --detach, run streams the command's
+output and exits with its status. Without a command (and with an image that
+has none) the sandbox idles, ready for exec.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if rm && detach {
+				return errors.New("--rm and --detach cannot be combined: no daemon would remove the sandbox later")
+			}
+			opts, err := f.options(cmd.Flags(), args, true)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			e, err := a.open(ctx)
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			sb, err := e.mgr.Create(ctx, opts)
+			if err != nil {
+				return err
+			}
+			if detach {
+				fmt.Fprintln(a.stdout, sb.ID)
+				return nil
+			}
+			return a.attach(ctx, e, sb, rm)
+		},
+	}
+	f.register(cmd.Flags())
+	cmd.Flags().BoolVar(&rm, "rm", false, "remove the sandbox when its command exits")
+	cmd.Flags().BoolVarP(&detach, "detach", "d", false, "print the sandbox ID and return at once")
+	return cmd
+}
+
+// attach follows a started sandbox's output until it stops, and returns
+// its exit status. Interrupting stops the sandbox.
+func (a *app) attach(ctx context.Context, e *env, sb *sandbox.Sandbox, rm bool) error {
+	cleanup := func() {
+		if rm {
+			e.mgr.Remove(context.WithoutCancel(ctx), sb.ID, true)
+		}
+	}
+	err := e.mgr.Logs(ctx, sb.ID, sandbox.LogOptions{Follow: true, Stdout: a.stdout, Stderr: a.stderr})
+	if ctx.Err() != nil {
+		bg := context.WithoutCancel(ctx)
+		e.mgr.Stop(bg, sb.ID, 2*time.Second)
+		cleanup()
+		return exitCode(exitInterrupted)
+	}
+	if err != nil {
+		cleanup()
+		return err
+	}
+	final, err := e.mgr.Get(ctx, sb.ID)
+	cleanup()
+	if err != nil {
+		return err
+	}
+	code := 0
+	if final.ExitCode != nil {
+		code = *final.ExitCode
+	}
+	if final.Reason != "" && final.Reason != "exited" {
+		fmt.Fprintf(a.stderr, "smolvm: sandbox %s: %s\n", final.Name, final.Reason)
+	}
+	return exitCode(code)
+}
+
+func (a *app) createCmd() *cobra.Command {
+	var f createFlags
+	cmd := &cobra.Command{
+		Use:   "create [flags] [-- CMD...]",
+		Short: "Create a sandbox without starting it",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts, err := f.options(cmd.Flags(), args, false)
+			if err != nil {
+				return err
+			}
+			e, err := a.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			sb, err := e.mgr.Create(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(a.stdout, sb.ID)
+			return nil
+		},
+	}
+	f.register(cmd.Flags())
+	return cmd
+}
+
+// eachSandbox runs fn on every named sandbox, reporting each failure and
+// failing overall if any did.
+func (a *app) eachSandbox(cmd *cobra.Command, names []string, fn func(ctx context.Context, e *env, name string) error) error {
+	e, err := a.open(cmd.Context())
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	var failed error
+	for _, n := range names {
+		if err := fn(cmd.Context(), e, n); err != nil {
+			if len(names) == 1 {
+				return err
+			}
+			fmt.Fprintln(a.stderr, "smolvm:", err)
+			failed = errors.New("some sandboxes failed")
+			continue
+		}
+		fmt.Fprintln(a.stdout, n)
+	}
+	return failed
+}
+
+func (a *app) startCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "start SANDBOX...",
+		Short: "Start created or stopped sandboxes",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.eachSandbox(cmd, args, func(ctx context.Context, e *env, n string) error {
+				_, err := e.mgr.Start(ctx, n)
+				return err
+			})
+		},
+	}
+}
+
+func (a *app) stopCmd() *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "stop SANDBOX...",
+		Short: "Stop sandboxes (SIGTERM, then SIGKILL after --time)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.eachSandbox(cmd, args, func(ctx context.Context, e *env, n string) error {
+				_, err := e.mgr.Stop(ctx, n, timeout)
+				return err
+			})
+		},
+	}
+	cmd.Flags().DurationVarP(&timeout, "time", "t", 10*time.Second, "grace period before SIGKILL")
+	return cmd
+}
+
+func (a *app) rmCmd() *cobra.Command {
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "rm [-f] SANDBOX...",
+		Short: "Remove sandboxes",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.eachSandbox(cmd, args, func(ctx context.Context, e *env, n string) error {
+				return e.mgr.Remove(ctx, n, force)
+			})
+		},
+	}
+	cmd.Flags().BoolVarP(&force, "force", "f", false, "remove running sandboxes too")
+	return cmd
+}
+
+func (a *app) lsCmd() *cobra.Command {
+	var asJSON, quiet bool
+	cmd := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"ps", "list"},
+		Short:   "List sandboxes",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			e, err := a.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			sbs, err := e.mgr.List(cmd.Context())
+			if err != nil {
+				return err
+			}
+			switch {
+			case asJSON:
+				return writeJSON(a.stdout, sbs)
+			case quiet:
+				for _, sb := range sbs {
+					fmt.Fprintln(a.stdout, sb.ID)
+				}
+				return nil
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tID\tIMAGE\tSTATE\tBACKEND\tCPUS\tMEMORY\tAGE\tTTL")
+			now := time.Now()
+			for _, sb := range sbs {
+				l := sb.Config.Limits
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%g\t%s\t%s\t%s\n", sb.Name, sb.ID, sb.Image, stateText(sb),
+					sb.Backend, l.CPUs, units.FormatBytes(l.Memory), age(now.Sub(sb.CreatedAt)), ttlText(sb, now))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print IDs only")
+	return cmd
+}
+
+func stateText(sb *sandbox.Sandbox) string {
+	s := string(sb.State)
+	if sb.State == sandbox.StateStopped && sb.ExitCode != nil {
+		s += " (" + strconv.Itoa(*sb.ExitCode) + ")"
+	}
+	if sb.State == sandbox.StateCreating && sb.Reason != "" {
+		s = "orphaned"
+	}
+	return s
+}
+
+func ttlText(sb *sandbox.Sandbox, now time.Time) string {
+	if sb.ExpiresAt == nil || sb.State != sandbox.StateRunning && sb.State != sandbox.StatePaused {
+		if sb.Config.TTL > 0 {
+			return sb.Config.TTL.String()
+		}
+		return "-"
+	}
+	return age(sb.ExpiresAt.Sub(now)) + " left"
+}
+
+// age renders a duration the way ls users read it: 5s, 3m, 2h, 4d.
+func age(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func (a *app) inspectCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "inspect SANDBOX...",
+		Short: "Show sandboxes' records and live resource usage as JSON",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			e, err := a.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			type view struct {
+				*sandbox.Sandbox
+				Stats *backend.Stats `json:"stats,omitempty"`
+			}
+			var out []view
+			for _, n := range args {
+				sb, err := e.mgr.Get(cmd.Context(), n)
+				if err != nil {
+					return err
+				}
+				v := view{Sandbox: sb}
+				if sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused {
+					v.Stats, _ = e.mgr.Stats(cmd.Context(), sb.ID)
+				}
+				out = append(out, v)
+			}
+			return writeJSON(a.stdout, out)
+		},
+	}
+}
+
+func (a *app) logsCmd() *cobra.Command {
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "logs [-f] SANDBOX",
+		Short: "Print a sandbox's main command output",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			e, err := a.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			return e.mgr.Logs(cmd.Context(), args[0], sandbox.LogOptions{Follow: follow, Stdout: a.stdout, Stderr: a.stderr})
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing until the sandbox stops")
+	return cmd
+}
+
+func (a *app) execCmd() *cobra.Command {
+	var (
+		interactive, tty bool
+		envs             []string
+		workdir, user    string
+		timeout          time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "exec [flags] SANDBOX -- CMD...",
+		Short: "Run a command in a running sandbox",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, kv := range envs {
+				if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+					return fmt.Errorf("--env %q: want KEY=VALUE", kv)
+				}
+			}
+			ctx := cmd.Context()
+			e, err := a.open(ctx)
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			p := agent.Process{Args: args[1:], Env: envs, Dir: workdir, User: user, TTY: tty, TimeoutMS: timeout.Milliseconds()}
+			stdio := agent.Stdio{Stdout: a.stdout, Stderr: a.stderr}
+			if interactive {
+				stdio.Stdin = a.stdin
+			}
+			if tty {
+				restore, err := a.rawTerminal(&p, &stdio)
+				if err != nil {
+					return err
+				}
+				defer restore()
+			}
+			exit, err := e.mgr.Exec(ctx, args[0], p, stdio)
+			if err != nil {
+				return err
+			}
+			return execStatus(exit)
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVarP(&interactive, "interactive", "i", false, "stream stdin to the command")
+	f.BoolVarP(&tty, "tty", "t", false, "allocate a pseudo-terminal")
+	f.StringArrayVarP(&envs, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
+	f.StringVarP(&workdir, "workdir", "w", "", "working directory")
+	f.StringVarP(&user, "user", "u", "", "user (name, uid or uid:gid)")
+	f.DurationVar(&timeout, "timeout", 0, "kill the command after this long")
+	return cmd
+}
+
+// execStatus maps an exec's exit onto smolvm's exit status.
+func execStatus(exit agent.Exit) error {
+	switch {
+	case exit.Kind == agent.KindNotFound:
+		return &exitError{code: exitNotFound, err: errors.New(exit.Error)}
+	case exit.Kind == agent.KindCannotRun:
+		return &exitError{code: exitCannotRun, err: errors.New(exit.Error)}
+	case exit.Kind == agent.KindInvalid:
+		return &exitError{code: exitFailure, err: errors.New(exit.Error)}
+	case exit.Error != "":
+		return &exitError{code: exit.Code, err: errors.New(exit.Error)}
+	}
+	if exit.Code == 0 {
+		return nil
+	}
+	return exitCode(exit.Code)
+}
+
+// rawTerminal puts the local terminal in raw mode for a -t exec and
+// forwards window size changes.
+func (a *app) rawTerminal(p *agent.Process, stdio *agent.Stdio) (func(), error) {
+	in, ok := a.stdin.(*os.File)
+	if !ok || !term.IsTerminal(int(in.Fd())) {
+		// Not a terminal (a pipe, a test): the remote side still gets a
+		// PTY, just without local raw mode.
+		return func() {}, nil
+	}
+	fd := int(in.Fd())
+	if w, h, err := term.GetSize(fd); err == nil {
+		p.Size = &agent.Size{Rows: uint16(h), Cols: uint16(w)}
+	}
+	old, err := term.MakeRaw(fd)
+	if err != nil {
+		return nil, fmt.Errorf("terminal raw mode: %w", err)
+	}
+	resize := make(chan agent.Size, 1)
+	winch := make(chan os.Signal, 1)
+	signal.Notify(winch, syscall.SIGWINCH)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-winch:
+				if w, h, err := term.GetSize(fd); err == nil {
+					select {
+					case resize <- agent.Size{Rows: uint16(h), Cols: uint16(w)}:
+					default:
+					}
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	stdio.Resize = resize
+	return func() {
+		signal.Stop(winch)
+		close(done)
+		term.Restore(fd, old)
+	}, nil
+}
+
+func (a *app) cpCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "cp SRC DST",
+		Short: "Copy files between the host and a sandbox (SANDBOX:PATH on one side)",
+		Example: `  smolvm cp ./data.csv mysb:/tmp/
+  smolvm cp mysb:/tmp/results ./results`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			srcSB, srcPath := splitSandboxPath(args[0])
+			dstSB, dstPath := splitSandboxPath(args[1])
+			if (srcSB == "") == (dstSB == "") {
+				return errors.New("cp: exactly one of SRC and DST must be SANDBOX:PATH")
+			}
+			e, err := a.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			if dstSB != "" {
+				return e.mgr.CopyIn(cmd.Context(), dstSB, srcPath, dstPath)
+			}
+			return e.mgr.CopyOut(cmd.Context(), srcSB, srcPath, dstPath)
+		},
+	}
+}
+
+// splitSandboxPath splits "sb:/path". Like docker, a local path that
+// contains ':' must start with "/" or "." to be taken as local.
+func splitSandboxPath(s string) (string, string) {
+	if strings.HasPrefix(s, "/") || strings.HasPrefix(s, ".") {
+		return "", s
+	}
+	sb, p, ok := strings.Cut(s, ":")
+	if !ok || sb == "" {
+		return "", s
+	}
+	return sb, p
+}
+
+func (a *app) gcCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "gc",
+		Short: "Remove what crashes left behind (orphaned sandboxes, mounts, cgroups)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			e, err := a.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			removed, err := e.mgr.GC(cmd.Context())
+			for _, r := range removed {
+				fmt.Fprintln(a.stdout, "removed", r)
+			}
+			return err
+		},
+	}
+}

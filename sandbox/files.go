@@ -1,0 +1,184 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"smolvm.dev/smolvm/agent"
+	"smolvm.dev/smolvm/backend"
+)
+
+// MaxCopyOut bounds what a copy out of a sandbox may write on the host, so
+// a hostile sandbox cannot fill the host's disk through cp.
+const MaxCopyOut = 8 << 30
+
+// CopyIn copies the host path src to dst inside the sandbox.
+func (m *Manager) CopyIn(ctx context.Context, ref, src, dst string) error {
+	r, err := m.running(ctx, ref)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Lstat(src); err != nil {
+		return fmt.Errorf("cp: %w", err)
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(agent.WriteTar(pw, src)) }()
+	if err := m.be.Agent(&r.spec).Put(ctx, dst, pr); err != nil {
+		pr.CloseWithError(err)
+		return fmt.Errorf("cp to %s:%s: %w", r.Name, dst, err)
+	}
+	return nil
+}
+
+// CopyOut copies src inside the sandbox to the host path dst.
+func (m *Manager) CopyOut(ctx context.Context, ref, src, dst string) error {
+	r, err := m.running(ctx, ref)
+	if err != nil {
+		return err
+	}
+	pr, pw := io.Pipe()
+	errc := make(chan error, 1)
+	go func() {
+		err := agent.ExtractTar(pr, dst, MaxCopyOut)
+		pr.CloseWithError(err)
+		// Drain so the agent side finishes even when extraction failed.
+		io.Copy(io.Discard, pr)
+		errc <- err
+	}()
+	gerr := m.be.Agent(&r.spec).Get(ctx, src, pw)
+	pw.CloseWithError(gerr)
+	xerr := <-errc
+	if err := errors.Join(gerr, xerr); err != nil {
+		return fmt.Errorf("cp from %s:%s: %w", r.Name, src, err)
+	}
+	return nil
+}
+
+// Stats returns live resource usage.
+func (m *Manager) Stats(ctx context.Context, ref string) (*backend.Stats, error) {
+	r, err := m.get(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	return m.be.Stats(ctx, &r.spec)
+}
+
+// LogOptions select what Logs prints.
+type LogOptions struct {
+	Follow bool
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
+// Logs writes the main process's output. With Follow it keeps going until
+// the sandbox stops or ctx ends.
+func (m *Manager) Logs(ctx context.Context, ref string, o LogOptions) error {
+	r, err := m.get(ctx, ref)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(r.spec.Dir, "run", "main.log")
+	if err := copyLogFile(path+".1", o); err != nil {
+		return err
+	}
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) && !o.Follow {
+		return nil
+	}
+	for errors.Is(err, fs.ErrNotExist) {
+		// Not started yet: wait for the file while following.
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(50 * time.Millisecond):
+		}
+		f, err = os.Open(path)
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	lr := &logReader{r: f}
+	for {
+		if err := lr.copy(o); err != nil {
+			return err
+		}
+		if !o.Follow {
+			return nil
+		}
+		cur, err := m.get(ctx, r.ID)
+		if err != nil {
+			return err
+		}
+		if cur.State != StateRunning && cur.State != StatePaused && cur.State != StateCreated {
+			return lr.copy(o) // what was written before it stopped
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func copyLogFile(path string, o LogOptions) error {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return (&logReader{r: f}).copy(o)
+}
+
+// logReader decodes log entries from a file that may still be growing. A
+// partial last line is kept until the rest of it is written.
+type logReader struct {
+	r       io.Reader
+	pending []byte
+}
+
+func (lr *logReader) copy(o LogOptions) error {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := lr.r.Read(buf)
+		lr.pending = append(lr.pending, buf[:n]...)
+		for {
+			i := bytes.IndexByte(lr.pending, '\n')
+			if i < 0 {
+				break
+			}
+			line := lr.pending[:i]
+			lr.pending = lr.pending[i+1:]
+			var e agent.LogEntry
+			if json.Unmarshal(line, &e) != nil {
+				continue
+			}
+			w := o.Stdout
+			if e.Stream == "stderr" {
+				w = o.Stderr
+			}
+			if w != nil {
+				if _, err := w.Write(e.Bytes()); err != nil {
+					return err
+				}
+			}
+		}
+		if errors.Is(err, io.EOF) || n == 0 {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}

@@ -1,0 +1,458 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"smolvm.dev/smolvm/agent"
+	"smolvm.dev/smolvm/backend"
+	"smolvm.dev/smolvm/image"
+	"smolvm.dev/smolvm/internal/units"
+	"smolvm.dev/smolvm/store"
+)
+
+// Manager creates and operates sandboxes. Several managers in several
+// processes may share one data directory: records live in SQLite, and
+// per-sandbox file locks serialize lifecycle changes.
+type Manager struct {
+	dataDir     string
+	st          *store.Store
+	images      *image.Store
+	be          backend.Backend
+	agentBinary string
+}
+
+// Options configure a Manager.
+type Options struct {
+	DataDir string
+	Store   *store.Store
+	Images  *image.Store
+	Backend backend.Backend
+	// AgentBinary is the static smolvm binary run as each sandbox's PID 1.
+	AgentBinary string
+}
+
+// New returns a Manager.
+func New(ctx context.Context, o Options) (*Manager, error) {
+	if err := o.Store.Migrate(ctx, "sandbox", schema); err != nil {
+		return nil, err
+	}
+	for _, d := range []string{"sandboxes", "locks"} {
+		if err := os.MkdirAll(filepath.Join(o.DataDir, d), 0o700); err != nil {
+			return nil, err
+		}
+	}
+	return &Manager{dataDir: o.DataDir, st: o.Store, images: o.Images, be: o.Backend, agentBinary: o.AgentBinary}, nil
+}
+
+// CreateOptions describe a new sandbox.
+type CreateOptions struct {
+	Name   string
+	Image  string // empty: the builtin host image
+	Config Config
+	Start  bool
+}
+
+// Create makes a sandbox, and starts it when asked. It either succeeds or
+// leaves nothing behind: a failure at any step removes what earlier steps
+// made, and a crash mid-way leaves an orphan that GC removes.
+func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Sandbox, error) {
+	cfg := o.Config
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	id := newID()
+	name := o.Name
+	if name == "" {
+		name = "sb-" + id
+	}
+	if err := validName(name); err != nil {
+		return nil, err
+	}
+	ref := o.Image
+	if ref == "" {
+		ref = DefaultImage
+	}
+	img, err := m.images.Get(ctx, ref)
+	if err != nil {
+		return nil, fmt.Errorf("create: image %w", err)
+	}
+	if cfg.Hostname == "" {
+		cfg.Hostname = hostnameFor(name, id)
+	}
+	r := &record{Sandbox: Sandbox{
+		ID: id, Name: name, Image: ref, ImageID: img.ID, Backend: m.be.Name(),
+		State: StateCreating, Config: cfg, CreatedAt: store.Now(),
+	}}
+	r.spec = m.specFor(r, img)
+
+	unlock, err := m.lock(id)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if err := insert(ctx, m.st, r); err != nil {
+		return nil, fmt.Errorf("create %s: %w", name, err)
+	}
+	fail := func(err error) (*Sandbox, error) {
+		// Clean up with a fresh context: ctx may be why we failed.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		m.be.Delete(cctx, &r.spec)
+		deleteRecord(cctx, m.st, id)
+		return nil, fmt.Errorf("create %s: %w", name, err)
+	}
+	if o.Start {
+		err = m.start(ctx, r, m.be.Run)
+	} else {
+		err = m.be.Create(ctx, &r.spec)
+		r.State = StateCreated
+	}
+	if err != nil {
+		return fail(err)
+	}
+	if err := update(ctx, m.st, r); err != nil {
+		return fail(err)
+	}
+	return &r.Sandbox, nil
+}
+
+var hostnameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+func hostnameFor(name, id string) string {
+	if hostnameRE.MatchString(name) {
+		return name
+	}
+	return "sb-" + id
+}
+
+// specFor derives the backend spec. The image supplies defaults that the
+// user's config overrides, as docker does.
+func (m *Manager) specFor(r *record, img *image.Image) backend.Spec {
+	cfg := r.Config
+	rootfs := m.images.Rootfs(img)
+	s := backend.Spec{
+		ID:          r.ID,
+		Hostname:    cfg.Hostname,
+		Dir:         filepath.Join(m.dataDir, "sandboxes", r.ID),
+		Rootfs:      backend.Rootfs{LowerDirs: rootfs.LowerDirs},
+		Env:         agent.MergeEnv(img.Config.Env, cfg.Env, []string{"SMOLVM_SANDBOX_ID=" + r.ID, "SMOLVM_SANDBOX_NAME=" + r.Name, "HOSTNAME=" + cfg.Hostname}),
+		WorkDir:     firstNonEmpty(cfg.WorkDir, img.Config.WorkingDir),
+		User:        firstNonEmpty(cfg.User, img.Config.User),
+		Limits:      cfg.Limits,
+		AgentBinary: m.agentBinary,
+	}
+	for _, mt := range rootfs.Mounts {
+		s.Rootfs.Mounts = append(s.Rootfs.Mounts, backend.Mount{Source: mt.Source, Destination: mt.Destination})
+	}
+	args := cfg.Cmd
+	if len(args) == 0 {
+		args = img.Config.Cmd
+	}
+	args = append(append([]string(nil), img.Config.Entrypoint...), args...)
+	if len(args) > 0 {
+		s.Main = &agent.Process{Args: args}
+	}
+	return s
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// lock takes the sandbox's lifecycle lock. It is an flock, so a crashed
+// holder releases it, which is how GC tells an orphan from a slow create.
+func (m *Manager) lock(id string) (func(), error) {
+	f, err := os.OpenFile(m.lockPath(id), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", id, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", id, err)
+	}
+	return func() { f.Close() }, nil
+}
+
+// locked reports whether another process holds id's lock right now.
+func (m *Manager) locked(id string) bool {
+	f, err := os.OpenFile(m.lockPath(id), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil
+}
+
+func (m *Manager) lockPath(id string) string {
+	return filepath.Join(m.dataDir, "locks", id+".lock")
+}
+
+// Start starts a created or stopped sandbox.
+func (m *Manager) Start(ctx context.Context, ref string) (*Sandbox, error) {
+	r, unlock, err := m.acquire(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	switch r.State {
+	case StateRunning:
+		return nil, fmt.Errorf("start %s: %w: already running", r.Name, ErrState)
+	case StatePaused:
+		return nil, fmt.Errorf("start %s: %w: paused (resume it)", r.Name, ErrState)
+	case StateStopped:
+		// runsc cannot restart a stopped container: recreate it, keeping
+		// the record, name and image.
+		if err := m.be.Delete(ctx, &r.spec); err != nil {
+			return nil, fmt.Errorf("start %s: %w", r.Name, err)
+		}
+		if err := m.be.Create(ctx, &r.spec); err != nil {
+			return nil, fmt.Errorf("start %s: %w", r.Name, err)
+		}
+	}
+	if err := m.start(ctx, r, m.be.Start); err != nil {
+		m.be.Stop(context.WithoutCancel(ctx), &r.spec, time.Second)
+		r.State, r.Reason = StateStopped, "failed to start: "+err.Error()
+		update(context.WithoutCancel(ctx), m.st, r)
+		return nil, err
+	}
+	return &r.Sandbox, update(ctx, m.st, r)
+}
+
+// start boots r with boot (the backend's Start or Run), setting its clock.
+func (m *Manager) start(ctx context.Context, r *record, boot func(context.Context, *backend.Spec) error) error {
+	now := store.Now()
+	r.StartedAt, r.FinishedAt, r.ExitCode, r.Reason = &now, nil, nil, ""
+	r.ExpiresAt, r.spec.Deadline = nil, nil
+	if r.Config.TTL > 0 {
+		exp := now.Add(r.Config.TTL)
+		r.ExpiresAt, r.spec.Deadline = &exp, &exp
+	}
+	if err := boot(ctx, &r.spec); err != nil {
+		return err
+	}
+	r.State = StateRunning
+	return nil
+}
+
+// acquire looks up ref, takes its lock and reconciles it under the lock.
+func (m *Manager) acquire(ctx context.Context, ref string) (*record, func(), error) {
+	r, err := lookup(ctx, m.st, ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	unlock, err := m.lock(r.ID)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Re-read: the record may have changed while we waited.
+	r, err = lookup(ctx, m.st, r.ID)
+	if err != nil {
+		unlock()
+		return nil, nil, err
+	}
+	if r.State == StateCreating {
+		unlock()
+		return nil, nil, fmt.Errorf("%s: %w; run smolvm gc", r.Name, ErrOrphan)
+	}
+	if err := m.reconcile(ctx, r); err != nil {
+		unlock()
+		return nil, nil, err
+	}
+	return r, unlock, nil
+}
+
+// Stop stops a running or paused sandbox.
+func (m *Manager) Stop(ctx context.Context, ref string, timeout time.Duration) (*Sandbox, error) {
+	r, unlock, err := m.acquire(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if r.State != StateRunning && r.State != StatePaused {
+		return &r.Sandbox, nil
+	}
+	if err := m.be.Stop(ctx, &r.spec, timeout); err != nil {
+		return nil, fmt.Errorf("stop %s: %w", r.Name, err)
+	}
+	m.finish(ctx, r, "stopped")
+	return &r.Sandbox, update(ctx, m.st, r)
+}
+
+// Remove deletes a sandbox. A running one needs force.
+func (m *Manager) Remove(ctx context.Context, ref string, force bool) error {
+	r, err := lookup(ctx, m.st, ref)
+	if err != nil {
+		return err
+	}
+	if r.State == StateCreating && !m.locked(r.ID) {
+		return m.removeRecord(ctx, r)
+	}
+	r, unlock, err := m.acquire(ctx, r.ID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if (r.State == StateRunning || r.State == StatePaused) && !force {
+		return fmt.Errorf("remove %s: %w: it is %s; stop it first or use -f", r.Name, ErrState, r.State)
+	}
+	return m.removeRecord(ctx, r)
+}
+
+func (m *Manager) removeRecord(ctx context.Context, r *record) error {
+	if err := m.be.Delete(ctx, &r.spec); err != nil {
+		return fmt.Errorf("remove %s: %w", r.Name, err)
+	}
+	if err := deleteRecord(ctx, m.st, r.ID); err != nil {
+		return fmt.Errorf("remove %s: %w", r.Name, err)
+	}
+	os.Remove(m.lockPath(r.ID))
+	return nil
+}
+
+// Get returns a sandbox's record, reconciled with what is really running.
+func (m *Manager) Get(ctx context.Context, ref string) (*Sandbox, error) {
+	r, err := m.get(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	return &r.Sandbox, nil
+}
+
+func (m *Manager) get(ctx context.Context, ref string) (*record, error) {
+	r, err := lookup(ctx, m.st, ref)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.reconcile(ctx, r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// List returns every sandbox, reconciled.
+func (m *Manager) List(ctx context.Context) ([]*Sandbox, error) {
+	rs, err := listRecords(ctx, m.st)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Sandbox, 0, len(rs))
+	for _, r := range rs {
+		if err := m.reconcile(ctx, r); err != nil {
+			return nil, err
+		}
+		out = append(out, &r.Sandbox)
+	}
+	return out, nil
+}
+
+// reconcile brings r in line with the backend: a sandbox that died, or
+// whose main process exited, is recorded as stopped with the reason.
+func (m *Manager) reconcile(ctx context.Context, r *record) error {
+	if r.State == StateCreating {
+		if !m.locked(r.ID) {
+			r.Reason = "orphaned by a crashed create; run smolvm gc"
+		}
+		return nil
+	}
+	if r.State != StateRunning && r.State != StatePaused && r.State != StateCreated {
+		return nil
+	}
+	st, err := m.be.State(ctx, &r.spec)
+	if err != nil {
+		return fmt.Errorf("state of %s: %w", r.Name, err)
+	}
+	switch st {
+	case backend.StatusRunning:
+		if r.State == StateCreated {
+			r.State = StateRunning
+			return update(ctx, m.st, r)
+		}
+		return nil
+	case backend.StatusPaused:
+		if r.State != StatePaused {
+			r.State = StatePaused
+			return update(ctx, m.st, r)
+		}
+		return nil
+	case backend.StatusCreated:
+		return nil
+	}
+	m.finish(ctx, r, "")
+	return update(ctx, m.st, r)
+}
+
+// finish records a sandbox as stopped, working out why from what it left.
+func (m *Manager) finish(ctx context.Context, r *record, reason string) {
+	now := store.Now()
+	r.State, r.FinishedAt = StateStopped, &now
+	var exit agent.Exit
+	haveExit := false
+	if p, err := os.ReadFile(filepath.Join(r.spec.Dir, "run", "exit.json")); err == nil && json.Unmarshal(p, &exit) == nil {
+		haveExit = true
+	}
+	stats, _ := m.be.Stats(ctx, &r.spec)
+	switch {
+	case stats != nil && stats.OOMKills > 0:
+		code := 137
+		r.ExitCode, r.Reason = &code, fmt.Sprintf("out of memory (limit %s)", units.FormatBytes(r.Config.Limits.Memory))
+	case haveExit:
+		code := exit.Code
+		r.ExitCode = &code
+		r.Reason = firstNonEmpty(exit.Reason, reason, "exited")
+	case reason != "":
+		r.Reason = reason
+	default:
+		code := 137
+		r.ExitCode, r.Reason = &code, "killed"
+	}
+}
+
+// Exec runs p in a running sandbox.
+func (m *Manager) Exec(ctx context.Context, ref string, p agent.Process, stdio agent.Stdio) (agent.Exit, error) {
+	r, err := m.running(ctx, ref)
+	if err != nil {
+		return agent.Exit{}, err
+	}
+	exit, err := m.be.Exec(ctx, &r.spec, p, stdio)
+	if err != nil && errors.Is(err, agent.ErrUnavailable) && ctx.Err() == nil {
+		// The sandbox may have died under the command: say why.
+		if r2, gerr := m.get(ctx, r.ID); gerr == nil && r2.State == StateStopped {
+			code := 137
+			if r2.ExitCode != nil {
+				code = *r2.ExitCode
+			}
+			return agent.Exit{Code: code, Error: "sandbox stopped during exec: " + r2.Reason}, nil
+		}
+	}
+	return exit, err
+}
+
+// running returns r if it is running, or an error saying what it is.
+func (m *Manager) running(ctx context.Context, ref string) (*record, error) {
+	r, err := m.get(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	if r.State != StateRunning {
+		what := string(r.State)
+		if r.Reason != "" {
+			what += " (" + r.Reason + ")"
+		}
+		return nil, fmt.Errorf("%s: %w: sandbox is %s", r.Name, ErrNotRunning, what)
+	}
+	return r, nil
+}

@@ -1,0 +1,190 @@
+package sandbox
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"smolvm.dev/smolvm/backend"
+	"smolvm.dev/smolvm/store"
+)
+
+var schema = []string{
+	`CREATE TABLE sandboxes (
+		id TEXT PRIMARY KEY,
+		name TEXT NOT NULL UNIQUE,
+		image TEXT NOT NULL,
+		image_id TEXT NOT NULL,
+		backend TEXT NOT NULL,
+		state TEXT NOT NULL,
+		config TEXT NOT NULL,
+		spec TEXT NOT NULL,
+		created_at INTEGER NOT NULL,
+		started_at INTEGER,
+		finished_at INTEGER,
+		expires_at INTEGER,
+		exit_code INTEGER,
+		reason TEXT NOT NULL DEFAULT ''
+	)`,
+	`CREATE INDEX sandboxes_image ON sandboxes(image_id)`,
+}
+
+const columns = `id, name, image, image_id, backend, state, config, spec, created_at, started_at, finished_at, expires_at, exit_code, reason`
+
+// record is a Sandbox plus the backend spec needed to act on it.
+type record struct {
+	Sandbox
+	spec backend.Spec
+}
+
+type scanner interface{ Scan(...any) error }
+
+func scanRecord(row scanner) (*record, error) {
+	var (
+		r                      record
+		cfg, spec              string
+		created                int64
+		started, finished, exp sql.NullInt64
+		code                   sql.NullInt64
+	)
+	err := row.Scan(&r.ID, &r.Name, &r.Image, &r.ImageID, &r.Backend, &r.State, &cfg, &spec,
+		&created, &started, &finished, &exp, &code, &r.Reason)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal([]byte(cfg), &r.Config); err != nil {
+		return nil, fmt.Errorf("sandbox %s: config: %w", r.ID, err)
+	}
+	if err := json.Unmarshal([]byte(spec), &r.spec); err != nil {
+		return nil, fmt.Errorf("sandbox %s: spec: %w", r.ID, err)
+	}
+	r.CreatedAt = time.UnixMilli(created).UTC()
+	r.StartedAt, r.FinishedAt, r.ExpiresAt = msTime(started), msTime(finished), msTime(exp)
+	if code.Valid {
+		c := int(code.Int64)
+		r.ExitCode = &c
+	}
+	return &r, nil
+}
+
+func msTime(v sql.NullInt64) *time.Time {
+	if !v.Valid {
+		return nil
+	}
+	t := time.UnixMilli(v.Int64).UTC()
+	return &t
+}
+
+func msVal(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return t.UnixMilli()
+}
+
+func insert(ctx context.Context, st *store.Store, r *record) error {
+	cfg, err := json.Marshal(r.Config)
+	if err != nil {
+		return err
+	}
+	spec, err := json.Marshal(r.spec)
+	if err != nil {
+		return err
+	}
+	_, err = st.DB().ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		r.ID, r.Name, r.Image, r.ImageID, r.Backend, r.State, string(cfg), string(spec),
+		r.CreatedAt.UnixMilli(), msVal(r.StartedAt), msVal(r.FinishedAt), msVal(r.ExpiresAt), exitVal(r.ExitCode), r.Reason)
+	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed: sandboxes.name") {
+		return fmt.Errorf("%w: %q", ErrNameInUse, r.Name)
+	}
+	return err
+}
+
+func exitVal(c *int) any {
+	if c == nil {
+		return nil
+	}
+	return *c
+}
+
+// update writes the mutable fields of r.
+func update(ctx context.Context, st *store.Store, r *record) error {
+	spec, err := json.Marshal(r.spec)
+	if err != nil {
+		return err
+	}
+	_, err = st.DB().ExecContext(ctx, `UPDATE sandboxes SET state=?, spec=?, started_at=?, finished_at=?, expires_at=?, exit_code=?, reason=? WHERE id=?`,
+		r.State, string(spec), msVal(r.StartedAt), msVal(r.FinishedAt), msVal(r.ExpiresAt), exitVal(r.ExitCode), r.Reason, r.ID)
+	return err
+}
+
+func deleteRecord(ctx context.Context, st *store.Store, id string) error {
+	_, err := st.DB().ExecContext(ctx, `DELETE FROM sandboxes WHERE id=?`, id)
+	return err
+}
+
+// lookup finds a sandbox by exact name, exact ID, or unique ID prefix.
+func lookup(ctx context.Context, st *store.Store, ref string) (*record, error) {
+	if ref == "" {
+		return nil, fmt.Errorf("%w: empty name", ErrNotFound)
+	}
+	r, err := scanRecord(st.DB().QueryRowContext(ctx, `SELECT `+columns+` FROM sandboxes WHERE name=? OR id=?`, ref, ref))
+	if err == nil {
+		return r, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return nil, err
+	}
+	if len(ref) >= 4 && isHex(ref) {
+		rows, err := st.DB().QueryContext(ctx, `SELECT `+columns+` FROM sandboxes WHERE id LIKE ? LIMIT 2`, ref+"%")
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		var found []*record
+		for rows.Next() {
+			r, err := scanRecord(rows)
+			if err != nil {
+				return nil, err
+			}
+			found = append(found, r)
+		}
+		if len(found) == 1 {
+			return found[0], nil
+		}
+		if len(found) > 1 {
+			return nil, fmt.Errorf("%w: %q matches more than one sandbox ID", ErrNotFound, ref)
+		}
+	}
+	return nil, fmt.Errorf("%w: %q", ErrNotFound, ref)
+}
+
+func isHex(s string) bool {
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func listRecords(ctx context.Context, st *store.Store) ([]*record, error) {
+	rows, err := st.DB().QueryContext(ctx, `SELECT `+columns+` FROM sandboxes ORDER BY created_at, id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*record
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

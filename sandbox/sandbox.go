@@ -1,0 +1,136 @@
+// Package sandbox manages sandbox lifecycles: durable records, images, and
+// the backend that runs them.
+package sandbox
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"runtime"
+	"time"
+
+	"smolvm.dev/smolvm/backend"
+)
+
+// State is a sandbox's lifecycle state as users see it.
+type State string
+
+const (
+	// StateCreating marks a record whose creation is in progress; a
+	// creating record whose creator died is an orphan for GC.
+	StateCreating State = "creating"
+	StateCreated  State = "created"
+	StateRunning  State = "running"
+	StatePaused   State = "paused"
+	StateStopped  State = "stopped"
+)
+
+// Sandbox is the durable record of one sandbox.
+type Sandbox struct {
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	Image   string `json:"image"`    // as the user named it
+	ImageID string `json:"image_id"` // what it resolved to
+	Backend string `json:"backend"`
+	State   State  `json:"state"`
+	Config  Config `json:"config"`
+
+	CreatedAt  time.Time  `json:"created_at"`
+	StartedAt  *time.Time `json:"started_at,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	// ExpiresAt is when the sandbox's time to live ends, if it has one.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	ExitCode  *int       `json:"exit_code,omitempty"`
+	// Reason says why a stopped sandbox stopped: "exited", "stopped",
+	// "out of memory", "expired", "killed".
+	Reason string `json:"reason,omitempty"`
+}
+
+// Config is what the user asked for at creation.
+type Config struct {
+	Cmd      []string       `json:"cmd,omitempty"`
+	Env      []string       `json:"env,omitempty"`
+	WorkDir  string         `json:"workdir,omitempty"`
+	User     string         `json:"user,omitempty"`
+	Hostname string         `json:"hostname"`
+	Limits   backend.Limits `json:"limits"`
+	// TTL is how long the sandbox may run after each start; 0 is forever.
+	TTL time.Duration `json:"ttl,omitempty"`
+}
+
+// DefaultImage is the builtin image: the host's /usr under a synthetic /etc.
+const DefaultImage = "host"
+
+// Defaults and bounds for limits. A limit below the minimum cannot boot a
+// sandbox, so it is refused up front rather than failing obscurely.
+const (
+	DefaultCPUs   = 1.0
+	DefaultMemory = 1 << 30
+	DefaultPids   = 1024
+	DefaultDisk   = 2 << 30
+
+	MinMemory = 64 << 20
+	MinPids   = 16
+	MinDisk   = 16 << 20
+	MaxPids   = 1 << 20
+)
+
+// Errors callers match with errors.Is.
+var (
+	ErrNotFound   = errors.New("no such sandbox")
+	ErrNameInUse  = errors.New("name already in use")
+	ErrState      = errors.New("wrong state")
+	ErrInvalid    = errors.New("invalid argument")
+	ErrOrphan     = errors.New("orphaned by a crashed create")
+	ErrNotRunning = backend.ErrNotRunning
+)
+
+// validate fills defaults and checks bounds.
+func (c *Config) validate() error {
+	l := &c.Limits
+	switch {
+	case l.CPUs < 0:
+		return fmt.Errorf("%w: --cpus %g: must be positive", ErrInvalid, l.CPUs)
+	case l.CPUs == 0:
+		l.CPUs = DefaultCPUs
+	case l.CPUs > float64(runtime.NumCPU()):
+		return fmt.Errorf("%w: --cpus %g: this host has %d CPUs", ErrInvalid, l.CPUs, runtime.NumCPU())
+	}
+	if l.Memory == 0 {
+		l.Memory = DefaultMemory
+	} else if l.Memory < MinMemory {
+		return fmt.Errorf("%w: --memory %d bytes: at least %d MiB is needed", ErrInvalid, l.Memory, MinMemory>>20)
+	}
+	if l.Pids == 0 {
+		l.Pids = DefaultPids
+	} else if l.Pids < MinPids || l.Pids > MaxPids {
+		return fmt.Errorf("%w: --pids %d: must be between %d and %d", ErrInvalid, l.Pids, MinPids, MaxPids)
+	}
+	if l.Disk == 0 {
+		l.Disk = DefaultDisk
+	} else if l.Disk < MinDisk {
+		return fmt.Errorf("%w: --disk %d bytes: at least %d MiB is needed", ErrInvalid, l.Disk, MinDisk>>20)
+	}
+	if c.TTL < 0 {
+		return fmt.Errorf("%w: --timeout %s: must not be negative", ErrInvalid, c.TTL)
+	}
+	return nil
+}
+
+var nameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
+
+func validName(name string) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("%w: name %q: use 1-63 letters, digits, '_', '.', '-', starting with a letter or digit", ErrInvalid, name)
+	}
+	return nil
+}
+
+// newID returns a random 12-hex-digit ID, short enough to type.
+func newID() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
