@@ -47,7 +47,7 @@ func hardlink(name, target string) entry { return entry{name: name, typ: tar.Typ
 
 var testTime = time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
 
-func tarOf(t *testing.T, entries ...entry) []byte {
+func tarOf(t testing.TB, entries ...entry) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)

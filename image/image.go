@@ -230,8 +230,10 @@ func (s *Store) load(ctx context.Context, id string) (*Image, error) {
 	return img, nil
 }
 
+// querier is a *sql.DB or a *sql.Tx.
 type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
 func queryStrings(ctx context.Context, q querier, query string, args ...any) ([]string, error) {
@@ -287,14 +289,13 @@ func (s *Store) Remove(ctx context.Context, nameOrID string, inUse func(id strin
 	if img.Builtin {
 		return fmt.Errorf("remove %s: the builtin image cannot be removed", nameOrID)
 	}
-	byID := !slices.Contains(img.Refs, nameOrID)
+	// A name removes that ref, and the image only with its last one; an ID
+	// removes the image with all its refs.
 	var untag string
-	if !byID {
-		untag = nameOrID
-	} else if ref, err := Normalize(nameOrID); err == nil && slices.Contains(img.Refs, ref) {
-		untag, byID = ref, false
+	if ref, err := Normalize(nameOrID); err == nil && slices.Contains(img.Refs, ref) {
+		untag = ref
 	}
-	if !byID && len(img.Refs) > 1 {
+	if untag != "" && len(img.Refs) > 1 {
 		_, err := s.st.DB().ExecContext(ctx, `DELETE FROM image_refs WHERE ref = ? AND image_id = ?`, untag, img.ID)
 		if err != nil {
 			return fmt.Errorf("untag %s: %w", untag, err)
@@ -314,7 +315,7 @@ func (s *Store) Remove(ctx context.Context, nameOrID string, inUse func(id strin
 	defer unlock()
 	var unused []string
 	err = s.st.Tx(ctx, func(tx *sql.Tx) error {
-		if !byID {
+		if untag != "" {
 			// A concurrent import may have tagged the image again meanwhile:
 			// then only our ref goes.
 			if _, err := tx.ExecContext(ctx, `DELETE FROM image_refs WHERE ref = ? AND image_id = ?`, untag, img.ID); err != nil {
@@ -355,11 +356,11 @@ func unusedLayers(ctx context.Context, q querier, diffIDs []string) ([]string, e
 			continue
 		}
 		seen[d] = true
-		used, err := queryStrings(ctx, q, `SELECT image_id FROM image_layers WHERE diff_id = ? LIMIT 1`, d)
-		if err != nil {
+		var used bool
+		if err := q.QueryRowContext(ctx, `SELECT EXISTS(SELECT 1 FROM image_layers WHERE diff_id = ?)`, d).Scan(&used); err != nil {
 			return nil, err
 		}
-		if len(used) == 0 {
+		if !used {
 			out = append(out, d)
 		}
 	}

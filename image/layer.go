@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -233,14 +234,14 @@ func (pr *progressReader) flush() { pr.report(pr.p) }
 // layerSize returns the unpacked size of a present layer: recorded with
 // the images using it, or measured when none is registered yet.
 func (s *Store) layerSize(ctx context.Context, diffID string) (int64, error) {
-	sizes, err := queryStrings(ctx, s.st.DB(), `SELECT size FROM image_layers WHERE diff_id = ? LIMIT 1`, diffID)
-	if err != nil {
+	var size int64
+	err := s.st.DB().QueryRowContext(ctx, `SELECT size FROM image_layers WHERE diff_id = ? LIMIT 1`, diffID).Scan(&size)
+	if err == nil {
+		return size, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
 		return 0, fmt.Errorf("layer %s size: %w", diffID, err)
 	}
-	if len(sizes) == 1 {
-		return strconv.ParseInt(sizes[0], 10, 64)
-	}
-	var size int64
 	err = filepath.WalkDir(s.layerDir(diffID), func(_ string, d fs.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
 			return err
