@@ -245,7 +245,29 @@ func (m *Manager) start(ctx context.Context, r *record, boot func(context.Contex
 		return err
 	}
 	r.State = StateRunning
+	// A main command that could not even start is the caller's mistake
+	// (a typo, a missing binary): report it now, not as a later "exited".
+	if exit, ok := readExit(&r.spec); ok && (exit.Kind == agent.KindNotFound || exit.Kind == agent.KindCannotRun) {
+		return &StartError{Exit: exit}
+	}
 	return nil
+}
+
+// StartError is a sandbox whose main command could not be started.
+type StartError struct{ Exit agent.Exit }
+
+func (e *StartError) Error() string {
+	return fmt.Sprintf("main command: %s (exit %d)", e.Exit.Error, e.Exit.Code)
+}
+
+// readExit reads the exit the agent recorded for the main command.
+func readExit(s *backend.Spec) (agent.Exit, bool) {
+	var exit agent.Exit
+	p, err := os.ReadFile(filepath.Join(s.Dir, "run", "exit.json"))
+	if err != nil || json.Unmarshal(p, &exit) != nil {
+		return agent.Exit{}, false
+	}
+	return exit, true
 }
 
 // acquire looks up ref, takes its lock and reconciles it under the lock.
@@ -399,11 +421,7 @@ func (m *Manager) reconcile(ctx context.Context, r *record) error {
 func (m *Manager) finish(ctx context.Context, r *record, reason string) {
 	now := store.Now()
 	r.State, r.FinishedAt = StateStopped, &now
-	var exit agent.Exit
-	haveExit := false
-	if p, err := os.ReadFile(filepath.Join(r.spec.Dir, "run", "exit.json")); err == nil && json.Unmarshal(p, &exit) == nil {
-		haveExit = true
-	}
+	exit, haveExit := readExit(&r.spec)
 	stats, _ := m.be.Stats(ctx, &r.spec)
 	switch {
 	case stats != nil && stats.OOMKills > 0:
@@ -429,16 +447,35 @@ func (m *Manager) Exec(ctx context.Context, ref string, p agent.Process, stdio a
 	}
 	exit, err := m.be.Exec(ctx, &r.spec, p, stdio)
 	if err != nil && errors.Is(err, agent.ErrUnavailable) && ctx.Err() == nil {
-		// The sandbox may have died under the command: say why.
-		if r2, gerr := m.get(ctx, r.ID); gerr == nil && r2.State == StateStopped {
+		if dead := m.awaitDeath(ctx, r.ID); dead != nil {
 			code := 137
-			if r2.ExitCode != nil {
-				code = *r2.ExitCode
+			if dead.ExitCode != nil {
+				code = *dead.ExitCode
 			}
-			return agent.Exit{Code: code, Error: "sandbox stopped during exec: " + r2.Reason}, nil
+			return agent.Exit{Code: code, Error: "sandbox stopped during exec: " + dead.Reason}, nil
 		}
 	}
 	return exit, err
+}
+
+// awaitDeath is for a lost agent connection: when the sandbox is dying (an
+// OOM kill takes a moment to finish), it waits briefly for the death to be
+// visible and returns the final record; it returns nil if it lives on.
+func (m *Manager) awaitDeath(ctx context.Context, id string) *record {
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
+		r, err := m.get(ctx, id)
+		if err != nil {
+			return nil
+		}
+		if r.State == StateStopped {
+			return r
+		}
+		if m.be.Agent(&r.spec).Ping(ctx) == nil {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil
 }
 
 // running returns r if it is running, or an error saying what it is.

@@ -172,6 +172,17 @@ func isHex(s string) bool {
 	return true
 }
 
+// ImageInUse reports whether any sandbox, in any state, was made from the
+// image with this ID. Image removal asks before deleting layers.
+func ImageInUse(ctx context.Context, st *store.Store, imageID string) (bool, error) {
+	if err := st.Migrate(ctx, "sandbox", schema); err != nil {
+		return false, err
+	}
+	var n int
+	err := st.DB().QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes WHERE image_id = ?`, imageID).Scan(&n)
+	return n > 0, err
+}
+
 func listRecords(ctx context.Context, st *store.Store) ([]*record, error) {
 	rows, err := st.DB().QueryContext(ctx, `SELECT `+columns+` FROM sandboxes ORDER BY created_at, id`)
 	if err != nil {

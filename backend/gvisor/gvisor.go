@@ -67,6 +67,7 @@ func (b *Backend) runscArgs(s *backend.Spec) []string {
 		// instead of a runsc process per exec.
 		"--host-uds", "create",
 		"--overlay2", overlayFlag(s),
+		"--in-sandbox-cgroup", "v2",
 	}
 	if b.cfg.Debug {
 		args = append(args, "--debug", "--debug-log", l.debugDir()+"/")
@@ -97,6 +98,8 @@ func (b *Backend) runsc(ctx context.Context, s *backend.Spec, args ...string) er
 	defer os.Remove(errf.Name())
 	defer errf.Close()
 	cmd.Stderr = errf
+	// If smolvm dies, runsc must not finish a create nobody records.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Run(); err != nil {
 		msg, _ := os.ReadFile(errf.Name())
 		return fmt.Errorf("runsc %s: %w: %s", args[0], err, lastLine(string(msg)))
@@ -131,6 +134,9 @@ func (b *Backend) prepare(s *backend.Spec) error {
 			return err
 		}
 	}
+	if err := inertMount(l.run()); err != nil {
+		return err
+	}
 	root, err := b.mountRootfs(s)
 	if err != nil {
 		return err
@@ -141,19 +147,22 @@ func (b *Backend) prepare(s *backend.Spec) error {
 	return writeJSON(filepath.Join(l.run(), "agent.json"), agentConfig(s))
 }
 
-// mountRootfs returns the host directory to use as the sandbox's root. One
-// layer is used as is; several are stacked with a read-only overlayfs.
+// mountRootfs stacks the image's layers with overlayfs and returns the
+// mount. The overlay's host-side upper layer takes only the mount points
+// runsc's gofer creates before boot, so the shared layers are never
+// modified; the sandbox itself sees the root read-only under gVisor's own
+// writable overlay.
 func (b *Backend) mountRootfs(s *backend.Spec) (string, error) {
 	lowers := s.Rootfs.LowerDirs
-	switch len(lowers) {
-	case 0:
+	if len(lowers) == 0 {
 		return "", errors.New("image has no layers")
-	case 1:
-		return lowers[0], nil
 	}
-	target := layout{s.Dir}.rootfs()
-	if err := os.MkdirAll(target, 0o755); err != nil {
-		return "", err
+	l := layout{s.Dir}
+	target, upper, work := l.rootfs(), l.rootfs()+".upper", l.rootfs()+".work"
+	for _, d := range []string{target, upper, work} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return "", err
+		}
 	}
 	if mounted(target) {
 		return target, nil
@@ -163,10 +172,28 @@ func (b *Backend) mountRootfs(s *backend.Spec) (string, error) {
 	for i, d := range lowers {
 		dirs[len(lowers)-1-i] = d
 	}
-	if err := unix.Mount("overlay", target, "overlay", unix.MS_RDONLY, "lowerdir="+strings.Join(dirs, ":")); err != nil {
+	opts := "lowerdir=" + strings.Join(dirs, ":") + ",upperdir=" + upper + ",workdir=" + work
+	if err := unix.Mount("overlay", target, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return "", fmt.Errorf("mount rootfs overlay: %w", err)
 	}
 	return target, nil
+}
+
+// inertMount makes dir a nosuid, nodev, noexec mount of itself. The run dir
+// is the one host directory a sandbox can write; whatever root inside puts
+// there (a setuid binary, a device node) must carry no power on the host.
+func inertMount(dir string) error {
+	if mounted(dir) {
+		return nil
+	}
+	if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind %s: %w", dir, err)
+	}
+	if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		unix.Unmount(dir, unix.MNT_DETACH)
+		return fmt.Errorf("remount %s inert: %w", dir, err)
+	}
+	return nil
 }
 
 func mounted(dir string) bool {
@@ -295,6 +322,7 @@ func (b *Backend) Delete(ctx context.Context, s *backend.Spec) error {
 	// runsc delete removes its cgroups and state; it may fail on a
 	// half-created sandbox, which the removals below cover.
 	b.runsc(ctx, s, "delete", "--force", s.ID)
+	killStragglers(layout{s.Dir}.runscRoot())
 	removeCgroups(s.ID)
 	if err := unmountUnder(s.Dir); err != nil {
 		return fmt.Errorf("delete %s: %w", s.ID, err)

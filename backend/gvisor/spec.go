@@ -50,6 +50,9 @@ func ociSpec(s *backend.Spec, root string) *specs.Spec {
 		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
 		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
 		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		// gVisor's own cgroupfs (v2 with --in-sandbox-cgroup), where the
+		// agent enforces the pids limit on guest processes.
+		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup"},
 		{Destination: guestAgent, Type: "bind", Source: s.AgentBinary, Options: []string{"rbind", "ro"}},
 		{Destination: guestRunDir, Type: "bind", Source: l.run(), Options: []string{"rbind", "rw", "nosuid", "nodev"}},
 	}
@@ -67,7 +70,10 @@ func ociSpec(s *backend.Spec, root string) *specs.Spec {
 		res.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
 	}
 	if s.Limits.Pids > 0 {
-		res.Pids = &specs.LinuxPids{Limit: s.Limits.Pids}
+		// The host cgroup only backstops: the sentry's own threads and
+		// systrap stubs count there, and hitting it kills the whole
+		// sandbox. The user's limit is enforced inside (see agentConfig).
+		res.Pids = &specs.LinuxPids{Limit: 4*s.Limits.Pids + 1024}
 	}
 	return &specs.Spec{
 		Version: specs.Version,
@@ -78,7 +84,9 @@ func ociSpec(s *backend.Spec, root string) *specs.Spec {
 			Capabilities: caps,
 			Rlimits:      []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20}},
 		},
-		Root:     &specs.Root{Path: root, Readonly: true},
+		// The gofer serves the image read-only whatever this says; the
+		// sandbox writes to the overlay (see overlayFlag).
+		Root:     &specs.Root{Path: root},
 		Hostname: s.Hostname,
 		Mounts:   mounts,
 		Linux: &specs.Linux{
@@ -105,6 +113,7 @@ func agentConfig(s *backend.Spec) agent.Config {
 		LogFile:  guestRunDir + "/main.log",
 		ExitFile: guestRunDir + "/exit.json",
 		Deadline: s.Deadline,
+		Pids:     s.Limits.Pids,
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"smolvm.dev/smolvm/image"
+	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/store"
 )
 
@@ -27,10 +28,16 @@ func (a *app) imageCmd() *cobra.Command {
 }
 
 // imageInUse reports whether a sandbox uses an image, so that image rm does
-// not delete it. The sandbox manager plugs in here; until it does, no image
-// is in use.
+// not delete what a sandbox still runs on.
 func (a *app) imageInUse(ctx context.Context) func(string) (bool, error) {
-	return func(string) (bool, error) { return false, nil }
+	return func(id string) (bool, error) {
+		st, err := store.Open(ctx, a.dataDir)
+		if err != nil {
+			return false, err
+		}
+		defer st.Close()
+		return sandbox.ImageInUse(ctx, st, id)
+	}
 }
 
 // imageStore opens the image store of the data directory.

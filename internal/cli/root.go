@@ -98,7 +98,7 @@ func (a *app) rootCmd() *cobra.Command {
 		a.policyCmd(), a.approvalsCmd(),
 		a.rulesCmd(),
 		a.runCmd(), a.createCmd(), a.startCmd(), a.stopCmd(), a.rmCmd(),
-		a.execCmd(), a.cpCmd(), a.lsCmd(), a.inspectCmd(), a.logsCmd(), a.gcCmd(), a.benchCmd(),
+		a.execCmd(), a.cpCmd(), a.lsCmd(), a.inspectCmd(), a.logsCmd(), a.gcCmd(), a.benchCmd(), a.doctorCmd(),
 		a.memoryCmd(),
 		a.imageCmd(),
 	)

@@ -1,5 +1,5 @@
 // Package testenv finds or builds what integration tests need: the runsc
-// binary and a freshly built smolvm-agent.
+// binary and freshly built smolvm binaries.
 package testenv
 
 import (
@@ -10,12 +10,6 @@ import (
 	"runtime"
 	"sync"
 	"testing"
-)
-
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
 )
 
 // Runsc returns the runsc to test with, skipping the test when there is
@@ -38,37 +32,55 @@ func Runsc(t testing.TB) string {
 	return p
 }
 
-// Agent builds the smolvm-agent binary once per test process and returns
-// its path. It is static, so it can run as PID 1 inside any sandbox.
-func Agent(t testing.TB) string {
+// Agent returns a freshly built smolvm-agent. It is static, so it can run
+// as PID 1 inside any sandbox.
+func Agent(t testing.TB) string { return build(t, "smolvm-agent") }
+
+// Smolvm returns a freshly built smolvm CLI, for tests that need a real
+// separate process (crashes, concurrent CLIs).
+func Smolvm(t testing.TB) string { return build(t, "smolvm") }
+
+type built struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+var (
+	mu     sync.Mutex
+	builds = map[string]*built{}
+)
+
+// build compiles cmd/<name> once per test process.
+func build(t testing.TB, name string) string {
 	t.Helper()
-	buildOnce.Do(func() {
+	mu.Lock()
+	b, ok := builds[name]
+	if !ok {
+		b = &built{}
+		builds[name] = b
+	}
+	mu.Unlock()
+	b.once.Do(func() {
 		// Test processes of several packages build at once: each writes
 		// its own file, then renames it over the shared one atomically.
 		dir := filepath.Join(moduleRoot(), "bin")
-		binPath = filepath.Join(dir, "smolvm-agent-test")
-		tmp := fmt.Sprintf("%s.%d", binPath, os.Getpid())
-		cmd := exec.Command("go", "build", "-o", tmp, "smolvm.dev/smolvm/cmd/smolvm-agent")
+		b.path = filepath.Join(dir, name+"-test")
+		tmp := fmt.Sprintf("%s.%d", b.path, os.Getpid())
+		cmd := exec.Command("go", "build", "-o", tmp, "smolvm.dev/smolvm/cmd/"+name)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		cmd.Dir = moduleRoot()
 		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = &buildError{out: string(out), err: err}
+			b.err = fmt.Errorf("build %s: %v\n%s", name, err, out)
 			return
 		}
-		buildErr = os.Rename(tmp, binPath)
+		b.err = os.Rename(tmp, b.path)
 	})
-	if buildErr != nil {
-		t.Fatalf("build smolvm-agent: %v", buildErr)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return binPath
+	return b.path
 }
-
-type buildError struct {
-	out string
-	err error
-}
-
-func (e *buildError) Error() string { return e.err.Error() + "\n" + e.out }
 
 func moduleRoot() string {
 	_, file, _, _ := runtime.Caller(0)

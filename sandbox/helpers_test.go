@@ -1,0 +1,164 @@
+package sandbox
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"smolvm.dev/smolvm/agent"
+	"smolvm.dev/smolvm/backend/gvisor"
+	"smolvm.dev/smolvm/image"
+	"smolvm.dev/smolvm/internal/testenv"
+	"smolvm.dev/smolvm/store"
+)
+
+// testManager is a Manager over a fresh data dir, with real runsc.
+type testManager struct {
+	*Manager
+	dir    string
+	images *image.Store
+}
+
+func newManager(t *testing.T) *testManager {
+	t.Helper()
+	runsc := testenv.Runsc(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := store.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	images, err := image.Open(ctx, dir, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	be, err := gvisor.New(gvisor.Config{Runsc: runsc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(ctx, Options{DataDir: dir, Store: st, Images: images, Backend: be, AgentBinary: testenv.Agent(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Sandboxes hold mounts under dir: remove them before TempDir's
+		// cleanup tries to.
+		sbs, _ := m.List(context.Background())
+		for _, sb := range sbs {
+			m.Remove(context.Background(), sb.ID, true)
+		}
+		m.GC(context.Background())
+		st.Close()
+	})
+	return &testManager{Manager: m, dir: dir, images: images}
+}
+
+// run starts an idle sandbox from the host image.
+func (m *testManager) run(t *testing.T, cfg Config) *Sandbox {
+	t.Helper()
+	sb, err := m.Create(context.Background(), CreateOptions{Config: cfg, Start: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb
+}
+
+// sh runs a shell command in sb and returns stdout, stderr and the exit.
+func (m *testManager) sh(t *testing.T, sb *Sandbox, script string) (string, string, agent.Exit) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	exit, err := m.Exec(ctx, sb.ID, agent.Process{Args: []string{"sh", "-c", script}}, agent.Stdio{Stdout: &out, Stderr: &errb})
+	if err != nil {
+		t.Fatalf("exec %q: %v", script, err)
+	}
+	return out.String(), errb.String(), exit
+}
+
+// buildHello compiles testdata/hello statically.
+func buildHello(t *testing.T) []byte {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "hello")
+	cmd := exec.Command("go", "build", "-o", out, "./testdata/hello")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build hello: %v\n%s", err, b)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+type file struct {
+	name string
+	mode int64
+	body []byte
+}
+
+func layer(t *testing.T, files ...file) v1.Layer {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, f := range files {
+		typ := byte(tar.TypeReg)
+		if strings.HasSuffix(f.name, "/") {
+			typ = tar.TypeDir
+		}
+		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.body)), Typeflag: typ}); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write(f.body)
+	}
+	tw.Close()
+	l, err := tarball.LayerFromReader(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// importImage writes layers as an OCI layout and imports it as ref.
+func (m *testManager) importImage(t *testing.T, ref string, cmd []string, layers ...v1.Layer) *image.Image {
+	t.Helper()
+	img, err := mutate.AppendLayers(empty.Image, layers...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err = mutate.Config(img, v1.Config{Cmd: cmd, Env: []string{"PATH=/bin"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	p, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": tag.String()})); err != nil {
+		t.Fatal(err)
+	}
+	im, err := m.images.Import(context.Background(), dir, ref, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return im
+}

@@ -1,0 +1,410 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"smolvm.dev/smolvm/agent"
+	"smolvm.dev/smolvm/backend"
+	"smolvm.dev/smolvm/image"
+	"smolvm.dev/smolvm/internal/testenv"
+)
+
+func TestMainCommandLifecycle(t *testing.T) {
+	m := newManager(t)
+	ctx := context.Background()
+	sb, err := m.Create(ctx, CreateOptions{Name: "job", Start: true, Config: Config{
+		Cmd: []string{"sh", "-c", "echo to-out; echo to-err >&2; exit 3"},
+		Env: []string{"A=1"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if err := m.Logs(ctx, sb.ID, LogOptions{Follow: true, Stdout: &out, Stderr: &errb}); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != "to-out\n" || errb.String() != "to-err\n" {
+		t.Fatalf("logs: stdout %q stderr %q", out.String(), errb.String())
+	}
+	got, err := m.Get(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != StateStopped || got.ExitCode == nil || *got.ExitCode != 3 || got.Reason != "exited" {
+		t.Fatalf("after exit: %+v", got)
+	}
+	// A stopped sandbox can start again, and its command runs again.
+	if _, err := m.Start(ctx, "job"); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	m.Logs(ctx, sb.ID, LogOptions{Follow: true, Stdout: &out})
+	if out.String() != "to-out\n" {
+		t.Fatalf("second run logs %q", out.String())
+	}
+	if err := m.Remove(ctx, "job", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Get(ctx, "job"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("after rm: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(m.dir, "sandboxes", sb.ID)); !os.IsNotExist(err) {
+		t.Fatalf("sandbox dir left after rm: %v", err)
+	}
+}
+
+func TestExecStreamsAndFiles(t *testing.T) {
+	m := newManager(t)
+	ctx := context.Background()
+	sb := m.run(t, Config{Env: []string{"FROM_CREATE=yes"}, WorkDir: "/tmp"})
+
+	var out bytes.Buffer
+	exit, err := m.Exec(ctx, sb.ID, agent.Process{Args: []string{"sh", "-c", "pwd; echo $FROM_CREATE $FROM_EXEC; id -u; cat"}, Env: []string{"FROM_EXEC=too"}, User: "1000"},
+		agent.Stdio{Stdin: strings.NewReader("piped\n"), Stdout: &out})
+	if err != nil || exit.Code != 0 {
+		t.Fatalf("exec: %v %+v", err, exit)
+	}
+	if want := "/tmp\nyes too\n1000\npiped\n"; out.String() != want {
+		t.Fatalf("exec output %q, want %q", out.String(), want)
+	}
+
+	// A PTY: the command sees a terminal of the requested size.
+	out.Reset()
+	exit, err = m.Exec(ctx, sb.ID, agent.Process{Args: []string{"sh", "-c", "test -t 0 && stty size"}, TTY: true, Size: &agent.Size{Rows: 33, Cols: 101}}, agent.Stdio{Stdout: &out})
+	if err != nil || exit.Code != 0 || !strings.Contains(out.String(), "33 101") {
+		t.Fatalf("tty exec: %v %+v %q", err, exit, out.String())
+	}
+
+	// Timeouts kill the command and say so.
+	exit, err = m.Exec(ctx, sb.ID, agent.Process{Args: []string{"sleep", "30"}, TimeoutMS: 200}, agent.Stdio{})
+	if err != nil || !exit.TimedOut || exit.Code != 137 {
+		t.Fatalf("timeout: %v %+v", err, exit)
+	}
+
+	// cp in both directions, a tree with a symlink.
+	src := t.TempDir()
+	os.MkdirAll(filepath.Join(src, "d/sub"), 0o755)
+	os.WriteFile(filepath.Join(src, "d/sub/f.txt"), []byte("payload"), 0o640)
+	os.Symlink("sub/f.txt", filepath.Join(src, "d/link"))
+	if err := m.CopyIn(ctx, sb.ID, filepath.Join(src, "d"), "/root/"); err != nil {
+		t.Fatal(err)
+	}
+	if o, _, _ := m.sh(t, sb, "cat /root/d/link; stat -c %a /root/d/sub/f.txt"); o != "payload640\n" {
+		t.Fatalf("after cp in: %q", o)
+	}
+	m.sh(t, sb, "echo made-inside > /root/d/new")
+	dst := filepath.Join(t.TempDir(), "back")
+	if err := m.CopyOut(ctx, sb.ID, "/root/d", dst); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dst, "new")); string(b) != "made-inside\n" {
+		t.Fatalf("cp out: %q", b)
+	}
+	if l, _ := os.Readlink(filepath.Join(dst, "link")); l != "sub/f.txt" {
+		t.Fatalf("symlink came back as %q", l)
+	}
+	if err := m.CopyOut(ctx, sb.ID, "/no/such/file", dst); err == nil {
+		t.Fatal("cp of a missing file succeeded")
+	}
+}
+
+func TestLimits(t *testing.T) {
+	m := newManager(t)
+	ctx := context.Background()
+
+	t.Run("disk full is ENOSPC inside, host untouched", func(t *testing.T) {
+		sb := m.run(t, Config{Limits: backend.Limits{Disk: 32 << 20}})
+		var before syscall.Statfs_t
+		syscall.Statfs(m.dir, &before)
+		out, _, exit := m.sh(t, sb, "dd if=/dev/zero of=/root/fill bs=1M count=200 2>&1")
+		if exit.Code == 0 || !strings.Contains(out, "No space left on device") {
+			t.Fatalf("filling the disk: exit %+v, %q", exit, out)
+		}
+		var after syscall.Statfs_t
+		syscall.Statfs(m.dir, &after)
+		used := (int64(before.Bfree) - int64(after.Bfree)) * before.Bsize
+		if used > 64<<20 {
+			t.Fatalf("host disk lost %d MiB to a 32 MiB sandbox disk", used>>20)
+		}
+		if _, _, exit := m.sh(t, sb, "rm /root/fill && echo ok > /root/again"); exit.Code != 0 {
+			t.Fatal("sandbox unusable after its disk filled")
+		}
+	})
+
+	t.Run("fork bomb hits the pids limit, host stays responsive", func(t *testing.T) {
+		sb := m.run(t, Config{Limits: backend.Limits{Pids: 64}})
+		done := make(chan struct{})
+		var worst time.Duration
+		go func() {
+			defer close(done)
+			for i := 0; i < 30; i++ {
+				t0 := time.Now()
+				exec.Command("true").Run()
+				worst = max(worst, time.Since(t0))
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
+		out, _, _ := m.sh(t, sb, "bomb() { bomb | bomb & }; (bomb) 2>/dev/null & sleep 2; cat /sys/fs/cgroup/workload/pids.current /sys/fs/cgroup/workload/pids.events")
+		<-done
+		var current, hits int
+		if _, err := fmt.Sscanf(out, "%d\nmax %d", &current, &hits); err != nil {
+			t.Fatalf("output %q: %v", out, err)
+		}
+		if current > 64 || hits == 0 {
+			t.Fatalf("pids limit 64: %d tasks in the workload, limit hit %d times", current, hits)
+		}
+		if worst > 2*time.Second {
+			t.Fatalf("host stalled %s during the fork bomb", worst)
+		}
+		// The agent is outside the limit: exec still works, and can
+		// clean up.
+		if _, _, exit := m.sh(t, sb, "kill -9 -1 2>/dev/null; true"); exit.Code != 0 {
+			t.Fatalf("exec after fork bomb: %+v", exit)
+		}
+	})
+
+	t.Run("memory hog is OOM-killed and exec says so", func(t *testing.T) {
+		sb := m.run(t, Config{Limits: backend.Limits{Memory: 256 << 20}})
+		exit, err := m.Exec(ctx, sb.ID, agent.Process{Args: []string{"python3", "-c", "x = bytearray(1 << 30); print(len(x))"}}, agent.Stdio{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if exit.Code != 137 || !strings.Contains(exit.Error, "out of memory") {
+			t.Fatalf("memory hog: %+v", exit)
+		}
+		got, _ := m.Get(ctx, sb.ID)
+		if got.State != StateStopped || !strings.Contains(got.Reason, "out of memory") {
+			t.Fatalf("record after OOM: %+v", got)
+		}
+	})
+
+	t.Run("ttl stops the sandbox", func(t *testing.T) {
+		sb := m.run(t, Config{TTL: 1500 * time.Millisecond})
+		if sb.ExpiresAt == nil {
+			t.Fatal("no expiry recorded")
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) {
+			got, err := m.Get(ctx, sb.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.State == StateStopped {
+				if got.Reason != "expired" {
+					t.Fatalf("stopped for %q, want expired", got.Reason)
+				}
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		t.Fatal("sandbox still running past its TTL")
+	})
+}
+
+func TestOCIImage(t *testing.T) {
+	m := newManager(t)
+	ctx := context.Background()
+	hello := buildHello(t)
+	base := layer(t, file{"bin/", 0o755, nil}, file{"bin/hello", 0o755, hello}, file{"etc/", 0o755, nil},
+		file{"etc/msg", 0o644, []byte("base")}, file{"etc/gone", 0o644, []byte("x")})
+	top := layer(t, file{"etc/", 0o755, nil}, file{"etc/msg", 0o644, []byte("top")}, file{"etc/.wh.gone", 0o644, nil})
+	img := m.importImage(t, "smolvm.local/hello:1", []string{"/bin/hello", "/etc/msg", "/etc/gone"}, base, top)
+	if len(img.Layers) != 2 {
+		t.Fatalf("layers: %v", img.Layers)
+	}
+	sb, err := m.Create(ctx, CreateOptions{Image: "smolvm.local/hello:1", Start: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	m.Logs(ctx, sb.ID, LogOptions{Follow: true, Stdout: &out})
+	if want := "/etc/msg: top\n/etc/gone: open /etc/gone: no such file or directory\n"; out.String() != want {
+		t.Fatalf("image command output %q, want %q", out.String(), want)
+	}
+	got, _ := m.Get(ctx, sb.ID)
+	if got.ExitCode == nil || *got.ExitCode != 0 || got.ImageID != img.ID {
+		t.Fatalf("record: %+v", got)
+	}
+	inUse, err := ImageInUse(ctx, m.st, img.ID)
+	if err != nil || !inUse {
+		t.Fatalf("ImageInUse = %v, %v", inUse, err)
+	}
+}
+
+// TestBadInput: each mistake gets a clear error and changes nothing.
+func TestBadInput(t *testing.T) {
+	m := newManager(t)
+	ctx := context.Background()
+	m.run(t, Config{}) // one sandbox, to see that nothing else appears
+	stopped, err := m.Create(ctx, CreateOptions{Name: "stopped", Start: true, Config: Config{Cmd: []string{"true"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Logs(ctx, stopped.ID, LogOptions{Follow: true})
+	running := m.run(t, Config{})
+	before := snapshot(t, m)
+
+	cases := []struct {
+		name string
+		do   func() error
+		want error
+		msg  string
+	}{
+		{"unknown image", func() error { _, err := m.Create(ctx, CreateOptions{Image: "nosuch:1"}); return err }, image.ErrNotFound, "nosuch"},
+		{"bad image reference", func() error { _, err := m.Create(ctx, CreateOptions{Image: "UPPER/Case::x"}); return err }, image.ErrInvalidRef, ""},
+		{"name taken", func() error { _, err := m.Create(ctx, CreateOptions{Name: "stopped"}); return err }, ErrNameInUse, "stopped"},
+		{"bad name", func() error { _, err := m.Create(ctx, CreateOptions{Name: "../x"}); return err }, ErrInvalid, "name"},
+		{"tiny memory", func() error { _, err := m.Create(ctx, CreateOptions{Config: Config{Limits: backend.Limits{Memory: 1024}}}); return err }, ErrInvalid, "--memory"},
+		{"negative cpus", func() error { _, err := m.Create(ctx, CreateOptions{Config: Config{Limits: backend.Limits{CPUs: -1}}}); return err }, ErrInvalid, "--cpus"},
+		{"too many cpus", func() error { _, err := m.Create(ctx, CreateOptions{Config: Config{Limits: backend.Limits{CPUs: 4096}}}); return err }, ErrInvalid, "--cpus"},
+		{"tiny disk", func() error { _, err := m.Create(ctx, CreateOptions{Config: Config{Limits: backend.Limits{Disk: 1}}}); return err }, ErrInvalid, "--disk"},
+		{"exec into stopped", func() error { _, err := m.Exec(ctx, "stopped", agent.Process{Args: []string{"true"}}, agent.Stdio{}); return err }, ErrNotRunning, "stopped"},
+		{"exec into missing", func() error { _, err := m.Exec(ctx, "ghost", agent.Process{Args: []string{"true"}}, agent.Stdio{}); return err }, ErrNotFound, "ghost"},
+		{"rm running without force", func() error { return m.Remove(ctx, running.ID, false) }, ErrState, "-f"},
+		{"start running", func() error { _, err := m.Start(ctx, running.ID); return err }, ErrState, "running"},
+		{"image command missing", func() error {
+			m.importImage(t, "smolvm.local/broken:1", []string{"/bin/missing"}, layer(t, file{"bin/", 0o755, nil}))
+			_, err := m.Create(ctx, CreateOptions{Image: "smolvm.local/broken:1", Name: "broken", Start: true})
+			var se *StartError
+			if !errors.As(err, &se) || se.Exit.Code != 127 {
+				return fmt.Errorf("want a StartError with exit 127, got %v", err)
+			}
+			return fmt.Errorf("%w: %v", ErrInvalid, err)
+		}, ErrInvalid, "exit 127"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.do()
+			if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.msg) {
+				t.Fatalf("got %v, want %v mentioning %q", err, c.want, c.msg)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error is not one line: %q", err)
+			}
+		})
+	}
+	if after := snapshot(t, m); after != before {
+		t.Fatalf("bad input changed state:\nbefore %s\nafter  %s", before, after)
+	}
+}
+
+// snapshot summarizes sandboxes and their directories.
+func snapshot(t *testing.T, m *testManager) string {
+	sbs, err := m.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, sb := range sbs {
+		fmt.Fprintf(&b, "%s=%s ", sb.Name, sb.State)
+	}
+	dirs, _ := os.ReadDir(filepath.Join(m.dir, "sandboxes"))
+	fmt.Fprintf(&b, "dirs=%d", len(dirs))
+	return b.String()
+}
+
+func TestParallelCreate(t *testing.T) {
+	m := newManager(t)
+	ctx := context.Background()
+	const n = 10
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sb, err := m.Create(ctx, CreateOptions{Name: fmt.Sprintf("p%d", i), Start: true, Config: Config{Limits: backend.Limits{Memory: 256 << 20}}})
+			if err != nil {
+				errs <- err
+				return
+			}
+			var out bytes.Buffer
+			exit, err := m.Exec(ctx, sb.ID, agent.Process{Args: []string{"hostname"}}, agent.Stdio{Stdout: &out})
+			if err != nil || exit.Code != 0 || out.String() != sb.Name+"\n" {
+				errs <- fmt.Errorf("%s: %v %+v %q", sb.Name, err, exit, out.String())
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	sbs, _ := m.List(ctx)
+	running := 0
+	for _, sb := range sbs {
+		if sb.State == StateRunning {
+			running++
+		}
+	}
+	if running != n {
+		t.Fatalf("%d of %d running", running, n)
+	}
+}
+
+// TestCrashDuringCreate kills real smolvm processes at points through a
+// create. Whatever the moment, the result is a usable sandbox or nothing,
+// ls never shows a ghost as running, and gc leaves no trace.
+func TestCrashDuringCreate(t *testing.T) {
+	m := newManager(t)
+	ctx := context.Background()
+	bin := testenv.Smolvm(t)
+	for i, delay := range []time.Duration{5, 30, 80, 150, 250, 400} {
+		cmd := exec.Command(bin, "--data-dir", m.dir, "--runsc", testenv.Runsc(t), "run", "-d", "--name", fmt.Sprintf("crash%d", i))
+		cmd.Env = append(os.Environ(), "SMOLVM_AGENT_BINARY="+testenv.Agent(t))
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(delay * time.Millisecond)
+		cmd.Process.Kill()
+		cmd.Wait()
+	}
+	sbs, err := m.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range sbs {
+		if sb.State == StateRunning {
+			var out bytes.Buffer
+			exit, err := m.Exec(ctx, sb.ID, agent.Process{Args: []string{"true"}}, agent.Stdio{Stdout: &out})
+			if err != nil || exit.Code != 0 {
+				t.Fatalf("%s listed running but unusable: %v %+v", sb.Name, err, exit)
+			}
+		}
+	}
+	if _, err := m.GC(ctx); err != nil {
+		t.Fatal(err)
+	}
+	keep := map[string]bool{}
+	sbs, _ = m.List(ctx)
+	for _, sb := range sbs {
+		if sb.State == StateCreating {
+			t.Fatalf("gc left orphan %s", sb.Name)
+		}
+		keep[sb.ID] = true
+		if err := m.Remove(ctx, sb.ID, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dirs, _ := os.ReadDir(filepath.Join(m.dir, "sandboxes"))
+	if len(dirs) != 0 {
+		t.Fatalf("directories left: %v", dirs)
+	}
+	if mi, _ := os.ReadFile("/proc/self/mountinfo"); bytes.Contains(mi, []byte(m.dir)) {
+		t.Fatal("mounts left under the data dir")
+	}
+	if out, _ := exec.Command("pgrep", "-f", m.dir).Output(); len(out) > 0 {
+		t.Fatalf("processes left: %s", out)
+	}
+}

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Runs smolvm's whole test suite: unit tests, and integration tests against
+# real runsc sandboxes (installed first if missing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install.sh
+export PATH=${PREFIX:-/usr/local}/bin:$PATH
+export SMOLVM_RUNSC=${SMOLVM_RUNSC:-$(command -v runsc)}
+go vet ./...
+go test -count=1 -timeout 45m ./...
