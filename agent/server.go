@@ -43,18 +43,32 @@ type Config struct {
 	// Deadline, when set, is the end of the sandbox's time to live: the
 	// agent stops everything then, so expiry needs no daemon.
 	Deadline *time.Time `json:"deadline,omitempty"`
+	// Pids caps the number of processes and threads the sandbox's
+	// workload may have. The agent itself stays outside the cap, so a fork
+	// bomb cannot take away the host's way in.
+	Pids int64 `json:"pids,omitempty"`
 }
 
 // Server is the agent's state.
 type Server struct {
 	cfg    Config
 	reaper *reaper
+	// cgroup is an open workload cgroup directory; children are cloned
+	// straight into it (CLONE_INTO_CGROUP), so none escapes the limit.
+	cgroup int
 }
 
 // Serve runs the agent until ctx ends or the main process exits, returning
 // the status the agent should exit with.
 func Serve(ctx context.Context, cfg Config) (int, error) {
-	s := &Server{cfg: cfg, reaper: newReaper()}
+	s := &Server{cfg: cfg, reaper: newReaper(), cgroup: -1}
+	if cfg.Pids > 0 {
+		fd, err := workloadCgroup(cgroupRoot, cfg.Pids)
+		if err != nil {
+			return 1, fmt.Errorf("pids limit: %w", err)
+		}
+		s.cgroup = fd
+	}
 	os.Remove(cfg.Socket)
 	ln, err := net.Listen("unix", cfg.Socket)
 	if err != nil {
@@ -196,6 +210,10 @@ func (s *Server) command(p Process) (*exec.Cmd, error) {
 		cmd.Dir = "/"
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if s.cgroup >= 0 {
+		cmd.SysProcAttr.UseCgroupFD = true
+		cmd.SysProcAttr.CgroupFD = s.cgroup
+	}
 	return cmd, nil
 }
 

@@ -265,12 +265,30 @@ func TestBadInput(t *testing.T) {
 		{"bad image reference", func() error { _, err := m.Create(ctx, CreateOptions{Image: "UPPER/Case::x"}); return err }, image.ErrInvalidRef, ""},
 		{"name taken", func() error { _, err := m.Create(ctx, CreateOptions{Name: "stopped"}); return err }, ErrNameInUse, "stopped"},
 		{"bad name", func() error { _, err := m.Create(ctx, CreateOptions{Name: "../x"}); return err }, ErrInvalid, "name"},
-		{"tiny memory", func() error { _, err := m.Create(ctx, CreateOptions{Config: Config{Limits: backend.Limits{Memory: 1024}}}); return err }, ErrInvalid, "--memory"},
-		{"negative cpus", func() error { _, err := m.Create(ctx, CreateOptions{Config: Config{Limits: backend.Limits{CPUs: -1}}}); return err }, ErrInvalid, "--cpus"},
-		{"too many cpus", func() error { _, err := m.Create(ctx, CreateOptions{Config: Config{Limits: backend.Limits{CPUs: 4096}}}); return err }, ErrInvalid, "--cpus"},
-		{"tiny disk", func() error { _, err := m.Create(ctx, CreateOptions{Config: Config{Limits: backend.Limits{Disk: 1}}}); return err }, ErrInvalid, "--disk"},
-		{"exec into stopped", func() error { _, err := m.Exec(ctx, "stopped", agent.Process{Args: []string{"true"}}, agent.Stdio{}); return err }, ErrNotRunning, "stopped"},
-		{"exec into missing", func() error { _, err := m.Exec(ctx, "ghost", agent.Process{Args: []string{"true"}}, agent.Stdio{}); return err }, ErrNotFound, "ghost"},
+		{"tiny memory", func() error {
+			_, err := m.Create(ctx, CreateOptions{Config: Config{Limits: backend.Limits{Memory: 1024}}})
+			return err
+		}, ErrInvalid, "--memory"},
+		{"negative cpus", func() error {
+			_, err := m.Create(ctx, CreateOptions{Config: Config{Limits: backend.Limits{CPUs: -1}}})
+			return err
+		}, ErrInvalid, "--cpus"},
+		{"too many cpus", func() error {
+			_, err := m.Create(ctx, CreateOptions{Config: Config{Limits: backend.Limits{CPUs: 4096}}})
+			return err
+		}, ErrInvalid, "--cpus"},
+		{"tiny disk", func() error {
+			_, err := m.Create(ctx, CreateOptions{Config: Config{Limits: backend.Limits{Disk: 1}}})
+			return err
+		}, ErrInvalid, "--disk"},
+		{"exec into stopped", func() error {
+			_, err := m.Exec(ctx, "stopped", agent.Process{Args: []string{"true"}}, agent.Stdio{})
+			return err
+		}, ErrNotRunning, "stopped"},
+		{"exec into missing", func() error {
+			_, err := m.Exec(ctx, "ghost", agent.Process{Args: []string{"true"}}, agent.Stdio{})
+			return err
+		}, ErrNotFound, "ghost"},
 		{"rm running without force", func() error { return m.Remove(ctx, running.ID, false) }, ErrState, "-f"},
 		{"start running", func() error { _, err := m.Start(ctx, running.ID); return err }, ErrState, "running"},
 		{"image command missing", func() error {
