@@ -19,7 +19,7 @@ import (
 func (a *app) runscPath() (string, error) {
 	if a.runsc != "" {
 		if _, err := os.Stat(a.runsc); err != nil {
-			return "", fmt.Errorf("runsc %s: %w", a.runsc, err)
+			return "", fmt.Errorf("runsc %s: %w (%s)", a.runsc, err, installHint)
 		}
 		return a.runsc, nil
 	}
@@ -32,8 +32,10 @@ func (a *app) runscPath() (string, error) {
 	if p, err := exec.LookPath("runsc"); err == nil {
 		return p, nil
 	}
-	return "", errors.New("runsc not found: install it with scripts/install.sh (builds the pinned gVisor runsc), or point --runsc / SMOLVM_RUNSC at one")
+	return "", errors.New("runsc not found: " + installHint)
 }
+
+const installHint = "install it with scripts/install.sh (builds the pinned gVisor runsc), or point --runsc / SMOLVM_RUNSC at one"
 
 // agentBinary finds smolvm-agent, the static binary that runs as PID 1 in
 // every sandbox: $SMOLVM_AGENT_BINARY, beside smolvm, then $PATH.

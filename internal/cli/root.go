@@ -55,6 +55,12 @@ func Main(args []string) int {
 	a := &app{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	return a.run(ctx, args)
+}
+
+// run executes one command line and returns its exit status, printing
+// errors as one "smolvm: ..." line.
+func (a *app) run(ctx context.Context, args []string) int {
 	root := a.rootCmd()
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)

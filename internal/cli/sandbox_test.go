@@ -1,0 +1,167 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"smolvm.dev/smolvm/internal/testenv"
+	"smolvm.dev/smolvm/sandbox"
+)
+
+// sbCLI runs smolvm command lines in-process against one data dir, the way
+// a user at a shell would, with real runsc sandboxes.
+type sbCLI struct {
+	t       *testing.T
+	dataDir string
+	runsc   string
+}
+
+func newSandboxCLI(t *testing.T) *sbCLI {
+	c := &sbCLI{t: t, dataDir: t.TempDir(), runsc: testenv.Runsc(t)}
+	t.Setenv("SMOLVM_AGENT_BINARY", testenv.Agent(t))
+	t.Cleanup(func() {
+		ids, _, _ := c.run("", "ls", "-q")
+		for _, id := range strings.Fields(ids) {
+			c.run("", "rm", "-f", id)
+		}
+	})
+	return c
+}
+
+// run returns stdout, stderr and the exit status.
+func (c *sbCLI) run(stdin string, args ...string) (string, string, int) {
+	var out, errb bytes.Buffer
+	a := &app{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errb}
+	code := a.run(context.Background(), append([]string{"--data-dir", c.dataDir, "--runsc", c.runsc}, args...))
+	return out.String(), errb.String(), code
+}
+
+func (c *sbCLI) must(args ...string) string {
+	c.t.Helper()
+	out, errOut, code := c.run("", args...)
+	if code != 0 {
+		c.t.Fatalf("smolvm %v: exit %d: %s", args, code, errOut)
+	}
+	return out
+}
+
+func TestCLIRunAndExec(t *testing.T) {
+	c := newSandboxCLI(t)
+	out, errOut, code := c.run("", "run", "--rm", "--", "sh", "-c", "echo hi; echo oops >&2; exit 5")
+	if out != "hi\n" || errOut != "oops\n" || code != 5 {
+		t.Fatalf("run: out %q err %q code %d", out, errOut, code)
+	}
+	if out := c.must("ls", "-q"); out != "" {
+		t.Fatalf("--rm left %q", out)
+	}
+
+	c.must("run", "-d", "--name", "box", "--memory", "256m", "--cpus", "1", "--env", "X=1", "--timeout", "10m")
+	out, errOut, code = c.run("", "exec", "box", "--", "sh", "-c", "echo $X; echo e >&2; exit 7")
+	if out != "1\n" || errOut != "e\n" || code != 7 {
+		t.Fatalf("exec: out %q err %q code %d", out, errOut, code)
+	}
+	if out, _, code := c.run("from stdin", "exec", "-i", "box", "--", "cat"); out != "from stdin" || code != 0 {
+		t.Fatalf("exec -i: %q %d", out, code)
+	}
+	if out, _, code := c.run("", "exec", "-t", "box", "--", "sh", "-c", "test -t 1 && echo tty"); !strings.Contains(out, "tty") || code != 0 {
+		t.Fatalf("exec -t: %q %d", out, code)
+	}
+	if _, errOut, code := c.run("", "exec", "box", "--", "no-such-cmd"); code != 127 || !strings.Contains(errOut, "not found") {
+		t.Fatalf("missing command: %d %q", code, errOut)
+	}
+	if _, _, code := c.run("", "exec", "box", "--", "/etc/passwd"); code != 126 {
+		t.Fatalf("not executable: %d", code)
+	}
+
+	var list []sandbox.Sandbox
+	if err := json.Unmarshal([]byte(c.must("ls", "--json")), &list); err != nil || len(list) != 1 || list[0].Name != "box" || list[0].State != sandbox.StateRunning {
+		t.Fatalf("ls --json: %v %+v", err, list)
+	}
+	table := c.must("ls")
+	for _, want := range []string{"NAME", "box", "running", "gvisor", "256MiB", "left"} {
+		if !strings.Contains(table, want) {
+			t.Fatalf("ls table lacks %q:\n%s", want, table)
+		}
+	}
+	if out := c.must("inspect", "box"); !strings.Contains(out, `"stats"`) || !strings.Contains(out, `"expires_at"`) {
+		t.Fatalf("inspect: %s", out)
+	}
+
+	// cp both ways.
+	src := filepath.Join(t.TempDir(), "in.txt")
+	os.WriteFile(src, []byte("data"), 0o644)
+	c.must("cp", src, "box:/tmp/in.txt")
+	dst := filepath.Join(t.TempDir(), "out.txt")
+	c.must("cp", "box:/tmp/in.txt", dst)
+	if b, _ := os.ReadFile(dst); string(b) != "data" {
+		t.Fatalf("cp round trip: %q", b)
+	}
+
+	c.must("stop", "box")
+	if _, errOut, code := c.run("", "exec", "box", "--", "true"); code != 125 || !strings.Contains(errOut, "stopped") {
+		t.Fatalf("exec into stopped: %d %q", code, errOut)
+	}
+	c.must("rm", "box")
+}
+
+func TestCLILogs(t *testing.T) {
+	c := newSandboxCLI(t)
+	c.must("run", "-d", "--name", "job", "--", "sh", "-c", "echo one; sleep 0.3; echo two >&2")
+	out, errOut, code := c.run("", "logs", "-f", "job")
+	if out != "one\n" || errOut != "two\n" || code != 0 {
+		t.Fatalf("logs -f: %q %q %d", out, errOut, code)
+	}
+	if out := c.must("ls"); !strings.Contains(out, "stopped (0)") {
+		t.Fatalf("ls after exit:\n%s", out)
+	}
+}
+
+// TestCLIBadInput: each mistake is one line on stderr, exit 125, and
+// nothing changes.
+func TestCLIBadInput(t *testing.T) {
+	c := newSandboxCLI(t)
+	c.must("run", "-d", "--name", "taken")
+	before := c.must("ls", "-q")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "-d", "--image", "nosuch:latest"}, "nosuch"},
+		{[]string{"run", "-d", "--image", "Bad::Ref"}, "invalid"},
+		{[]string{"run", "-d", "--name", "taken"}, "already in use"},
+		{[]string{"run", "-d", "--memory", "1k"}, "--memory"},
+		{[]string{"run", "-d", "--cpus", "0"}, "--cpus"},
+		{[]string{"run", "-d", "--pids", "0"}, "--pids"},
+		{[]string{"run", "-d", "--memory", "lots"}, "invalid size"},
+		{[]string{"run", "-d", "--env", "NOEQUALS"}, "KEY=VALUE"},
+		{[]string{"run", "--rm", "-d"}, "cannot be combined"},
+		{[]string{"exec", "ghost", "--", "true"}, "no such sandbox"},
+		{[]string{"rm", "taken"}, "-f"},
+		{[]string{"cp", "a", "b"}, "SANDBOX:PATH"},
+		{[]string{"run", "--bogus-flag"}, "unknown flag"},
+	} {
+		_, errOut, code := c.run("", tc.args...)
+		if code != 125 || !strings.Contains(errOut, tc.want) || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("smolvm %v: exit %d, stderr %q; want 125 and one line mentioning %q", tc.args, code, errOut, tc.want)
+		}
+	}
+	if after := c.must("ls", "-q"); after != before {
+		t.Fatalf("bad input changed the sandbox list: %q -> %q", before, after)
+	}
+
+	// An unwritable data dir and a missing runsc.
+	var out, errb bytes.Buffer
+	a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: &errb}
+	if code := a.run(context.Background(), []string{"--data-dir", "/proc/version/x", "ls"}); code != 125 || !strings.Contains(errb.String(), "/proc/version/x") {
+		t.Errorf("unwritable data dir: %d %q", code, errb.String())
+	}
+	errb.Reset()
+	if code := a.run(context.Background(), []string{"--data-dir", c.dataDir, "--runsc", "/nonexistent/runsc", "ls"}); code != 125 || !strings.Contains(errb.String(), "scripts/install.sh") {
+		t.Errorf("missing runsc: %d %q", code, errb.String())
+	}
+}
