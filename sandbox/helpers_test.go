@@ -32,7 +32,7 @@ type testManager struct {
 	images *image.Store
 }
 
-func newManager(t *testing.T) *testManager {
+func newManager(t testing.TB) *testManager {
 	t.Helper()
 	runsc := testenv.Runsc(t)
 	ctx := context.Background()

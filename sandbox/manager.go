@@ -138,20 +138,16 @@ func hostnameFor(name, id string) string {
 // user's config overrides, as docker does.
 func (m *Manager) specFor(r *record, img *image.Image) backend.Spec {
 	cfg := r.Config
-	rootfs := m.images.Rootfs(img)
 	s := backend.Spec{
 		ID:          r.ID,
 		Hostname:    cfg.Hostname,
 		Dir:         filepath.Join(m.dataDir, "sandboxes", r.ID),
-		Rootfs:      backend.Rootfs{LowerDirs: rootfs.LowerDirs},
+		Rootfs:      m.rootfs(img),
 		Env:         agent.MergeEnv(img.Config.Env, cfg.Env, []string{"SMOLVM_SANDBOX_ID=" + r.ID, "SMOLVM_SANDBOX_NAME=" + r.Name, "HOSTNAME=" + cfg.Hostname}),
 		WorkDir:     firstNonEmpty(cfg.WorkDir, img.Config.WorkingDir),
 		User:        firstNonEmpty(cfg.User, img.Config.User),
 		Limits:      cfg.Limits,
 		AgentBinary: m.agentBinary,
-	}
-	for _, mt := range rootfs.Mounts {
-		s.Rootfs.Mounts = append(s.Rootfs.Mounts, backend.Mount{Source: mt.Source, Destination: mt.Destination})
 	}
 	args := cfg.Cmd
 	if len(args) == 0 {
@@ -162,6 +158,25 @@ func (m *Manager) specFor(r *record, img *image.Image) backend.Spec {
 		s.Main = &agent.Process{Args: args}
 	}
 	return s
+}
+
+func (m *Manager) rootfs(img *image.Image) backend.Rootfs {
+	rf := m.images.Rootfs(img)
+	out := backend.Rootfs{LowerDirs: rf.LowerDirs}
+	for _, mt := range rf.Mounts {
+		out.Mounts = append(out.Mounts, backend.Mount{Source: mt.Source, Destination: mt.Destination})
+	}
+	return out
+}
+
+// ImageRootfs resolves an image to what a backend mounts, for tools that
+// drive a backend directly (benchmark baselines).
+func (m *Manager) ImageRootfs(ctx context.Context, ref string) (backend.Rootfs, error) {
+	img, err := m.images.Get(ctx, ref)
+	if err != nil {
+		return backend.Rootfs{}, err
+	}
+	return m.rootfs(img), nil
 }
 
 func firstNonEmpty(s ...string) string {

@@ -15,14 +15,12 @@ import (
 	"smolvm.dev/smolvm/agent"
 	"smolvm.dev/smolvm/backend"
 	"smolvm.dev/smolvm/backend/gvisor"
-	"smolvm.dev/smolvm/image"
 	"smolvm.dev/smolvm/sandbox"
 )
 
 // Options configure a run.
 type Options struct {
 	Manager *sandbox.Manager
-	Images  *image.Store
 	Runsc   string
 	// Dir holds the baseline's scratch sandboxes.
 	Dir string
@@ -53,14 +51,9 @@ func (s Series) Quantile(q float64) time.Duration {
 func Run(ctx context.Context, o Options) ([]Series, error) {
 	cold := Series{Name: "cold start: create+start+exec true", Baseline: "runsc run -detach + runsc exec true"}
 	stockCold := Series{Name: "runsc run -detach + runsc exec true"}
-	host, err := o.Images.Get(ctx, sandbox.DefaultImage)
+	rootfs, err := o.Manager.ImageRootfs(ctx, sandbox.DefaultImage)
 	if err != nil {
 		return nil, err
-	}
-	rf := o.Images.Rootfs(host)
-	rootfs := backend.Rootfs{LowerDirs: rf.LowerDirs}
-	for _, m := range rf.Mounts {
-		rootfs.Mounts = append(rootfs.Mounts, backend.Mount{Source: m.Source, Destination: m.Destination})
 	}
 	for i := 0; i < o.Cold; i++ {
 		d, err := coldStart(ctx, o.Manager)

@@ -34,7 +34,7 @@ func (a *app) benchCmd() *cobra.Command {
 				return err
 			}
 			defer os.RemoveAll(dir)
-			series, err := bench.Run(ctx, bench.Options{Manager: e.mgr, Images: e.images, Runsc: runsc, Dir: dir, Cold: cold, Exec: execs})
+			series, err := bench.Run(ctx, bench.Options{Manager: e.mgr, Runsc: runsc, Dir: dir, Cold: cold, Exec: execs})
 			if err != nil {
 				return err
 			}

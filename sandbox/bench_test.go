@@ -1,0 +1,125 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"smolvm.dev/smolvm/agent"
+	"smolvm.dev/smolvm/backend"
+	"smolvm.dev/smolvm/backend/gvisor"
+	"smolvm.dev/smolvm/internal/testenv"
+)
+
+// The benchmarks pair each smolvm operation with the stock runsc CLI doing
+// the same (BenchmarkStock*), so one run measures both under the same
+// machine load. Each reports p50 and p99 besides the mean.
+
+func reportQuantiles(b *testing.B, samples []time.Duration) {
+	slices.Sort(samples)
+	q := func(p float64) float64 {
+		i := max(0, min(len(samples)-1, int(p*float64(len(samples))+0.5)-1))
+		return float64(samples[i].Microseconds()) / 1000
+	}
+	b.ReportMetric(q(0.50), "p50-ms")
+	b.ReportMetric(q(0.99), "p99-ms")
+}
+
+func BenchmarkExecTrue(b *testing.B) {
+	m := newManager(b)
+	ctx := context.Background()
+	sb, err := m.Create(ctx, CreateOptions{Start: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var samples []time.Duration
+	for b.Loop() {
+		t := time.Now()
+		exit, err := m.Exec(ctx, sb.ID, agent.Process{Args: []string{"true"}}, agent.Stdio{})
+		if err != nil || exit.Code != 0 {
+			b.Fatal(err, exit)
+		}
+		samples = append(samples, time.Since(t))
+	}
+	reportQuantiles(b, samples)
+}
+
+func BenchmarkColdStart(b *testing.B) {
+	m := newManager(b)
+	ctx := context.Background()
+	var samples []time.Duration
+	for b.Loop() {
+		t := time.Now()
+		sb, err := m.Create(ctx, CreateOptions{Start: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if exit, err := m.Exec(ctx, sb.ID, agent.Process{Args: []string{"true"}}, agent.Stdio{}); err != nil || exit.Code != 0 {
+			b.Fatal(err, exit)
+		}
+		samples = append(samples, time.Since(t))
+		b.StopTimer()
+		m.Remove(ctx, sb.ID, true)
+		b.StartTimer()
+	}
+	reportQuantiles(b, samples)
+}
+
+func BenchmarkStockExecTrue(b *testing.B) {
+	m := newManager(b)
+	ctx := context.Background()
+	s, err := gvisor.NewStock(testenv.Runsc(b), hostRootfs(b, m), filepath.Join(m.dir, "stock"), "stock")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Delete(ctx)
+	if err := s.Run(ctx); err != nil {
+		b.Fatal(err)
+	}
+	var samples []time.Duration
+	for b.Loop() {
+		t := time.Now()
+		if err := s.Exec(ctx, "/usr/bin/true"); err != nil {
+			b.Fatal(err)
+		}
+		samples = append(samples, time.Since(t))
+	}
+	reportQuantiles(b, samples)
+}
+
+func BenchmarkStockColdStart(b *testing.B) {
+	m := newManager(b)
+	ctx := context.Background()
+	rootfs := hostRootfs(b, m)
+	var samples []time.Duration
+	for i := 0; b.Loop(); i++ {
+		id := fmt.Sprintf("stock%d", i)
+		s, err := gvisor.NewStock(testenv.Runsc(b), rootfs, filepath.Join(m.dir, id), id)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t := time.Now()
+		if err := s.Run(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Exec(ctx, "/usr/bin/true"); err != nil {
+			b.Fatal(err)
+		}
+		samples = append(samples, time.Since(t))
+		b.StopTimer()
+		s.Delete(ctx)
+		b.StartTimer()
+	}
+	reportQuantiles(b, samples)
+}
+
+func hostRootfs(b *testing.B, m *testManager) backend.Rootfs {
+	rf, err := m.ImageRootfs(context.Background(), DefaultImage)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return rf
+}
