@@ -69,6 +69,13 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Sandbox, error)
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Policy != "" {
+		abs, err := validPolicy(cfg.Policy)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Policy = abs
+	}
 	id := newID()
 	name := o.Name
 	if name == "" {
@@ -93,6 +100,11 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Sandbox, error)
 		State: StateCreating, Config: cfg, CreatedAt: store.Now(),
 	}}
 	r.spec = m.specFor(r, img)
+	if r.spec.Main != nil {
+		if err := m.checkPolicy(ctx, r, r.spec.Main.Args); err != nil {
+			return nil, fmt.Errorf("create: %w", err)
+		}
+	}
 
 	unlock, err := m.lock(id)
 	if err != nil {
@@ -458,6 +470,9 @@ func (m *Manager) finish(ctx context.Context, r *record, reason string) {
 func (m *Manager) Exec(ctx context.Context, ref string, p agent.Process, stdio agent.Stdio) (agent.Exit, error) {
 	r, err := m.running(ctx, ref)
 	if err != nil {
+		return agent.Exit{}, err
+	}
+	if err := m.checkPolicy(ctx, r, p.Args); err != nil {
 		return agent.Exit{}, err
 	}
 	exit, err := m.be.Exec(ctx, &r.spec, p, stdio)

@@ -58,6 +58,9 @@ type Config struct {
 	Limits   backend.Limits `json:"limits"`
 	// TTL is how long the sandbox may run after each start; 0 is forever.
 	TTL time.Duration `json:"ttl,omitempty"`
+	// Policy is a repository root whose .smolvm/policy.toml governs every
+	// command run in the sandbox, checked before it starts.
+	Policy string `json:"policy,omitempty"`
 }
 
 // DefaultImage is the builtin image: the host's /usr under a synthetic /etc.

@@ -21,12 +21,14 @@ import (
 	"smolvm.dev/smolvm/agent"
 	"smolvm.dev/smolvm/backend"
 	"smolvm.dev/smolvm/internal/units"
+	"smolvm.dev/smolvm/policy"
 	"smolvm.dev/smolvm/sandbox"
 )
 
 // createFlags are shared by run and create.
 type createFlags struct {
 	name, image, workdir, user, hostname string
+	policy                               string
 	cpus                                 float64
 	memory, disk                         string
 	pids                                 int64
@@ -46,11 +48,12 @@ func (f *createFlags) register(fs *pflag.FlagSet) {
 	fs.StringVarP(&f.user, "user", "u", "", "user (name, uid or uid:gid)")
 	fs.StringVar(&f.hostname, "hostname", "", "hostname (default: the name)")
 	fs.DurationVar(&f.timeout, "timeout", 0, "time to live after start, e.g. 15m; the sandbox is stopped then (default: none)")
+	fs.StringVar(&f.policy, "policy", "", "repository whose .smolvm/policy.toml every command in the sandbox must pass")
 }
 
 func (f *createFlags) options(fs *pflag.FlagSet, cmd []string, start bool) (sandbox.CreateOptions, error) {
 	o := sandbox.CreateOptions{Name: f.name, Image: f.image, Start: start, Config: sandbox.Config{
-		Cmd: cmd, Env: f.env, WorkDir: f.workdir, User: f.user, Hostname: f.hostname, TTL: f.timeout,
+		Cmd: cmd, Env: f.env, WorkDir: f.workdir, User: f.user, Hostname: f.hostname, TTL: f.timeout, Policy: f.policy,
 		Limits: backend.Limits{CPUs: f.cpus, Pids: f.pids},
 	}}
 	// Zero means "default" inside; typed explicitly it is impossible.
@@ -427,6 +430,9 @@ func (a *app) execCmd() *cobra.Command {
 				defer restore()
 			}
 			exit, err := e.mgr.Exec(ctx, args[0], p, stdio)
+			if errors.Is(err, policy.ErrDenied) {
+				return &exitError{code: exitCannotRun, err: err}
+			}
 			if err != nil {
 				return err
 			}
