@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,14 +14,34 @@ import (
 	"github.com/spf13/cobra"
 
 	"smolvm.dev/smolvm/memory"
+	"smolvm.dev/smolvm/policy"
 )
 
-// memoryProposed decides whether a new fact must be reviewed before it
-// becomes valid. Humans write directly; for agents the trust policy's
-// memory.change rule decides: allow writes directly, ask and deny propose.
-// direct cannot lift the policy: enforcement is smolvm's, not the caller's.
-func memoryProposed(author string, direct bool) bool {
-	return strings.HasPrefix(author, "agent:") && !policyAllowsMemoryChange()
+// memoryProposed decides whether a new fact by author in the repository at
+// root must be reviewed before it becomes valid. Humans write directly. For
+// an agent the repository's trust policy decides (memory.change: allow
+// writes directly, ask and deny propose) and the decision is audited in the
+// data directory. No flag lifts the policy: enforcement is smolvm's, not
+// the caller's.
+func memoryProposed(ctx context.Context, a *app, root, author string) (bool, error) {
+	if !strings.HasPrefix(author, "agent:") {
+		return false, nil
+	}
+	p, err := policy.Load(root)
+	if err != nil {
+		return true, fmt.Errorf("trust policy: %w", err)
+	}
+	l, closeLedger, err := a.policyLedger(ctx)
+	if err != nil {
+		return true, err
+	}
+	defer closeLedger()
+	gate := &policy.Gate{Policy: p, Ledger: l}
+	d, err := gate.Evaluate(ctx, policy.Action{Kind: policy.Memory}, author)
+	if err != nil {
+		return true, fmt.Errorf("audit memory change: %w", err)
+	}
+	return d.Outcome != policy.Allow, nil
 }
 
 // memoryCLI holds the memory group's shared flag.
@@ -113,7 +134,7 @@ func (m *memoryCLI) addCmd() *cobra.Command {
 	var direct, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "add TEXT --kind KIND [--anchor PATH[:L1-L2|#Symbol]]...",
-		Short: "Record a fact (agents' facts are proposed for review unless --direct)",
+		Short: "Record a fact (agents' facts are proposed unless the trust policy allows memory changes)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, base, err := m.open(cmd)
@@ -128,13 +149,20 @@ func (m *memoryCLI) addCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if direct {
+				fmt.Fprintln(m.stderr, "smolvm: --direct is ignored: the trust policy's memory.change decides")
+			}
 			author := m.actor(cmd, r, author)
+			proposed, err := memoryProposed(cmd.Context(), m.app, r.Root(), author)
+			if err != nil {
+				return err
+			}
 			f, err := r.Add(cmd.Context(), memory.AddOptions{
 				Text:       strings.Join(args, " "),
 				Kind:       k,
 				Author:     author,
 				Anchors:    as,
-				Proposed:   memoryProposed(author, direct),
+				Proposed:   proposed,
 				Supersedes: supersedes,
 			})
 			if err != nil {
@@ -151,7 +179,9 @@ func (m *memoryCLI) addCmd() *cobra.Command {
 	fl.StringVar(&kind, "kind", "", "decision, convention, architecture or gotcha (required)")
 	fl.StringArrayVar(&anchors, "anchor", nil, "anchor `PATH[:L1-L2|#Symbol]` (repeatable)")
 	fl.StringVar(&author, "author", "", "human:NAME or agent:NAME (default $SMOLVM_AUTHOR, then human:<git user.name>)")
-	fl.BoolVar(&direct, "direct", false, "make an agent's fact valid at once instead of proposed")
+	// --direct used to let agents skip review; old scripts may still pass it.
+	fl.BoolVar(&direct, "direct", false, "ignored: the trust policy decides")
+	fl.MarkHidden("direct")
 	fl.StringVar(&supersedes, "supersedes", "", "`ID` of a fact this one replaces (closed once this is valid)")
 	fl.BoolVar(&asJSON, "json", false, "print the fact as JSON")
 	cmd.MarkFlagRequired("kind")

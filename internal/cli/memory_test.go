@@ -9,6 +9,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"smolvm.dev/smolvm/policy"
+	"smolvm.dev/smolvm/store"
 )
 
 // memoryRun runs smolvm with args and returns its output and exit status.
@@ -53,6 +57,8 @@ func memoryRepo(t *testing.T) string {
 		"GIT_AUTHOR_NAME": "Alice", "GIT_AUTHOR_EMAIL": "a@example.com",
 		"GIT_COMMITTER_NAME": "Alice", "GIT_COMMITTER_EMAIL": "a@example.com",
 		"SMOLVM_AUTHOR": "",
+		// Agents' writes are audited in the data directory.
+		"SMOLVM_DATA_DIR": t.TempDir(),
 	} {
 		t.Setenv(k, v)
 	}
@@ -96,7 +102,8 @@ func TestMemoryCLI(t *testing.T) {
 	if !strings.HasSuffix(strings.TrimSpace(out), " valid") {
 		t.Errorf("human add: %q", out)
 	}
-	// An agent's fact is proposed unless --direct.
+	// Without a policy file memory changes ask, so an agent's fact is
+	// proposed, and --direct does not get around that.
 	agent := memoryID(t, memoryMust(t, 0, dir, "add", "Stop drains connections", "--kind", "decision",
 		"--anchor", "srv/srv.go#Stop", "--author", "agent:claude-1"))
 	direct := memoryID(t, memoryMust(t, 0, dir, "add", "srv is the HTTP layer", "--kind", "architecture",
@@ -110,12 +117,13 @@ func TestMemoryCLI(t *testing.T) {
 	for _, f := range facts {
 		got[f.ID] = f.Status + " " + f.Author
 	}
-	if got[human] != "valid human:Alice" || got[agent] != "proposed agent:claude-1" || got[direct] != "valid agent:claude-1" {
+	if got[human] != "valid human:Alice" || got[agent] != "proposed agent:claude-1" || got[direct] != "proposed agent:claude-1" {
 		t.Errorf("ls: %v", got)
 	}
-	if out := memoryMust(t, 0, dir, "review"); !strings.Contains(out, agent) || strings.Contains(out, human) {
+	if out := memoryMust(t, 0, dir, "review"); !strings.Contains(out, agent) || !strings.Contains(out, direct) || strings.Contains(out, human) {
 		t.Errorf("review list:\n%s", out)
 	}
+	memoryMust(t, 0, dir, "review", direct, "--accept", "--by", "human:bob")
 
 	// Recall skips the proposal and ranks the file anchor over the
 	// directory anchor.
@@ -191,20 +199,121 @@ func TestMemoryCLI(t *testing.T) {
 	}
 }
 
-// TestMemoryProposed pins the default trust decision the policy package
-// will replace.
+// TestMemoryProposed checks that the trust policy of the repository given
+// with -C, not of the current directory, decides whether an agent's fact is
+// proposed, that --direct cannot override it, and that each agent write
+// leaves one audit record.
 func TestMemoryProposed(t *testing.T) {
 	for _, tc := range []struct {
-		author string
-		direct bool
-		want   bool
+		name, policy string // policy file text; "" for none
+		outcome      policy.Outcome
 	}{
-		{"agent:claude-1", false, true},
-		{"agent:claude-1", true, false},
-		{"human:alice", false, false},
+		{"none", "", policy.Ask},
+		{"allow", "[memory]\nchange = \"allow\"\n", policy.Allow},
+		{"ask", "[memory]\nchange = \"ask\"\n", policy.Ask},
+		{"deny", "[memory]\nchange = \"deny\"\n", policy.Deny},
+		{"default allow", "default = \"allow\"\n", policy.Allow},
+		{"trusted", "preset = \"trusted\"\n", policy.Allow},
+		{"read-only", "preset = \"read-only\"\n", policy.Deny},
+		{"deny beats default", "default = \"allow\"\n[memory]\nchange = \"deny\"\n", policy.Deny},
 	} {
-		if got := memoryProposed(tc.author, tc.direct); got != tc.want {
-			t.Errorf("memoryProposed(%q, %v) = %v", tc.author, tc.direct, got)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			dir := memoryRepo(t)
+			if tc.policy != "" {
+				memoryPolicy(t, dir, tc.policy)
+			}
+			// The current directory's repository says the opposite, so
+			// reading the policy from there would give the wrong answer.
+			other := memoryRepo(t)
+			opposite := "allow"
+			if tc.outcome == policy.Allow {
+				opposite = "deny"
+			}
+			memoryPolicy(t, other, "[memory]\nchange = \""+opposite+"\"\n")
+			t.Chdir(other)
+
+			data := t.TempDir()
+			want := "proposed"
+			if tc.outcome == policy.Allow {
+				want = "valid"
+			}
+			for _, extra := range [][]string{nil, {"--direct"}} {
+				args := append([]string{"--data-dir", data, "memory", "-C", filepath.Join(dir, "srv"),
+					"add", "Stop drains connections", "--kind", "decision", "--author", "agent:claude-1"}, extra...)
+				out, errOut, code := memoryRun(t, args...)
+				if f := strings.Fields(out); code != 0 || len(f) != 2 || f[1] != want {
+					t.Errorf("agent add %v: exit %d, %q, want %s\n%s", extra, code, out, want, errOut)
+				}
+				if ignored := strings.Contains(errOut, "--direct is ignored"); ignored != (extra != nil) {
+					t.Errorf("agent add %v: stderr %q", extra, errOut)
+				}
+			}
+			out, errOut, code := memoryRun(t, "--data-dir", data, "memory", "-C", dir,
+				"add", "Serve must not block", "--kind", "gotcha", "--author", "human:alice")
+			if f := strings.Fields(out); code != 0 || len(f) != 2 || f[1] != "valid" {
+				t.Errorf("human add: exit %d, %q\n%s", code, out, errOut)
+			}
+
+			// One record per agent write, none for the human's.
+			recs := memoryAudit(t, data)
+			if len(recs) != 2 {
+				t.Fatalf("%d audit records, want 2: %+v", len(recs), recs)
+			}
+			for _, r := range recs {
+				if r.Requester != "agent:claude-1" || r.Repo != dir || r.Action.Kind != policy.Memory ||
+					r.Outcome != tc.outcome || r.By != "policy" {
+					t.Errorf("audit record %+v, want agent:claude-1 %s in %s", r, tc.outcome, dir)
+				}
+			}
+		})
 	}
+}
+
+// TestMemoryProposedBadPolicy checks that an agent cannot write memory in a
+// repository whose policy file is invalid, and is told where it is wrong.
+func TestMemoryProposedBadPolicy(t *testing.T) {
+	dir := memoryRepo(t)
+	memoryPolicy(t, dir, "[memory]\nchange = \"sometimes\"\n")
+	data := t.TempDir()
+	_, errOut, code := memoryRun(t, "--data-dir", data, "memory", "-C", dir,
+		"add", "x", "--kind", "gotcha", "--author", "agent:claude-1")
+	if code != exitFailure || !strings.Contains(errOut, policy.FileName+":2") {
+		t.Errorf("exit %d, stderr %q; want %d naming %s:2", code, errOut, exitFailure, policy.FileName)
+	}
+	if out := memoryMust(t, 0, dir, "ls", "--all"); strings.Contains(out, "agent:claude-1") {
+		t.Errorf("fact written despite the invalid policy:\n%s", out)
+	}
+	// Humans are not subject to the policy.
+	memoryMust(t, 0, dir, "add", "x", "--kind", "gotcha", "--author", "human:alice")
+}
+
+// memoryPolicy writes the trust policy of the repository at dir.
+func memoryPolicy(t *testing.T, dir, text string) {
+	t.Helper()
+	p := filepath.Join(dir, filepath.FromSlash(policy.FileName))
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// memoryAudit returns the audit log in the data directory dir.
+func memoryAudit(t *testing.T, dir string) []policy.Record {
+	t.Helper()
+	st, err := store.Open(t.Context(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	l, err := policy.OpenLedger(t.Context(), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := l.Audit(t.Context(), time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
 }

@@ -426,18 +426,3 @@ func policyWho() string {
 	}
 	return "unknown"
 }
-
-// policyAllowsMemoryChange reports whether the trust policy of the
-// repository around the current directory lets an agent change memory
-// directly. A policy that cannot be read allows nothing.
-func policyAllowsMemoryChange() bool {
-	root, err := policyFindRoot()
-	if err != nil {
-		return false
-	}
-	p, err := policy.Load(root)
-	if err != nil {
-		return false
-	}
-	return p.Evaluate(policy.Action{Kind: policy.Memory}).Outcome == policy.Allow
-}

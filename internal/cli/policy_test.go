@@ -252,32 +252,3 @@ func TestPolicySince(t *testing.T) {
 		}
 	}
 }
-
-func TestPolicyMemoryWiring(t *testing.T) {
-	for _, tt := range []struct {
-		policy  string
-		propose bool
-	}{
-		{"[memory]\nchange = \"allow\"\n", false},
-		{"[memory]\nchange = \"ask\"\n", true},
-		{"[memory]\nchange = \"deny\"\n", true},
-		{"preset = \"trusted\"\n", false},
-		{"preset = \"read-only\"\n", true},
-		{"[memory]\nchange = \"sometimes\"\n", true}, // invalid: allows nothing
-	} {
-		t.Chdir(policyRepo(t, tt.policy))
-		for _, direct := range []bool{false, true} {
-			if got := memoryProposed("agent:claude-1", direct); got != tt.propose {
-				t.Errorf("%q: agent fact proposed = %v (direct %v), want %v", tt.policy, got, direct, tt.propose)
-			}
-		}
-		if memoryProposed("human:alice", false) {
-			t.Errorf("%q: a human's fact is proposed", tt.policy)
-		}
-	}
-	// Without a policy file every action asks, so agents propose.
-	t.Chdir(t.TempDir())
-	if !memoryProposed("agent:claude-1", true) {
-		t.Error("no policy: agent fact written directly")
-	}
-}
