@@ -16,7 +16,8 @@ if ! command -v go >/dev/null; then
 fi
 
 # runsc: rebuild only when the pinned gVisor version changed.
-pin=$(awk '$1 == "gvisor.dev/gvisor" {print $2}' tools/runsc/go.mod | head -n1)
+pin=$(grep -oE 'gvisor\.dev/gvisor v[^ ]+' tools/runsc/go.mod | head -n1 | cut -d' ' -f2)
+[ -n "$pin" ] || { echo "install.sh: no gVisor version pinned in tools/runsc/go.mod" >&2; exit 1; }
 stamp=$PREFIX/lib/smolvm/runsc.version
 if [ ! -x "$BIN/runsc" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$pin" ]; then
 	echo "building runsc $pin (takes a few minutes the first time)" >&2
