@@ -3,6 +3,8 @@ package agent
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,11 +17,12 @@ func startAgent(t *testing.T, main *Process) (*Client, Config) {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := Config{
-		Socket:   filepath.Join(dir, "agent.sock"),
-		Env:      []string{"PATH=/usr/bin:/bin", "BASE=1"},
-		Main:     main,
-		LogFile:  filepath.Join(dir, "main.log"),
-		ExitFile: filepath.Join(dir, "exit.json"),
+		Socket:     filepath.Join(dir, "agent.sock"),
+		Env:        []string{"PATH=/usr/bin:/bin", "BASE=1"},
+		Main:       main,
+		LogFile:    filepath.Join(dir, "main.log"),
+		ExitFile:   filepath.Join(dir, "exit.json"),
+		ResumeFile: filepath.Join(dir, "resume.json"),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -60,5 +63,32 @@ func TestExecSequence(t *testing.T) {
 		if out != "hello" || exit.Code != 0 {
 			t.Fatalf("run %d: cat out=%q exit=%+v", i, out, exit)
 		}
+	}
+}
+
+func TestQuiesceResume(t *testing.T) {
+	c, cfg := startAgent(t, nil)
+	ctx := context.Background()
+	if err := c.Quiesce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ping(ctx); err == nil {
+		t.Fatal("agent still answers while quiesced")
+	}
+	id, _ := json.Marshal(Identity{Env: []string{"PATH=/usr/bin:/bin", "WHO=copy"}})
+	if err := os.WriteFile(cfg.ResumeFile, id, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := c.Wait(wctx); err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ := execIO(t, c, "", Process{Args: []string{"sh", "-c", "echo $WHO $BASE"}})
+	if out != "copy\n" {
+		t.Fatalf("after resume the env is %q, want the new identity's", out)
+	}
+	if _, err := os.Stat(cfg.ResumeFile); !os.IsNotExist(err) {
+		t.Fatal("resume file not consumed")
 	}
 }

@@ -63,6 +63,12 @@ func (c *Client) Ping(ctx context.Context) error {
 	return err
 }
 
+// Quiesce asks the agent to drop its host connections for a checkpoint;
+// it serves again once an Identity appears in its resume file.
+func (c *Client) Quiesce(ctx context.Context) error {
+	return opErr(c.do(ctx, Request{Op: OpQuiesce}, nil))
+}
+
 // Stdio is where an exec's streams come from and go to. Resize, when set,
 // delivers window changes for a TTY; Signals forwards signals.
 type Stdio struct {

@@ -40,6 +40,10 @@ const (
 	OpExec = "exec"
 	OpPut  = "put" // extract the tar stream sent as stdin under Path
 	OpGet  = "get" // stream Path as a tar archive on stdout
+	// OpQuiesce drops every host connection and the listener, which a
+	// checkpoint cannot save, until the host leaves an Identity in the
+	// resume file.
+	OpQuiesce = "quiesce"
 )
 
 // Request is the first frame of every connection.

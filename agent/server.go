@@ -47,12 +47,25 @@ type Config struct {
 	// workload may have. The agent itself stays outside the cap, so a fork
 	// bomb cannot take away the host's way in.
 	Pids int64 `json:"pids,omitempty"`
+	// ResumeFile is where the host leaves the Identity that ends a
+	// quiesce (see OpQuiesce).
+	ResumeFile string `json:"resume_file,omitempty"`
+	// MachineID is written to /etc/machine-id at boot.
+	MachineID string `json:"machine_id,omitempty"`
 }
 
 // Server is the agent's state.
 type Server struct {
-	cfg    Config
 	reaper *reaper
+
+	mu       sync.Mutex
+	cfg      Config
+	ln       net.Listener
+	conns    map[net.Conn]bool
+	deadline chan *time.Time // deadline changes, after a restore
+	// quiesced is set while the agent has dropped its host connections
+	// for a checkpoint; lost clients then do not kill their commands.
+	quiesced bool
 	// cgroup is an open workload cgroup directory; children are cloned
 	// straight into it (CLONE_INTO_CGROUP), so none escapes the limit.
 	cgroup int
@@ -61,7 +74,7 @@ type Server struct {
 // Serve runs the agent until ctx ends or the main process exits, returning
 // the status the agent should exit with.
 func Serve(ctx context.Context, cfg Config) (int, error) {
-	s := &Server{cfg: cfg, reaper: newReaper(), cgroup: -1}
+	s := &Server{cfg: cfg, reaper: newReaper(), cgroup: -1, conns: map[net.Conn]bool{}, deadline: make(chan *time.Time, 1)}
 	if cfg.Pids > 0 {
 		fd, err := workloadCgroup(cgroupRoot, cfg.Pids)
 		if err != nil {
@@ -69,19 +82,19 @@ func Serve(ctx context.Context, cfg Config) (int, error) {
 		}
 		s.cgroup = fd
 	}
-	os.Remove(cfg.Socket)
-	ln, err := net.Listen("unix", cfg.Socket)
-	if err != nil {
-		return 1, fmt.Errorf("listen %s: %w", cfg.Socket, err)
+	if cfg.MachineID != "" {
+		writeMachineID(cfg.MachineID)
 	}
-	defer ln.Close()
-	go s.accept(ln)
+	if err := s.listen(); err != nil {
+		return 1, err
+	}
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT)
 
 	var mainDone <-chan Exit
 	if cfg.Main != nil {
+		var err error
 		mainDone, err = s.startMain(*cfg.Main)
 		if err != nil {
 			exit := errExit(err)
@@ -89,35 +102,39 @@ func Serve(ctx context.Context, cfg Config) (int, error) {
 			return exit.Code, nil
 		}
 	}
+	s.deadline <- cfg.Deadline
 	var expired <-chan time.Time
-	if cfg.Deadline != nil {
-		t := time.NewTimer(time.Until(*cfg.Deadline))
-		defer t.Stop()
-		expired = t.C
-	}
-	select {
-	case e := <-mainDone:
-		s.writeExit(e)
-		return e.Code, nil
-	case <-expired:
-		unix.Kill(-1, unix.SIGKILL)
-		e := Exit{Code: 137, Signal: int(unix.SIGKILL), Reason: "expired"}
-		s.writeExit(e)
-		return e.Code, nil
-	case sig := <-sigs:
-		// Stop: pass the signal on to everything, give it a moment, and
-		// leave. The host escalates to SIGKILL if this takes too long.
-		unix.Kill(-1, sig.(unix.Signal))
+	for {
 		select {
+		case d := <-s.deadline:
+			// Set at boot, and again by a restore (see resume).
+			expired = nil
+			if d != nil {
+				expired = time.After(time.Until(*d))
+			}
 		case e := <-mainDone:
 			s.writeExit(e)
 			return e.Code, nil
-		case <-time.After(2 * time.Second):
+		case <-expired:
+			unix.Kill(-1, unix.SIGKILL)
+			e := Exit{Code: 137, Signal: int(unix.SIGKILL), Reason: "expired"}
+			s.writeExit(e)
+			return e.Code, nil
+		case sig := <-sigs:
+			// Stop: pass the signal on to everything, give it a moment, and
+			// leave. The host escalates to SIGKILL if this takes too long.
+			unix.Kill(-1, sig.(unix.Signal))
+			select {
+			case e := <-mainDone:
+				s.writeExit(e)
+				return e.Code, nil
+			case <-time.After(2 * time.Second):
+			}
+			unix.Kill(-1, unix.SIGKILL)
+			return 128 + int(sig.(unix.Signal)), nil
+		case <-ctx.Done():
+			return 0, nil
 		}
-		unix.Kill(-1, unix.SIGKILL)
-		return 128 + int(sig.(unix.Signal)), nil
-	case <-ctx.Done():
-		return 0, nil
 	}
 }
 
@@ -127,6 +144,20 @@ func (s *Server) writeExit(e Exit) {
 	if err := os.WriteFile(tmp, p, 0o644); err == nil {
 		os.Rename(tmp, s.cfg.ExitFile)
 	}
+}
+
+// listen opens the agent's socket and serves it until quiesce closes it.
+func (s *Server) listen() error {
+	os.Remove(s.cfg.Socket)
+	ln, err := net.Listen("unix", s.cfg.Socket)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", s.cfg.Socket, err)
+	}
+	s.mu.Lock()
+	s.ln, s.quiesced = ln, false
+	s.mu.Unlock()
+	go s.accept(ln)
+	return nil
 }
 
 func (s *Server) accept(ln net.Listener) {
@@ -139,7 +170,15 @@ func (s *Server) accept(ln net.Listener) {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		go s.handle(c)
+		s.mu.Lock()
+		s.conns[c] = true
+		s.mu.Unlock()
+		go func() {
+			s.handle(c)
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+		}()
 	}
 }
 
@@ -168,6 +207,11 @@ func (s *Server) handle(nc net.Conn) {
 		exit = s.put(c, req.Path)
 	case OpGet:
 		exit = s.get(c, req.Path)
+	case OpQuiesce:
+		// Answer first: this connection is one of those quiesce drops.
+		c.writeJSON(frameExit, Exit{})
+		s.quiesce(nc)
+		return
 	default:
 		exit = Exit{Code: 125, Error: fmt.Sprintf("unknown op %q", req.Op), Kind: KindInvalid}
 	}
@@ -186,11 +230,16 @@ func errExit(err error) Exit {
 
 // command builds the exec.Cmd for p with the sandbox's defaults applied.
 func (s *Server) command(p Process) (*exec.Cmd, error) {
+	s.mu.Lock()
 	env := MergeEnv(s.cfg.Env, p.Env)
-	usr := p.User
+	usr, dir := p.User, p.Dir
 	if usr == "" {
 		usr = s.cfg.User
 	}
+	if dir == "" {
+		dir = s.cfg.Dir
+	}
+	s.mu.Unlock()
 	cred, home, err := lookupUser(usr)
 	if err != nil {
 		return nil, err
@@ -202,10 +251,7 @@ func (s *Server) command(p Process) (*exec.Cmd, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := &exec.Cmd{Path: path, Args: p.Args, Env: env, Dir: p.Dir}
-	if cmd.Dir == "" {
-		cmd.Dir = s.cfg.Dir
-	}
+	cmd := &exec.Cmd{Path: path, Args: p.Args, Env: env, Dir: dir}
 	if cmd.Dir == "" {
 		cmd.Dir = "/"
 	}
@@ -302,7 +348,9 @@ func (s *Server) exec(c *conn, p Process) Exit {
 		for {
 			typ, b, err := c.read()
 			if err != nil {
-				unix.Kill(-pgid, unix.SIGKILL)
+				if !s.isQuiesced() {
+					unix.Kill(-pgid, unix.SIGKILL)
+				}
 				return
 			}
 			switch typ {

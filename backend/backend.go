@@ -44,6 +44,21 @@ type Backend interface {
 	Delete(ctx context.Context, spec *Spec) error
 }
 
+// Snapshotter is implemented by backends that can save a running sandbox
+// (memory, processes, open files and its writable layer) and bring it back.
+type Snapshotter interface {
+	// Checkpoint writes spec's state into dir. With leaveRunning the
+	// sandbox carries on unchanged afterwards; otherwise it is stopped.
+	Checkpoint(ctx context.Context, spec *Spec, dir string, leaveRunning bool) error
+	// Restore starts spec, a new sandbox, in the state saved in dir, and
+	// returns once it takes commands under spec's own identity (ID,
+	// hostname, machine ID, environment).
+	Restore(ctx context.Context, spec *Spec, dir string) error
+	// Pause freezes every process; Resume thaws them.
+	Pause(ctx context.Context, spec *Spec) error
+	Resume(ctx context.Context, spec *Spec) error
+}
+
 // Spec is a sandbox as a backend sees it.
 type Spec struct {
 	ID       string
@@ -65,6 +80,8 @@ type Spec struct {
 	AgentBinary string
 	// Deadline ends the sandbox: everything in it is killed then.
 	Deadline *time.Time
+	// MachineID is the sandbox's /etc/machine-id (32 hex digits).
+	MachineID string
 }
 
 // Rootfs is layered, read-only image content.

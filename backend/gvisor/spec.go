@@ -112,8 +112,10 @@ func agentConfig(s *backend.Spec) agent.Config {
 		Main:     s.Main,
 		LogFile:  guestRunDir + "/main.log",
 		ExitFile: guestRunDir + "/exit.json",
-		Deadline: s.Deadline,
-		Pids:     s.Limits.Pids,
+		Deadline:   s.Deadline,
+		Pids:       s.Limits.Pids,
+		ResumeFile: guestRunDir + "/resume.json",
+		MachineID:  s.MachineID,
 	}
 }
 
