@@ -105,13 +105,13 @@ func cgroupPath(id string) string { return "/smolvm/" + id }
 // agentConfig is what the agent reads at boot.
 func agentConfig(s *backend.Spec) agent.Config {
 	return agent.Config{
-		Socket:   guestRunDir + "/agent.sock",
-		Env:      s.Env,
-		Dir:      s.WorkDir,
-		User:     s.User,
-		Main:     s.Main,
-		LogFile:  guestRunDir + "/main.log",
-		ExitFile: guestRunDir + "/exit.json",
+		Socket:     guestRunDir + "/agent.sock",
+		Env:        s.Env,
+		Dir:        s.WorkDir,
+		User:       s.User,
+		Main:       s.Main,
+		LogFile:    guestRunDir + "/main.log",
+		ExitFile:   guestRunDir + "/exit.json",
 		Deadline:   s.Deadline,
 		Pids:       s.Limits.Pids,
 		ResumeFile: guestRunDir + "/resume.json",
