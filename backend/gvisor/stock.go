@@ -72,3 +72,18 @@ func (s *Stock) Exec(ctx context.Context, args ...string) error {
 func (s *Stock) Delete(ctx context.Context) error {
 	return (&Backend{cfg: Config{Runsc: s.runsc}}).Delete(ctx, &backend.Spec{ID: s.id, Dir: s.dir})
 }
+
+// Checkpoint is `runsc checkpoint --leave-running --image-path DIR ID`.
+func (s *Stock) Checkpoint(ctx context.Context, dir string) error {
+	return s.cmd(ctx, "checkpoint", "--leave-running", "--image-path", dir, s.id)
+}
+
+// CreateRestore is `runsc create` then `runsc restore --detach` of the
+// image in dir, into this (not yet created) sandbox.
+func (s *Stock) CreateRestore(ctx context.Context, dir string) error {
+	b := layout{s.dir}.bundle()
+	if err := s.cmd(ctx, "create", "--bundle", b, s.id); err != nil {
+		return err
+	}
+	return s.cmd(ctx, "restore", "--detach", "--bundle", b, "--image-path", dir, s.id)
+}
