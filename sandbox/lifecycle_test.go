@@ -203,6 +203,24 @@ print(cur, hits)
 		}
 	})
 
+	t.Run("cpu limit holds", func(t *testing.T) {
+		sb := m.run(t, Config{Limits: backend.Limits{CPUs: 0.5}})
+		before, err := m.Stats(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t0 := time.Now()
+		m.sh(t, sb, "for i in 1 2; do timeout 2 sh -c 'while :; do :; done' & done; wait")
+		after, _ := m.Stats(ctx, sb.ID)
+		cores := float64(after.CPUNanos-before.CPUNanos) / float64(time.Since(t0).Nanoseconds())
+		if cores > 0.65 {
+			t.Fatalf("two busy loops used %.2f cores under a 0.5 limit", cores)
+		}
+		if cores < 0.2 {
+			t.Fatalf("busy loops used only %.2f cores: the measurement is broken", cores)
+		}
+	})
+
 	t.Run("ttl stops the sandbox", func(t *testing.T) {
 		sb := m.run(t, Config{TTL: 1500 * time.Millisecond})
 		if sb.ExpiresAt == nil {

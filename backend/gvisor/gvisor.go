@@ -214,7 +214,19 @@ func (b *Backend) Run(ctx context.Context, s *backend.Spec) error {
 	if err := b.runsc(ctx, s, "run", "--detach", "--bundle", l.bundle(), s.ID); err != nil {
 		return fmt.Errorf("run %s: %w", s.ID, err)
 	}
-	return b.waitAgent(ctx, s)
+	return b.booted(ctx, s)
+}
+
+// booted waits for the agent, then applies the limits that would slow the
+// boot itself.
+func (b *Backend) booted(ctx context.Context, s *backend.Spec) error {
+	if err := b.waitAgent(ctx, s); err != nil {
+		return err
+	}
+	if err := limitCPU(s); err != nil {
+		return fmt.Errorf("start %s: %w", s.ID, err)
+	}
+	return nil
 }
 
 // Start implements backend.Backend.
@@ -224,7 +236,7 @@ func (b *Backend) Start(ctx context.Context, s *backend.Spec) error {
 	if err := b.runsc(ctx, s, "start", s.ID); err != nil {
 		return fmt.Errorf("start %s: %w", s.ID, err)
 	}
-	return b.waitAgent(ctx, s)
+	return b.booted(ctx, s)
 }
 
 // waitAgent returns once the agent answers, or early with the main

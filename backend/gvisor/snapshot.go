@@ -62,6 +62,9 @@ func (b *Backend) Restore(ctx context.Context, s *backend.Spec, dir string) erro
 	if err := b.resume(ctx, s, true); err != nil {
 		return fmt.Errorf("restore %s: %w", s.ID, err)
 	}
+	if err := limitCPU(s); err != nil {
+		return fmt.Errorf("restore %s: %w", s.ID, err)
+	}
 	return nil
 }
 

@@ -64,11 +64,8 @@ func ociSpec(s *backend.Spec, root string) *specs.Spec {
 	if lim := s.Limits; lim.Memory > 0 {
 		res.Memory = &specs.LinuxMemory{Limit: &lim.Memory}
 	}
-	if cpus := s.Limits.CPUs; cpus > 0 {
-		period := uint64(100000)
-		quota := int64(cpus * float64(period))
-		res.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
-	}
+	// No CPU quota here: runsc's boot is a burst of parallel work that a
+	// quota would throttle. limitCPU applies it once the agent answers.
 	if s.Limits.Pids > 0 {
 		// The host cgroup only backstops: the sentry's own threads and
 		// systrap stubs count there, and hitting it kills the whole
