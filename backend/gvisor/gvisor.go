@@ -245,7 +245,7 @@ func (b *Backend) waitAgent(ctx context.Context, s *backend.Spec) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	c := b.Agent(s)
-	delay := time.Millisecond
+	delay, start := 500*time.Microsecond, time.Now()
 	for {
 		if c.Ping(ctx) == nil {
 			return nil
@@ -261,7 +261,12 @@ func (b *Backend) waitAgent(ctx context.Context, s *backend.Spec) error {
 			return fmt.Errorf("start %s: agent did not answer: %w", s.ID, ctx.Err())
 		case <-time.After(delay):
 		}
-		delay = min(delay*2, 10*time.Millisecond)
+		// Boot takes tens of milliseconds: poll finely at first, since a
+		// failed connect costs microseconds and every millisecond of
+		// overshoot is start-up latency.
+		if time.Since(start) > 200*time.Millisecond {
+			delay = 10 * time.Millisecond
+		}
 	}
 }
 
