@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,7 +32,7 @@ func openLedger(t *testing.T) *policy.Ledger {
 
 // writeFiles creates files under dir; a value starting with "-> " makes a
 // symlink.
-func writeFiles(t *testing.T, dir string, files map[string]string) {
+func writeFiles(t testing.TB, dir string, files map[string]string) {
 	t.Helper()
 	for name, content := range files {
 		p := filepath.Join(dir, filepath.FromSlash(name))
@@ -439,4 +440,70 @@ func TestEscapes(t *testing.T) {
 			t.Errorf("escapes(%s -> %s) = %v", tc.rel, tc.target, got)
 		}
 	}
+}
+
+// TestApplyOwner: run as root, smolvm leaves the tree owned by its owner:
+// a replaced file keeps its owner, a new one takes its directory's.
+func TestApplyOwner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to chown")
+	}
+	tree := t.TempDir()
+	writeFiles(t, tree, map[string]string{".smolvm/policy.toml": `default = "allow"`, "mine": "x"})
+	os.Chown(tree, 1000, 1000)
+	os.Chown(filepath.Join(tree, "mine"), 1001, 1001)
+	src := copyTree(t, tree)
+	writeFiles(t, src, map[string]string{"mine": "y", "new/file": "z"})
+	if _, err := applyDir(context.Background(), src, Options{Tree: tree, Ledger: openLedger(t)}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]uint32{"mine": 1001, "new": 1000, "new/file": 1000} {
+		fi, err := os.Lstat(filepath.Join(tree, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uid := fi.Sys().(*syscall.Stat_t).Uid; uid != want {
+			t.Errorf("%s owned by %d, want %d", name, uid, want)
+		}
+	}
+}
+
+// FuzzEscapes: a symlink escapes judges safe never resolves, on the real
+// file system, to a place outside the directory.
+func FuzzEscapes(f *testing.F) {
+	for _, s := range []string{"..", "../..", "up/..", "up/a/up", "b/../../x", "a/./up/../b", "/etc", "loop", "ok"} {
+		f.Add(s)
+	}
+	dir := f.TempDir()
+	writeFiles(f, dir, map[string]string{
+		"a/up":    "-> ..",
+		"a/b/c":   "c",
+		"a/loop":  "-> loop",
+		"a/ok":    "-> b/c",
+		"a/chain": "-> up/a/up",
+	})
+	link := filepath.Join(dir, "a", "x")
+	base, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, target string) {
+		if strings.ContainsRune(target, 0) {
+			return
+		}
+		os.Remove(link)
+		if err := os.Symlink(target, link); err != nil {
+			return
+		}
+		if escapes(dir, "a/x", target) {
+			return
+		}
+		resolved, err := filepath.EvalSymlinks(link)
+		if err != nil {
+			return // dangling or a loop: nothing to reach
+		}
+		if rel, err := filepath.Rel(base, resolved); err != nil || !filepath.IsLocal(rel) && rel != "." {
+			t.Fatalf("a/x -> %q resolves to %s, outside", target, resolved)
+		}
+	})
 }

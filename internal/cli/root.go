@@ -108,6 +108,7 @@ func (a *app) rootCmd() *cobra.Command {
 		a.memoryCmd(),
 		a.imageCmd(),
 		a.snapshotCmd(),
+		a.applyCmd(), a.gitCmd(),
 	)
 	return root
 }
