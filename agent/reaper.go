@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -19,13 +20,22 @@ type reaper struct {
 	unclaimed map[int]unix.WaitStatus
 }
 
-func newReaper() *reaper {
+// newReaper reaps until ctx ends. It must then stop: a second reaper in the
+// same process (a restarted server, or tests) would otherwise steal its
+// children's exits.
+func newReaper(ctx context.Context) *reaper {
 	r := &reaper{waiters: map[int]chan unix.WaitStatus{}, unclaimed: map[int]unix.WaitStatus{}}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, unix.SIGCHLD)
 	go func() {
-		for range sigs {
-			r.reap()
+		defer signal.Stop(sigs)
+		for {
+			select {
+			case <-sigs:
+				r.reap()
+			case <-ctx.Done():
+				return
+			}
 		}
 	}()
 	return r

@@ -74,7 +74,7 @@ type Server struct {
 // Serve runs the agent until ctx ends or the main process exits, returning
 // the status the agent should exit with.
 func Serve(ctx context.Context, cfg Config) (int, error) {
-	s := &Server{cfg: cfg, reaper: newReaper(), cgroup: -1, conns: map[net.Conn]bool{}, deadline: make(chan *time.Time, 1)}
+	s := &Server{cfg: cfg, reaper: newReaper(ctx), cgroup: -1, conns: map[net.Conn]bool{}, deadline: make(chan *time.Time, 1)}
 	if cfg.Pids > 0 {
 		fd, err := workloadCgroup(cgroupRoot, cfg.Pids)
 		if err != nil {
