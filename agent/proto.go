@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 )
 
 // Frame types.
@@ -44,6 +45,9 @@ const (
 	// checkpoint cannot save, until the host leaves an Identity in the
 	// resume file.
 	OpQuiesce = "quiesce"
+	// OpDeadline moves the sandbox's deadline (Request.Deadline; nil
+	// removes it), so a time to live can be extended while it runs.
+	OpDeadline = "deadline"
 )
 
 // Request is the first frame of every connection.
@@ -51,6 +55,8 @@ type Request struct {
 	Op   string   `json:"op"`
 	Exec *Process `json:"exec,omitempty"`
 	Path string   `json:"path,omitempty"`
+	// Deadline is OpDeadline's new deadline.
+	Deadline *time.Time `json:"deadline,omitempty"`
 }
 
 // Process describes a command to run inside the sandbox.
