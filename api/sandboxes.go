@@ -201,4 +201,3 @@ func boolParam(r *http.Request, name string) (bool, error) {
 func errMissing(name string) error {
 	return invalid(name, "query parameter "+strconv.Quote(name)+": required")
 }
-

@@ -105,11 +105,11 @@ const (
 // WSControl is a text message on an exec WebSocket: from the client, a
 // resize, a signal or stdin's end; from the server, the exit or an error.
 type WSControl struct {
-	Resize *agent.Size  `json:"resize,omitempty"`
-	Signal int          `json:"signal,omitempty"`
-	EOF    bool         `json:"eof,omitempty"`
-	Exit   *agent.Exit  `json:"exit,omitempty"`
-	Error  *Error       `json:"error,omitempty"`
+	Resize *agent.Size `json:"resize,omitempty"`
+	Signal int         `json:"signal,omitempty"`
+	EOF    bool        `json:"eof,omitempty"`
+	Exit   *agent.Exit `json:"exit,omitempty"`
+	Error  *Error      `json:"error,omitempty"`
 }
 
 // Duration is a time.Duration on the wire: a Go duration string ("90s")

@@ -22,6 +22,7 @@ import (
 	"smolvm.dev/smolvm/backend/gvisor"
 	"smolvm.dev/smolvm/image"
 	"smolvm.dev/smolvm/internal/testenv"
+	"smolvm.dev/smolvm/snapshot"
 	"smolvm.dev/smolvm/store"
 )
 
@@ -30,13 +31,19 @@ type testManager struct {
 	*Manager
 	dir    string
 	images *image.Store
+	snaps  *snapshot.Store
 }
 
 func newManager(t testing.TB) *testManager {
+	return openManager(t, t.TempDir())
+}
+
+// openManager opens a Manager, with its own store handles, over dir. Tests
+// open several over one dir to show state lives on disk, not in memory.
+func openManager(t testing.TB, dir string) *testManager {
 	t.Helper()
 	runsc := testenv.Runsc(t)
 	ctx := context.Background()
-	dir := t.TempDir()
 	st, err := store.Open(ctx, dir)
 	if err != nil {
 		t.Fatal(err)
@@ -45,11 +52,15 @@ func newManager(t testing.TB) *testManager {
 	if err != nil {
 		t.Fatal(err)
 	}
+	snaps, err := snapshot.Open(ctx, dir, st)
+	if err != nil {
+		t.Fatal(err)
+	}
 	be, err := gvisor.New(gvisor.Config{Runsc: runsc})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := New(ctx, Options{DataDir: dir, Store: st, Images: images, Backend: be, AgentBinary: testenv.Agent(t)})
+	m, err := New(ctx, Options{DataDir: dir, Store: st, Images: images, Backend: be, AgentBinary: testenv.Agent(t), Snapshots: snaps})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +74,7 @@ func newManager(t testing.TB) *testManager {
 		m.GC(context.Background())
 		st.Close()
 	})
-	return &testManager{Manager: m, dir: dir, images: images}
+	return &testManager{Manager: m, dir: dir, images: images, snaps: snaps}
 }
 
 // run starts an idle sandbox from the host image.

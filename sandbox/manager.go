@@ -17,6 +17,7 @@ import (
 	"smolvm.dev/smolvm/backend"
 	"smolvm.dev/smolvm/image"
 	"smolvm.dev/smolvm/internal/units"
+	"smolvm.dev/smolvm/snapshot"
 	"smolvm.dev/smolvm/store"
 )
 
@@ -28,6 +29,7 @@ type Manager struct {
 	st          *store.Store
 	images      *image.Store
 	be          backend.Backend
+	snaps       *snapshot.Store
 	agentBinary string
 	events      hub
 }
@@ -40,6 +42,9 @@ type Options struct {
 	Backend backend.Backend
 	// AgentBinary is the static smolvm binary run as each sandbox's PID 1.
 	AgentBinary string
+	// Snapshots stores checkpoints; without it checkpoint, restore and
+	// fork are refused.
+	Snapshots *snapshot.Store
 }
 
 // New returns a Manager.
@@ -52,7 +57,7 @@ func New(ctx context.Context, o Options) (*Manager, error) {
 			return nil, err
 		}
 	}
-	return &Manager{dataDir: o.DataDir, st: o.Store, images: o.Images, be: o.Backend, agentBinary: o.AgentBinary}, nil
+	return &Manager{dataDir: o.DataDir, st: o.Store, images: o.Images, be: o.Backend, snaps: o.Snapshots, agentBinary: o.AgentBinary}, nil
 }
 
 // CreateOptions describe a new sandbox.
@@ -167,6 +172,7 @@ func (m *Manager) specFor(r *record, img *image.Image) backend.Spec {
 		Limits:      cfg.Limits,
 		AgentBinary: m.agentBinary,
 		IdleTimeout: cfg.IdleTimeout,
+		MachineID:   newMachineID(),
 	}
 	args := cfg.Cmd
 	if len(args) == 0 {
@@ -274,11 +280,7 @@ func (m *Manager) Start(ctx context.Context, ref string) (*Sandbox, error) {
 func (m *Manager) start(ctx context.Context, r *record, boot func(context.Context, *backend.Spec) error) error {
 	now := store.Now()
 	r.StartedAt, r.FinishedAt, r.ExitCode, r.Reason = &now, nil, nil, ""
-	r.ExpiresAt, r.spec.Deadline = nil, nil
-	if r.Config.TTL > 0 {
-		exp := now.Add(r.Config.TTL)
-		r.ExpiresAt, r.spec.Deadline = &exp, &exp
-	}
+	r.setDeadline(now, r.Config.TTL)
 	if err := boot(ctx, &r.spec); err != nil {
 		return err
 	}

@@ -48,9 +48,13 @@ type Sandbox struct {
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	ExitCode  *int       `json:"exit_code,omitempty"`
 	// Reason says why a stopped sandbox stopped: "exited", "stopped",
-	// "out of memory (limit …)", "killed", and for an expired one
-	// "time to live (…) ended" or "idle for …".
+	// "out of memory (limit …)", "killed", "checkpointed", and for an
+	// expired one "time to live (…) ended" or "idle for …".
 	Reason string `json:"reason,omitempty"`
+	// Snapshot is the ID of the snapshot this sandbox was restored from.
+	Snapshot string `json:"snapshot,omitempty"`
+	// ForkedFrom is the ID of the sandbox this one is a fork of.
+	ForkedFrom string `json:"forked_from,omitempty"`
 }
 
 // Config is what the user asked for at creation.
@@ -67,10 +71,20 @@ type Config struct {
 	// IdleTimeout stops the sandbox once no exec or file transfer has been
 	// open for that long; 0 is none.
 	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
+	// OnExpiry is what the end of the TTL does: ExpiryStop (the default)
+	// or ExpiryPause. Pausing needs a running `smolvm serve` (or smolvm
+	// gc) to act; stopping is enforced inside the sandbox.
+	OnExpiry string `json:"on_expiry,omitempty"`
 	// Policy is a repository root whose .smolvm/policy.toml governs every
 	// command run in the sandbox, checked before it starts.
 	Policy string `json:"policy,omitempty"`
 }
+
+// What the end of a TTL does (Config.OnExpiry).
+const (
+	ExpiryStop  = "stop"
+	ExpiryPause = "pause"
+)
 
 // DefaultImage is the builtin image: the host's /usr under a synthetic /etc.
 const DefaultImage = "host"
@@ -137,6 +151,9 @@ func (c *Config) validate() error {
 	if c.TTL < 0 {
 		return fmt.Errorf("%w: --timeout %s: must not be negative", ErrInvalid, c.TTL)
 	}
+	if c.OnExpiry != "" && c.OnExpiry != ExpiryStop && c.OnExpiry != ExpiryPause {
+		return fmt.Errorf("%w: on expiry %q: want %q or %q", ErrInvalid, c.OnExpiry, ExpiryStop, ExpiryPause)
+	}
 	if c.IdleTimeout < 0 {
 		return fmt.Errorf("%w: --idle-timeout %s: must not be negative", ErrInvalid, c.IdleTimeout)
 	}
@@ -155,6 +172,13 @@ func validName(name string) error {
 // newID returns a random 12-hex-digit ID, short enough to type.
 func newID() string {
 	var b [6]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// newMachineID returns a random /etc/machine-id: 32 lowercase hex digits.
+func newMachineID() string {
+	var b [16]byte
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }

@@ -28,7 +28,7 @@ import (
 // createFlags are shared by run and create.
 type createFlags struct {
 	name, image, workdir, user, hostname string
-	policy                               string
+	policy, onExpiry                     string
 	cpus                                 float64
 	memory, disk                         string
 	pids                                 int64
@@ -48,13 +48,14 @@ func (f *createFlags) register(fs *pflag.FlagSet) {
 	fs.StringVarP(&f.user, "user", "u", "", "user (name, uid or uid:gid)")
 	fs.StringVar(&f.hostname, "hostname", "", "hostname (default: the name)")
 	fs.DurationVar(&f.timeout, "timeout", sandbox.DefaultTTL, "time to live after start; the sandbox is then stopped and shows as expired (0: none; extend with smolvm timeout)")
+	fs.StringVar(&f.onExpiry, "on-expiry", sandbox.ExpiryStop, "what the end of --timeout does: stop, or pause (pause needs smolvm serve running)")
 	fs.DurationVar(&f.idle, "idle-timeout", 0, "stop the sandbox once no exec or cp has run for this long (0: none)")
 	fs.StringVar(&f.policy, "policy", "", "repository whose .smolvm/policy.toml every command in the sandbox must pass")
 }
 
 func (f *createFlags) options(fs *pflag.FlagSet, cmd []string, start bool) (sandbox.CreateOptions, error) {
 	o := sandbox.CreateOptions{Name: f.name, Image: f.image, Start: start, Config: sandbox.Config{
-		Cmd: cmd, Env: f.env, WorkDir: f.workdir, User: f.user, Hostname: f.hostname, TTL: f.timeout, IdleTimeout: f.idle, Policy: f.policy,
+		Cmd: cmd, Env: f.env, WorkDir: f.workdir, User: f.user, Hostname: f.hostname, TTL: f.timeout, IdleTimeout: f.idle, OnExpiry: f.onExpiry, Policy: f.policy,
 		Limits: backend.Limits{CPUs: f.cpus, Pids: f.pids},
 	}}
 	// Zero means "default" inside; typed explicitly it is impossible.
