@@ -11,12 +11,14 @@ import (
 
 	"smolvm.dev/smolvm/image"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/snapshot"
 )
 
 // Options configure a Server.
 type Options struct {
-	Manager *sandbox.Manager
-	Images  *image.Store
+	Manager   *sandbox.Manager
+	Images    *image.Store
+	Snapshots *snapshot.Store
 	// Token is the bearer token every request must carry; empty turns
 	// auth off (only sensible on a private Unix socket).
 	Token string

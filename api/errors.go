@@ -13,6 +13,7 @@ import (
 	"smolvm.dev/smolvm/image"
 	"smolvm.dev/smolvm/policy"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/snapshot"
 )
 
 // Error codes in error bodies; clients branch on them, not on messages.
@@ -55,11 +56,17 @@ func errorFor(err error) *Error {
 	case errors.As(err, &ee):
 		at := ee.At
 		e.Status, e.Code, e.ExpiredAt = http.StatusNotFound, CodeExpired, &at
-	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, image.ErrNotFound):
+	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, image.ErrNotFound), errors.Is(err, snapshot.ErrNotFound):
 		e.Status, e.Code = http.StatusNotFound, CodeNotFound
-	case errors.Is(err, sandbox.ErrInvalid), errors.Is(err, image.ErrInvalidRef):
+	case errors.Is(err, sandbox.ErrInvalid), errors.Is(err, image.ErrInvalidRef), errors.Is(err, snapshot.ErrInvalidName):
 		e.Status, e.Code = http.StatusBadRequest, CodeInvalid
-	case errors.Is(err, sandbox.ErrNameInUse), errors.Is(err, sandbox.ErrState), errors.Is(err, sandbox.ErrNotRunning), errors.Is(err, sandbox.ErrOrphan):
+	case errors.Is(err, sandbox.ErrNameInUse), errors.Is(err, sandbox.ErrState), errors.Is(err, sandbox.ErrNotRunning), errors.Is(err, sandbox.ErrOrphan),
+		errors.Is(err, snapshot.ErrInUse), errors.Is(err, snapshot.ErrNameInUse):
+		e.Status, e.Code = http.StatusConflict, CodeConflict
+	case errors.Is(err, sandbox.ErrUnsupported):
+		e.Status, e.Code = http.StatusNotImplemented, "unsupported"
+	case errors.Is(err, snapshot.ErrCorrupt):
+		e.Status, e.Code = http.StatusUnprocessableEntity, "corrupt"
 		e.Status, e.Code = http.StatusConflict, CodeConflict
 	case errors.Is(err, policy.ErrDenied):
 		e.Status, e.Code = http.StatusForbidden, CodeDenied

@@ -32,6 +32,8 @@ type CreateRequest struct {
 	// (15m), 0 means none.
 	Timeout     *Duration `json:"timeout,omitempty"`
 	IdleTimeout Duration  `json:"idle_timeout,omitempty"`
+	// OnExpiry is "stop" (the default) or "pause".
+	OnExpiry string `json:"on_expiry,omitempty"`
 	// Policy is a repository root on the server whose trust policy every
 	// command in the sandbox must pass.
 	Policy string `json:"policy,omitempty"`
