@@ -102,7 +102,11 @@ func (a *app) openWith(ctx context.Context, st *store.Store) (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	mgr, err := sandbox.New(ctx, sandbox.Options{DataDir: a.dataDir, Store: st, Images: images, Backend: be, AgentBinary: bin, Snapshots: snaps})
+	o := sandbox.Options{DataDir: a.dataDir, Store: st, Images: images, Backend: be, AgentBinary: bin, Snapshots: snaps}
+	if a.self != "" {
+		o.Refill = func(pool string) { a.spawnFill(runsc, pool) }
+	}
+	mgr, err := sandbox.New(ctx, o)
 	if err != nil {
 		return nil, err
 	}
