@@ -51,7 +51,7 @@ const (
 
 // Request is the first frame of every connection.
 type Request struct {
-	Op   string   `json:"op"`
+	Op       string    `json:"op"`
 	Exec     *Process  `json:"exec,omitempty"`
 	Path     string    `json:"path,omitempty"`
 	Identity *Identity `json:"identity,omitempty"`
