@@ -265,6 +265,12 @@ func (s *Server) handle(nc net.Conn) {
 		exit = s.put(c, req.Path)
 	case OpGet:
 		exit = s.get(c, req.Path)
+	case OpIdentity:
+		if req.Identity == nil {
+			exit = Exit{Code: 125, Error: "identity: none given", Kind: KindInvalid}
+			break
+		}
+		s.adopt(*req.Identity)
 	case OpQuiesce:
 		// Answer first: this connection is one of those quiesce drops.
 		c.writeJSON(frameExit, Exit{})

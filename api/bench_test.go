@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/internal/bench"
 	"smolvm.dev/smolvm/internal/testmgr"
 	"smolvm.dev/smolvm/sandbox"
@@ -87,6 +88,39 @@ func BenchmarkCreate(b *testing.B) {
 			b.Fatal(err)
 		}
 		samples = append(samples, d)
+	}
+	report(b, "", samples)
+}
+
+// BenchmarkCreateFromPool: create through the API from a warm pool, which
+// is refilled (untimed) after each take.
+func BenchmarkCreateFromPool(b *testing.B) {
+	env := testmgr.New(b)
+	c, stop, err := bench.StartAPI(env.Manager, b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stop()
+	ctx := context.Background()
+	if _, err := c.CreatePool(ctx, api.PoolRequest{Name: "warm", Size: 1, Fill: true}); err != nil {
+		b.Fatal(err)
+	}
+	var samples []time.Duration
+	for b.Loop() {
+		t := time.Now()
+		sb, err := c.Create(ctx, sandbox.CreateOptions{Pool: "warm", Start: true, Config: sandbox.Config{TTL: sandbox.DefaultTTL}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		samples = append(samples, time.Since(t))
+		b.StopTimer()
+		if err := c.Remove(ctx, sb.ID, true); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.FillPool(ctx, "warm"); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
 	}
 	report(b, "", samples)
 }

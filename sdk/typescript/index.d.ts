@@ -54,6 +54,8 @@ export interface SandboxEvent {
 export interface CreateOptions {
   name?: string
   image?: string
+  /** Take a ready sandbox from this pool (see smolvm pool). */
+  pool?: string
   cmd?: string[]
   env?: Record<string, string>
   workdir?: string

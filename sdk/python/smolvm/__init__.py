@@ -268,12 +268,13 @@ class Client:
                env: Optional[Dict[str, str]] = None, workdir: Optional[str] = None, user: Optional[str] = None,
                cpus: Optional[float] = None, memory: Optional[Union[int, str]] = None, disk: Optional[Union[int, str]] = None,
                pids: Optional[int] = None, timeout: Optional[Seconds] = None, idle_timeout: Optional[Seconds] = None,
-               on_expiry: Optional[str] = None, start: bool = True) -> Sandbox:
+               on_expiry: Optional[str] = None, pool: Optional[str] = None, start: bool = True) -> Sandbox:
         """Create (and start) a sandbox. timeout is its time to live in
-        seconds or as "15m"; None takes the server's default (15 minutes), 0 is none."""
+        seconds or as "15m"; None takes the server's default (15 minutes), 0 is none.
+        pool takes a ready sandbox from that pool (see smolvm pool)."""
         req: Dict[str, Any] = {"start": start}
         for k, v in (("name", name), ("image", image), ("cmd", cmd), ("workdir", workdir), ("user", user),
-                     ("cpus", cpus), ("memory", memory), ("disk", disk), ("pids", pids), ("on_expiry", on_expiry),
+                     ("cpus", cpus), ("memory", memory), ("disk", disk), ("pids", pids), ("on_expiry", on_expiry), ("pool", pool),
                      ("timeout", _duration(timeout)), ("idle_timeout", _duration(idle_timeout))):
             if v is not None:
                 req[k] = v
