@@ -4,6 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install.sh
+# The SDK suites (go test ./sdk) run with the system python3 and node.
+if ! command -v python3 >/dev/null || ! command -v node >/dev/null; then
+	apt-get update -qq && apt-get install -y -qq python3 nodejs
+fi
 export PATH=${PREFIX:-/usr/local}/bin:$PATH
 export SMOLVM_RUNSC=${SMOLVM_RUNSC:-$(command -v runsc)}
 go vet ./...
