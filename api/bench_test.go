@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/api"
+	"smolvm.dev/smolvm/client"
 	"smolvm.dev/smolvm/internal/bench"
 	"smolvm.dev/smolvm/internal/testmgr"
 	"smolvm.dev/smolvm/sandbox"
@@ -20,15 +21,21 @@ func report(b *testing.B, prefix string, samples []time.Duration) {
 	b.ReportMetric(float64(s.Quantile(0.99).Microseconds())/1000, prefix+"p99-ms")
 }
 
-// BenchmarkExecRoundTrip: `true` through the API, and directly through
-// the Manager in the same iteration, as the baseline.
-func BenchmarkExecRoundTrip(b *testing.B) {
+// benchServer is a real Manager served over a Unix socket, and a client.
+func benchServer(b *testing.B) (*testmgr.Env, *client.Client) {
 	env := testmgr.New(b)
 	c, stop, err := bench.StartAPI(env.Manager, b.TempDir())
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer stop()
+	b.Cleanup(stop)
+	return env, c
+}
+
+// BenchmarkExecRoundTrip: `true` through the API, and directly through
+// the Manager in the same iteration, as the baseline.
+func BenchmarkExecRoundTrip(b *testing.B) {
+	env, c := benchServer(b)
 	ctx := context.Background()
 	sb, err := env.Manager.Create(ctx, sandbox.CreateOptions{Start: true})
 	if err != nil {
@@ -49,12 +56,7 @@ func BenchmarkExecRoundTrip(b *testing.B) {
 // BenchmarkConcurrentExec100: 100 streaming execs (100 lines each) at
 // once through the API; one iteration is one round of 100.
 func BenchmarkConcurrentExec100(b *testing.B) {
-	env := testmgr.New(b)
-	c, stop, err := bench.StartAPI(env.Manager, b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer stop()
+	env, c := benchServer(b)
 	ctx := context.Background()
 	sb, err := env.Manager.Create(ctx, sandbox.CreateOptions{Start: true})
 	if err != nil {
@@ -75,12 +77,7 @@ func BenchmarkConcurrentExec100(b *testing.B) {
 
 // BenchmarkCreate: create and start a sandbox through the API.
 func BenchmarkCreate(b *testing.B) {
-	env := testmgr.New(b)
-	c, stop, err := bench.StartAPI(env.Manager, b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer stop()
+	_, c := benchServer(b)
 	var samples []time.Duration
 	for b.Loop() {
 		d, err := bench.CreateViaAPI(context.Background(), c)
@@ -95,12 +92,7 @@ func BenchmarkCreate(b *testing.B) {
 // BenchmarkCreateFromPool: create through the API from a warm pool, which
 // is refilled (untimed) after each take.
 func BenchmarkCreateFromPool(b *testing.B) {
-	env := testmgr.New(b)
-	c, stop, err := bench.StartAPI(env.Manager, b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer stop()
+	_, c := benchServer(b)
 	ctx := context.Background()
 	if _, err := c.CreatePool(ctx, api.PoolRequest{Name: "warm", Size: 1, Fill: true}); err != nil {
 		b.Fatal(err)
