@@ -54,7 +54,8 @@ func BenchmarkExecRoundTrip(b *testing.B) {
 }
 
 // BenchmarkConcurrentExec100: 100 streaming execs (100 lines each) at
-// once through the API; one iteration is one round of 100.
+// once through the API, then 100 directly; one iteration is one round of
+// each.
 func BenchmarkConcurrentExec100(b *testing.B) {
 	env, c := benchServer(b)
 	ctx := context.Background()
@@ -62,17 +63,23 @@ func BenchmarkConcurrentExec100(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var all []time.Duration
-	var wall time.Duration
+	var viaAPI, direct []time.Duration
+	var apiWall, directWall time.Duration
 	for b.Loop() {
-		lat, w, err := bench.ConcurrentExecs(ctx, c, sb.ID, 100)
+		lat, w, err := bench.ConcurrentExecs(ctx, c.Exec, sb.ID, 100)
 		if err != nil {
 			b.Fatal(err)
 		}
-		all, wall = append(all, lat...), wall+w
+		viaAPI, apiWall = append(viaAPI, lat...), apiWall+w
+		if lat, w, err = bench.ConcurrentExecs(ctx, env.Manager.Exec, sb.ID, 100); err != nil {
+			b.Fatal(err)
+		}
+		direct, directWall = append(direct, lat...), directWall+w
 	}
-	report(b, "exec-", all)
-	b.ReportMetric(float64(len(all))/wall.Seconds(), "execs/s")
+	report(b, "api-", viaAPI)
+	report(b, "direct-", direct)
+	b.ReportMetric(float64(len(viaAPI))/apiWall.Seconds(), "api-execs/s")
+	b.ReportMetric(float64(len(direct))/directWall.Seconds(), "direct-execs/s")
 }
 
 // BenchmarkCreate: create and start a sandbox through the API.
