@@ -38,18 +38,18 @@ func StartAPI(m *sandbox.Manager, dir string) (*client.Client, func(), error) {
 	return c, func() { hs.Close() }, nil
 }
 
-var execTrue = agent.Process{Args: []string{"true"}}
+var trueCmd = agent.Process{Args: []string{"true"}}
 
 // ExecPair times one `true` through the API and one through the Manager
 // directly, back to back, so that both see the same machine load.
 func ExecPair(ctx context.Context, c *client.Client, m *sandbox.Manager, id string) (viaAPI, direct time.Duration, err error) {
 	t := time.Now()
-	if exit, err := c.Exec(ctx, id, execTrue, agent.Stdio{}); err != nil || exit.Code != 0 {
+	if exit, err := c.Exec(ctx, id, trueCmd, agent.Stdio{}); err != nil || exit.Code != 0 {
 		return 0, 0, fmt.Errorf("exec through the API: %v %+v", err, exit)
 	}
 	viaAPI = time.Since(t)
 	t = time.Now()
-	if exit, err := m.Exec(ctx, id, execTrue, agent.Stdio{}); err != nil || exit.Code != 0 {
+	if exit, err := m.Exec(ctx, id, trueCmd, agent.Stdio{}); err != nil || exit.Code != 0 {
 		return 0, 0, fmt.Errorf("exec: %v %+v", err, exit)
 	}
 	return viaAPI, time.Since(t), nil
