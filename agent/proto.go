@@ -44,6 +44,16 @@ const (
 	// checkpoint cannot save, until the host leaves an Identity in the
 	// resume file.
 	OpQuiesce = "quiesce"
+
+	// File system operations on one path, for APIs that expose files
+	// piecemeal (E2B's envd). Results come back as JSON on stdout.
+	OpStat      = "stat"   // FileInfo of Path (not following a last symlink)
+	OpList      = "list"   // []FileInfo under Path, Depth levels deep
+	OpMkdir     = "mkdir"  // Path and its parents; KindExists if it exists
+	OpRemove    = "remove" // Path, recursively
+	OpRename    = "rename" // Path to Dest; FileInfo of Dest
+	OpWriteFile = "write"  // replace Path with stdin, atomically; FileInfo
+	OpReadFile  = "read"   // Path's bytes, raw, on stdout
 )
 
 // Request is the first frame of every connection.
@@ -51,6 +61,9 @@ type Request struct {
 	Op   string   `json:"op"`
 	Exec *Process `json:"exec,omitempty"`
 	Path string   `json:"path,omitempty"`
+	// Dest is a rename's destination; Depth bounds a listing.
+	Dest  string `json:"dest,omitempty"`
+	Depth int    `json:"depth,omitempty"`
 }
 
 // Process describes a command to run inside the sandbox.
@@ -95,6 +108,7 @@ const (
 	KindCannotRun = "cannot-run" // permission, not executable, bad user: exit 126
 	KindInvalid   = "invalid"    // malformed request
 	KindIO        = "io"
+	KindExists    = "exists" // the path already exists
 )
 
 // conn frames a stream. Writes are serialized so stdout and stderr pumps can

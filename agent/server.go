@@ -207,6 +207,8 @@ func (s *Server) handle(nc net.Conn) {
 		exit = s.put(c, req.Path)
 	case OpGet:
 		exit = s.get(c, req.Path)
+	case OpStat, OpList, OpMkdir, OpRemove, OpRename, OpWriteFile, OpReadFile:
+		exit = s.fsOp(c, req)
 	case OpQuiesce:
 		// Answer first: this connection is one of those quiesce drops.
 		c.writeJSON(frameExit, Exit{})

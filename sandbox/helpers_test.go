@@ -19,10 +19,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"smolvm.dev/smolvm/agent"
-	"smolvm.dev/smolvm/backend/gvisor"
 	"smolvm.dev/smolvm/image"
-	"smolvm.dev/smolvm/internal/testenv"
-	"smolvm.dev/smolvm/store"
+	"smolvm.dev/smolvm/internal/testdeps"
 )
 
 // testManager is a Manager over a fresh data dir, with real runsc.
@@ -34,22 +32,8 @@ type testManager struct {
 
 func newManager(t testing.TB) *testManager {
 	t.Helper()
-	runsc := testenv.Runsc(t)
-	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := store.Open(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	images, err := image.Open(ctx, dir, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	be, err := gvisor.New(gvisor.Config{Runsc: runsc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := New(ctx, Options{DataDir: dir, Store: st, Images: images, Backend: be, AgentBinary: testenv.Agent(t)})
+	d := testdeps.New(t)
+	m, err := New(context.Background(), Options{DataDir: d.Dir, Store: d.Store, Images: d.Images, Backend: d.Backend, AgentBinary: d.AgentBinary})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,9 +45,8 @@ func newManager(t testing.TB) *testManager {
 			m.Remove(context.Background(), sb.ID, true)
 		}
 		m.GC(context.Background())
-		st.Close()
 	})
-	return &testManager{Manager: m, dir: dir, images: images}
+	return &testManager{Manager: m, dir: d.Dir, images: d.Images}
 }
 
 // run starts an idle sandbox from the host image.

@@ -1,0 +1,455 @@
+package e2b
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"smolvm.dev/smolvm/image"
+	"smolvm.dev/smolvm/sandbox"
+)
+
+// defaultTemplate is the SDK's default template name; it means the
+// builtin image unless an image of that name exists.
+const defaultTemplate = "base"
+
+// noEnd stands in for the end of a sandbox without a time to live: the
+// SDK parses endAt as a date and has no way to say "never".
+var noEnd = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+
+func (h *Handler) apiRoutes() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /sandboxes", h.create)
+	mux.HandleFunc("POST /v2/sandboxes", h.create)
+	mux.HandleFunc("GET /sandboxes", h.list)
+	mux.HandleFunc("GET /v2/sandboxes", h.list)
+	mux.HandleFunc("GET /sandboxes/{id}", h.getInfo)
+	mux.HandleFunc("DELETE /sandboxes/{id}", h.kill)
+	mux.HandleFunc("POST /sandboxes/{id}/timeout", h.setTimeout)
+	mux.HandleFunc("POST /sandboxes/{id}/connect", h.connect)
+	mux.HandleFunc("POST /v2/sandboxes/{id}/connect", h.connect)
+	mux.HandleFunc("POST /sandboxes/{id}/resume", h.connect)
+	mux.HandleFunc("POST /sandboxes/{id}/pause", h.pause)
+	mux.HandleFunc("POST /sandboxes/{id}/fork", h.fork)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeAPIError(w, http.StatusNotFound, fmt.Sprintf("%s %s is not part of the E2B API served by smolvm", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+// apiError is E2B's error body; the SDK reads code and message.
+type apiError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+func writeAPIError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, apiError{Code: status, Message: msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+// decodeBody decodes a JSON request body into v; an empty body leaves v
+// as it is. The error names the field at fault.
+func decodeBody(r *http.Request, v any) error {
+	b, err := io.ReadAll(io.LimitReader(r.Body, maxRequest+1))
+	if err != nil {
+		return fmt.Errorf("read body: %w", err)
+	}
+	if len(b) > maxRequest {
+		return fmt.Errorf("body larger than %d bytes", maxRequest)
+	}
+	if len(strings.TrimSpace(string(b))) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("malformed JSON body: %s", describeJSONError(err))
+	}
+	return nil
+}
+
+// sandboxJSON is E2B's Sandbox: the reply to create, connect and fork.
+type sandboxJSON struct {
+	TemplateID      string `json:"templateID"`
+	SandboxID       string `json:"sandboxID"`
+	Alias           string `json:"alias,omitempty"`
+	ClientID        string `json:"clientID"`
+	EnvdVersion     string `json:"envdVersion"`
+	EnvdAccessToken string `json:"envdAccessToken"`
+}
+
+// detailJSON is E2B's SandboxDetail and ListedSandbox.
+type detailJSON struct {
+	TemplateID  string            `json:"templateID"`
+	SandboxID   string            `json:"sandboxID"`
+	Alias       string            `json:"alias,omitempty"`
+	ClientID    string            `json:"clientID"`
+	StartedAt   time.Time         `json:"startedAt"`
+	EndAt       time.Time         `json:"endAt"`
+	CPUCount    int               `json:"cpuCount"`
+	MemoryMB    int64             `json:"memoryMB"`
+	DiskSizeMB  int64             `json:"diskSizeMB"`
+	Metadata    map[string]string `json:"metadata"`
+	State       string            `json:"state"`
+	EnvdVersion string            `json:"envdVersion"`
+}
+
+func newSandboxJSON(sb *sandbox.Sandbox, token string) sandboxJSON {
+	return sandboxJSON{
+		TemplateID: sb.Image, SandboxID: sb.ID, Alias: sb.Name, ClientID: "smolvm",
+		EnvdVersion: EnvdVersion, EnvdAccessToken: token,
+	}
+}
+
+func newDetailJSON(sb *sandbox.Sandbox, md map[string]string) detailJSON {
+	d := detailJSON{
+		TemplateID: sb.Image, SandboxID: sb.ID, Alias: sb.Name, ClientID: "smolvm",
+		StartedAt: sb.CreatedAt, EndAt: noEnd,
+		CPUCount:   int(math.Ceil(sb.Config.Limits.CPUs)),
+		MemoryMB:   sb.Config.Limits.Memory >> 20,
+		DiskSizeMB: sb.Config.Limits.Disk >> 20,
+		Metadata:   md, State: string(sb.State), EnvdVersion: EnvdVersion,
+	}
+	if sb.StartedAt != nil {
+		d.StartedAt = *sb.StartedAt
+	}
+	if sb.ExpiresAt != nil {
+		d.EndAt = *sb.ExpiresAt
+	}
+	if d.Metadata == nil {
+		d.Metadata = map[string]string{}
+	}
+	return d
+}
+
+// live reports whether E2B would call sb a sandbox at all: E2B knows only
+// running and paused sandboxes; a stopped one is gone.
+func live(sb *sandbox.Sandbox) bool {
+	return sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused
+}
+
+type createRequest struct {
+	TemplateID string            `json:"templateID"`
+	Timeout    *int64            `json:"timeout"` // seconds
+	Metadata   map[string]string `json:"metadata"`
+	EnvVars    map[string]string `json:"envVars"`
+	AutoPause  *bool             `json:"autoPause"`
+}
+
+// Create returns only once the sandbox's agent answers: the SDK does not
+// poll for readiness and sends its first command straight away.
+func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
+	var req createRequest
+	if err := decodeBody(r, &req); err != nil {
+		writeAPIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if req.TemplateID == "" {
+		writeAPIError(w, http.StatusBadRequest, "templateID: required (a smolvm image name)")
+		return
+	}
+	if req.Timeout != nil && *req.Timeout < 0 {
+		writeAPIError(w, http.StatusBadRequest, "timeout: must not be negative")
+		return
+	}
+	if req.AutoPause != nil && *req.AutoPause {
+		writeAPIError(w, http.StatusBadRequest, "autoPause: not supported; smolvm stops a sandbox when its timeout ends")
+		return
+	}
+	opts := sandbox.CreateOptions{Image: req.TemplateID, Start: true}
+	if req.Timeout != nil {
+		opts.Config.TTL = time.Duration(*req.Timeout) * time.Second
+	}
+	for k, v := range req.EnvVars {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			writeAPIError(w, http.StatusBadRequest, fmt.Sprintf("envVars: invalid name %q", k))
+			return
+		}
+		opts.Config.Env = append(opts.Config.Env, k+"="+v)
+	}
+	sb, err := h.m.Create(r.Context(), opts)
+	if errors.Is(err, image.ErrNotFound) && req.TemplateID == defaultTemplate {
+		opts.Image = sandbox.DefaultImage
+		sb, err = h.m.Create(r.Context(), opts)
+	}
+	if err != nil {
+		status := statusOf(err)
+		if errors.Is(err, image.ErrNotFound) || errors.Is(err, image.ErrInvalidRef) {
+			status = http.StatusBadRequest
+			err = fmt.Errorf("templateID: %w", err)
+		}
+		writeAPIError(w, status, err.Error())
+		return
+	}
+	in := info{Metadata: req.Metadata, Token: newToken()}
+	if in.Metadata == nil {
+		in.Metadata = map[string]string{}
+	}
+	if err := h.saveInfo(r.Context(), sb.ID, in); err != nil {
+		h.m.Remove(r.Context(), sb.ID, true)
+		writeAPIError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusCreated, newSandboxJSON(sb, in.Token))
+}
+
+// lookup returns the live sandbox id names, or writes E2B's 404 (which
+// the SDK turns into NotFoundError), saying whether it ever existed.
+func (h *Handler) lookup(w http.ResponseWriter, r *http.Request, id string) (*sandbox.Sandbox, bool) {
+	sb, err := h.m.Get(r.Context(), id)
+	switch {
+	case errors.Is(err, sandbox.ErrNotFound):
+		writeAPIError(w, http.StatusNotFound, notFoundMessage(id, nil))
+		return nil, false
+	case err != nil:
+		writeAPIError(w, statusOf(err), err.Error())
+		return nil, false
+	case !live(sb):
+		writeAPIError(w, http.StatusNotFound, notFoundMessage(id, sb))
+		return nil, false
+	}
+	return sb, true
+}
+
+func (h *Handler) getInfo(w http.ResponseWriter, r *http.Request) {
+	sb, ok := h.lookup(w, r, r.PathValue("id"))
+	if !ok {
+		return
+	}
+	in, err := h.loadInfo(r.Context(), sb.ID)
+	if err != nil {
+		writeAPIError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, newDetailJSON(sb, in.Metadata))
+}
+
+// list answers GET /v2/sandboxes: running and paused sandboxes, filtered
+// by state=running,paused and metadata=k%3Dv%26k2%3Dv2 as the SDK sends.
+func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	states := map[string]bool{}
+	for _, s := range strings.Split(q.Get("state"), ",") {
+		switch s {
+		case "":
+		case "running", "paused":
+			states[s] = true
+		default:
+			writeAPIError(w, http.StatusBadRequest, fmt.Sprintf("state: %q is not running or paused", s))
+			return
+		}
+	}
+	want, err := url.ParseQuery(q.Get("metadata"))
+	if err != nil {
+		writeAPIError(w, http.StatusBadRequest, "metadata: "+err.Error())
+		return
+	}
+	sbs, err := h.m.List(r.Context())
+	if err != nil {
+		writeAPIError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	mds, err := h.allInfo(r.Context())
+	if err != nil {
+		writeAPIError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	out := []detailJSON{}
+	for _, sb := range sbs {
+		if !live(sb) || (len(states) > 0 && !states[string(sb.State)]) || !matches(mds[sb.ID], want) {
+			continue
+		}
+		out = append(out, newDetailJSON(sb, mds[sb.ID]))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func matches(md map[string]string, want url.Values) bool {
+	for k := range want {
+		if md[k] != want.Get(k) {
+			return false
+		}
+	}
+	return true
+}
+
+func (h *Handler) kill(w http.ResponseWriter, r *http.Request) {
+	sb, ok := h.lookup(w, r, r.PathValue("id"))
+	if !ok {
+		return
+	}
+	h.procs.forget(sb.ID)
+	if err := h.m.Remove(r.Context(), sb.ID, true); err != nil {
+		writeAPIError(w, statusOf(err), err.Error())
+		return
+	}
+	if err := h.deleteInfo(r.Context(), sb.ID); err != nil {
+		writeAPIError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+type timeoutRequest struct {
+	Timeout *int64 `json:"timeout"` // seconds
+}
+
+// parseTimeout decodes a {timeout: seconds} body; required says whether
+// the field must be present.
+func parseTimeout(r *http.Request, required bool) (*time.Duration, error) {
+	var req timeoutRequest
+	if err := decodeBody(r, &req); err != nil {
+		return nil, err
+	}
+	if req.Timeout == nil {
+		if required {
+			return nil, errors.New("timeout: required (seconds)")
+		}
+		return nil, nil
+	}
+	if *req.Timeout < 0 {
+		return nil, errors.New("timeout: must not be negative")
+	}
+	d := time.Duration(*req.Timeout) * time.Second
+	return &d, nil
+}
+
+func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request) {
+	ttl, err := parseTimeout(r, true)
+	if err != nil {
+		writeAPIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	sb, ok := h.lookup(w, r, r.PathValue("id"))
+	if !ok {
+		return
+	}
+	if err := h.extend(r, sb, *ttl); err != nil {
+		writeAPIError(w, statusOf(err), err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// connect answers Sandbox.connect: a paused sandbox is resumed (201), a
+// running one is returned as it is (200), with its timeout reset if asked.
+func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
+	ttl, err := parseTimeout(r, false)
+	if err != nil {
+		writeAPIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	sb, ok := h.lookup(w, r, r.PathValue("id"))
+	if !ok {
+		return
+	}
+	status := http.StatusOK
+	if sb.State == sandbox.StatePaused {
+		if sb, err = h.resume(r, sb); err != nil {
+			writeAPIError(w, statusOf(err), err.Error())
+			return
+		}
+		status = http.StatusCreated
+	}
+	if ttl != nil {
+		if err := h.extend(r, sb, *ttl); err != nil {
+			writeAPIError(w, statusOf(err), err.Error())
+			return
+		}
+	}
+	in, err := h.loadInfo(r.Context(), sb.ID)
+	if err != nil {
+		writeAPIError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	writeJSON(w, status, newSandboxJSON(sb, in.Token))
+}
+
+func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
+	sb, ok := h.lookup(w, r, r.PathValue("id"))
+	if !ok {
+		return
+	}
+	if sb.State == sandbox.StatePaused {
+		writeAPIError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is already paused", sb.ID))
+		return
+	}
+	if err := h.pauseSandbox(r, sb); err != nil {
+		writeAPIError(w, statusOf(err), err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+type forkRequest struct {
+	Timeout *int64 `json:"timeout"`
+	Count   *int   `json:"count"`
+}
+
+// forkResult is one element of E2B's fork reply: a sandbox or an error.
+type forkResult struct {
+	Sandbox *sandboxJSON `json:"sandbox,omitempty"`
+	Error   *apiError    `json:"error,omitempty"`
+}
+
+// maxFork bounds one fork request.
+const maxFork = 64
+
+func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
+	var req forkRequest
+	if err := decodeBody(r, &req); err != nil {
+		writeAPIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	n := 1
+	if req.Count != nil {
+		n = *req.Count
+	}
+	if n < 1 || n > maxFork {
+		writeAPIError(w, http.StatusBadRequest, fmt.Sprintf("count: must be between 1 and %d", maxFork))
+		return
+	}
+	if req.Timeout != nil && *req.Timeout < 0 {
+		writeAPIError(w, http.StatusBadRequest, "timeout: must not be negative")
+		return
+	}
+	sb, ok := h.lookup(w, r, r.PathValue("id"))
+	if !ok {
+		return
+	}
+	src, err := h.loadInfo(r.Context(), sb.ID)
+	if err != nil {
+		writeAPIError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	forks, err := h.forkSandbox(r, sb, n)
+	if err != nil {
+		writeAPIError(w, statusOf(err), err.Error())
+		return
+	}
+	out := make([]forkResult, 0, len(forks))
+	for _, f := range forks {
+		in := info{Metadata: src.Metadata, Token: newToken()}
+		err := h.saveInfo(r.Context(), f.ID, in)
+		if err == nil && req.Timeout != nil {
+			err = h.extend(r, f, time.Duration(*req.Timeout)*time.Second)
+		}
+		if err != nil {
+			out = append(out, forkResult{Error: &apiError{Code: statusOf(err), Message: err.Error()}})
+			continue
+		}
+		sj := newSandboxJSON(f, in.Token)
+		out = append(out, forkResult{Sandbox: &sj})
+	}
+	writeJSON(w, http.StatusCreated, out)
+}

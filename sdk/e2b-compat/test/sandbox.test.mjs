@@ -1,0 +1,198 @@
+// Scenarios run through the official, unmodified e2b SDK against smolvm.
+// The Go test (e2b/compat_test.go) starts the server and sets E2B_API_URL,
+// E2B_SANDBOX_URL and E2B_API_KEY; run it rather than this file directly.
+import { test, after } from 'node:test'
+import assert from 'node:assert/strict'
+import {
+  Sandbox,
+  AuthenticationError,
+  CommandExitError,
+  FileNotFoundError,
+  InvalidArgumentError,
+  NotFoundError,
+  TimeoutError,
+} from 'e2b'
+
+for (const v of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) {
+  assert.ok(process.env[v], `${v} must be set (run through go test ./e2b)`)
+}
+
+// 'base' is the SDK's default template; smolvm maps it to its builtin image.
+const template = process.env.SMOLVM_E2B_TEMPLATE ?? 'base'
+const created = []
+
+async function newSandbox(opts = {}) {
+  const sbx = await Sandbox.create(template, { timeoutMs: 300_000, ...opts })
+  created.push(sbx)
+  return sbx
+}
+
+after(async () => {
+  await Promise.all(created.map((s) => s.kill().catch(() => {})))
+})
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+
+// waitFor polls cond until it holds or ms pass.
+async function waitFor(cond, ms, what) {
+  const deadline = Date.now() + ms
+  while (Date.now() < deadline) {
+    if (await cond()) return
+    await sleep(50)
+  }
+  assert.fail(`timed out waiting for ${what}`)
+}
+
+test('create, getInfo, list, connect, kill', async () => {
+  const tag = `t${Date.now()}`
+  const sbx = await newSandbox({ metadata: { suite: 'compat', tag }, envs: { GREETING: 'hi' } })
+  assert.match(sbx.sandboxId, /^[0-9a-f]{12}$/)
+
+  // create returned only once the sandbox answers: no polling needed.
+  const r = await sbx.commands.run('echo $GREETING')
+  assert.equal(r.stdout, 'hi\n')
+
+  const info = await sbx.getInfo()
+  assert.equal(info.sandboxId, sbx.sandboxId)
+  assert.deepEqual(info.metadata, { suite: 'compat', tag })
+  assert.equal(info.state, 'running')
+  assert.ok(info.endAt > new Date(), 'endAt is in the future')
+
+  const page = await Sandbox.list({ query: { metadata: { tag } } }).nextItems()
+  assert.deepEqual(page.map((s) => s.sandboxId), [sbx.sandboxId])
+  const none = await Sandbox.list({ query: { metadata: { tag: 'no-such-tag' } } }).nextItems()
+  assert.equal(none.length, 0)
+
+  const again = await Sandbox.connect(sbx.sandboxId)
+  assert.equal((await again.commands.run('echo connected')).stdout, 'connected\n')
+
+  assert.equal(await sbx.kill(), true)
+  assert.equal(await Sandbox.kill(sbx.sandboxId), false, 'a second kill finds nothing')
+  await assert.rejects(Sandbox.getInfo(sbx.sandboxId), NotFoundError)
+  await assert.rejects(Sandbox.connect(sbx.sandboxId), NotFoundError)
+})
+
+test('commands: streamed output, envs, cwd, exit codes', async () => {
+  const sbx = await newSandbox()
+
+  const chunks = []
+  const started = Date.now()
+  const r = await sbx.commands.run('for i in 1 2 3; do echo line$i; sleep 0.4; done; echo oops >&2', {
+    onStdout: (d) => chunks.push([Date.now() - started, d]),
+    onStderr: (d) => chunks.push([Date.now() - started, 'ERR:' + d]),
+  })
+  assert.equal(r.exitCode, 0)
+  assert.equal(r.stdout, 'line1\nline2\nline3\n')
+  assert.equal(r.stderr, 'oops\n')
+  const first = chunks.find(([, d]) => d.includes('line1'))
+  assert.ok(first && first[0] < 800, `first line arrived while the command ran (${JSON.stringify(chunks)})`)
+  assert.ok(chunks.some(([, d]) => d === 'ERR:oops\n'))
+
+  const env = await sbx.commands.run('echo "$A-$B"; pwd', { envs: { A: 'x', B: 'y z' }, cwd: '/tmp' })
+  assert.equal(env.stdout, 'x-y z\n/tmp\n')
+
+  const err = await sbx.commands.run('echo partial; echo bad >&2; exit 3').catch((e) => e)
+  assert.ok(err instanceof CommandExitError, `got ${err}`)
+  assert.equal(err.exitCode, 3)
+  assert.equal(err.stdout, 'partial\n')
+  assert.equal(err.stderr, 'bad\n')
+
+  const missing = await sbx.commands.run('no-such-command-here').catch((e) => e)
+  assert.ok(missing instanceof CommandExitError)
+  assert.equal(missing.exitCode, 127)
+})
+
+test('commands: background, sendStdin, list, kill, connect', async () => {
+  const sbx = await newSandbox()
+  let out = ''
+  const h = await sbx.commands.run('cat', { background: true, stdin: true, onStdout: (d) => (out += d) })
+  assert.ok(h.pid > 0)
+  await sbx.commands.sendStdin(h.pid, 'hello\n')
+  await waitFor(() => out === 'hello\n', 5000, 'cat to echo stdin')
+
+  const procs = await sbx.commands.list()
+  assert.ok(procs.some((p) => p.pid === h.pid && p.cmd === '/bin/bash'), JSON.stringify(procs))
+
+  // A second client attaches to the running command by pid.
+  let seen = ''
+  const attached = await sbx.commands.connect(h.pid, { onStdout: (d) => (seen += d) })
+  await h.sendStdin('again\n')
+  await waitFor(() => seen === 'again\n', 5000, 'the attached client to see new output')
+
+  assert.equal(await h.kill(), true)
+  const res = await h.wait().catch((e) => e)
+  assert.ok(res instanceof CommandExitError, `got ${res}`)
+  await attached.wait().catch(() => {})
+  await waitFor(async () => !(await sbx.commands.list()).some((p) => p.pid === h.pid), 5000, 'the killed command to leave the list')
+  assert.equal(await sbx.commands.kill(h.pid), false, 'killing a gone command says so')
+
+  // closeStdin ends a reader.
+  const wc = await sbx.commands.run('wc -c', { background: true, stdin: true })
+  await wc.sendStdin('12345')
+  await wc.closeStdin()
+  assert.equal((await wc.wait()).stdout.trim(), '5')
+})
+
+test('commands: timeouts, and a client that leaves', async () => {
+  const sbx = await newSandbox()
+  const t0 = Date.now()
+  await assert.rejects(sbx.commands.run('sleep 30', { timeoutMs: 1000 }), TimeoutError)
+  assert.ok(Date.now() - t0 < 10_000)
+  // The command's own timeout ends it in the sandbox, not just the call.
+  await waitFor(async () => (await sbx.commands.list()).length === 0, 5000, 'the timed-out command to end')
+
+  // envd's rule: a command outlives a client that disconnects, until it
+  // ends or its timeout passes.
+  const h = await sbx.commands.run('sleep 1; echo done > /tmp/marker', { background: true })
+  await h.disconnect()
+  await waitFor(async () => await sbx.files.exists('/tmp/marker'), 10_000, 'the disconnected command to finish')
+  assert.equal(await sbx.files.read('/tmp/marker'), 'done\n')
+})
+
+test('files: write, read, list, exists, makeDir, rename, remove', async () => {
+  const sbx = await newSandbox()
+  const info = await sbx.files.write('/work/deep/a.txt', 'alpha')
+  assert.equal(info.path, '/work/deep/a.txt')
+  assert.equal(await sbx.files.read('/work/deep/a.txt'), 'alpha')
+  assert.equal((await sbx.commands.run('cat /work/deep/a.txt')).stdout, 'alpha')
+
+  const bytes = new Uint8Array([0, 1, 2, 255])
+  await sbx.files.write('/work/bin.dat', bytes.buffer)
+  assert.deepEqual(await sbx.files.read('/work/bin.dat', { format: 'bytes' }), bytes)
+
+  await sbx.files.write([
+    { path: '/work/m/one', data: '1' },
+    { path: '/work/m/two', data: '22' },
+  ])
+  const names = (await sbx.files.list('/work/m')).map((e) => [e.name, e.type, e.size])
+  assert.deepEqual(names, [['one', 'file', 1], ['two', 'file', 2]])
+  const deep = await sbx.files.list('/work', { depth: 2 })
+  assert.ok(deep.some((e) => e.path === '/work/deep/a.txt'))
+
+  assert.equal(await sbx.files.exists('/work/deep/a.txt'), true)
+  assert.equal(await sbx.files.exists('/work/nope'), false)
+  assert.equal(await sbx.files.makeDir('/work/newdir/sub'), true)
+  assert.equal(await sbx.files.makeDir('/work/newdir/sub'), false, 'an existing dir is not made again')
+  assert.equal((await sbx.files.getInfo('/work/newdir/sub')).type, 'dir')
+
+  const moved = await sbx.files.rename('/work/deep/a.txt', '/work/newdir/b.txt')
+  assert.equal(moved.path, '/work/newdir/b.txt')
+  assert.equal(await sbx.files.exists('/work/deep/a.txt'), false)
+  await sbx.files.remove('/work/newdir')
+  assert.equal(await sbx.files.exists('/work/newdir/b.txt'), false)
+
+  await assert.rejects(sbx.files.read('/work/nope'), FileNotFoundError)
+  await assert.rejects(sbx.files.read('/tmp/../etc/passwd'), InvalidArgumentError)
+  await assert.rejects(sbx.files.list('/work/../..'), InvalidArgumentError)
+})
+
+test('a wrong API key is refused', async () => {
+  await assert.rejects(Sandbox.create(template, { apiKey: 'wrong-key' }), AuthenticationError)
+  await assert.rejects(Sandbox.list({ apiKey: 'wrong-key' }).nextItems(), AuthenticationError)
+})
+
+test('an unknown sandbox is NotFound', async () => {
+  await assert.rejects(Sandbox.connect('000000000000'), NotFoundError)
+  await assert.rejects(Sandbox.getInfo('000000000000'), NotFoundError)
+  assert.equal(await Sandbox.kill('000000000000'), false)
+})
