@@ -18,6 +18,7 @@ type Identity struct {
 	// Env replaces the sandbox's base environment (it carries the
 	// sandbox's ID and name).
 	Env       []string   `json:"env"`
+	Hostname  string     `json:"hostname,omitempty"`
 	MachineID string     `json:"machine_id,omitempty"`
 	Deadline  *time.Time `json:"deadline,omitempty"`
 	// Restored is set for a copy, which runs the image's on-restore hooks.
@@ -80,6 +81,10 @@ func (s *Server) resume(id Identity) {
 		s.cfg.Env = id.Env
 	}
 	s.mu.Unlock()
+	if id.Hostname != "" {
+		// The restored kernel keeps the hostname it was saved with.
+		unix.Sethostname([]byte(id.Hostname))
+	}
 	if id.MachineID != "" {
 		writeMachineID(id.MachineID)
 	}

@@ -343,15 +343,23 @@ func (s *Server) exec(c *conn, p Process) Exit {
 		}()
 	}
 
-	// Read client frames: stdin, resize, signals. A broken connection means
-	// the client is gone: kill the process group rather than leave it
-	// running unobserved.
+	// Read client frames: stdin, resize, signals. A connection broken
+	// while the command runs means the client is gone: kill the process
+	// group rather than leave it running unobserved. Once the command has
+	// exited, what it started in the background is left alone, as a shell
+	// leaves its background jobs.
+	exited := make(chan struct{})
+	defer close(exited)
 	go func() {
 		for {
 			typ, b, err := c.read()
 			if err != nil {
-				if !s.isQuiesced() {
-					unix.Kill(-pgid, unix.SIGKILL)
+				select {
+				case <-exited:
+				default:
+					if !s.isQuiesced() {
+						unix.Kill(-pgid, unix.SIGKILL)
+					}
 				}
 				return
 			}

@@ -12,7 +12,8 @@ import (
 
 // GC removes what crashes left behind: records of creates whose process
 // died, sandbox directories (with their processes, mounts and cgroups) that
-// no record owns, and stale lock files. It returns what it removed.
+// no record owns, checkpoints of crashed snapshot operations, and stale
+// lock files. It returns what it removed.
 func (m *Manager) GC(ctx context.Context) ([]string, error) {
 	rs, err := listRecords(ctx, m.st)
 	if err != nil {
@@ -47,6 +48,15 @@ func (m *Manager) GC(ctx context.Context) ([]string, error) {
 			continue
 		}
 		removed = append(removed, "unowned sandbox directory "+id)
+	}
+	if m.snaps != nil {
+		paths, err := m.snaps.GC(ctx)
+		for _, p := range paths {
+			removed = append(removed, "abandoned checkpoint "+p)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
 	}
 	locks, err := os.ReadDir(filepath.Join(m.dataDir, "locks"))
 	if err != nil {

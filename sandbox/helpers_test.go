@@ -21,6 +21,7 @@ import (
 	"smolvm.dev/smolvm/agent"
 	"smolvm.dev/smolvm/image"
 	"smolvm.dev/smolvm/internal/testdeps"
+	"smolvm.dev/smolvm/snapshot"
 )
 
 // testManager is a Manager over a fresh data dir, with real runsc.
@@ -28,12 +29,19 @@ type testManager struct {
 	*Manager
 	dir    string
 	images *image.Store
+	snaps  *snapshot.Store
 }
 
 func newManager(t testing.TB) *testManager {
+	return openManager(t, t.TempDir())
+}
+
+// openManager opens a Manager, with its own store handles, over dir. Tests
+// open several over one dir to show state lives on disk, not in memory.
+func openManager(t testing.TB, dir string) *testManager {
 	t.Helper()
-	d := testdeps.New(t)
-	m, err := New(context.Background(), Options{DataDir: d.Dir, Store: d.Store, Images: d.Images, Backend: d.Backend, AgentBinary: d.AgentBinary})
+	d := testdeps.Open(t, dir)
+	m, err := New(context.Background(), Options{DataDir: dir, Store: d.Store, Images: d.Images, Backend: d.Backend, AgentBinary: d.AgentBinary, Snapshots: d.Snapshots})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +54,7 @@ func newManager(t testing.TB) *testManager {
 		}
 		m.GC(context.Background())
 	})
-	return &testManager{Manager: m, dir: d.Dir, images: d.Images}
+	return &testManager{Manager: m, dir: dir, images: d.Images, snaps: d.Snapshots}
 }
 
 // run starts an idle sandbox from the host image.

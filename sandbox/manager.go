@@ -16,6 +16,7 @@ import (
 	"smolvm.dev/smolvm/backend"
 	"smolvm.dev/smolvm/image"
 	"smolvm.dev/smolvm/internal/units"
+	"smolvm.dev/smolvm/snapshot"
 	"smolvm.dev/smolvm/store"
 )
 
@@ -27,6 +28,7 @@ type Manager struct {
 	st          *store.Store
 	images      *image.Store
 	be          backend.Backend
+	snaps       *snapshot.Store
 	agentBinary string
 }
 
@@ -38,6 +40,9 @@ type Options struct {
 	Backend backend.Backend
 	// AgentBinary is the static smolvm binary run as each sandbox's PID 1.
 	AgentBinary string
+	// Snapshots stores checkpoints; without it checkpoint, restore and
+	// fork are refused.
+	Snapshots *snapshot.Store
 }
 
 // New returns a Manager.
@@ -50,7 +55,7 @@ func New(ctx context.Context, o Options) (*Manager, error) {
 			return nil, err
 		}
 	}
-	return &Manager{dataDir: o.DataDir, st: o.Store, images: o.Images, be: o.Backend, agentBinary: o.AgentBinary}, nil
+	return &Manager{dataDir: o.DataDir, st: o.Store, images: o.Images, be: o.Backend, snaps: o.Snapshots, agentBinary: o.AgentBinary}, nil
 }
 
 // CreateOptions describe a new sandbox.
@@ -160,6 +165,7 @@ func (m *Manager) specFor(r *record, img *image.Image) backend.Spec {
 		User:        firstNonEmpty(cfg.User, img.Config.User),
 		Limits:      cfg.Limits,
 		AgentBinary: m.agentBinary,
+		MachineID:   newMachineID(),
 	}
 	args := cfg.Cmd
 	if len(args) == 0 {

@@ -31,9 +31,12 @@ var schema = []string{
 		reason TEXT NOT NULL DEFAULT ''
 	)`,
 	`CREATE INDEX sandboxes_image ON sandboxes(image_id)`,
+	`ALTER TABLE sandboxes ADD COLUMN snapshot TEXT NOT NULL DEFAULT ''`,
+	`ALTER TABLE sandboxes ADD COLUMN forked_from TEXT NOT NULL DEFAULT ''`,
+	`CREATE INDEX sandboxes_snapshot ON sandboxes(snapshot)`,
 }
 
-const columns = `id, name, image, image_id, backend, state, config, spec, created_at, started_at, finished_at, expires_at, exit_code, reason`
+const columns = `id, name, image, image_id, backend, state, config, spec, created_at, started_at, finished_at, expires_at, exit_code, reason, snapshot, forked_from`
 
 // record is a Sandbox plus the backend spec needed to act on it.
 type record struct {
@@ -52,7 +55,7 @@ func scanRecord(row scanner) (*record, error) {
 		code                   sql.NullInt64
 	)
 	err := row.Scan(&r.ID, &r.Name, &r.Image, &r.ImageID, &r.Backend, &r.State, &cfg, &spec,
-		&created, &started, &finished, &exp, &code, &r.Reason)
+		&created, &started, &finished, &exp, &code, &r.Reason, &r.Snapshot, &r.ForkedFrom)
 	if err != nil {
 		return nil, err
 	}
@@ -95,9 +98,9 @@ func insert(ctx context.Context, st *store.Store, r *record) error {
 	if err != nil {
 		return err
 	}
-	_, err = st.DB().ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err = st.DB().ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		r.ID, r.Name, r.Image, r.ImageID, r.Backend, r.State, string(cfg), string(spec),
-		r.CreatedAt.UnixMilli(), msVal(r.StartedAt), msVal(r.FinishedAt), msVal(r.ExpiresAt), exitVal(r.ExitCode), r.Reason)
+		r.CreatedAt.UnixMilli(), msVal(r.StartedAt), msVal(r.FinishedAt), msVal(r.ExpiresAt), exitVal(r.ExitCode), r.Reason, r.Snapshot, r.ForkedFrom)
 	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed: sandboxes.name") {
 		return fmt.Errorf("%w: %q", ErrNameInUse, r.Name)
 	}
@@ -180,6 +183,18 @@ func ImageInUse(ctx context.Context, st *store.Store, imageID string) (bool, err
 	}
 	var n int
 	err := st.DB().QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes WHERE image_id = ?`, imageID).Scan(&n)
+	return n > 0, err
+}
+
+// SnapshotInUse reports whether a sandbox, in any state, was restored
+// from the snapshot with this ID; snapshot rm keeps such a snapshot so
+// that every sandbox's lineage stays resolvable.
+func SnapshotInUse(ctx context.Context, st *store.Store, snapshotID string) (bool, error) {
+	if err := st.Migrate(ctx, "sandbox", schema); err != nil {
+		return false, err
+	}
+	var n int
+	err := st.DB().QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes WHERE snapshot = ?`, snapshotID).Scan(&n)
 	return n > 0, err
 }
 

@@ -70,7 +70,7 @@ func (b *Backend) Restore(ctx context.Context, s *backend.Spec, dir string) erro
 
 // resume hands the quiesced agent its identity and waits until it serves.
 func (b *Backend) resume(ctx context.Context, s *backend.Spec, restored bool) error {
-	id := agent.Identity{Env: s.Env, MachineID: s.MachineID, Deadline: s.Deadline, Restored: restored}
+	id := agent.Identity{Env: s.Env, Hostname: s.Hostname, MachineID: s.MachineID, Deadline: s.Deadline, Restored: restored}
 	if err := writeJSON(filepath.Join(layout{s.Dir}.run(), "resume.json"), id); err != nil {
 		return err
 	}

@@ -107,7 +107,7 @@ func (a *app) rootCmd() *cobra.Command {
 		a.execCmd(), a.cpCmd(), a.lsCmd(), a.inspectCmd(), a.logsCmd(), a.gcCmd(), a.benchCmd(), a.doctorCmd(),
 		a.memoryCmd(),
 		a.imageCmd(),
-		a.snapshotCmd(),
+		a.checkpointCmd(), a.restoreCmd(), a.forkCmd(), a.pauseCmd(), a.resumeCmd(), a.snapshotCmd(),
 		a.applyCmd(), a.gitCmd(),
 	)
 	return root

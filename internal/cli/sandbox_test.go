@@ -165,3 +165,45 @@ func TestCLIBadInput(t *testing.T) {
 		t.Errorf("missing runsc: %d %q", code, errb.String())
 	}
 }
+
+func TestCLICheckpointRestoreFork(t *testing.T) {
+	c := newSandboxCLI(t)
+	c.must("run", "-d", "--name", "src")
+	c.must("exec", "src", "--", "sh", "-c", "echo kept > /root/f")
+	snapID := strings.TrimSpace(c.must("checkpoint", "--name", "s1", "src"))
+	if !strings.HasPrefix(snapID, "sha256:") {
+		t.Fatalf("checkpoint printed %q", snapID)
+	}
+	c.must("restore", "--name", "r1", "s1")
+	if out := c.must("exec", "r1", "--", "cat", "/root/f"); out != "kept\n" {
+		t.Fatalf("restored: %q", out)
+	}
+	ids := strings.Fields(c.must("fork", "-n", "2", "--name-prefix", "f", "src"))
+	if len(ids) != 2 {
+		t.Fatalf("fork printed %q", ids)
+	}
+	for _, n := range []string{"f-1", "f-2"} {
+		if out := c.must("exec", n, "--", "sh", "-c", "cat /root/f; hostname"); out != "kept\n"+n+"\n" {
+			t.Fatalf("%s: %q", n, out)
+		}
+	}
+
+	c.must("pause", "src")
+	if _, errOut, code := c.run("", "exec", "src", "--", "true"); code != exitFailure || !strings.Contains(errOut, "paused") {
+		t.Fatalf("exec in a paused sandbox: exit %d: %q", code, errOut)
+	}
+	if _, errOut, code := c.run("", "fork", "src"); code != exitFailure || !strings.Contains(errOut, "resume it first") {
+		t.Fatalf("fork of a paused sandbox: exit %d: %q", code, errOut)
+	}
+	c.must("resume", "src")
+	c.must("exec", "src", "--", "true")
+
+	if _, errOut, code := c.run("", "snapshot", "rm", "s1"); code != exitFailure || !strings.Contains(errOut, "in use") {
+		t.Fatalf("snapshot rm of a snapshot r1 came from: exit %d: %q", code, errOut)
+	}
+	c.must("rm", "-f", "r1")
+	c.must("snapshot", "rm", "s1")
+	if _, errOut, code := c.run("", "restore", "s1"); code != exitFailure || !strings.Contains(errOut, "not found") {
+		t.Fatalf("restore of a removed snapshot: exit %d: %q", code, errOut)
+	}
+}

@@ -1,5 +1,5 @@
 // Package testdeps builds what a sandbox.Manager is made of, for integration
-// tests of the packages above it.
+// tests of the sandbox package and the packages above it.
 package testdeps
 
 import (
@@ -9,29 +9,29 @@ import (
 	"smolvm.dev/smolvm/backend/gvisor"
 	"smolvm.dev/smolvm/image"
 	"smolvm.dev/smolvm/internal/testenv"
+	"smolvm.dev/smolvm/snapshot"
 	"smolvm.dev/smolvm/store"
 )
 
-// Deps is what a sandbox.Manager is built from: a fresh data dir with its
-// store and image store, the real runsc backend and a fresh agent. (The
-// manager itself is left to the caller: the sandbox package's own tests
-// cannot import a package that imports it.)
+// Deps is a data dir with its stores, the real runsc backend and a fresh
+// agent. The manager itself is left to the caller: the sandbox package's
+// own tests cannot import a package that imports it.
 type Deps struct {
 	Dir         string
 	Store       *store.Store
 	Images      *image.Store
+	Snapshots   *snapshot.Store
 	Backend     *gvisor.Backend
 	AgentBinary string
 }
 
-// New returns Deps over t.TempDir(), skipping like testenv.Runsc without root or
-// runsc. The store closes when the test ends, after cleanups registered
-// later (removing sandboxes) have run.
-func New(t testing.TB) *Deps {
+// Open returns Deps over dir, with store handles of their own, skipping
+// like testenv.Runsc without root or runsc. The store closes when the test
+// ends, after cleanups registered later (removing sandboxes) have run.
+func Open(t testing.TB, dir string) *Deps {
 	t.Helper()
 	runsc := testenv.Runsc(t)
 	ctx := context.Background()
-	dir := t.TempDir()
 	st, err := store.Open(ctx, dir)
 	if err != nil {
 		t.Fatal(err)
@@ -41,9 +41,13 @@ func New(t testing.TB) *Deps {
 	if err != nil {
 		t.Fatal(err)
 	}
+	snaps, err := snapshot.Open(ctx, dir, st)
+	if err != nil {
+		t.Fatal(err)
+	}
 	be, err := gvisor.New(gvisor.Config{Runsc: runsc})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Deps{Dir: dir, Store: st, Images: images, Backend: be, AgentBinary: testenv.Agent(t)}
+	return &Deps{Dir: dir, Store: st, Images: images, Snapshots: snaps, Backend: be, AgentBinary: testenv.Agent(t)}
 }
