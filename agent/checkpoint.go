@@ -88,11 +88,7 @@ func (s *Server) resume(id Identity) {
 	if id.MachineID != "" {
 		writeMachineID(id.MachineID)
 	}
-	select {
-	case <-s.deadline:
-	default:
-	}
-	s.deadline <- id.Deadline
+	s.setDeadline(id.Deadline)
 	if id.Restored {
 		s.runHooks()
 	}
@@ -100,6 +96,18 @@ func (s *Server) resume(id Identity) {
 		// Without a socket the host cannot reach us: record why.
 		os.WriteFile(filepath.Join(filepath.Dir(s.cfg.ResumeFile), "agent.err"), []byte(err.Error()+"\n"), 0o644)
 	}
+}
+
+// setDeadline replaces the deadline the main loop waits for. The channel
+// holds one value: a newer deadline replaces one not yet taken.
+func (s *Server) setDeadline(d *time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.deadline:
+	default:
+	}
+	s.deadline <- d
 }
 
 // runHooks runs the on-restore hooks, each for at most 30 seconds. A

@@ -70,6 +70,11 @@ func (c *Client) Quiesce(ctx context.Context) error {
 	return opErr(c.do(ctx, Request{Op: OpQuiesce}, nil))
 }
 
+// SetDeadline moves the sandbox's deadline; nil removes it.
+func (c *Client) SetDeadline(ctx context.Context, d *time.Time) error {
+	return opErr(c.do(ctx, Request{Op: OpDeadline, Deadline: d}, nil))
+}
+
 // Stdio is where an exec's streams come from and go to. Resize, when set,
 // delivers window changes for a TTY; Signals forwards signals.
 type Stdio struct {

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 )
 
 // Frame types.
@@ -54,6 +55,9 @@ const (
 	OpRename    = "rename" // Path to Dest; FileInfo of Dest
 	OpWriteFile = "write"  // replace Path with stdin, atomically; FileInfo
 	OpReadFile  = "read"   // Path's bytes, raw, on stdout
+	// OpDeadline moves the sandbox's deadline (Request.Deadline; nil
+	// removes it), so a time to live can be extended while it runs.
+	OpDeadline = "deadline"
 )
 
 // Request is the first frame of every connection.
@@ -64,6 +68,8 @@ type Request struct {
 	// Dest is a rename's destination; Depth bounds a listing.
 	Dest  string `json:"dest,omitempty"`
 	Depth int    `json:"depth,omitempty"`
+	// Deadline is OpDeadline's new deadline.
+	Deadline *time.Time `json:"deadline,omitempty"`
 }
 
 // Process describes a command to run inside the sandbox.

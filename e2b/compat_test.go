@@ -26,9 +26,9 @@ type server struct {
 
 func newServer(t testing.TB) *server {
 	t.Helper()
-	d := testdeps.New(t)
+	d := testdeps.Open(t, t.TempDir())
 	ctx := context.Background()
-	m, err := sandbox.New(ctx, sandbox.Options{DataDir: d.Dir, Store: d.Store, Images: d.Images, Backend: d.Backend, AgentBinary: d.AgentBinary})
+	m, err := sandbox.New(ctx, sandbox.Options{DataDir: d.Dir, Store: d.Store, Images: d.Images, Backend: d.Backend, AgentBinary: d.AgentBinary, Snapshots: d.Snapshots})
 	if err != nil {
 		t.Fatal(err)
 	}

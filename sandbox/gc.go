@@ -27,7 +27,7 @@ func (m *Manager) GC(ctx context.Context) ([]string, error) {
 		if r.State != StateCreating || m.locked(r.ID) {
 			continue
 		}
-		if err := m.removeRecord(ctx, r); err != nil {
+		if err := m.removeOrphan(ctx, r); err != nil {
 			errs = append(errs, err)
 			continue
 		}

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,6 +31,7 @@ type Manager struct {
 	be          backend.Backend
 	snaps       *snapshot.Store
 	agentBinary string
+	events      hub
 }
 
 // Options configure a Manager.
@@ -124,7 +126,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Sandbox, error)
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		m.be.Delete(cctx, &r.spec)
-		deleteRecord(cctx, m.st, id)
+		deleteRecord(cctx, m.st.DB(), id)
 		return nil, fmt.Errorf("create %s: %w", name, err)
 	}
 	if o.Start {
@@ -138,6 +140,10 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Sandbox, error)
 	}
 	if err := update(ctx, m.st, r); err != nil {
 		return fail(err)
+	}
+	m.publish("created", &r.Sandbox)
+	if o.Start {
+		m.publish("started", &r.Sandbox)
 	}
 	return &r.Sandbox, nil
 }
@@ -166,6 +172,7 @@ func (m *Manager) specFor(r *record, img *image.Image) backend.Spec {
 		Limits:      cfg.Limits,
 		AgentBinary: m.agentBinary,
 		MachineID:   newMachineID(),
+		IdleTimeout: cfg.IdleTimeout,
 	}
 	args := cfg.Cmd
 	if len(args) == 0 {
@@ -246,7 +253,7 @@ func (m *Manager) Start(ctx context.Context, ref string) (*Sandbox, error) {
 		return nil, fmt.Errorf("start %s: %w: already running", r.Name, ErrState)
 	case StatePaused:
 		return nil, fmt.Errorf("start %s: %w: paused (resume it)", r.Name, ErrState)
-	case StateStopped:
+	case StateStopped, StateExpired:
 		// runsc cannot restart a stopped container: recreate it, keeping
 		// the record, name and image.
 		if err := m.be.Delete(ctx, &r.spec); err != nil {
@@ -262,7 +269,11 @@ func (m *Manager) Start(ctx context.Context, ref string) (*Sandbox, error) {
 		update(context.WithoutCancel(ctx), m.st, r)
 		return nil, err
 	}
-	return &r.Sandbox, update(ctx, m.st, r)
+	if err := update(ctx, m.st, r); err != nil {
+		return nil, err
+	}
+	m.publish("started", &r.Sandbox)
+	return &r.Sandbox, nil
 }
 
 // start boots r with boot (the backend's Start or Run), setting its clock.
@@ -337,6 +348,9 @@ func (m *Manager) Stop(ctx context.Context, ref string, timeout time.Duration) (
 		return nil, err
 	}
 	defer unlock()
+	if r.State == StateExpired {
+		return nil, expiredError(r)
+	}
 	if r.State != StateRunning && r.State != StatePaused {
 		return &r.Sandbox, nil
 	}
@@ -344,7 +358,11 @@ func (m *Manager) Stop(ctx context.Context, ref string, timeout time.Duration) (
 		return nil, fmt.Errorf("stop %s: %w", r.Name, err)
 	}
 	m.finish(ctx, r, "stopped")
-	return &r.Sandbox, update(ctx, m.st, r)
+	if err := update(ctx, m.st, r); err != nil {
+		return nil, err
+	}
+	m.publish(string(r.State), &r.Sandbox)
+	return &r.Sandbox, nil
 }
 
 // Remove deletes a sandbox. A running one needs force.
@@ -354,7 +372,7 @@ func (m *Manager) Remove(ctx context.Context, ref string, force bool) error {
 		return err
 	}
 	if r.State == StateCreating && !m.locked(r.ID) {
-		return m.removeRecord(ctx, r)
+		return m.removeOrphan(ctx, r)
 	}
 	r, unlock, err := m.acquire(ctx, r.ID)
 	if err != nil {
@@ -367,11 +385,32 @@ func (m *Manager) Remove(ctx context.Context, ref string, force bool) error {
 	return m.removeRecord(ctx, r)
 }
 
+// removeRecord deletes a sandbox that existed, leaving a tombstone.
 func (m *Manager) removeRecord(ctx context.Context, r *record) error {
 	if err := m.be.Delete(ctx, &r.spec); err != nil {
 		return fmt.Errorf("remove %s: %w", r.Name, err)
 	}
-	if err := deleteRecord(ctx, m.st, r.ID); err != nil {
+	err := m.st.Tx(ctx, func(tx *sql.Tx) error {
+		if err := bury(ctx, tx, r); err != nil {
+			return err
+		}
+		return deleteRecord(ctx, tx, r.ID)
+	})
+	if err != nil {
+		return fmt.Errorf("remove %s: %w", r.Name, err)
+	}
+	os.Remove(m.lockPath(r.ID))
+	m.publish("removed", &r.Sandbox)
+	return nil
+}
+
+// removeOrphan deletes what a crashed create left; it never existed for
+// users, so it leaves no tombstone.
+func (m *Manager) removeOrphan(ctx context.Context, r *record) error {
+	if err := m.be.Delete(ctx, &r.spec); err != nil {
+		return fmt.Errorf("remove %s: %w", r.Name, err)
+	}
+	if err := deleteRecord(ctx, m.st.DB(), r.ID); err != nil {
 		return fmt.Errorf("remove %s: %w", r.Name, err)
 	}
 	os.Remove(m.lockPath(r.ID))
@@ -379,10 +418,14 @@ func (m *Manager) removeRecord(ctx context.Context, r *record) error {
 }
 
 // Get returns a sandbox's record, reconciled with what is really running.
+// An expired sandbox is an *ExpiredError (which carries the record).
 func (m *Manager) Get(ctx context.Context, ref string) (*Sandbox, error) {
 	r, err := m.get(ctx, ref)
 	if err != nil {
 		return nil, err
+	}
+	if r.State == StateExpired {
+		return nil, expiredError(r)
 	}
 	return &r.Sandbox, nil
 }
@@ -447,7 +490,11 @@ func (m *Manager) reconcile(ctx context.Context, r *record) error {
 		return nil
 	}
 	m.finish(ctx, r, "")
-	return update(ctx, m.st, r)
+	if err := update(ctx, m.st, r); err != nil {
+		return err
+	}
+	m.publish(string(r.State), &r.Sandbox)
+	return nil
 }
 
 // finish records a sandbox as stopped, working out why from what it left.
@@ -463,7 +510,9 @@ func (m *Manager) finish(ctx context.Context, r *record, reason string) {
 	case haveExit:
 		code := exit.Code
 		r.ExitCode = &code
-		r.Reason = firstNonEmpty(exit.Reason, reason, "exited")
+		if !markExpired(r, exit) {
+			r.Reason = firstNonEmpty(exit.Reason, reason, "exited")
+		}
 	case reason != "":
 		r.Reason = reason
 	default:
@@ -519,6 +568,9 @@ func (m *Manager) running(ctx context.Context, ref string) (*record, error) {
 	r, err := m.get(ctx, ref)
 	if err != nil {
 		return nil, err
+	}
+	if r.State == StateExpired {
+		return nil, expiredError(r)
 	}
 	if r.State != StateRunning {
 		what := string(r.State)

@@ -34,6 +34,17 @@ var schema = []string{
 	`ALTER TABLE sandboxes ADD COLUMN snapshot TEXT NOT NULL DEFAULT ''`,
 	`ALTER TABLE sandboxes ADD COLUMN forked_from TEXT NOT NULL DEFAULT ''`,
 	`CREATE INDEX sandboxes_snapshot ON sandboxes(snapshot)`,
+	// Removed sandboxes, so lookups can say "expired at …" or "removed
+	// at …" rather than "never existed" (see notFound).
+	`CREATE TABLE sandbox_tombstones (
+		id TEXT PRIMARY KEY,
+		name TEXT NOT NULL,
+		expired INTEGER NOT NULL,
+		reason TEXT NOT NULL,
+		ended_at INTEGER NOT NULL,
+		removed_at INTEGER NOT NULL
+	)`,
+	`CREATE INDEX sandbox_tombstones_name ON sandbox_tombstones(name)`,
 }
 
 const columns = `id, name, image, image_id, backend, state, config, spec, created_at, started_at, finished_at, expires_at, exit_code, reason, snapshot, forked_from`
@@ -116,17 +127,28 @@ func exitVal(c *int) any {
 
 // update writes the mutable fields of r.
 func update(ctx context.Context, st *store.Store, r *record) error {
+	cfg, err := json.Marshal(r.Config)
+	if err != nil {
+		return err
+	}
 	spec, err := json.Marshal(r.spec)
 	if err != nil {
 		return err
 	}
-	_, err = st.DB().ExecContext(ctx, `UPDATE sandboxes SET state=?, spec=?, started_at=?, finished_at=?, expires_at=?, exit_code=?, reason=? WHERE id=?`,
-		r.State, string(spec), msVal(r.StartedAt), msVal(r.FinishedAt), msVal(r.ExpiresAt), exitVal(r.ExitCode), r.Reason, r.ID)
+	_, err = st.DB().ExecContext(ctx, `UPDATE sandboxes SET state=?, config=?, spec=?, started_at=?, finished_at=?, expires_at=?, exit_code=?, reason=? WHERE id=?`,
+		r.State, string(cfg), string(spec), msVal(r.StartedAt), msVal(r.FinishedAt), msVal(r.ExpiresAt), exitVal(r.ExitCode), r.Reason, r.ID)
 	return err
 }
 
-func deleteRecord(ctx context.Context, st *store.Store, id string) error {
-	_, err := st.DB().ExecContext(ctx, `DELETE FROM sandboxes WHERE id=?`, id)
+// execer is a database or a transaction.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// deleteRecord forgets a sandbox record; removeRecord buries it first
+// when the sandbox really existed.
+func deleteRecord(ctx context.Context, db execer, id string) error {
+	_, err := db.ExecContext(ctx, `DELETE FROM sandboxes WHERE id=?`, id)
 	return err
 }
 
@@ -163,7 +185,7 @@ func lookup(ctx context.Context, st *store.Store, ref string) (*record, error) {
 			return nil, fmt.Errorf("%w: %q matches more than one sandbox ID", ErrNotFound, ref)
 		}
 	}
-	return nil, fmt.Errorf("%w: %q", ErrNotFound, ref)
+	return nil, notFound(ctx, st, ref)
 }
 
 func isHex(s string) bool {

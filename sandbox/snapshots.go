@@ -209,7 +209,7 @@ func (m *Manager) discard(ctx context.Context, r *record) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	m.be.Delete(cctx, &r.spec)
-	deleteRecord(cctx, m.st, r.ID)
+	deleteRecord(cctx, m.st.DB(), r.ID)
 	os.Remove(m.lockPath(r.ID))
 }
 

@@ -104,7 +104,7 @@ func (a *app) rootCmd() *cobra.Command {
 		a.policyCmd(), a.approvalsCmd(),
 		a.rulesCmd(),
 		a.runCmd(), a.createCmd(), a.startCmd(), a.stopCmd(), a.rmCmd(),
-		a.execCmd(), a.cpCmd(), a.lsCmd(), a.inspectCmd(), a.logsCmd(), a.gcCmd(), a.benchCmd(), a.doctorCmd(),
+		a.execCmd(), a.cpCmd(), a.lsCmd(), a.inspectCmd(), a.logsCmd(), a.timeoutCmd(), a.gcCmd(), a.benchCmd(), a.doctorCmd(),
 		a.memoryCmd(),
 		a.imageCmd(),
 		a.checkpointCmd(), a.restoreCmd(), a.forkCmd(), a.pauseCmd(), a.resumeCmd(), a.snapshotCmd(),

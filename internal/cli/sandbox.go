@@ -33,7 +33,7 @@ type createFlags struct {
 	memory, disk                         string
 	pids                                 int64
 	env                                  []string
-	timeout                              time.Duration
+	timeout, idle                        time.Duration
 }
 
 func (f *createFlags) register(fs *pflag.FlagSet) {
@@ -47,13 +47,14 @@ func (f *createFlags) register(fs *pflag.FlagSet) {
 	fs.StringVarP(&f.workdir, "workdir", "w", "", "working directory inside the sandbox")
 	fs.StringVarP(&f.user, "user", "u", "", "user (name, uid or uid:gid)")
 	fs.StringVar(&f.hostname, "hostname", "", "hostname (default: the name)")
-	fs.DurationVar(&f.timeout, "timeout", 0, "time to live after start, e.g. 15m; the sandbox is stopped then (default: none)")
+	fs.DurationVar(&f.timeout, "timeout", sandbox.DefaultTTL, "time to live after start; the sandbox is then stopped and shows as expired (0: none; extend with smolvm timeout)")
+	fs.DurationVar(&f.idle, "idle-timeout", 0, "stop the sandbox once no exec or cp has run for this long (0: none)")
 	fs.StringVar(&f.policy, "policy", "", "repository whose .smolvm/policy.toml every command in the sandbox must pass")
 }
 
 func (f *createFlags) options(fs *pflag.FlagSet, cmd []string, start bool) (sandbox.CreateOptions, error) {
 	o := sandbox.CreateOptions{Name: f.name, Image: f.image, Start: start, Config: sandbox.Config{
-		Cmd: cmd, Env: f.env, WorkDir: f.workdir, User: f.user, Hostname: f.hostname, TTL: f.timeout, Policy: f.policy,
+		Cmd: cmd, Env: f.env, WorkDir: f.workdir, User: f.user, Hostname: f.hostname, TTL: f.timeout, IdleTimeout: f.idle, Policy: f.policy,
 		Limits: backend.Limits{CPUs: f.cpus, Pids: f.pids},
 	}}
 	// Zero means "default" inside; typed explicitly it is impossible.
@@ -148,6 +149,9 @@ func (a *app) attach(ctx context.Context, e *env, sb *sandbox.Sandbox, rm bool) 
 		return err
 	}
 	final, err := e.mgr.Get(ctx, sb.ID)
+	if ee := (*sandbox.ExpiredError)(nil); errors.As(err, &ee) && ee.Sandbox != nil {
+		final, err = ee.Sandbox, nil
+	}
 	cleanup()
 	if err != nil {
 		return err
@@ -303,7 +307,7 @@ func (a *app) lsCmd() *cobra.Command {
 
 func stateText(sb *sandbox.Sandbox) string {
 	s := string(sb.State)
-	if sb.State == sandbox.StateStopped && sb.ExitCode != nil {
+	if (sb.State == sandbox.StateStopped || sb.State == sandbox.StateExpired) && sb.ExitCode != nil {
 		s += " (" + strconv.Itoa(*sb.ExitCode) + ")"
 	}
 	if sb.State == sandbox.StateCreating && sb.Reason != "" {
@@ -553,7 +557,7 @@ func splitSandboxPath(s string) (string, string) {
 func (a *app) gcCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "gc",
-		Short: "Remove what crashes left behind (orphaned sandboxes, mounts, cgroups)",
+		Short: "Remove what crashes left behind (orphaned sandboxes, mounts, cgroups) and sandboxes expired over an hour ago",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			e, err := a.open(cmd.Context())
@@ -565,7 +569,39 @@ func (a *app) gcCmd() *cobra.Command {
 			for _, r := range removed {
 				fmt.Fprintln(a.stdout, "removed", r)
 			}
-			return err
+			expired, rerr := e.mgr.Reap(cmd.Context(), sandbox.DefaultExpiredGrace)
+			for _, n := range expired {
+				fmt.Fprintln(a.stdout, "removed expired sandbox", n)
+			}
+			return errors.Join(err, rerr)
+		},
+	}
+}
+
+func (a *app) timeoutCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "timeout SANDBOX DURATION",
+		Short: "Set a sandbox's time to live to DURATION from now (0: none)",
+		Long: `Set a sandbox's time to live to DURATION from now, for this run and every
+later start. 0 removes it. A running sandbox's deadline moves at once.`,
+		Example: "  smolvm timeout box 1h",
+		Args:    cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ttl, err := time.ParseDuration(args[1])
+			if err != nil {
+				return fmt.Errorf("timeout: %w", err)
+			}
+			e, err := a.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			sb, err := e.mgr.SetTTL(cmd.Context(), args[0], ttl)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(a.stdout, ttlText(sb, time.Now()))
+			return nil
 		},
 	}
 }
