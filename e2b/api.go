@@ -204,18 +204,16 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 }
 
 // lookup returns the live sandbox id names, or writes E2B's 404 (which
-// the SDK turns into NotFoundError), saying whether it ever existed.
+// the SDK turns into NotFoundError). The manager's message says whether the
+// sandbox never existed, expired or was removed, and when.
 func (h *Handler) lookup(w http.ResponseWriter, r *http.Request, id string) (*sandbox.Sandbox, bool) {
 	sb, err := h.m.Get(r.Context(), id)
 	switch {
-	case errors.Is(err, sandbox.ErrNotFound):
-		writeAPIError(w, http.StatusNotFound, notFoundMessage(id, nil))
-		return nil, false
 	case err != nil:
 		writeAPIError(w, statusOf(err), err.Error())
 		return nil, false
 	case !live(sb):
-		writeAPIError(w, http.StatusNotFound, notFoundMessage(id, sb))
+		writeAPIError(w, http.StatusNotFound, notLive(sb))
 		return nil, false
 	}
 	return sb, true
@@ -334,7 +332,7 @@ func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := h.extend(r, sb, *ttl); err != nil {
+	if _, err := h.m.SetTTL(r.Context(), sb.ID, *ttl); err != nil {
 		writeAPIError(w, statusOf(err), err.Error())
 		return
 	}
@@ -355,14 +353,14 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
 	}
 	status := http.StatusOK
 	if sb.State == sandbox.StatePaused {
-		if sb, err = h.resume(r, sb); err != nil {
+		if sb, err = h.m.Resume(r.Context(), sb.ID); err != nil {
 			writeAPIError(w, statusOf(err), err.Error())
 			return
 		}
 		status = http.StatusCreated
 	}
 	if ttl != nil {
-		if err := h.extend(r, sb, *ttl); err != nil {
+		if sb, err = h.m.SetTTL(r.Context(), sb.ID, *ttl); err != nil {
 			writeAPIError(w, statusOf(err), err.Error())
 			return
 		}
@@ -384,7 +382,7 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is already paused", sb.ID))
 		return
 	}
-	if err := h.pauseSandbox(r, sb); err != nil {
+	if _, err := h.m.Pause(r.Context(), sb.ID); err != nil {
 		writeAPIError(w, statusOf(err), err.Error())
 		return
 	}
@@ -402,9 +400,6 @@ type forkResult struct {
 	Error   *apiError    `json:"error,omitempty"`
 }
 
-// maxFork bounds one fork request.
-const maxFork = 64
-
 func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
 	var req forkRequest
 	if err := decodeBody(r, &req); err != nil {
@@ -415,8 +410,8 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
 	if req.Count != nil {
 		n = *req.Count
 	}
-	if n < 1 || n > maxFork {
-		writeAPIError(w, http.StatusBadRequest, fmt.Sprintf("count: must be between 1 and %d", maxFork))
+	if n < 1 || n > sandbox.MaxFork {
+		writeAPIError(w, http.StatusBadRequest, fmt.Sprintf("count: must be between 1 and %d", sandbox.MaxFork))
 		return
 	}
 	if req.Timeout != nil && *req.Timeout < 0 {
@@ -432,7 +427,7 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	forks, err := h.forkSandbox(r, sb, n)
+	forks, err := h.m.Fork(r.Context(), sb.ID, sandbox.ForkOptions{N: n})
 	if err != nil {
 		writeAPIError(w, statusOf(err), err.Error())
 		return
@@ -442,7 +437,7 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
 		in := info{Metadata: src.Metadata, Token: newToken()}
 		err := h.saveInfo(r.Context(), f.ID, in)
 		if err == nil && req.Timeout != nil {
-			err = h.extend(r, f, time.Duration(*req.Timeout)*time.Second)
+			f, err = h.m.SetTTL(r.Context(), f.ID, time.Duration(*req.Timeout)*time.Second)
 		}
 		if err != nil {
 			out = append(out, forkResult{Error: &apiError{Code: statusOf(err), Message: err.Error()}})

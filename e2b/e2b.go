@@ -9,7 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
+	"time"
 
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/store"
@@ -114,7 +114,7 @@ func tokenEqual(a, b string) bool {
 // statusOf maps a manager error to an HTTP status.
 func statusOf(err error) int {
 	switch {
-	case errors.Is(err, sandbox.ErrNotFound):
+	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, sandbox.ErrExpired):
 		return http.StatusNotFound
 	case errors.Is(err, sandbox.ErrInvalid):
 		return http.StatusBadRequest
@@ -122,24 +122,19 @@ func statusOf(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout
-	case errors.Is(err, errUnsupported):
-		return http.StatusNotImplemented
 	}
 	return http.StatusInternalServerError
 }
 
-// notFoundMessage says whether a sandbox never existed or ended, and when:
-// nobody should get a bare "not found" for a sandbox that existed.
-func notFoundMessage(id string, sb *sandbox.Sandbox) string {
-	if sb == nil {
-		return fmt.Sprintf("sandbox %q not found: no sandbox with this ID exists", id)
-	}
+// notLive says why a sandbox E2B cannot use (stopped, created, not yet
+// reaped) is not running, and since when.
+func notLive(sb *sandbox.Sandbox) string {
 	what := string(sb.State)
 	if sb.Reason != "" {
-		what = strings.TrimSpace(sb.Reason)
+		what += " (" + sb.Reason + ")"
 	}
 	if sb.FinishedAt != nil {
-		return fmt.Sprintf("sandbox %q is no longer running: %s at %s", id, what, sb.FinishedAt.Format("2006-01-02T15:04:05Z07:00"))
+		return fmt.Sprintf("sandbox %q is not running: %s at %s", sb.ID, what, sb.FinishedAt.Format(time.RFC3339))
 	}
-	return fmt.Sprintf("sandbox %q is not running: %s", id, what)
+	return fmt.Sprintf("sandbox %q is not running: %s", sb.ID, what)
 }

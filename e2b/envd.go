@@ -54,41 +54,63 @@ type envdCall struct {
 	user string
 }
 
-// withSandbox checks a request's sandbox and access token before fn runs. The
-// errors use envd's shapes: {code, message} with the HTTP status.
+// withSandbox checks a request's sandbox and access token before fn runs.
+// Failures take the shape the SDK's client for that route expects (see
+// envdError).
 func (h *Handler) withSandbox(fn func(*envdCall)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get(headerSandboxID)
-		if p := r.Header.Get(headerSandboxPort); p != "" && p != "49983" {
-			writeAPIError(w, http.StatusBadGateway, fmt.Sprintf("port %s of sandbox %q: smolvm sandboxes have no network; only envd (49983) is served", p, id))
+		if p := r.Header.Get(headerSandboxPort); p != "" && p != envdPort {
+			envdError(w, r, http.StatusBadGateway, fmt.Sprintf("port %s of sandbox %q: smolvm sandboxes have no network; only envd (%s) is served", p, id, envdPort))
 			return
 		}
 		sb, err := h.m.Get(r.Context(), id)
-		if errors.Is(err, sandbox.ErrNotFound) {
-			writeAPIError(w, http.StatusNotFound, notFoundMessage(id, nil))
-			return
-		}
 		if err != nil {
-			writeAPIError(w, statusOf(err), err.Error())
+			envdError(w, r, statusOf(err), err.Error())
 			return
 		}
 		in, err := h.loadInfo(r.Context(), sb.ID)
 		if err != nil {
-			writeAPIError(w, http.StatusInternalServerError, err.Error())
+			envdError(w, r, http.StatusInternalServerError, err.Error())
 			return
 		}
 		if !tokenEqual(r.Header.Get(headerAccessToken), in.Token) {
-			writeAPIError(w, http.StatusUnauthorized, "missing or invalid envd access token (X-Access-Token)")
+			envdError(w, r, http.StatusUnauthorized, "missing or invalid envd access token (X-Access-Token)")
 			return
 		}
 		if sb.State != sandbox.StateRunning {
-			// 502 is what E2B's proxy answers for a sandbox that is gone;
-			// the SDK reads it as "not running".
-			writeAPIError(w, http.StatusBadGateway, notFoundMessage(id, sb))
+			// 502 is what E2B's proxy answers for a sandbox that is not
+			// running; the SDK reads it as "not running".
+			envdError(w, r, http.StatusBadGateway, notLive(sb))
 			return
 		}
 		fn(&envdCall{w: w, r: r, sb: sb, user: basicUser(r)})
 	}
+}
+
+// envdPort is envd's port, which the SDK names in E2b-Sandbox-Port.
+const envdPort = "49983"
+
+// envdError answers a failed envd request: envd's {code, message} for its
+// HTTP routes (/files, /health), a Connect error for the RPC services,
+// whose client reads the code from the body.
+func envdError(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	if r.URL.Path == "/health" || r.URL.Path == "/files" {
+		writeAPIError(w, status, msg)
+		return
+	}
+	code := codeInternal
+	switch status {
+	case http.StatusBadRequest:
+		code = codeInvalidArgument
+	case http.StatusUnauthorized:
+		code = codeUnauthenticated
+	case http.StatusNotFound:
+		code = codeNotFound
+	case http.StatusBadGateway, http.StatusConflict:
+		code = codeUnavailable
+	}
+	writeUnary(w, nil, &rpcError{Code: code, Message: msg})
 }
 
 // basicUser returns the user of "Authorization: Basic base64(user:)",

@@ -196,3 +196,50 @@ test('an unknown sandbox is NotFound', async () => {
   await assert.rejects(Sandbox.getInfo('000000000000'), NotFoundError)
   assert.equal(await Sandbox.kill('000000000000'), false)
 })
+
+test('setTimeout extends and ends a sandbox', async () => {
+  const sbx = await newSandbox({ timeoutMs: 2000 })
+  await sbx.setTimeout(60_000)
+  await sleep(2500)
+  assert.equal((await sbx.commands.run('echo alive')).stdout, 'alive\n', 'the extended sandbox outlived its first timeout')
+  const { endAt } = await sbx.getInfo()
+  assert.ok(endAt - Date.now() > 50_000, `endAt ${endAt.toISOString()} is about a minute away`)
+
+  await sbx.setTimeout(1000)
+  await waitFor(async () => !(await sbx.isRunning().catch(() => false)), 10_000, 'the sandbox to expire')
+  await assert.rejects(sbx.getInfo(), NotFoundError)
+  const listed = await Sandbox.list().nextItems()
+  assert.ok(!listed.some((s) => s.sandboxId === sbx.sandboxId), 'an expired sandbox is not listed')
+})
+
+test('pause, then connect resumes', async () => {
+  const sbx = await newSandbox()
+  await sbx.files.write('/tmp/state', 'kept')
+  assert.equal(await sbx.pause(), true)
+  assert.equal((await sbx.getInfo()).state, 'paused')
+  const paused = await Sandbox.list({ query: { state: ['paused'] } }).nextItems()
+  assert.ok(paused.some((s) => s.sandboxId === sbx.sandboxId))
+  assert.equal(await sbx.pause(), false, 'pausing a paused sandbox says so')
+
+  const resumed = await Sandbox.connect(sbx.sandboxId)
+  assert.equal((await resumed.getInfo()).state, 'running')
+  assert.equal(await resumed.files.read('/tmp/state'), 'kept')
+  assert.equal((await resumed.commands.run('echo back')).stdout, 'back\n')
+})
+
+test('fork copies a running sandbox', async () => {
+  const sbx = await newSandbox({ metadata: { role: 'parent' } })
+  await sbx.files.write('/tmp/origin', 'parent data')
+  const forks = await sbx.fork({ count: 2 })
+  assert.equal(forks.length, 2)
+  for (const f of forks) {
+    assert.ok(!(f instanceof Error), `fork failed: ${f}`)
+    created.push(f)
+    assert.notEqual(f.sandboxId, sbx.sandboxId)
+    assert.equal(await f.files.read('/tmp/origin'), 'parent data')
+    assert.deepEqual((await f.getInfo()).metadata, { role: 'parent' })
+  }
+  await forks[0].files.write('/tmp/origin', 'changed in fork')
+  assert.equal(await sbx.files.read('/tmp/origin'), 'parent data', 'the source is untouched')
+  assert.equal(await forks[1].files.read('/tmp/origin'), 'parent data', 'forks are independent')
+})
