@@ -51,19 +51,22 @@ func (s *Server) resolve(p string) string {
 func fileInfo(p string, fi fs.FileInfo) FileInfo {
 	info := FileInfo{
 		Name: fi.Name(), Path: p, Size: fi.Size(), ModTime: fi.ModTime(),
-		Mode: uint32(fi.Mode().Perm()), Perm: fi.Mode().String(),
+		Mode: uint32(fi.Mode().Perm()),
 	}
+	kind := "?"
 	switch {
 	case fi.Mode().IsRegular():
-		info.Type = "file"
+		info.Type, kind = "file", "-"
 	case fi.IsDir():
-		info.Type = "dir"
+		info.Type, kind = "dir", "d"
 	case fi.Mode()&fs.ModeSymlink != 0:
-		info.Type = "symlink"
+		info.Type, kind = "symlink", "l"
 		info.Target, _ = os.Readlink(p)
 	default:
 		info.Type = "other"
 	}
+	// As ls prints it; FileMode.String uses Go's own letters (L, t).
+	info.Perm = kind + fi.Mode().Perm().String()[1:]
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		info.UID, info.GID = st.Uid, st.Gid
 	}

@@ -109,6 +109,7 @@ func (a *app) rootCmd() *cobra.Command {
 		a.imageCmd(),
 		a.checkpointCmd(), a.restoreCmd(), a.forkCmd(), a.pauseCmd(), a.resumeCmd(), a.snapshotCmd(),
 		a.applyCmd(), a.gitCmd(),
+		a.mcpCmd(),
 	)
 	return root
 }
