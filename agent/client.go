@@ -262,12 +262,37 @@ func (c *Client) ReadFile(ctx context.Context, path string, w io.Writer) error {
 // fsJSON runs a file system op and decodes its JSON reply into out.
 func (c *Client) fsJSON(ctx context.Context, req Request, stdin io.Reader, out any) error {
 	var buf bytes.Buffer
-	stdio := &Stdio{Stdin: stdin, Stdout: &buf}
+	stdio := &Stdio{Stdout: &buf}
+	if stdin != nil {
+		// A stdin that fails must abort the op: the agent would otherwise
+		// wait for the rest of the upload forever.
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		stdio.Stdin = &abortReader{r: stdin, abort: cancel}
+	}
 	if err := opErr(c.do(ctx, req, stdio)); err != nil {
+		if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() {
+			return cause
+		}
 		return err
 	}
 	if out == nil {
 		return nil
 	}
 	return decodeJSON(buf.Bytes(), out)
+}
+
+// abortReader cancels an operation when its reader fails.
+type abortReader struct {
+	r     io.Reader
+	abort context.CancelCauseFunc
+}
+
+func (a *abortReader) Read(p []byte) (int, error) {
+	n, err := a.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		a.abort(fmt.Errorf("read upload: %w", err))
+	}
+	return n, err
 }

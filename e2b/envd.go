@@ -475,12 +475,11 @@ func partPath(disposition string) string {
 }
 
 // upload streams body into p inside the sandbox, at most h.maxUpload
-// bytes. Past the limit the upload is cancelled: the agent writes to a
-// temporary file and renames it only when complete, so nothing is left.
+// bytes. Past the limit the reader fails, which aborts the upload: the
+// agent writes to a temporary file and renames it only when complete, so
+// nothing is left behind.
 func (h *Handler) upload(ctx context.Context, ac *agent.Client, p string, body io.Reader) (agent.FileInfo, int, error) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	lr := &limitReader{r: body, n: h.maxUpload, cancel: cancel}
+	lr := &limitReader{r: body, n: h.maxUpload}
 	fi, err := ac.WriteFile(ctx, p, lr)
 	if lr.over {
 		return fi, http.StatusRequestEntityTooLarge, fmt.Errorf("%s: upload larger than %d bytes", p, h.maxUpload)
@@ -492,18 +491,15 @@ func (h *Handler) upload(ctx context.Context, ac *agent.Client, p string, body i
 	return fi, http.StatusOK, nil
 }
 
-var errTooLarge = errors.New("upload too large")
-
-// limitReader fails and cancels the upload once more than n bytes come.
+// limitReader fails once more than n bytes come.
 type limitReader struct {
-	r      io.Reader
-	n      int64
-	over   bool
-	cancel context.CancelCauseFunc
+	r    io.Reader
+	n    int64
+	over bool
 }
 
 func (l *limitReader) Read(p []byte) (int, error) {
-	if l.n < 0 {
+	if l.over {
 		return 0, errTooLarge
 	}
 	if int64(len(p)) > l.n+1 {
@@ -513,8 +509,9 @@ func (l *limitReader) Read(p []byte) (int, error) {
 	l.n -= int64(n)
 	if l.n < 0 {
 		l.over = true
-		l.cancel(errTooLarge)
 		return 0, errTooLarge
 	}
 	return n, err
 }
+
+var errTooLarge = errors.New("upload too large")
