@@ -76,6 +76,64 @@ func markExpired(r *record, exit agent.Exit) bool {
 	return true
 }
 
+// setDeadline sets the expiry ttl after now (none for 0). The agent
+// enforces it unless the TTL's end pauses, which the Manager does.
+func (r *record) setDeadline(now time.Time, ttl time.Duration) {
+	r.ExpiresAt, r.spec.Deadline = nil, nil
+	if ttl > 0 {
+		exp := now.Add(ttl)
+		r.ExpiresAt = &exp
+		if r.Config.OnExpiry != ExpiryPause {
+			r.spec.Deadline = &exp
+		}
+	}
+}
+
+// afterTransition keeps the clock right across pause and resume: a
+// paused sandbox does not expire, and a resumed one gets its full TTL
+// again (its agent's old deadline may have passed while it was frozen).
+func (m *Manager) afterTransition(ctx context.Context, r *record) error {
+	switch r.State {
+	case StatePaused:
+		r.ExpiresAt = nil
+	case StateRunning:
+		r.setDeadline(store.Now(), r.Config.TTL)
+		if r.Reason == reasonPaused {
+			r.Reason = ""
+		}
+		return m.be.Agent(&r.spec).SetDeadline(ctx, r.spec.Deadline)
+	}
+	return nil
+}
+
+// reasonPaused marks a sandbox paused by the end of its TTL.
+const reasonPaused = "time to live ended: paused"
+
+// expirePause pauses a sandbox whose TTL ended with OnExpiry pause.
+func (m *Manager) expirePause(ctx context.Context, id string) error {
+	sn, err := m.snapshotter("pause")
+	if err != nil {
+		return err
+	}
+	r, unlock, err := m.acquire(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if r.State != StateRunning || r.ExpiresAt == nil || time.Now().Before(*r.ExpiresAt) {
+		return nil // resumed, extended or stopped meanwhile
+	}
+	if err := sn.Pause(ctx, &r.spec); err != nil {
+		return fmt.Errorf("pause %s at the end of its TTL: %w", r.Name, err)
+	}
+	r.State, r.Reason, r.ExpiresAt = StatePaused, reasonPaused, nil
+	if err := update(ctx, m.st, r); err != nil {
+		return err
+	}
+	m.publish("paused", &r.Sandbox)
+	return nil
+}
+
 // SetTTL sets a sandbox's time to live to ttl from now (0: none), for this
 // run and every later start. Extending a running sandbox moves the
 // deadline its agent enforces.
@@ -92,19 +150,12 @@ func (m *Manager) SetTTL(ctx context.Context, ref string, ttl time.Duration) (*S
 		return nil, expiredError(r)
 	}
 	r.Config.TTL = ttl
-	if r.State == StateRunning || r.State == StatePaused {
-		var exp *time.Time
-		if ttl > 0 {
-			t := store.Now().Add(ttl)
-			exp = &t
+	// A paused sandbox gets its deadline when resumed.
+	if r.State == StateRunning {
+		r.setDeadline(store.Now(), ttl)
+		if err := m.be.Agent(&r.spec).SetDeadline(ctx, r.spec.Deadline); err != nil {
+			return nil, fmt.Errorf("set time to live of %s: %w", r.Name, err)
 		}
-		if r.State == StateRunning {
-			if err := m.be.Agent(&r.spec).SetDeadline(ctx, exp); err != nil {
-				return nil, fmt.Errorf("set time to live of %s: %w", r.Name, err)
-			}
-		}
-		// A paused sandbox gets its deadline at resume, from the spec.
-		r.ExpiresAt, r.spec.Deadline = exp, exp
 	}
 	if err := update(ctx, m.st, r); err != nil {
 		return nil, err
@@ -132,6 +183,10 @@ func (m *Manager) Reap(ctx context.Context, grace time.Duration) ([]string, erro
 				errs = append(errs, err)
 				continue
 			}
+		}
+		if r.State == StateRunning && r.Config.OnExpiry == ExpiryPause && r.ExpiresAt != nil && now.After(*r.ExpiresAt) {
+			errs = append(errs, m.expirePause(ctx, r.ID))
+			continue
 		}
 		if r.State != StateExpired || r.FinishedAt == nil || now.Sub(*r.FinishedAt) < grace {
 			continue

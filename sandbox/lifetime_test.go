@@ -126,6 +126,39 @@ func TestLifetimes(t *testing.T) {
 		}
 	})
 
+	t.Run("on expiry pause, and resume rearms the ttl", func(t *testing.T) {
+		sb := m.run(t, Config{TTL: time.Second, OnExpiry: ExpiryPause})
+		var got *Sandbox
+		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			if _, err := m.Reap(ctx, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			if got, err = m.Get(ctx, sb.ID); err != nil {
+				t.Fatal(err)
+			}
+			if got.State == StatePaused {
+				break
+			}
+		}
+		if got.State != StatePaused || got.Reason != reasonPaused || got.ExpiresAt != nil {
+			t.Fatalf("after the TTL: %+v", got)
+		}
+		if _, err := m.SetTTL(ctx, sb.ID, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		got, err := m.Resume(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State != StateRunning || got.Reason != "" || got.ExpiresAt == nil || time.Until(*got.ExpiresAt) < 59*time.Minute {
+			t.Fatalf("resumed: %+v", got)
+		}
+		if _, _, exit := m.sh(t, sb, "true"); exit.Code != 0 {
+			t.Fatalf("exec after resume: %+v", exit)
+		}
+	})
+
 	t.Run("idle timeout counts only idle time", func(t *testing.T) {
 		sb := m.run(t, Config{IdleTimeout: 1500 * time.Millisecond})
 		// A 3 s exec keeps it busy past the idle timeout.

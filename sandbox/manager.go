@@ -171,8 +171,8 @@ func (m *Manager) specFor(r *record, img *image.Image) backend.Spec {
 		User:        firstNonEmpty(cfg.User, img.Config.User),
 		Limits:      cfg.Limits,
 		AgentBinary: m.agentBinary,
-		MachineID:   newMachineID(),
 		IdleTimeout: cfg.IdleTimeout,
+		MachineID:   newMachineID(),
 	}
 	args := cfg.Cmd
 	if len(args) == 0 {
@@ -280,11 +280,7 @@ func (m *Manager) Start(ctx context.Context, ref string) (*Sandbox, error) {
 func (m *Manager) start(ctx context.Context, r *record, boot func(context.Context, *backend.Spec) error) error {
 	now := store.Now()
 	r.StartedAt, r.FinishedAt, r.ExitCode, r.Reason = &now, nil, nil, ""
-	r.ExpiresAt, r.spec.Deadline = nil, nil
-	if r.Config.TTL > 0 {
-		exp := now.Add(r.Config.TTL)
-		r.ExpiresAt, r.spec.Deadline = &exp, &exp
-	}
+	r.setDeadline(now, r.Config.TTL)
 	if err := boot(ctx, &r.spec); err != nil {
 		return err
 	}

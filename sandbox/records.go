@@ -236,3 +236,9 @@ func listRecords(ctx context.Context, st *store.Store) ([]*record, error) {
 	}
 	return out, rows.Err()
 }
+
+// SnapshotInUse reports whether a sandbox of this Manager's data dir
+// depends on the snapshot with this ID.
+func (m *Manager) SnapshotInUse(ctx context.Context, snapshotID string) (bool, error) {
+	return SnapshotInUse(ctx, m.st, snapshotID)
+}

@@ -71,10 +71,20 @@ type Config struct {
 	// IdleTimeout stops the sandbox once no exec or file transfer has been
 	// open for that long; 0 is none.
 	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
+	// OnExpiry is what the end of the TTL does: ExpiryStop (the default)
+	// or ExpiryPause. Pausing needs a running `smolvm serve` (or smolvm
+	// gc) to act; stopping is enforced inside the sandbox.
+	OnExpiry string `json:"on_expiry,omitempty"`
 	// Policy is a repository root whose .smolvm/policy.toml governs every
 	// command run in the sandbox, checked before it starts.
 	Policy string `json:"policy,omitempty"`
 }
+
+// What the end of a TTL does (Config.OnExpiry).
+const (
+	ExpiryStop  = "stop"
+	ExpiryPause = "pause"
+)
 
 // DefaultImage is the builtin image: the host's /usr under a synthetic /etc.
 const DefaultImage = "host"
@@ -140,6 +150,9 @@ func (c *Config) validate() error {
 	}
 	if c.TTL < 0 {
 		return fmt.Errorf("%w: --timeout %s: must not be negative", ErrInvalid, c.TTL)
+	}
+	if c.OnExpiry != "" && c.OnExpiry != ExpiryStop && c.OnExpiry != ExpiryPause {
+		return fmt.Errorf("%w: on expiry %q: want %q or %q", ErrInvalid, c.OnExpiry, ExpiryStop, ExpiryPause)
 	}
 	if c.IdleTimeout < 0 {
 		return fmt.Errorf("%w: --idle-timeout %s: must not be negative", ErrInvalid, c.IdleTimeout)

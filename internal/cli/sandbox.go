@@ -28,7 +28,7 @@ import (
 // createFlags are shared by run and create.
 type createFlags struct {
 	name, image, workdir, user, hostname string
-	policy                               string
+	policy, onExpiry                     string
 	cpus                                 float64
 	memory, disk                         string
 	pids                                 int64
@@ -48,13 +48,14 @@ func (f *createFlags) register(fs *pflag.FlagSet) {
 	fs.StringVarP(&f.user, "user", "u", "", "user (name, uid or uid:gid)")
 	fs.StringVar(&f.hostname, "hostname", "", "hostname (default: the name)")
 	fs.DurationVar(&f.timeout, "timeout", sandbox.DefaultTTL, "time to live after start; the sandbox is then stopped and shows as expired (0: none; extend with smolvm timeout)")
+	fs.StringVar(&f.onExpiry, "on-expiry", sandbox.ExpiryStop, "what the end of --timeout does: stop, or pause (pause needs smolvm serve running)")
 	fs.DurationVar(&f.idle, "idle-timeout", 0, "stop the sandbox once no exec or cp has run for this long (0: none)")
 	fs.StringVar(&f.policy, "policy", "", "repository whose .smolvm/policy.toml every command in the sandbox must pass")
 }
 
 func (f *createFlags) options(fs *pflag.FlagSet, cmd []string, start bool) (sandbox.CreateOptions, error) {
 	o := sandbox.CreateOptions{Name: f.name, Image: f.image, Start: start, Config: sandbox.Config{
-		Cmd: cmd, Env: f.env, WorkDir: f.workdir, User: f.user, Hostname: f.hostname, TTL: f.timeout, IdleTimeout: f.idle, Policy: f.policy,
+		Cmd: cmd, Env: f.env, WorkDir: f.workdir, User: f.user, Hostname: f.hostname, TTL: f.timeout, IdleTimeout: f.idle, OnExpiry: f.onExpiry, Policy: f.policy,
 		Limits: backend.Limits{CPUs: f.cpus, Pids: f.pids},
 	}}
 	// Zero means "default" inside; typed explicitly it is impossible.
@@ -107,12 +108,12 @@ has none) the sandbox idles, ready for exec.`,
 				return err
 			}
 			ctx := cmd.Context()
-			e, err := a.open(ctx)
+			ops, done, err := a.sandboxes(ctx)
 			if err != nil {
 				return err
 			}
-			defer e.Close()
-			sb, err := e.mgr.Create(ctx, opts)
+			defer done()
+			sb, err := ops.Create(ctx, opts)
 			if err != nil {
 				return err
 			}
@@ -120,7 +121,7 @@ has none) the sandbox idles, ready for exec.`,
 				fmt.Fprintln(a.stdout, sb.ID)
 				return nil
 			}
-			return a.attach(ctx, e, sb, rm)
+			return a.attach(ctx, ops, sb, rm)
 		},
 	}
 	f.register(cmd.Flags())
@@ -131,16 +132,16 @@ has none) the sandbox idles, ready for exec.`,
 
 // attach follows a started sandbox's output until it stops, and returns
 // its exit status. Interrupting stops the sandbox.
-func (a *app) attach(ctx context.Context, e *env, sb *sandbox.Sandbox, rm bool) error {
+func (a *app) attach(ctx context.Context, ops sandboxes, sb *sandbox.Sandbox, rm bool) error {
 	cleanup := func() {
 		if rm {
-			e.mgr.Remove(context.WithoutCancel(ctx), sb.ID, true)
+			ops.Remove(context.WithoutCancel(ctx), sb.ID, true)
 		}
 	}
-	err := e.mgr.Logs(ctx, sb.ID, sandbox.LogOptions{Follow: true, Stdout: a.stdout, Stderr: a.stderr})
+	err := ops.Logs(ctx, sb.ID, sandbox.LogOptions{Follow: true, Stdout: a.stdout, Stderr: a.stderr})
 	if ctx.Err() != nil {
 		bg := context.WithoutCancel(ctx)
-		e.mgr.Stop(bg, sb.ID, 2*time.Second)
+		ops.Stop(bg, sb.ID, 2*time.Second)
 		cleanup()
 		return exitCode(exitInterrupted)
 	}
@@ -148,7 +149,7 @@ func (a *app) attach(ctx context.Context, e *env, sb *sandbox.Sandbox, rm bool) 
 		cleanup()
 		return err
 	}
-	final, err := e.mgr.Get(ctx, sb.ID)
+	final, err := ops.Get(ctx, sb.ID)
 	if ee := (*sandbox.ExpiredError)(nil); errors.As(err, &ee) && ee.Sandbox != nil {
 		final, err = ee.Sandbox, nil
 	}
@@ -176,12 +177,12 @@ func (a *app) createCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			e, err := a.open(cmd.Context())
+			ops, done, err := a.sandboxes(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer e.Close()
-			sb, err := e.mgr.Create(cmd.Context(), opts)
+			defer done()
+			sb, err := ops.Create(cmd.Context(), opts)
 			if err != nil {
 				return err
 			}
@@ -195,15 +196,15 @@ func (a *app) createCmd() *cobra.Command {
 
 // eachSandbox runs fn on every named sandbox, reporting each failure and
 // failing overall if any did.
-func (a *app) eachSandbox(cmd *cobra.Command, names []string, fn func(ctx context.Context, e *env, name string) error) error {
-	e, err := a.open(cmd.Context())
+func (a *app) eachSandbox(cmd *cobra.Command, names []string, fn func(ctx context.Context, ops sandboxes, name string) error) error {
+	ops, done, err := a.sandboxes(cmd.Context())
 	if err != nil {
 		return err
 	}
-	defer e.Close()
+	defer done()
 	var failed error
 	for _, n := range names {
-		if err := fn(cmd.Context(), e, n); err != nil {
+		if err := fn(cmd.Context(), ops, n); err != nil {
 			if len(names) == 1 {
 				return err
 			}
@@ -222,8 +223,8 @@ func (a *app) startCmd() *cobra.Command {
 		Short: "Start created or stopped sandboxes",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.eachSandbox(cmd, args, func(ctx context.Context, e *env, n string) error {
-				_, err := e.mgr.Start(ctx, n)
+			return a.eachSandbox(cmd, args, func(ctx context.Context, ops sandboxes, n string) error {
+				_, err := ops.Start(ctx, n)
 				return err
 			})
 		},
@@ -237,8 +238,8 @@ func (a *app) stopCmd() *cobra.Command {
 		Short: "Stop sandboxes (SIGTERM, then SIGKILL after --time)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.eachSandbox(cmd, args, func(ctx context.Context, e *env, n string) error {
-				_, err := e.mgr.Stop(ctx, n, timeout)
+			return a.eachSandbox(cmd, args, func(ctx context.Context, ops sandboxes, n string) error {
+				_, err := ops.Stop(ctx, n, timeout)
 				return err
 			})
 		},
@@ -254,8 +255,8 @@ func (a *app) rmCmd() *cobra.Command {
 		Short: "Remove sandboxes",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.eachSandbox(cmd, args, func(ctx context.Context, e *env, n string) error {
-				return e.mgr.Remove(ctx, n, force)
+			return a.eachSandbox(cmd, args, func(ctx context.Context, ops sandboxes, n string) error {
+				return ops.Remove(ctx, n, force)
 			})
 		},
 	}
@@ -271,12 +272,12 @@ func (a *app) lsCmd() *cobra.Command {
 		Short:   "List sandboxes",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			e, err := a.open(cmd.Context())
+			ops, done, err := a.sandboxes(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer e.Close()
-			sbs, err := e.mgr.List(cmd.Context())
+			defer done()
+			sbs, err := ops.List(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -353,24 +354,24 @@ func (a *app) inspectCmd() *cobra.Command {
 		Short: "Show sandboxes' records and live resource usage as JSON",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			e, err := a.open(cmd.Context())
+			ops, done, err := a.sandboxes(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer e.Close()
+			defer done()
 			type view struct {
 				*sandbox.Sandbox
 				Stats *backend.Stats `json:"stats,omitempty"`
 			}
 			var out []view
 			for _, n := range args {
-				sb, err := e.mgr.Get(cmd.Context(), n)
+				sb, err := ops.Get(cmd.Context(), n)
 				if err != nil {
 					return err
 				}
 				v := view{Sandbox: sb}
 				if sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused {
-					v.Stats, _ = e.mgr.Stats(cmd.Context(), sb.ID)
+					v.Stats, _ = ops.Stats(cmd.Context(), sb.ID)
 				}
 				out = append(out, v)
 			}
@@ -386,12 +387,12 @@ func (a *app) logsCmd() *cobra.Command {
 		Short: "Print a sandbox's main command output",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			e, err := a.open(cmd.Context())
+			ops, done, err := a.sandboxes(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer e.Close()
-			return e.mgr.Logs(cmd.Context(), args[0], sandbox.LogOptions{Follow: follow, Stdout: a.stdout, Stderr: a.stderr})
+			defer done()
+			return ops.Logs(cmd.Context(), args[0], sandbox.LogOptions{Follow: follow, Stdout: a.stdout, Stderr: a.stderr})
 		},
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing until the sandbox stops")
@@ -416,11 +417,11 @@ func (a *app) execCmd() *cobra.Command {
 				}
 			}
 			ctx := cmd.Context()
-			e, err := a.open(ctx)
+			ops, done, err := a.sandboxes(ctx)
 			if err != nil {
 				return err
 			}
-			defer e.Close()
+			defer done()
 			p := agent.Process{Args: args[1:], Env: envs, Dir: workdir, User: user, TTY: tty, TimeoutMS: timeout.Milliseconds()}
 			stdio := agent.Stdio{Stdout: a.stdout, Stderr: a.stderr}
 			if interactive {
@@ -433,7 +434,7 @@ func (a *app) execCmd() *cobra.Command {
 				}
 				defer restore()
 			}
-			exit, err := e.mgr.Exec(ctx, args[0], p, stdio)
+			exit, err := ops.Exec(ctx, args[0], p, stdio)
 			if errors.Is(err, policy.ErrDenied) {
 				return &exitError{code: exitCannotRun, err: err}
 			}
@@ -528,15 +529,15 @@ func (a *app) cpCmd() *cobra.Command {
 			if (srcSB == "") == (dstSB == "") {
 				return errors.New("cp: exactly one of SRC and DST must be SANDBOX:PATH")
 			}
-			e, err := a.open(cmd.Context())
+			ops, done, err := a.sandboxes(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer e.Close()
+			defer done()
 			if dstSB != "" {
-				return e.mgr.CopyIn(cmd.Context(), dstSB, srcPath, dstPath)
+				return ops.CopyIn(cmd.Context(), dstSB, srcPath, dstPath)
 			}
-			return e.mgr.CopyOut(cmd.Context(), srcSB, srcPath, dstPath)
+			return ops.CopyOut(cmd.Context(), srcSB, srcPath, dstPath)
 		},
 	}
 }
@@ -591,12 +592,12 @@ later start. 0 removes it. A running sandbox's deadline moves at once.`,
 			if err != nil {
 				return fmt.Errorf("timeout: %w", err)
 			}
-			e, err := a.open(cmd.Context())
+			ops, done, err := a.sandboxes(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer e.Close()
-			sb, err := e.mgr.SetTTL(cmd.Context(), args[0], ttl)
+			defer done()
+			sb, err := ops.SetTTL(cmd.Context(), args[0], ttl)
 			if err != nil {
 				return err
 			}
