@@ -166,7 +166,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusBadRequest, "autoPause: not supported; smolvm stops a sandbox when its timeout ends")
 		return
 	}
-	opts := sandbox.CreateOptions{Image: req.TemplateID, Start: true}
+	opts := sandbox.CreateOptions{Image: req.TemplateID, Start: true, Config: sandbox.Config{TTL: h.ttl}}
 	if req.Timeout != nil {
 		opts.Config.TTL = time.Duration(*req.Timeout) * time.Second
 	}

@@ -1,38 +1,56 @@
 package e2b
 
 import (
+	"bufio"
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
+	"syscall"
 	"testing"
 
 	"smolvm.dev/smolvm/internal/testdeps"
+	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/sandbox"
 )
 
 const testKey = "e2b-test-key"
 
-// server is the E2B handler over a real sandbox manager, on a real
-// loopback listener.
+// server is an E2B API under test: its base URL and API key.
 type server struct {
-	URL string
-	m   *sandbox.Manager
-	h   *Handler
+	URL, Key string
 }
 
-func newServer(t testing.TB) *server {
+// newManager opens a sandbox manager over dir; the test's end removes
+// every sandbox in dir.
+func newManager(t testing.TB, dir string) (*sandbox.Manager, *testdeps.Deps) {
 	t.Helper()
-	d := testdeps.Open(t, t.TempDir())
+	d := testdeps.Open(t, dir)
 	ctx := context.Background()
 	m, err := sandbox.New(ctx, sandbox.Options{DataDir: d.Dir, Store: d.Store, Images: d.Images, Backend: d.Backend, AgentBinary: d.AgentBinary, Snapshots: d.Snapshots})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := New(ctx, Options{
+	t.Cleanup(func() {
+		sbs, _ := m.List(context.Background())
+		for _, sb := range sbs {
+			m.Remove(context.Background(), sb.ID, true)
+		}
+		m.GC(context.Background())
+	})
+	return m, d
+}
+
+// newServer serves the handler in-process on a real loopback listener.
+func newServer(t testing.TB) *server {
+	t.Helper()
+	m, d := newManager(t, t.TempDir())
+	h, err := New(context.Background(), Options{
 		Manager: m, Store: d.Store,
 		Authorize: func(r *http.Request) bool { return tokenEqual(r.Header.Get("X-API-KEY"), testKey) },
 		MaxUpload: 1 << 20,
@@ -44,13 +62,50 @@ func newServer(t testing.TB) *server {
 	t.Cleanup(func() {
 		ts.Close()
 		h.Close()
-		sbs, _ := m.List(context.Background())
-		for _, sb := range sbs {
-			m.Remove(context.Background(), sb.ID, true)
-		}
-		m.GC(context.Background())
 	})
-	return &server{URL: ts.URL, m: m, h: h}
+	return &server{URL: ts.URL, Key: testKey}
+}
+
+// smolvmServe starts a real `smolvm serve` on a loopback port over a fresh
+// data dir, and returns its E2B mount and API token.
+func smolvmServe(t testing.TB) *server {
+	t.Helper()
+	dir := t.TempDir()
+	_, d := newManager(t, dir) // registered first, so it cleans up after the server stops
+	bin := testenv.Smolvm(t)
+	global := []string{"--data-dir", dir, "--runsc", testenv.Runsc(t)}
+	tok, err := exec.Command(bin, append(global, "serve", "token")...).Output()
+	if err != nil {
+		t.Fatalf("smolvm serve token: %v", err)
+	}
+	cmd := exec.Command(bin, append(global, "serve", "--listen", "127.0.0.1:0")...)
+	cmd.Env = append(os.Environ(), "SMOLVM_AGENT_BINARY="+d.AgentBinary)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+	})
+	// The log's first line says where it listens: "... msg=serving at=http://127.0.0.1:PORT ...".
+	sc := bufio.NewScanner(stderr)
+	var base string
+	for base == "" && sc.Scan() {
+		for _, f := range strings.Fields(sc.Text()) {
+			if at, ok := strings.CutPrefix(f, "at="); ok {
+				base = at
+			}
+		}
+	}
+	if base == "" {
+		t.Fatalf("smolvm serve did not say where it listens: %v", sc.Err())
+	}
+	go io.Copy(io.Discard, stderr)
+	return &server{URL: base + "/e2b", Key: strings.TrimSpace(string(tok))}
 }
 
 // compatDir is the Node project that runs scenarios through the real SDK.
@@ -87,22 +142,20 @@ func installSDK(t testing.TB, npm string) {
 	}
 }
 
-// sdkEnv points the SDK at s.
-func (s *server) sdkEnv(key string) []string {
-	return append(os.Environ(),
-		"E2B_API_URL="+s.URL, "E2B_SANDBOX_URL="+s.URL, "E2B_API_KEY="+key,
-		"E2B_DOMAIN=localhost", "NO_COLOR=1")
+// sdkEnv points the SDK at s with nothing but its own settings.
+func (s *server) sdkEnv() []string {
+	return append(os.Environ(), "E2B_API_URL="+s.URL, "E2B_SANDBOX_URL="+s.URL, "E2B_API_KEY="+s.Key)
 }
 
 // TestSDKScenarios runs sdk/e2b-compat's scenario suite through the
-// official e2b npm package, unmodified, against a live server.
+// official e2b npm package, unmodified, against `smolvm serve`.
 func TestSDKScenarios(t *testing.T) {
 	node, npm := nodeTools(t)
-	s := newServer(t)
 	installSDK(t, npm)
+	s := smolvmServe(t)
 	cmd := exec.Command(node, "--test", "--test-reporter=spec")
 	cmd.Dir = compatDir()
-	cmd.Env = s.sdkEnv(testKey)
+	cmd.Env = s.sdkEnv()
 	out, err := cmd.CombinedOutput()
 	t.Logf("node --test:\n%s", out)
 	if err != nil {

@@ -44,6 +44,9 @@ type Options struct {
 	// MaxUpload caps one uploaded file (default 1 GiB); larger uploads get
 	// 413 and leave nothing behind.
 	MaxUpload int64
+	// DefaultTTL is the time to live of a sandbox created without a
+	// timeout (the SDK sends none unless timeoutMs is given); 0 is none.
+	DefaultTTL time.Duration
 }
 
 // Handler serves both E2B APIs: requests with an E2b-Sandbox-Id header
@@ -55,6 +58,7 @@ type Handler struct {
 	st        *store.Store
 	authorize func(*http.Request) bool
 	maxUpload int64
+	ttl       time.Duration
 	procs     *procTable
 	api       *http.ServeMux
 	envdMux   *http.ServeMux
@@ -72,7 +76,7 @@ func New(ctx context.Context, o Options) (*Handler, error) {
 		return nil, fmt.Errorf("e2b: %w", err)
 	}
 	h := &Handler{
-		m: o.Manager, st: o.Store, authorize: o.Authorize, maxUpload: o.MaxUpload,
+		m: o.Manager, st: o.Store, authorize: o.Authorize, maxUpload: o.MaxUpload, ttl: o.DefaultTTL,
 		procs: newProcTable(),
 	}
 	if h.maxUpload <= 0 {
