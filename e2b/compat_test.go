@@ -50,6 +50,12 @@ func newManager(t testing.TB, dir string) (*sandbox.Manager, *testdeps.Deps) {
 func newServer(t testing.TB) *server {
 	t.Helper()
 	m, d := newManager(t, t.TempDir())
+	return newServerOn(t, m, d)
+}
+
+// newServerOn serves the handler over m.
+func newServerOn(t testing.TB, m *sandbox.Manager, d *testdeps.Deps) *server {
+	t.Helper()
 	h, err := New(context.Background(), Options{
 		Manager: m, Store: d.Store,
 		Authorize: func(r *http.Request) bool { return tokenEqual(r.Header.Get("X-API-KEY"), testKey) },
