@@ -38,7 +38,7 @@ func (h *Handler) apiRoutes() *http.ServeMux {
 	mux.HandleFunc("POST /sandboxes/{id}/pause", h.pause)
 	mux.HandleFunc("POST /sandboxes/{id}/fork", h.fork)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeAPIError(w, http.StatusNotFound, fmt.Sprintf("%s %s is not part of the E2B API served by smolvm", r.Method, r.URL.Path))
+		writeAPIError(w, http.StatusNotImplemented, fmt.Sprintf("%s %s is not part of the E2B API served by smolvm", r.Method, r.URL.Path))
 	})
 	return mux
 }

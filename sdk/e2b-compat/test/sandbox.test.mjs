@@ -243,3 +243,18 @@ test('fork copies a running sandbox', async () => {
   assert.equal(await sbx.files.read('/tmp/origin'), 'parent data', 'the source is untouched')
   assert.equal(await forks[1].files.read('/tmp/origin'), 'parent data', 'forks are independent')
 })
+
+test('pty: a terminal with input and resize', async () => {
+  const sbx = await newSandbox()
+  let out = ''
+  const dec = new TextDecoder()
+  const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => (out += dec.decode(d, { stream: true })) })
+  const enc = new TextEncoder()
+  await sbx.pty.sendInput(term.pid, enc.encode('stty size\n'))
+  await waitFor(() => out.includes('24 80'), 5000, `stty to print 24 80 (got ${JSON.stringify(out)})`)
+  await sbx.pty.resize(term.pid, { cols: 100, rows: 30 })
+  await sbx.pty.sendInput(term.pid, enc.encode('stty size; exit 0\n'))
+  await waitFor(() => out.includes('30 100'), 5000, `stty to print 30 100 (got ${JSON.stringify(out)})`)
+  const res = await term.wait()
+  assert.equal(res.exitCode, 0)
+})
