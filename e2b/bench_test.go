@@ -12,6 +12,7 @@ import (
 
 	"smolvm.dev/smolvm/agent"
 	"smolvm.dev/smolvm/internal/bench"
+	"smolvm.dev/smolvm/internal/testmgr"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -27,8 +28,9 @@ var sdkCommand = agent.Process{Args: []string{"/bin/bash", "-l", "-c", "true"}}
 func BenchmarkSDK(b *testing.B) {
 	node, npm := nodeTools(b)
 	installSDK(b, npm)
-	m, d := newManager(b, b.TempDir())
-	s := newServerOn(b, m, d)
+	env := testmgr.New(b)
+	m := env.Manager
+	s := newServerOn(b, env)
 	ctx := context.Background()
 	n := b.N
 

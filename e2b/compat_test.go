@@ -14,9 +14,8 @@ import (
 	"syscall"
 	"testing"
 
-	"smolvm.dev/smolvm/internal/testdeps"
 	"smolvm.dev/smolvm/internal/testenv"
-	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/internal/testmgr"
 )
 
 const testKey = "e2b-test-key"
@@ -26,38 +25,17 @@ type server struct {
 	URL, Key string
 }
 
-// newManager opens a sandbox manager over dir; the test's end removes
-// every sandbox in dir.
-func newManager(t testing.TB, dir string) (*sandbox.Manager, *testdeps.Deps) {
-	t.Helper()
-	d := testdeps.Open(t, dir)
-	ctx := context.Background()
-	m, err := sandbox.New(ctx, sandbox.Options{DataDir: d.Dir, Store: d.Store, Images: d.Images, Backend: d.Backend, AgentBinary: d.AgentBinary, Snapshots: d.Snapshots})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sbs, _ := m.List(context.Background())
-		for _, sb := range sbs {
-			m.Remove(context.Background(), sb.ID, true)
-		}
-		m.GC(context.Background())
-	})
-	return m, d
-}
-
 // newServer serves the handler in-process on a real loopback listener.
 func newServer(t testing.TB) *server {
 	t.Helper()
-	m, d := newManager(t, t.TempDir())
-	return newServerOn(t, m, d)
+	return newServerOn(t, testmgr.New(t))
 }
 
-// newServerOn serves the handler over m.
-func newServerOn(t testing.TB, m *sandbox.Manager, d *testdeps.Deps) *server {
+// newServerOn serves the handler over env's manager.
+func newServerOn(t testing.TB, env *testmgr.Env) *server {
 	t.Helper()
 	h, err := New(context.Background(), Options{
-		Manager: m, Store: d.Store,
+		Manager: env.Manager, Store: env.Store,
 		Authorize: func(r *http.Request) bool { return tokenEqual(r.Header.Get("X-API-KEY"), testKey) },
 		MaxUpload: 1 << 20,
 	})
@@ -76,16 +54,15 @@ func newServerOn(t testing.TB, m *sandbox.Manager, d *testdeps.Deps) *server {
 // data dir, and returns its E2B mount and API token.
 func smolvmServe(t testing.TB) *server {
 	t.Helper()
-	dir := t.TempDir()
-	_, d := newManager(t, dir) // registered first, so it cleans up after the server stops
+	env := testmgr.New(t) // registered first, so it cleans up after the server stops
 	bin := testenv.Smolvm(t)
-	global := []string{"--data-dir", dir, "--runsc", testenv.Runsc(t)}
+	global := []string{"--data-dir", env.Dir, "--runsc", testenv.Runsc(t)}
 	tok, err := exec.Command(bin, append(global, "serve", "token")...).Output()
 	if err != nil {
 		t.Fatalf("smolvm serve token: %v", err)
 	}
 	cmd := exec.Command(bin, append(global, "serve", "--listen", "127.0.0.1:0")...)
-	cmd.Env = append(os.Environ(), "SMOLVM_AGENT_BINARY="+d.AgentBinary)
+	cmd.Env = append(os.Environ(), "SMOLVM_AGENT_BINARY="+env.AgentBinary)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

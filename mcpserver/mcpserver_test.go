@@ -11,30 +11,18 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"smolvm.dev/smolvm/internal/testdeps"
 	"smolvm.dev/smolvm/internal/testenv"
-	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/internal/testmgr"
 )
 
 // session starts `smolvm mcp` as a child process over a fresh data dir and
 // connects the MCP SDK's own client to it over stdio.
 func session(t *testing.T) *mcp.ClientSession {
 	t.Helper()
-	d := testdeps.Open(t, t.TempDir())
 	// A manager over the same data dir removes what the server left.
-	m, err := sandbox.New(context.Background(), sandbox.Options{DataDir: d.Dir, Store: d.Store, Images: d.Images, Backend: d.Backend, AgentBinary: d.AgentBinary, Snapshots: d.Snapshots})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sbs, _ := m.List(context.Background())
-		for _, sb := range sbs {
-			m.Remove(context.Background(), sb.ID, true)
-		}
-		m.GC(context.Background())
-	})
-	cmd := exec.Command(testenv.Smolvm(t), "--data-dir", d.Dir, "--runsc", testenv.Runsc(t), "mcp")
-	cmd.Env = append(os.Environ(), "SMOLVM_AGENT_BINARY="+d.AgentBinary)
+	env := testmgr.New(t)
+	cmd := exec.Command(testenv.Smolvm(t), "--data-dir", env.Dir, "--runsc", testenv.Runsc(t), "mcp")
+	cmd.Env = append(os.Environ(), "SMOLVM_AGENT_BINARY="+env.AgentBinary)
 	cmd.Stderr = os.Stderr
 	client := mcp.NewClient(&mcp.Implementation{Name: "smolvm-test", Version: "v0"}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
