@@ -92,16 +92,20 @@ type listOut struct {
 	Sandboxes []sandboxInfo `json:"sandboxes"`
 }
 
+func listOf(sbs []*sandbox.Sandbox) listOut {
+	out := listOut{Sandboxes: []sandboxInfo{}}
+	for _, sb := range sbs {
+		out.Sandboxes = append(out.Sandboxes, info(sb))
+	}
+	return out
+}
+
 func (t *tools) list(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, listOut, error) {
 	sbs, err := t.m.List(ctx)
 	if err != nil {
 		return nil, listOut{}, err
 	}
-	out := listOut{Sandboxes: []sandboxInfo{}}
-	for _, sb := range sbs {
-		out.Sandboxes = append(out.Sandboxes, info(sb))
-	}
-	return nil, out, nil
+	return nil, listOf(sbs), nil
 }
 
 type sandboxRef struct {
@@ -305,9 +309,5 @@ func (t *tools) fork(ctx context.Context, _ *mcp.CallToolRequest, in forkIn) (*m
 	if err != nil {
 		return nil, listOut{}, err
 	}
-	out := listOut{Sandboxes: []sandboxInfo{}}
-	for _, sb := range sbs {
-		out.Sandboxes = append(out.Sandboxes, info(sb))
-	}
-	return nil, out, nil
+	return nil, listOf(sbs), nil
 }
