@@ -252,22 +252,29 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusBadRequest, "metadata: "+err.Error())
 		return
 	}
-	sbs, err := h.m.List(r.Context())
+	// E2B state first: a row is saved only after its sandbox's record
+	// exists, so any row the later List lacks belongs to a sandbox that
+	// is gone (removed by the CLI, reaped after expiry) and can go too.
+	mds, err := h.allInfo(r.Context())
 	if err != nil {
 		writeAPIError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	mds, err := h.allInfo(r.Context())
+	sbs, err := h.m.List(r.Context())
 	if err != nil {
 		writeAPIError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
 	out := []detailJSON{}
 	for _, sb := range sbs {
-		if !live(sb) || (len(states) > 0 && !states[string(sb.State)]) || !matches(mds[sb.ID], want) {
-			continue
+		md := mds[sb.ID]
+		delete(mds, sb.ID)
+		if live(sb) && (len(states) == 0 || states[string(sb.State)]) && matches(md, want) {
+			out = append(out, newDetailJSON(sb, md))
 		}
-		out = append(out, newDetailJSON(sb, mds[sb.ID]))
+	}
+	for id := range mds {
+		h.deleteInfo(r.Context(), id)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -20,9 +20,11 @@ import (
 
 const testKey = "e2b-test-key"
 
-// server is an E2B API under test: its base URL and API key.
+// server is an E2B API under test: its base URL and API key, and the
+// manager over its data dir.
 type server struct {
 	URL, Key string
+	env      *testmgr.Env
 }
 
 // newServer serves the handler in-process on a real loopback listener.
@@ -47,7 +49,7 @@ func newServerOn(t testing.TB, env *testmgr.Env) *server {
 		ts.Close()
 		h.Close()
 	})
-	return &server{URL: ts.URL, Key: testKey}
+	return &server{URL: ts.URL, Key: testKey, env: env}
 }
 
 // smolvmServe starts a real `smolvm serve` on a loopback port over a fresh
@@ -88,7 +90,7 @@ func smolvmServe(t testing.TB) *server {
 		t.Fatalf("smolvm serve did not say where it listens: %v", sc.Err())
 	}
 	go io.Copy(io.Discard, stderr)
-	return &server{URL: base + "/e2b", Key: strings.TrimSpace(string(tok))}
+	return &server{URL: base + "/e2b", Key: strings.TrimSpace(string(tok)), env: env}
 }
 
 // compatDir is the Node project that runs scenarios through the real SDK.

@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -207,4 +208,39 @@ func FuzzDecoders(f *testing.F) {
 		readEnveloped(httptest.NewRequest("POST", "/", bytes.NewReader(env)), &startRequest{})
 		checkPath("path", string(b))
 	})
+}
+
+// TestStateSurvives checks that E2B's own state (metadata, envd tokens)
+// outlives the handler, as it must a server restart, and follows the
+// sandboxes when they go by other paths than the E2B API.
+func TestStateSurvives(t *testing.T) {
+	s := newServer(t)
+	status, body := s.call(t, "POST", "/v2/sandboxes", apiKey, `{"templateID":"base","metadata":{"owner":"ci"}}`)
+	if status != http.StatusCreated {
+		t.Fatalf("create: %d %v", status, body)
+	}
+	id, token := body["sandboxID"].(string), body["envdAccessToken"].(string)
+
+	// A second handler over the same store: what a restarted server is.
+	again := newServerOn(t, s.env)
+	status, body = again.call(t, "GET", "/sandboxes/"+id, apiKey, "")
+	if md, _ := body["metadata"].(map[string]any); status != http.StatusOK || md["owner"] != "ci" {
+		t.Fatalf("after a restart: %d %v", status, body)
+	}
+	status, body = again.call(t, "POST", "/filesystem.Filesystem/Stat", map[string]string{headerSandboxID: id, headerAccessToken: token}, `{"path":"/"}`)
+	if status != http.StatusOK {
+		t.Fatalf("the envd token after a restart: %d %v", status, body)
+	}
+
+	// Removed behind E2B's back (smolvm rm): the next list forgets it.
+	if err := s.env.Manager.Remove(context.Background(), id, true); err != nil {
+		t.Fatal(err)
+	}
+	if status, body := s.call(t, "GET", "/v2/sandboxes", apiKey, ""); status != http.StatusOK {
+		t.Fatalf("list: %d %v", status, body)
+	}
+	var n int
+	if err := s.env.Store.DB().QueryRow(`SELECT count(*) FROM e2b_sandboxes WHERE id = ?`, id).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("E2B state of a removed sandbox: %d rows, %v", n, err)
+	}
 }
