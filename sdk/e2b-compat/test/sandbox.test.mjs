@@ -201,9 +201,10 @@ test('an unknown sandbox is NotFound', async () => {
 })
 
 test('setTimeout extends and ends a sandbox', async () => {
-  const sbx = await newSandbox({ timeoutMs: 2000 })
+  // 5 s leaves room for the setTimeout call on a loaded machine.
+  const sbx = await newSandbox({ timeoutMs: 5000 })
   await sbx.setTimeout(60_000)
-  await sleep(2500)
+  await sleep(5500)
   assert.equal((await sbx.commands.run('echo alive')).stdout, 'alive\n', 'the extended sandbox outlived its first timeout')
   const { endAt } = await sbx.getInfo()
   assert.ok(endAt - Date.now() > 50_000, `endAt ${endAt.toISOString()} is about a minute away`)
