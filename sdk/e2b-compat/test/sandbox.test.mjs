@@ -163,6 +163,16 @@ test('files: write, read, list, exists, makeDir, rename, remove', async () => {
   await sbx.files.write('/work/bin.dat', bytes.buffer)
   assert.deepEqual(await sbx.files.read('/work/bin.dat', { format: 'bytes' }), bytes)
 
+  // envd 0.5.7 uploads: a raw octet-stream body, plain or gzip-encoded.
+  await sbx.files.write('/work/octet.txt', 'raw body', { useOctetStream: true })
+  assert.equal(await sbx.files.read('/work/octet.txt'), 'raw body')
+  await sbx.files.write('/work/gz.txt', 'zipped '.repeat(1000), { gzip: true })
+  assert.equal(await sbx.files.read('/work/gz.txt'), 'zipped '.repeat(1000))
+  const stream = await sbx.files.read('/work/gz.txt', { format: 'stream' })
+  let streamed = ''
+  for await (const chunk of stream) streamed += new TextDecoder().decode(chunk)
+  assert.equal(streamed.length, 7000)
+
   await sbx.files.write([
     { path: '/work/m/one', data: '1' },
     { path: '/work/m/two', data: '22' },
