@@ -16,7 +16,7 @@ import (
 )
 
 // defaultTemplate is the SDK's default template name; it means the
-// builtin image unless an image of that name exists.
+// builtin image unless an image or snapshot of that name exists.
 const defaultTemplate = "base"
 
 // noEnd stands in for the end of a sandbox without a time to live: the
@@ -37,6 +37,9 @@ func (h *Handler) apiRoutes() *http.ServeMux {
 	mux.HandleFunc("POST /sandboxes/{id}/resume", h.connect)
 	mux.HandleFunc("POST /sandboxes/{id}/pause", h.pause)
 	mux.HandleFunc("POST /sandboxes/{id}/fork", h.fork)
+	mux.HandleFunc("POST /sandboxes/{id}/snapshots", h.createSnapshot)
+	mux.HandleFunc("GET /snapshots", h.listSnapshots)
+	mux.HandleFunc("DELETE /templates/{id}", h.deleteTemplate)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusNotImplemented, fmt.Sprintf("%s %s is not part of the E2B API served by smolvm", r.Method, r.URL.Path))
 	})
@@ -178,9 +181,8 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		opts.Config.Env = append(opts.Config.Env, k+"="+v)
 	}
 	sb, err := h.m.Create(r.Context(), opts)
-	if errors.Is(err, image.ErrNotFound) && req.TemplateID == defaultTemplate {
-		opts.Image = sandbox.DefaultImage
-		sb, err = h.m.Create(r.Context(), opts)
+	if errors.Is(err, image.ErrNotFound) {
+		sb, err = h.fromTemplate(r.Context(), req.TemplateID, opts)
 	}
 	if err != nil {
 		status := statusOf(err)

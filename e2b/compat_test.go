@@ -37,7 +37,7 @@ func newServer(t testing.TB) *server {
 func newServerOn(t testing.TB, env *testmgr.Env) *server {
 	t.Helper()
 	h, err := New(context.Background(), Options{
-		Manager: env.Manager, Store: env.Store,
+		Manager: env.Manager, Store: env.Store, Snapshots: env.Snapshots,
 		Authorize: func(r *http.Request) bool { return tokenEqual(r.Header.Get("X-API-KEY"), testKey) },
 		MaxUpload: 1 << 20,
 	})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/snapshot"
 	"smolvm.dev/smolvm/store"
 )
 
@@ -36,6 +37,8 @@ type Options struct {
 	// Store holds E2B's own durable state (metadata, envd tokens); it is
 	// the Manager's store.
 	Store *store.Store
+	// Snapshots, when set, serves E2B's sandbox snapshots (checkpoints).
+	Snapshots *snapshot.Store
 	// Authorize checks the API key of a control-plane request (the SDK
 	// sends it as X-API-KEY). envd requests carry no API key: they are
 	// checked against the per-sandbox access token handed out at create
@@ -56,6 +59,7 @@ type Options struct {
 type Handler struct {
 	m         *sandbox.Manager
 	st        *store.Store
+	snaps     *snapshot.Store
 	authorize func(*http.Request) bool
 	maxUpload int64
 	ttl       time.Duration
@@ -76,7 +80,7 @@ func New(ctx context.Context, o Options) (*Handler, error) {
 		return nil, fmt.Errorf("e2b: %w", err)
 	}
 	h := &Handler{
-		m: o.Manager, st: o.Store, authorize: o.Authorize, maxUpload: o.MaxUpload, ttl: o.DefaultTTL,
+		m: o.Manager, st: o.Store, snaps: o.Snapshots, authorize: o.Authorize, maxUpload: o.MaxUpload, ttl: o.DefaultTTL,
 		procs: newProcTable(),
 	}
 	if h.maxUpload <= 0 {

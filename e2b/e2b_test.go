@@ -95,6 +95,10 @@ func TestBadInput(t *testing.T) {
 		wantError(t, "fork", status, body, http.StatusBadRequest, "count")
 		status, body = s.call(t, "GET", "/v2/sandboxes?state=dead", apiKey, "")
 		wantError(t, "list", status, body, http.StatusBadRequest, "state")
+		status, body = s.call(t, "POST", "/sandboxes/"+id+"/snapshots", apiKey, `{"name": "has space"}`)
+		wantError(t, "snapshot", status, body, http.StatusBadRequest, "name")
+		status, body = s.call(t, "DELETE", "/templates/sha256:0000", apiKey, "")
+		wantError(t, "delete snapshot", status, body, http.StatusNotFound, "not found")
 	})
 
 	t.Run("unknown sandbox", func(t *testing.T) {

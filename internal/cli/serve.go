@@ -86,7 +86,7 @@ set to the token.`,
 			// E2B's API under /e2b/: its envd requests carry a per-sandbox
 			// access token, not the API token, so it checks tokens itself.
 			e2bAPI, err := e2b.New(ctx, e2b.Options{
-				Manager: e.mgr, Store: e.st, MaxUpload: limit, DefaultTTL: defaultTTL,
+				Manager: e.mgr, Store: e.st, Snapshots: e.snaps, MaxUpload: limit, DefaultTTL: defaultTTL,
 				Authorize: func(r *http.Request) bool { return api.CheckToken(r, token) },
 			})
 			if err != nil {

@@ -10,6 +10,7 @@ import {
   FileNotFoundError,
   InvalidArgumentError,
   NotFoundError,
+  SandboxError,
   TimeoutError,
 } from 'e2b'
 
@@ -21,8 +22,8 @@ for (const v of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) {
 const template = process.env.SMOLVM_E2B_TEMPLATE ?? 'base'
 const created = []
 
-async function newSandbox(opts = {}) {
-  const sbx = await Sandbox.create(template, { timeoutMs: 300_000, ...opts })
+async function newSandbox(opts = {}, from = template) {
+  const sbx = await Sandbox.create(from, { timeoutMs: 300_000, ...opts })
   created.push(sbx)
   return sbx
 }
@@ -271,4 +272,26 @@ test('pty: a terminal with input and resize', async () => {
   await waitFor(() => out.includes('30 100'), 5000, `stty to print 30 100 (got ${JSON.stringify(out)})`)
   const res = await term.wait()
   assert.equal(res.exitCode, 0)
+})
+
+test('createSnapshot, then Sandbox.create from it', async () => {
+  const sbx = await newSandbox()
+  await sbx.files.write('/tmp/snap', 'saved')
+  const name = `snap-${Date.now()}`
+  const snap = await sbx.createSnapshot({ name })
+  assert.match(snap.snapshotId, /^sha256:[0-9a-f]{64}$/)
+  assert.deepEqual(snap.names, [name])
+  await sbx.files.write('/tmp/snap', 'changed after')
+  assert.equal((await sbx.getInfo()).state, 'running', 'the source keeps running')
+
+  const copy = await newSandbox({ metadata: { from: 'snapshot' } }, snap.snapshotId)
+  assert.equal(await copy.files.read('/tmp/snap'), 'saved')
+  assert.deepEqual((await copy.getInfo()).metadata, { from: 'snapshot' })
+
+  const listed = await sbx.listSnapshots().nextItems()
+  assert.deepEqual(listed.map((s) => s.snapshotId), [snap.snapshotId])
+  await assert.rejects(Sandbox.deleteSnapshot(snap.snapshotId), SandboxError, 'a snapshot in use is kept')
+  await copy.kill()
+  assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true)
+  assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), false)
 })
