@@ -37,6 +37,7 @@ func (h *Handler) apiRoutes() *http.ServeMux {
 	mux.HandleFunc("POST /sandboxes/{id}/resume", h.connect)
 	mux.HandleFunc("POST /sandboxes/{id}/pause", h.pause)
 	mux.HandleFunc("POST /sandboxes/{id}/fork", h.fork)
+	mux.HandleFunc("GET /sandboxes/{id}/metrics", h.metrics)
 	mux.HandleFunc("POST /sandboxes/{id}/snapshots", h.createSnapshot)
 	mux.HandleFunc("GET /snapshots", h.listSnapshots)
 	mux.HandleFunc("DELETE /templates/{id}", h.deleteTemplate)
@@ -456,4 +457,39 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
 		out = append(out, forkResult{Sandbox: &sj})
 	}
 	writeJSON(w, http.StatusCreated, out)
+}
+
+// metricJSON is one of E2B's SandboxMetric samples. Disk use is not
+// measured (the writable layer lives in gVisor's overlay file), so it is
+// left out rather than reported as zero.
+type metricJSON struct {
+	Timestamp  time.Time `json:"timestamp"`
+	CPUCount   int       `json:"cpuCount"`
+	CPUUsedPct float64   `json:"cpuUsedPct"`
+	MemUsed    int64     `json:"memUsed"`
+	MemTotal   int64     `json:"memTotal"`
+	DiskTotal  int64     `json:"diskTotal"`
+}
+
+// metrics answers getMetrics with one sample, taken now: smolvm keeps no
+// history. CPU use is the average since the sandbox started.
+func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) {
+	sb, ok := h.lookup(w, r, r.PathValue("id"))
+	if !ok {
+		return
+	}
+	st, err := h.m.Stats(r.Context(), sb.ID)
+	if err != nil {
+		writeAPIError(w, statusOf(err), err.Error())
+		return
+	}
+	now := time.Now()
+	m := metricJSON{
+		Timestamp: now, CPUCount: int(math.Ceil(sb.Config.Limits.CPUs)),
+		MemUsed: st.MemoryBytes, MemTotal: sb.Config.Limits.Memory, DiskTotal: sb.Config.Limits.Disk,
+	}
+	if sb.StartedAt != nil && now.After(*sb.StartedAt) && m.CPUCount > 0 {
+		m.CPUUsedPct = 100 * float64(st.CPUNanos) / float64(now.Sub(*sb.StartedAt).Nanoseconds()) / float64(m.CPUCount)
+	}
+	writeJSON(w, http.StatusOK, []metricJSON{m})
 }

@@ -64,6 +64,10 @@ test('create, getInfo, list, connect, kill', async () => {
   const none = await Sandbox.list({ query: { metadata: { tag: 'no-such-tag' } } }).nextItems()
   assert.equal(none.length, 0)
 
+  const [metric] = await sbx.getMetrics()
+  assert.ok(metric.memUsed > 0 && metric.memTotal === 1 << 30, JSON.stringify(metric))
+  assert.equal(metric.cpuCount, 1)
+
   const again = await Sandbox.connect(sbx.sandboxId)
   assert.equal((await again.commands.run('echo connected')).stdout, 'connected\n')
 
