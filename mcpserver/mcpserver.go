@@ -65,7 +65,7 @@ func info(sb *sandbox.Sandbox) sandboxInfo {
 type createIn struct {
 	Image          string            `json:"image,omitempty" jsonschema:"image name; default: the builtin host image"`
 	Name           string            `json:"name,omitempty" jsonschema:"sandbox name; default: generated"`
-	TimeoutSeconds int64             `json:"timeout_seconds,omitempty" jsonschema:"time to live in seconds; 0: the server's default"`
+	TimeoutSeconds int64             `json:"timeout_seconds,omitempty" jsonschema:"time to live in seconds; default 900 (smolvm's default), so a forgotten sandbox ends"`
 	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables for every command"`
 }
 
@@ -74,7 +74,10 @@ func (t *tools) create(ctx context.Context, _ *mcp.CallToolRequest, in createIn)
 		return nil, sandboxInfo{}, errors.New("timeout_seconds: must not be negative")
 	}
 	o := sandbox.CreateOptions{Name: in.Name, Image: in.Image, Start: true}
-	o.Config.TTL = time.Duration(in.TimeoutSeconds) * time.Second
+	o.Config.TTL = sandbox.DefaultTTL
+	if in.TimeoutSeconds > 0 {
+		o.Config.TTL = time.Duration(in.TimeoutSeconds) * time.Second
+	}
 	for _, k := range slices.Sorted(maps.Keys(in.Env)) {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
 			return nil, sandboxInfo{}, fmt.Errorf("env: invalid name %q", k)

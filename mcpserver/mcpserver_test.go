@@ -70,6 +70,7 @@ func must(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any,
 
 type sbInfo struct {
 	ID, Name, State string
+	ExpiresAt       *time.Time `json:"expires_at"`
 }
 
 type execResult struct {
@@ -98,8 +99,8 @@ func TestToolsOverStdio(t *testing.T) {
 
 	var sb sbInfo
 	must(t, cs, "sandbox_create", map[string]any{"name": "agent-box", "env": map[string]string{"GREETING": "hello"}}, &sb)
-	if sb.State != "running" || sb.Name != "agent-box" {
-		t.Fatalf("created %+v", sb)
+	if sb.State != "running" || sb.Name != "agent-box" || sb.ExpiresAt == nil || time.Until(*sb.ExpiresAt) < 10*time.Minute {
+		t.Fatalf("created %+v, want running with the default time to live", sb)
 	}
 
 	var ex execResult
