@@ -18,7 +18,8 @@ type Identity struct {
 	// Env replaces the sandbox's base environment (it carries the
 	// sandbox's ID and name).
 	Env       []string   `json:"env"`
-	Hostname  string     `json:"hostname,omitempty"`
+	Dir       string     `json:"dir,omitempty"`  // default working directory
+	User      string     `json:"user,omitempty"` // default user
 	MachineID string     `json:"machine_id,omitempty"`
 	Deadline  *time.Time `json:"deadline,omitempty"`
 	// Restored is set for a copy, which runs the image's on-restore hooks.
@@ -41,9 +42,9 @@ func (s *Server) isQuiesced() bool {
 }
 
 // quiesce closes the listener and every host connection but keep; the
-// commands behind those connections keep running. It then waits, in the
-// background, for the resume file.
-func (s *Server) quiesce(keep net.Conn) {
+// commands behind those connections keep running. It then answers on keep,
+// closes it, and waits, in the background, for the resume file.
+func (s *Server) quiesce(keep net.Conn, answer func()) {
 	s.mu.Lock()
 	s.quiesced = true
 	if s.ln != nil {
@@ -56,8 +57,9 @@ func (s *Server) quiesce(keep net.Conn) {
 		}
 	}
 	s.mu.Unlock()
-	keep.Close()
 	os.Remove(s.cfg.Socket)
+	answer()
+	keep.Close()
 	go s.awaitResume()
 }
 
@@ -74,27 +76,34 @@ func (s *Server) awaitResume() {
 	}
 }
 
-// resume takes on id, runs the restore hooks of a copy, and serves again.
+// resume takes on id and serves again.
 func (s *Server) resume(id Identity) {
+	s.adopt(id)
+	if err := s.listen(); err != nil {
+		// Without a socket the host cannot reach us: record why.
+		os.WriteFile(filepath.Join(filepath.Dir(s.cfg.ResumeFile), "agent.err"), []byte(err.Error()+"\n"), 0o644)
+	}
+}
+
+// adopt takes on id, running the restore hooks of a copy.
+func (s *Server) adopt(id Identity) {
 	s.mu.Lock()
 	if id.Env != nil {
 		s.cfg.Env = id.Env
 	}
-	s.mu.Unlock()
-	if id.Hostname != "" {
-		// The restored kernel keeps the hostname it was saved with.
-		unix.Sethostname([]byte(id.Hostname))
+	if id.Dir != "" {
+		s.cfg.Dir = id.Dir
 	}
+	if id.User != "" {
+		s.cfg.User = id.User
+	}
+	s.mu.Unlock()
 	if id.MachineID != "" {
 		writeMachineID(id.MachineID)
 	}
 	s.setDeadline(id.Deadline)
 	if id.Restored {
 		s.runHooks()
-	}
-	if err := s.listen(); err != nil {
-		// Without a socket the host cannot reach us: record why.
-		os.WriteFile(filepath.Join(filepath.Dir(s.cfg.ResumeFile), "agent.err"), []byte(err.Error()+"\n"), 0o644)
 	}
 }
 

@@ -58,13 +58,17 @@ const (
 	// OpDeadline moves the sandbox's deadline (Request.Deadline; nil
 	// removes it), so a time to live can be extended while it runs.
 	OpDeadline = "deadline"
+	// OpIdentity hands a running agent a new Identity: a pooled sandbox
+	// takes on the one of the sandbox it becomes.
+	OpIdentity = "identity"
 )
 
 // Request is the first frame of every connection.
 type Request struct {
-	Op   string   `json:"op"`
-	Exec *Process `json:"exec,omitempty"`
-	Path string   `json:"path,omitempty"`
+	Op       string    `json:"op"`
+	Exec     *Process  `json:"exec,omitempty"`
+	Path     string    `json:"path,omitempty"`
+	Identity *Identity `json:"identity,omitempty"`
 	// Dest is a rename's destination; Depth bounds a listing.
 	Dest  string `json:"dest,omitempty"`
 	Depth int    `json:"depth,omitempty"`

@@ -267,10 +267,16 @@ func (s *Server) handle(nc net.Conn) {
 		exit = s.get(c, req.Path)
 	case OpStat, OpList, OpMkdir, OpRemove, OpRename, OpWriteFile, OpReadFile:
 		exit = s.fsOp(c, req)
+	case OpIdentity:
+		if req.Identity == nil {
+			exit = Exit{Code: 125, Error: "identity: none given", Kind: KindInvalid}
+			break
+		}
+		s.adopt(*req.Identity)
 	case OpQuiesce:
-		// Answer first: this connection is one of those quiesce drops.
-		c.writeJSON(frameExit, Exit{})
-		s.quiesce(nc)
+		// The answer goes out once nothing else listens or is connected,
+		// so the host may checkpoint as soon as it has it.
+		s.quiesce(nc, func() { c.writeJSON(frameExit, Exit{}) })
 		return
 	default:
 		exit = Exit{Code: 125, Error: fmt.Sprintf("unknown op %q", req.Op), Kind: KindInvalid}

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"smolvm.dev/smolvm/api"
+	"smolvm.dev/smolvm/client"
 	"smolvm.dev/smolvm/internal/bench"
 	"smolvm.dev/smolvm/internal/testmgr"
 	"smolvm.dev/smolvm/sandbox"
@@ -19,15 +21,21 @@ func report(b *testing.B, prefix string, samples []time.Duration) {
 	b.ReportMetric(float64(s.Quantile(0.99).Microseconds())/1000, prefix+"p99-ms")
 }
 
-// BenchmarkExecRoundTrip: `true` through the API, and directly through
-// the Manager in the same iteration, as the baseline.
-func BenchmarkExecRoundTrip(b *testing.B) {
+// benchServer is a real Manager served over a Unix socket, and a client.
+func benchServer(b *testing.B) (*testmgr.Env, *client.Client) {
 	env := testmgr.New(b)
 	c, stop, err := bench.StartAPI(env.Manager, b.TempDir())
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer stop()
+	b.Cleanup(stop)
+	return env, c
+}
+
+// BenchmarkExecRoundTrip: `true` through the API, and directly through
+// the Manager in the same iteration, as the baseline.
+func BenchmarkExecRoundTrip(b *testing.B) {
+	env, c := benchServer(b)
 	ctx := context.Background()
 	sb, err := env.Manager.Create(ctx, sandbox.CreateOptions{Start: true})
 	if err != nil {
@@ -46,40 +54,37 @@ func BenchmarkExecRoundTrip(b *testing.B) {
 }
 
 // BenchmarkConcurrentExec100: 100 streaming execs (100 lines each) at
-// once through the API; one iteration is one round of 100.
+// once through the API, then 100 directly; one iteration is one round of
+// each.
 func BenchmarkConcurrentExec100(b *testing.B) {
-	env := testmgr.New(b)
-	c, stop, err := bench.StartAPI(env.Manager, b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer stop()
+	env, c := benchServer(b)
 	ctx := context.Background()
 	sb, err := env.Manager.Create(ctx, sandbox.CreateOptions{Start: true})
 	if err != nil {
 		b.Fatal(err)
 	}
-	var all []time.Duration
-	var wall time.Duration
+	var viaAPI, direct []time.Duration
+	var apiWall, directWall time.Duration
 	for b.Loop() {
-		lat, w, err := bench.ConcurrentExecs(ctx, c, sb.ID, 100)
+		lat, w, err := bench.ConcurrentExecs(ctx, c.Exec, sb.ID, 100)
 		if err != nil {
 			b.Fatal(err)
 		}
-		all, wall = append(all, lat...), wall+w
+		viaAPI, apiWall = append(viaAPI, lat...), apiWall+w
+		if lat, w, err = bench.ConcurrentExecs(ctx, env.Manager.Exec, sb.ID, 100); err != nil {
+			b.Fatal(err)
+		}
+		direct, directWall = append(direct, lat...), directWall+w
 	}
-	report(b, "exec-", all)
-	b.ReportMetric(float64(len(all))/wall.Seconds(), "execs/s")
+	report(b, "api-", viaAPI)
+	report(b, "direct-", direct)
+	b.ReportMetric(float64(len(viaAPI))/apiWall.Seconds(), "api-execs/s")
+	b.ReportMetric(float64(len(direct))/directWall.Seconds(), "direct-execs/s")
 }
 
 // BenchmarkCreate: create and start a sandbox through the API.
 func BenchmarkCreate(b *testing.B) {
-	env := testmgr.New(b)
-	c, stop, err := bench.StartAPI(env.Manager, b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer stop()
+	_, c := benchServer(b)
 	var samples []time.Duration
 	for b.Loop() {
 		d, err := bench.CreateViaAPI(context.Background(), c)
@@ -87,6 +92,34 @@ func BenchmarkCreate(b *testing.B) {
 			b.Fatal(err)
 		}
 		samples = append(samples, d)
+	}
+	report(b, "", samples)
+}
+
+// BenchmarkCreateFromPool: create through the API from a warm pool, which
+// is refilled (untimed) after each take.
+func BenchmarkCreateFromPool(b *testing.B) {
+	_, c := benchServer(b)
+	ctx := context.Background()
+	if _, err := c.CreatePool(ctx, api.PoolRequest{Name: "warm", Size: 1, Fill: true}); err != nil {
+		b.Fatal(err)
+	}
+	var samples []time.Duration
+	for b.Loop() {
+		t := time.Now()
+		sb, err := c.Create(ctx, sandbox.CreateOptions{Pool: "warm", Start: true, Config: sandbox.Config{TTL: sandbox.DefaultTTL}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		samples = append(samples, time.Since(t))
+		b.StopTimer()
+		if err := c.Remove(ctx, sb.ID, true); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.FillPool(ctx, "warm"); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
 	}
 	report(b, "", samples)
 }

@@ -56,12 +56,13 @@ func errorFor(err error) *Error {
 	case errors.As(err, &ee):
 		at := ee.At
 		e.Status, e.Code, e.ExpiredAt = http.StatusNotFound, CodeExpired, &at
-	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, image.ErrNotFound), errors.Is(err, snapshot.ErrNotFound):
+	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, image.ErrNotFound), errors.Is(err, snapshot.ErrNotFound),
+		errors.Is(err, sandbox.ErrPoolNotFound):
 		e.Status, e.Code = http.StatusNotFound, CodeNotFound
 	case errors.Is(err, sandbox.ErrInvalid), errors.Is(err, image.ErrInvalidRef), errors.Is(err, snapshot.ErrInvalidName):
 		e.Status, e.Code = http.StatusBadRequest, CodeInvalid
 	case errors.Is(err, sandbox.ErrNameInUse), errors.Is(err, sandbox.ErrState), errors.Is(err, sandbox.ErrNotRunning), errors.Is(err, sandbox.ErrOrphan),
-		errors.Is(err, snapshot.ErrInUse), errors.Is(err, snapshot.ErrNameInUse):
+		errors.Is(err, snapshot.ErrInUse), errors.Is(err, snapshot.ErrNameInUse), errors.Is(err, sandbox.ErrPoolBudget):
 		e.Status, e.Code = http.StatusConflict, CodeConflict
 	case errors.Is(err, sandbox.ErrUnsupported):
 		e.Status, e.Code = http.StatusNotImplemented, "unsupported"

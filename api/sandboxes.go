@@ -45,6 +45,7 @@ func (s *Server) registerRoutes() {
 	route("GET /v1/sandboxes/{id}/stats", s.stats)
 	route("GET /v1/images", s.images)
 	s.registerSnapshotRoutes(route)
+	s.registerPoolRoutes(route)
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
@@ -67,7 +68,7 @@ func (s *Server) createOptions(req *CreateRequest) (sandbox.CreateOptions, error
 		ttl = time.Duration(*req.Timeout)
 	}
 	start := req.Start == nil || *req.Start
-	return sandbox.CreateOptions{Name: req.Name, Image: req.Image, Start: start, Config: sandbox.Config{
+	return sandbox.CreateOptions{Name: req.Name, Image: req.Image, Start: start, Pool: req.Pool, Config: sandbox.Config{
 		Cmd: req.Cmd, Env: req.Env, WorkDir: req.WorkDir, User: req.User, Hostname: req.Hostname,
 		TTL: ttl, IdleTimeout: time.Duration(req.IdleTimeout), OnExpiry: req.OnExpiry, Policy: req.Policy,
 		Limits: backend.Limits{CPUs: req.CPUs, Memory: int64(req.Memory), Pids: req.Pids, Disk: int64(req.Disk)},

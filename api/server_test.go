@@ -448,3 +448,31 @@ func tarOf(t *testing.T, hdrs []tar.Header) string {
 	tw.Close()
 	return b.String()
 }
+
+func TestServerPools(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	p, err := f.c.CreatePool(ctx, api.PoolRequest{Name: "warm", Size: 1, Fill: true})
+	if err != nil || p.Ready != 1 {
+		t.Fatalf("pool: %+v %v", p, err)
+	}
+	sb := f.create("from-pool", `,"pool":"warm","timeout":"1h"`)
+	if sb.State != sandbox.StateRunning || sb.ExpiresAt == nil || time.Until(*sb.ExpiresAt) < 59*time.Minute {
+		t.Fatalf("from the pool: %+v", sb)
+	}
+	if out, _, exit := f.sh("from-pool", "echo $SMOLVM_SANDBOX_NAME"); out != "from-pool\n" || exit.Code != 0 {
+		t.Fatalf("pooled sandbox's identity: %q %+v", out, exit)
+	}
+	if p, err := f.c.FillPool(ctx, "warm"); err != nil || p.Ready != 1 {
+		t.Fatalf("refill: %+v %v", p, err)
+	}
+	if pools, err := f.c.Pools(ctx); err != nil || len(pools) != 1 {
+		t.Fatalf("pools: %+v %v", pools, err)
+	}
+	if err := f.c.RemovePool(ctx, "warm"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.RemovePool(ctx, "warm"); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("rm of a removed pool: %v", err)
+	}
+}

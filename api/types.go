@@ -17,8 +17,10 @@ import (
 
 // CreateRequest is the body of POST /v1/sandboxes.
 type CreateRequest struct {
-	Name     string   `json:"name,omitempty"`
-	Image    string   `json:"image,omitempty"`
+	Name  string `json:"name,omitempty"`
+	Image string `json:"image,omitempty"`
+	// Pool takes a ready sandbox from this pool (it implies start).
+	Pool     string   `json:"pool,omitempty"`
 	Cmd      []string `json:"cmd,omitempty"`
 	Env      []string `json:"env,omitempty"`
 	WorkDir  string   `json:"workdir,omitempty"`

@@ -210,7 +210,7 @@ func (c *Client) Create(ctx context.Context, o sandbox.CreateOptions) (*sandbox.
 		Name: o.Name, Image: o.Image, Cmd: cfg.Cmd, Env: cfg.Env, WorkDir: cfg.WorkDir, User: cfg.User,
 		Hostname: cfg.Hostname, CPUs: cfg.Limits.CPUs, Memory: api.Bytes(cfg.Limits.Memory), Pids: cfg.Limits.Pids,
 		Disk: api.Bytes(cfg.Limits.Disk), Timeout: &ttl, IdleTimeout: api.Duration(cfg.IdleTimeout),
-		OnExpiry: cfg.OnExpiry, Policy: cfg.Policy, Start: &o.Start,
+		OnExpiry: cfg.OnExpiry, Policy: cfg.Policy, Start: &o.Start, Pool: o.Pool,
 	}
 	return c.sandboxCall(ctx, http.MethodPost, "/v1/sandboxes", req)
 }
@@ -300,6 +300,27 @@ func (c *Client) Pause(ctx context.Context, ref string) (*sandbox.Sandbox, error
 // Resume thaws a paused sandbox.
 func (c *Client) Resume(ctx context.Context, ref string) (*sandbox.Sandbox, error) {
 	return c.sandboxCall(ctx, http.MethodPost, sbPath(ref, "/resume"), nil)
+}
+
+// CreatePool records a pool, and fills it first if req.Fill.
+func (c *Client) CreatePool(ctx context.Context, req api.PoolRequest) (*sandbox.Pool, error) {
+	return callFor[sandbox.Pool](ctx, c, http.MethodPost, "/v1/pools", req)
+}
+
+// Pools lists pools with how many sandboxes wait in each.
+func (c *Client) Pools(ctx context.Context) ([]*sandbox.Pool, error) {
+	var pools []*sandbox.Pool
+	return pools, c.call(ctx, http.MethodGet, "/v1/pools", nil, &pools)
+}
+
+// FillPool starts sandboxes until the pool is full (or its memory budget is).
+func (c *Client) FillPool(ctx context.Context, name string) (*sandbox.Pool, error) {
+	return callFor[sandbox.Pool](ctx, c, http.MethodPost, "/v1/pools/"+url.PathEscape(name)+"/fill", nil)
+}
+
+// RemovePool removes a pool and the sandboxes waiting in it.
+func (c *Client) RemovePool(ctx context.Context, name string) error {
+	return c.call(ctx, http.MethodDelete, "/v1/pools/"+url.PathEscape(name), nil, nil)
 }
 
 // Snapshots lists stored snapshots.

@@ -15,23 +15,40 @@ import (
 // no record owns, checkpoints of crashed snapshot operations, and stale
 // lock files. It returns what it removed.
 func (m *Manager) GC(ctx context.Context) ([]string, error) {
-	rs, err := listRecords(ctx, m.st)
+	rs, err := listRecords(ctx, m.st, "", true)
 	if err != nil {
 		return nil, err
 	}
 	var removed []string
 	var errs []error
+	pools, err := m.Pools(ctx)
+	if err != nil {
+		return nil, err
+	}
+	live := map[string]bool{}
+	for _, p := range pools {
+		live[p.Name] = true
+	}
 	known := map[string]bool{}
 	for _, r := range rs {
 		known[r.ID] = true
-		if r.State != StateCreating || m.locked(r.ID) {
+		if m.locked(r.ID) {
+			continue
+		}
+		var why string
+		switch {
+		case r.State == StateCreating:
+			why = "orphaned sandbox "
+		case r.pool != "" && !live[r.pool]:
+			why = "sandbox of removed pool " + r.pool + ": "
+		default:
 			continue
 		}
 		if err := m.removeOrphan(ctx, r); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		removed = append(removed, "orphaned sandbox "+r.Name)
+		removed = append(removed, why+r.Name)
 	}
 	dirs, err := os.ReadDir(filepath.Join(m.dataDir, "sandboxes"))
 	if err != nil {

@@ -48,9 +48,10 @@ func openManager(t testing.TB, dir string) *testManager {
 	t.Cleanup(func() {
 		// Sandboxes hold mounts under dir: remove them before TempDir's
 		// cleanup tries to.
-		sbs, _ := m.List(context.Background())
-		for _, sb := range sbs {
-			m.Remove(context.Background(), sb.ID, true)
+		// listRecords, not List: pooled sandboxes too.
+		rs, _ := listRecords(context.Background(), d.Store, "", true)
+		for _, r := range rs {
+			m.Remove(context.Background(), r.ID, true)
 		}
 		m.GC(context.Background())
 	})

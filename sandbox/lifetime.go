@@ -169,7 +169,7 @@ func (m *Manager) SetTTL(ctx context.Context, ref string, ttl time.Duration) (*S
 // returns the names it removed. A server runs it periodically; smolvm gc
 // runs it once.
 func (m *Manager) Reap(ctx context.Context, grace time.Duration) ([]string, error) {
-	rs, err := listRecords(ctx, m.st)
+	rs, err := listRecords(ctx, m.st, "", false) // pool members wait, unlisted, with no TTL
 	if err != nil {
 		return nil, err
 	}

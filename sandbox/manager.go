@@ -32,6 +32,7 @@ type Manager struct {
 	snaps       *snapshot.Store
 	agentBinary string
 	events      hub
+	refill      func(pool string)
 }
 
 // Options configure a Manager.
@@ -45,6 +46,10 @@ type Options struct {
 	// Snapshots stores checkpoints; without it checkpoint, restore and
 	// fork are refused.
 	Snapshots *snapshot.Store
+	// Refill is called after a sandbox is taken from a pool; it should
+	// arrange for FillPool to run, in the background or in another
+	// process. Nil leaves refilling to the caller.
+	Refill func(pool string)
 }
 
 // New returns a Manager.
@@ -57,31 +62,35 @@ func New(ctx context.Context, o Options) (*Manager, error) {
 			return nil, err
 		}
 	}
-	return &Manager{dataDir: o.DataDir, st: o.Store, images: o.Images, be: o.Backend, snaps: o.Snapshots, agentBinary: o.AgentBinary}, nil
+	return &Manager{dataDir: o.DataDir, st: o.Store, images: o.Images, be: o.Backend, snaps: o.Snapshots, agentBinary: o.AgentBinary, refill: o.Refill}, nil
 }
 
 // CreateOptions describe a new sandbox.
 type CreateOptions struct {
 	Name   string
-	Image  string // empty: the builtin host image
+	Image  string // empty: the builtin host image, or the pool's
 	Config Config
 	Start  bool
+	// Pool takes a ready sandbox from this pool (see CreatePool), which
+	// skips every cold step; it implies Start.
+	Pool string
 }
 
 // Create makes a sandbox, and starts it when asked. It either succeeds or
 // leaves nothing behind: a failure at any step removes what earlier steps
 // made, and a crash mid-way leaves an orphan that GC removes.
 func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Sandbox, error) {
-	cfg := o.Config
-	if err := cfg.validate(); err != nil {
-		return nil, err
+	if o.Pool != "" {
+		return m.claim(ctx, o)
 	}
-	if cfg.Policy != "" {
-		abs, err := validPolicy(cfg.Policy)
-		if err != nil {
-			return nil, err
-		}
-		cfg.Policy = abs
+	return m.create(ctx, o, "")
+}
+
+// create makes a sandbox; a pool's member waits, unlisted, in that pool.
+func (m *Manager) create(ctx context.Context, o CreateOptions, pool string) (*Sandbox, error) {
+	cfg := o.Config
+	if err := m.checkConfig(&cfg); err != nil {
+		return nil, err
 	}
 	id := newID()
 	name := o.Name
@@ -105,7 +114,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Sandbox, error)
 	r := &record{Sandbox: Sandbox{
 		ID: id, Name: name, Image: ref, ImageID: img.ID, Backend: m.be.Name(),
 		State: StateCreating, Config: cfg, CreatedAt: store.Now(),
-	}}
+	}, pool: pool}
 	r.spec = m.specFor(r, img)
 	if r.spec.Main != nil {
 		if err := m.checkPolicy(ctx, r, r.spec.Main.Args); err != nil {
@@ -146,6 +155,21 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Sandbox, error)
 		m.publish("started", &r.Sandbox)
 	}
 	return &r.Sandbox, nil
+}
+
+// checkConfig fills defaults and checks cfg.
+func (m *Manager) checkConfig(cfg *Config) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	if cfg.Policy != "" {
+		abs, err := validPolicy(cfg.Policy)
+		if err != nil {
+			return err
+		}
+		cfg.Policy = abs
+	}
+	return nil
 }
 
 var hostnameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
@@ -278,9 +302,7 @@ func (m *Manager) Start(ctx context.Context, ref string) (*Sandbox, error) {
 
 // start boots r with boot (the backend's Start or Run), setting its clock.
 func (m *Manager) start(ctx context.Context, r *record, boot func(context.Context, *backend.Spec) error) error {
-	now := store.Now()
-	r.StartedAt, r.FinishedAt, r.ExitCode, r.Reason = &now, nil, nil, ""
-	r.setDeadline(now, r.Config.TTL)
+	startClock(r)
 	if err := boot(ctx, &r.spec); err != nil {
 		return err
 	}
@@ -291,6 +313,13 @@ func (m *Manager) start(ctx context.Context, r *record, boot func(context.Contex
 		return &StartError{Exit: exit}
 	}
 	return nil
+}
+
+// startClock marks r started now, with its time to live from now on.
+func startClock(r *record) {
+	now := store.Now()
+	r.StartedAt, r.FinishedAt, r.ExitCode, r.Reason = &now, nil, nil, ""
+	r.setDeadline(now, r.Config.TTL)
 }
 
 // StartError is a sandbox whose main command could not be started.
@@ -439,7 +468,7 @@ func (m *Manager) get(ctx context.Context, ref string) (*record, error) {
 
 // List returns every sandbox, reconciled.
 func (m *Manager) List(ctx context.Context) ([]*Sandbox, error) {
-	rs, err := listRecords(ctx, m.st)
+	rs, err := listRecords(ctx, m.st, "", false)
 	if err != nil {
 		return nil, err
 	}

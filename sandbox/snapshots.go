@@ -41,9 +41,10 @@ type ForkOptions struct {
 }
 
 // restoreMeta is what a snapshot carries for the manager: enough to build a
-// copy's record the way Create would have.
+// copy's record the way Create would have. The image is found by the
+// snapshot's image ID: the saved memory belongs to those exact layers.
 type restoreMeta struct {
-	Image  string `json:"image"`
+	Image  string `json:"image"` // the reference the source was created with
 	Config Config `json:"config"`
 }
 
@@ -131,7 +132,7 @@ func (m *Manager) Restore(ctx context.Context, snapRef string, o RestoreOptions)
 	if err := json.Unmarshal(snap.Meta, &meta); err != nil {
 		return nil, fmt.Errorf("restore %s: %w: unreadable metadata: %v", snapRef, snapshot.ErrCorrupt, err)
 	}
-	r, err := m.newCopy(ctx, o.Name, meta)
+	r, err := m.newCopy(ctx, o.Name, meta.Image, snap.ImageID, meta.Config)
 	if err != nil {
 		return nil, fmt.Errorf("restore %s: %w", snapRef, err)
 	}
@@ -153,7 +154,7 @@ func (m *Manager) Restore(ctx context.Context, snapRef string, o RestoreOptions)
 
 // newCopy makes the record of a copy with its own ID, name, hostname and
 // machine ID, and the saved config.
-func (m *Manager) newCopy(ctx context.Context, name string, meta restoreMeta) (*record, error) {
+func (m *Manager) newCopy(ctx context.Context, name, imageRef, imageID string, cfg Config) (*record, error) {
 	id := newID()
 	if name == "" {
 		name = "sb-" + id
@@ -161,14 +162,13 @@ func (m *Manager) newCopy(ctx context.Context, name string, meta restoreMeta) (*
 	if err := validName(name); err != nil {
 		return nil, err
 	}
-	img, err := m.images.Get(ctx, meta.Image)
+	img, err := m.images.Get(ctx, imageID)
 	if err != nil {
-		return nil, fmt.Errorf("image of the snapshot: %w", err)
+		return nil, fmt.Errorf("image %s of the snapshot: %w", imageRef, err)
 	}
-	cfg := meta.Config
 	cfg.Hostname = hostnameFor(name, id)
 	r := &record{Sandbox: Sandbox{
-		ID: id, Name: name, Image: meta.Image, ImageID: img.ID, Backend: m.be.Name(),
+		ID: id, Name: name, Image: imageRef, ImageID: img.ID, Backend: m.be.Name(),
 		State: StateCreating, Config: cfg, CreatedAt: store.Now(),
 	}}
 	r.spec = m.specFor(r, img)
@@ -253,7 +253,7 @@ func (m *Manager) Fork(ctx context.Context, ref string, o ForkOptions) ([]*Sandb
 
 	copies := make([]*record, n)
 	for i := range copies {
-		r, err := m.newCopy(ctx, names[i], restoreMeta{Image: src.Image, Config: src.Config})
+		r, err := m.newCopy(ctx, names[i], src.Image, src.ImageID, src.Config)
 		if err != nil {
 			return nil, fmt.Errorf("fork %s: %w", src.Name, err)
 		}

@@ -38,18 +38,18 @@ func StartAPI(m *sandbox.Manager, dir string) (*client.Client, func(), error) {
 	return c, func() { hs.Close() }, nil
 }
 
-var execTrue = agent.Process{Args: []string{"true"}}
+var trueCmd = agent.Process{Args: []string{"true"}}
 
 // ExecPair times one `true` through the API and one through the Manager
 // directly, back to back, so that both see the same machine load.
 func ExecPair(ctx context.Context, c *client.Client, m *sandbox.Manager, id string) (viaAPI, direct time.Duration, err error) {
 	t := time.Now()
-	if exit, err := c.Exec(ctx, id, execTrue, agent.Stdio{}); err != nil || exit.Code != 0 {
+	if exit, err := c.Exec(ctx, id, trueCmd, agent.Stdio{}); err != nil || exit.Code != 0 {
 		return 0, 0, fmt.Errorf("exec through the API: %v %+v", err, exit)
 	}
 	viaAPI = time.Since(t)
 	t = time.Now()
-	if exit, err := m.Exec(ctx, id, execTrue, agent.Stdio{}); err != nil || exit.Code != 0 {
+	if exit, err := m.Exec(ctx, id, trueCmd, agent.Stdio{}); err != nil || exit.Code != 0 {
 		return 0, 0, fmt.Errorf("exec: %v %+v", err, exit)
 	}
 	return viaAPI, time.Since(t), nil
@@ -58,9 +58,13 @@ func ExecPair(ctx context.Context, c *client.Client, m *sandbox.Manager, id stri
 // streamingCmd prints 100 lines, so each exec streams output events.
 var streamingCmd = agent.Process{Args: []string{"sh", "-c", "i=0; while [ $i -lt 100 ]; do echo line $i; i=$((i+1)); done"}}
 
-// ConcurrentExecs starts n streaming execs through the API at once and
-// returns each one's latency and the wall time for all of them.
-func ConcurrentExecs(ctx context.Context, c *client.Client, id string, n int) ([]time.Duration, time.Duration, error) {
+// Execer runs a command in sandbox id: a *client.Client's or a
+// *sandbox.Manager's Exec.
+type Execer func(ctx context.Context, id string, p agent.Process, stdio agent.Stdio) (agent.Exit, error)
+
+// ConcurrentExecs starts n streaming execs at once with exec and returns
+// each one's latency and the wall time for all of them.
+func ConcurrentExecs(ctx context.Context, exec Execer, id string, n int) ([]time.Duration, time.Duration, error) {
 	lat := make([]time.Duration, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -69,7 +73,7 @@ func ConcurrentExecs(ctx context.Context, c *client.Client, id string, n int) ([
 		wg.Go(func() {
 			t := time.Now()
 			var out bytes.Buffer
-			exit, err := c.Exec(ctx, id, streamingCmd, agent.Stdio{Stdout: &out})
+			exit, err := exec(ctx, id, streamingCmd, agent.Stdio{Stdout: &out})
 			lat[i] = time.Since(t)
 			if err == nil && (exit.Code != 0 || bytes.Count(out.Bytes(), []byte("\n")) != 100) {
 				err = fmt.Errorf("exit %+v, %d lines", exit, bytes.Count(out.Bytes(), []byte("\n")))
@@ -125,19 +129,26 @@ func RunAPI(ctx context.Context, o APIOptions) ([]Series, error) {
 	}
 	series := []Series{viaAPI, direct}
 	if o.Concurrent > 0 {
-		conc := Series{}
-		var wall time.Duration
 		const rounds = 3
+		viaAPI := Series{Baseline: "direct"}
+		direct := Series{}
+		var apiWall, directWall time.Duration
 		for range rounds {
-			lat, w, err := ConcurrentExecs(ctx, c, sb.ID, o.Concurrent)
+			lat, w, err := ConcurrentExecs(ctx, c.Exec, sb.ID, o.Concurrent)
 			if err != nil {
 				return nil, err
 			}
-			conc.Samples = append(conc.Samples, lat...)
-			wall += w
+			viaAPI.Samples, apiWall = append(viaAPI.Samples, lat...), apiWall+w
+			if lat, w, err = ConcurrentExecs(ctx, o.Manager.Exec, sb.ID, o.Concurrent); err != nil {
+				return nil, err
+			}
+			direct.Samples, directWall = append(direct.Samples, lat...), directWall+w
 		}
-		conc.Name = fmt.Sprintf("%d concurrent streaming execs (HTTP API): %.0f execs/s", o.Concurrent, float64(rounds*o.Concurrent)/wall.Seconds())
-		series = append(series, conc)
+		rate := func(wall time.Duration) float64 { return float64(rounds*o.Concurrent) / wall.Seconds() }
+		direct.Name = fmt.Sprintf("%d concurrent streaming execs (Go API): %.0f execs/s", o.Concurrent, rate(directWall))
+		viaAPI.Name = fmt.Sprintf("%d concurrent streaming execs (HTTP API): %.0f execs/s", o.Concurrent, rate(apiWall))
+		viaAPI.Baseline = direct.Name
+		series = append(series, viaAPI, direct)
 	}
 	if o.Creates > 0 {
 		create := Series{Name: "create+start (HTTP API)"}

@@ -81,6 +81,7 @@ type sandboxes interface {
 	Fork(ctx context.Context, ref string, o sandbox.ForkOptions) ([]*sandbox.Sandbox, error)
 	Pause(ctx context.Context, ref string) (*sandbox.Sandbox, error)
 	Resume(ctx context.Context, ref string) (*sandbox.Sandbox, error)
+	RemovePool(ctx context.Context, name string) error
 }
 
 // sandboxes returns the sandbox operations: through the server --host
@@ -146,7 +147,11 @@ func (a *app) openWith(ctx context.Context, st *store.Store) (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	mgr, err := sandbox.New(ctx, sandbox.Options{DataDir: a.dataDir, Store: st, Images: images, Backend: be, AgentBinary: bin, Snapshots: snaps})
+	o := sandbox.Options{DataDir: a.dataDir, Store: st, Images: images, Backend: be, AgentBinary: bin, Snapshots: snaps}
+	if a.self != "" {
+		o.Refill = func(pool string) { a.spawnFill(runsc, pool) }
+	}
+	mgr, err := sandbox.New(ctx, o)
 	if err != nil {
 		return nil, err
 	}

@@ -47,6 +47,9 @@ type app struct {
 	runsc   string
 	// host, when set, is a server the sandbox commands go through.
 	host string
+	// self is the smolvm binary, run in the background to refill pools;
+	// "" leaves pools to be refilled by hand (smolvm pool fill).
+	self string
 
 	stdin          io.Reader
 	stdout, stderr io.Writer
@@ -55,6 +58,9 @@ type app struct {
 // Main runs the CLI with args and returns the process exit status.
 func Main(args []string) int {
 	a := &app{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}
+	if exe, err := os.Executable(); err == nil {
+		a.self = exe
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return a.run(ctx, args)
@@ -110,7 +116,7 @@ func (a *app) rootCmd() *cobra.Command {
 		a.execCmd(), a.cpCmd(), a.lsCmd(), a.inspectCmd(), a.logsCmd(), a.timeoutCmd(), a.gcCmd(), a.serveCmd(), a.benchCmd(), a.doctorCmd(),
 		a.memoryCmd(),
 		a.imageCmd(),
-		a.checkpointCmd(), a.restoreCmd(), a.forkCmd(), a.pauseCmd(), a.resumeCmd(), a.snapshotCmd(),
+		a.checkpointCmd(), a.restoreCmd(), a.forkCmd(), a.pauseCmd(), a.resumeCmd(), a.snapshotCmd(), a.poolCmd(),
 		a.applyCmd(), a.gitCmd(),
 		a.mcpCmd(),
 	)

@@ -40,7 +40,11 @@ func Open(t testing.TB, dir string) *Env {
 	}
 	t.Cleanup(func() {
 		// Sandboxes hold mounts under dir: remove them before TempDir's
-		// cleanup tries to.
+		// cleanup tries to. Pool members are unlisted: remove pools first.
+		pools, _ := m.Pools(context.Background())
+		for _, p := range pools {
+			m.RemovePool(context.Background(), p.Name)
+		}
 		sbs, _ := m.List(context.Background())
 		for _, sb := range sbs {
 			m.Remove(context.Background(), sb.ID, true)
