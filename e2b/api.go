@@ -170,7 +170,14 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusBadRequest, "autoPause: not supported; smolvm stops a sandbox when its timeout ends")
 		return
 	}
-	opts := sandbox.CreateOptions{Image: req.TemplateID, Start: true, Config: sandbox.Config{TTL: h.ttl}}
+	opts := sandbox.CreateOptions{Start: true, Config: sandbox.Config{TTL: h.ttl}}
+	// A warm pool of that name wins: it holds started sandboxes of an
+	// image (by default it is named after it), so create skips the boot.
+	if _, err := h.m.Pool(r.Context(), req.TemplateID); err == nil {
+		opts.Pool = req.TemplateID
+	} else {
+		opts.Image = req.TemplateID
+	}
 	if req.Timeout != nil {
 		opts.Config.TTL = time.Duration(*req.Timeout) * time.Second
 	}

@@ -9,6 +9,9 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"smolvm.dev/smolvm/agent"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // call sends one request and returns the status and decoded JSON body.
@@ -246,5 +249,32 @@ func TestStateSurvives(t *testing.T) {
 	var n int
 	if err := s.env.Store.DB().QueryRow(`SELECT count(*) FROM e2b_sandboxes WHERE id = ?`, id).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("E2B state of a removed sandbox: %d rows, %v", n, err)
+	}
+}
+
+// TestTemplateFromPool checks that a template naming a warm pool takes a
+// started sandbox from it.
+func TestTemplateFromPool(t *testing.T) {
+	s := newServer(t)
+	ctx := context.Background()
+	m := s.env.Manager
+	if _, err := m.CreatePool(ctx, sandbox.PoolOptions{Name: "warm", Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := m.FillPool(ctx, "warm"); err != nil || n != 1 {
+		t.Fatalf("fill: %d %v", n, err)
+	}
+	status, body := s.call(t, "POST", "/v2/sandboxes", apiKey, `{"templateID":"warm","metadata":{"k":"v"},"envVars":{"FROM":"pool"}}`)
+	if status != http.StatusCreated {
+		t.Fatalf("create from the pool: %d %v", status, body)
+	}
+	p, err := m.Pool(ctx, "warm")
+	if err != nil || p.Ready != 0 {
+		t.Fatalf("pool after the create: %+v %v (want its one sandbox taken)", p, err)
+	}
+	id := body["sandboxID"].(string)
+	var out bytes.Buffer
+	if _, err := m.Exec(ctx, id, agent.Process{Args: []string{"sh", "-c", "echo $FROM"}}, agent.Stdio{Stdout: &out}); err != nil || out.String() != "pool\n" {
+		t.Fatalf("envVars in the pooled sandbox: %q %v", out.String(), err)
 	}
 }
