@@ -58,5 +58,21 @@ func (m *Manager) GC(ctx context.Context) ([]string, error) {
 			os.Remove(m.lockPath(id))
 		}
 	}
+	if m.net != nil {
+		// Networks of records removed above are gone with them; any other
+		// network without a record, or of a create still holding its
+		// lock, is a crash's leftover only in the first case.
+		rs, err := listRecords(ctx, m.st)
+		if err != nil {
+			return removed, errors.Join(append(errs, err)...)
+		}
+		alive := map[string]bool{}
+		for _, r := range rs {
+			alive[r.ID] = true
+		}
+		nets, err := m.net.GC(ctx, func(id string) bool { return alive[id] || m.locked(id) })
+		removed = append(removed, nets...)
+		errs = append(errs, err)
+	}
 	return removed, errors.Join(errs...)
 }

@@ -32,7 +32,7 @@ type testManager struct {
 	images *image.Store
 }
 
-func newManager(t testing.TB) *testManager {
+func newManager(t testing.TB, opts ...func(*Options)) *testManager {
 	t.Helper()
 	runsc := testenv.Runsc(t)
 	ctx := context.Background()
@@ -49,7 +49,11 @@ func newManager(t testing.TB) *testManager {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := New(ctx, Options{DataDir: dir, Store: st, Images: images, Backend: be, AgentBinary: testenv.Agent(t)})
+	o := Options{DataDir: dir, Store: st, Images: images, Backend: be, AgentBinary: testenv.Agent(t)}
+	for _, f := range opts {
+		f(&o)
+	}
+	m, err := New(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}

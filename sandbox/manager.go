@@ -16,6 +16,7 @@ import (
 	"smolvm.dev/smolvm/backend"
 	"smolvm.dev/smolvm/image"
 	"smolvm.dev/smolvm/internal/units"
+	"smolvm.dev/smolvm/network"
 	"smolvm.dev/smolvm/store"
 )
 
@@ -28,6 +29,7 @@ type Manager struct {
 	images      *image.Store
 	be          backend.Backend
 	agentBinary string
+	net         *network.Host
 }
 
 // Options configure a Manager.
@@ -38,6 +40,8 @@ type Options struct {
 	Backend backend.Backend
 	// AgentBinary is the static smolvm binary run as each sandbox's PID 1.
 	AgentBinary string
+	// Network sets up sandbox networks; nil allows only --net none.
+	Network *network.Host
 }
 
 // New returns a Manager.
@@ -50,7 +54,12 @@ func New(ctx context.Context, o Options) (*Manager, error) {
 			return nil, err
 		}
 	}
-	return &Manager{dataDir: o.DataDir, st: o.Store, images: o.Images, be: o.Backend, agentBinary: o.AgentBinary}, nil
+	if o.Network != nil {
+		if err := o.Network.Prepare(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return &Manager{dataDir: o.DataDir, st: o.Store, images: o.Images, be: o.Backend, agentBinary: o.AgentBinary, net: o.Network}, nil
 }
 
 // CreateOptions describe a new sandbox.
@@ -68,6 +77,9 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Sandbox, error)
 	cfg := o.Config
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Network != nil && m.net == nil {
+		return nil, fmt.Errorf("%w: --net %s: this smolvm has no network host configured", ErrInvalid, cfg.Network.Mode)
 	}
 	if cfg.Policy != "" {
 		abs, err := validPolicy(cfg.Policy)
@@ -118,9 +130,14 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Sandbox, error)
 		// Clean up with a fresh context: ctx may be why we failed.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		m.be.Delete(cctx, &r.spec)
+		m.release(cctx, r)
 		deleteRecord(cctx, m.st, id)
 		return nil, fmt.Errorf("create %s: %w", name, err)
+	}
+	if cfg.Network != nil {
+		if err := m.net.Setup(ctx, id, cfg.Network); err != nil {
+			return fail(err)
+		}
 	}
 	if o.Start {
 		err = m.start(ctx, r, m.be.Run)
@@ -160,6 +177,10 @@ func (m *Manager) specFor(r *record, img *image.Image) backend.Spec {
 		User:        firstNonEmpty(cfg.User, img.Config.User),
 		Limits:      cfg.Limits,
 		AgentBinary: m.agentBinary,
+	}
+	if cfg.Network != nil {
+		s.NetNS = m.net.NetNSPath(r.ID)
+		s.Rootfs.Mounts = append(s.Rootfs.Mounts, backend.Mount{Source: m.net.ResolvConf(r.ID), Destination: "/etc/resolv.conf"})
 	}
 	args := cfg.Cmd
 	if len(args) == 0 {
@@ -245,6 +266,11 @@ func (m *Manager) Start(ctx context.Context, ref string) (*Sandbox, error) {
 		// the record, name and image.
 		if err := m.be.Delete(ctx, &r.spec); err != nil {
 			return nil, fmt.Errorf("start %s: %w", r.Name, err)
+		}
+		if r.Config.Network != nil {
+			if err := m.net.Reset(r.ID); err != nil {
+				return nil, fmt.Errorf("start %s: %w", r.Name, err)
+			}
 		}
 		if err := m.be.Create(ctx, &r.spec); err != nil {
 			return nil, fmt.Errorf("start %s: %w", r.Name, err)
@@ -362,7 +388,7 @@ func (m *Manager) Remove(ctx context.Context, ref string, force bool) error {
 }
 
 func (m *Manager) removeRecord(ctx context.Context, r *record) error {
-	if err := m.be.Delete(ctx, &r.spec); err != nil {
+	if err := m.release(ctx, r); err != nil {
 		return fmt.Errorf("remove %s: %w", r.Name, err)
 	}
 	if err := deleteRecord(ctx, m.st, r.ID); err != nil {
@@ -370,6 +396,15 @@ func (m *Manager) removeRecord(ctx context.Context, r *record) error {
 	}
 	os.Remove(m.lockPath(r.ID))
 	return nil
+}
+
+// release deletes what the backend and the network made for r.
+func (m *Manager) release(ctx context.Context, r *record) error {
+	err := m.be.Delete(ctx, &r.spec)
+	if r.Config.Network != nil {
+		err = errors.Join(err, m.net.Teardown(ctx, r.ID))
+	}
+	return err
 }
 
 // Get returns a sandbox's record, reconciled with what is really running.

@@ -111,14 +111,19 @@ func exitVal(c *int) any {
 	return *c
 }
 
-// update writes the mutable fields of r.
+// update writes the mutable fields of r (the config changes only by a
+// live network update).
 func update(ctx context.Context, st *store.Store, r *record) error {
+	cfg, err := json.Marshal(r.Config)
+	if err != nil {
+		return err
+	}
 	spec, err := json.Marshal(r.spec)
 	if err != nil {
 		return err
 	}
-	_, err = st.DB().ExecContext(ctx, `UPDATE sandboxes SET state=?, spec=?, started_at=?, finished_at=?, expires_at=?, exit_code=?, reason=? WHERE id=?`,
-		r.State, string(spec), msVal(r.StartedAt), msVal(r.FinishedAt), msVal(r.ExpiresAt), exitVal(r.ExitCode), r.Reason, r.ID)
+	_, err = st.DB().ExecContext(ctx, `UPDATE sandboxes SET state=?, config=?, spec=?, started_at=?, finished_at=?, expires_at=?, exit_code=?, reason=? WHERE id=?`,
+		r.State, string(cfg), string(spec), msVal(r.StartedAt), msVal(r.FinishedAt), msVal(r.ExpiresAt), exitVal(r.ExitCode), r.Reason, r.ID)
 	return err
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"smolvm.dev/smolvm/backend/gvisor"
 	"smolvm.dev/smolvm/image"
+	"smolvm.dev/smolvm/network"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/store"
 )
@@ -90,7 +91,18 @@ func (a *app) open(ctx context.Context) (*env, error) {
 		st.Close()
 		return nil, err
 	}
-	mgr, err := sandbox.New(ctx, sandbox.Options{DataDir: a.dataDir, Store: st, Images: images, Backend: be, AgentBinary: bin})
+	self, err := os.Executable()
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	// The host namespace and upstream DNS are overridable for tests,
+	// which must never send traffic off the machine.
+	nh := &network.Host{
+		NetNS: os.Getenv("SMOLVM_NET_NETNS"), Resolver: os.Getenv("SMOLVM_NET_RESOLVER"),
+		Dir: filepath.Join(a.dataDir, "net"), Store: st, Helper: []string{self, "--data-dir", a.dataDir, "net-helper"},
+	}
+	mgr, err := sandbox.New(ctx, sandbox.Options{DataDir: a.dataDir, Store: st, Images: images, Backend: be, AgentBinary: bin, Network: nh})
 	if err != nil {
 		st.Close()
 		return nil, err

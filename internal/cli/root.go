@@ -109,6 +109,7 @@ func (a *app) rootCmd() *cobra.Command {
 		a.imageCmd(),
 		a.snapshotCmd(),
 		a.applyCmd(), a.gitCmd(),
+		a.netCmd(), a.netHelperCmd(),
 	)
 	return root
 }

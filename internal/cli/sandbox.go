@@ -21,6 +21,7 @@ import (
 	"smolvm.dev/smolvm/agent"
 	"smolvm.dev/smolvm/backend"
 	"smolvm.dev/smolvm/internal/units"
+	"smolvm.dev/smolvm/network"
 	"smolvm.dev/smolvm/policy"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -34,6 +35,8 @@ type createFlags struct {
 	pids                                 int64
 	env                                  []string
 	timeout                              time.Duration
+	net                                  netFlags
+	publish                              []string
 }
 
 func (f *createFlags) register(fs *pflag.FlagSet) {
@@ -49,6 +52,8 @@ func (f *createFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.hostname, "hostname", "", "hostname (default: the name)")
 	fs.DurationVar(&f.timeout, "timeout", 0, "time to live after start, e.g. 15m; the sandbox is stopped then (default: none)")
 	fs.StringVar(&f.policy, "policy", "", "repository whose .smolvm/policy.toml every command in the sandbox must pass")
+	f.net.register(fs)
+	fs.StringArrayVarP(&f.publish, "publish", "p", nil, "publish a TCP port: [HOSTIP:][HOSTPORT:]PORT (default host address 127.0.0.1; no HOSTPORT: a free one)")
 }
 
 func (f *createFlags) options(fs *pflag.FlagSet, cmd []string, start bool) (sandbox.CreateOptions, error) {
@@ -84,6 +89,20 @@ func (f *createFlags) options(fs *pflag.FlagSet, cmd []string, start bool) (sand
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 			return o, fmt.Errorf("--env %q: want KEY=VALUE", kv)
 		}
+	}
+	pol := f.net.policy()
+	for _, p := range f.publish {
+		pt, err := network.ParsePort(p)
+		if err != nil {
+			return o, err
+		}
+		pol.Ports = append(pol.Ports, pt)
+	}
+	if err := pol.Validate(); err != nil {
+		return o, err
+	}
+	if pol.Enabled() {
+		o.Config.Network = &pol
 	}
 	return o, nil
 }
@@ -356,7 +375,8 @@ func (a *app) inspectCmd() *cobra.Command {
 			defer e.Close()
 			type view struct {
 				*sandbox.Sandbox
-				Stats *backend.Stats `json:"stats,omitempty"`
+				Stats   *backend.Stats `json:"stats,omitempty"`
+				Network *network.State `json:"network_state,omitempty"`
 			}
 			var out []view
 			for _, n := range args {
@@ -367,6 +387,11 @@ func (a *app) inspectCmd() *cobra.Command {
 				v := view{Sandbox: sb}
 				if sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused {
 					v.Stats, _ = e.mgr.Stats(cmd.Context(), sb.ID)
+				}
+				if sb.Config.Network != nil {
+					if v.Network, err = e.mgr.NetStatus(cmd.Context(), sb.ID); err != nil {
+						return err
+					}
 				}
 				out = append(out, v)
 			}

@@ -1,0 +1,295 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"smolvm.dev/smolvm/internal/nettest"
+	"smolvm.dev/smolvm/internal/testenv"
+	"smolvm.dev/smolvm/network"
+)
+
+// newNetManager is a manager whose sandboxes' "host" is a closed test
+// world: nothing they send can leave this machine.
+func newNetManager(t *testing.T) (*testManager, *nettest.World) {
+	t.Helper()
+	testenv.Runsc(t)
+	w := nettest.New(t)
+	helper := testenv.Smolvm(t)
+	var host *network.Host
+	m := newManager(t, func(o *Options) {
+		host = &network.Host{NetNS: w.HostNS, Resolver: w.Resolver, Dir: filepath.Join(o.DataDir, "net"), Store: o.Store, Helper: []string{helper, "net-helper"}}
+		o.Network = host
+	})
+	return m, w
+}
+
+// fetch runs curl in sb and returns its output, or "ERR <status>".
+func (m *testManager) fetch(t *testing.T, sb *Sandbox, args ...string) string {
+	t.Helper()
+	out, _, exit := m.sh(t, sb, "curl -sS -m 3 "+strings.Join(args, " ")+" 2>/dev/null")
+	if exit.Code != 0 {
+		return fmt.Sprintf("ERR %d", exit.Code)
+	}
+	return out
+}
+
+func expectFetch(t *testing.T, m *testManager, sb *Sandbox, want string, args ...string) {
+	t.Helper()
+	got := m.fetch(t, sb, args...)
+	if ok := got == want || want == "ERR" && strings.HasPrefix(got, "ERR "); !ok {
+		t.Errorf("curl %s: got %q, want %q", strings.Join(args, " "), got, want)
+	}
+}
+
+func TestNetNoneReachesNothing(t *testing.T) {
+	m, _ := newNetManager(t)
+	sb := m.run(t, Config{})
+	for _, u := range []string{"http://" + nettest.Internet4, "http://" + nettest.Metadata4, "http://[" + nettest.Internet6 + "]", "http://allowed.test"} {
+		expectFetch(t, m, sb, "ERR", u)
+	}
+	if out, _, _ := m.sh(t, sb, "cat /proc/net/dev"); strings.Contains(out, "eth0") {
+		t.Errorf("--net none sandbox has an interface besides loopback:\n%s", out)
+	}
+}
+
+func TestNetEgress(t *testing.T) {
+	m, _ := newNetManager(t)
+	sb := m.run(t, Config{Network: &network.Policy{Mode: network.ModeEgress, Hosts: []string{"allowed.test", "*.allowed.test", "metadata.test", "host.test"}}})
+
+	expectFetch(t, m, sb, "internet", "http://allowed.test/")
+	expectFetch(t, m, sb, "internet", "http://www.allowed.test/")
+	expectFetch(t, m, sb, "internet", "-6", "http://allowed.test/")
+	// Not a disallowed name: its query is refused (curl 6: cannot resolve).
+	expectFetch(t, m, sb, "ERR 6", "http://other.test/")
+	out, _, _ := m.sh(t, sb, "python3 -c 'import socket\ntry: socket.getaddrinfo(\"other.test\", 80)\nexcept socket.gaierror as e: print(\"refused\", e)'")
+	if !strings.HasPrefix(out, "refused") {
+		t.Errorf("lookup of a disallowed name: %q", out)
+	}
+	// Not a disallowed address directly, on either family.
+	expectFetch(t, m, sb, "ERR", "http://"+nettest.Other4+"/")
+	expectFetch(t, m, sb, "ERR", "http://["+nettest.Other6+"]/")
+	// Not the metadata service, directly or by an allowed name resolving
+	// there (rebinding).
+	expectFetch(t, m, sb, "ERR", "http://"+nettest.Metadata4+"/")
+	expectFetch(t, m, sb, "ERR", "http://["+nettest.Metadata6+"]/")
+	expectFetch(t, m, sb, "ERR", "http://metadata.test/")
+	// Not the host's own services: its uplink address (even by an
+	// allowed name), its gateway address, or its loopback.
+	st, err := m.NetStatus(context.Background(), sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectFetch(t, m, sb, "ERR", fmt.Sprintf("http://%s:%d/", nettest.HostUplink4, nettest.HostUplinkPort))
+	expectFetch(t, m, sb, "ERR", fmt.Sprintf("http://host.test:%d/", nettest.HostUplinkPort))
+	expectFetch(t, m, sb, "ERR", fmt.Sprintf("http://%s:%d/", st.Addrs.Gateway4, nettest.HostLoopbackPort))
+	expectFetch(t, m, sb, "ERR", fmt.Sprintf("http://127.0.0.1:%d/", nettest.HostLoopbackPort))
+
+	// The denials are in the deny log, with reasons.
+	want := map[string]bool{network.ReasonDNS: false, network.ReasonNotAllowed: false, network.ReasonMetadata: false, network.ReasonHost: false}
+	var evs []network.Event
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		evs, err = m.NetEvents(context.Background(), sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs {
+			if _, ok := want[e.Reason]; ok {
+				want[e.Reason] = true
+			}
+		}
+		if want[network.ReasonDNS] && want[network.ReasonNotAllowed] && want[network.ReasonMetadata] && want[network.ReasonHost] {
+			break
+		}
+	}
+	for r, seen := range want {
+		if !seen {
+			t.Errorf("deny log has no %q event: %+v", r, evs)
+		}
+	}
+	found := false
+	for _, e := range evs {
+		found = found || e.Reason == network.ReasonNotAllowed && e.Proto == "tcp" && e.Dst == nettest.Other4+":80"
+	}
+	if !found {
+		t.Errorf("deny log lacks tcp %s:80 (not allowed): %+v", nettest.Other4, evs)
+	}
+	if st, err = m.NetStatus(context.Background(), sb.ID); err != nil || st.Counters == nil || st.Counters.TxBytes == 0 || st.Counters.RxBytes == 0 {
+		t.Errorf("counters: %+v, %v", st, err)
+	}
+}
+
+func TestNetEgressCIDRAndTTL(t *testing.T) {
+	m, w := newNetManager(t)
+	w.TTL.Store(1)
+	sb := m.run(t, Config{Network: &network.Policy{Mode: network.ModeEgress, Hosts: []string{"allowed.test"}, CIDRs: []string{nettest.Other4 + "/32", "169.254.169.254"}}})
+	// Allowed CIDRs work by address, even the metadata address when it
+	// is named explicitly.
+	expectFetch(t, m, sb, "other", "http://"+nettest.Other4+"/")
+	expectFetch(t, m, sb, "metadata", "http://"+nettest.Metadata4+"/")
+	expectFetch(t, m, sb, "ERR", "http://["+nettest.Other6+"]/")
+	// An address admitted by a DNS answer is admitted for its TTL only.
+	expectFetch(t, m, sb, "internet", "http://allowed.test/")
+	expectFetch(t, m, sb, "internet", "http://"+nettest.Internet4+"/")
+	time.Sleep(3 * time.Second)
+	expectFetch(t, m, sb, "ERR", "http://"+nettest.Internet4+"/")
+}
+
+func TestNetFull(t *testing.T) {
+	m, _ := newNetManager(t)
+	sb := m.run(t, Config{Network: &network.Policy{Mode: network.ModeFull}})
+	expectFetch(t, m, sb, "other", "http://other.test/")
+	expectFetch(t, m, sb, "other", "http://"+nettest.Other4+"/")
+	expectFetch(t, m, sb, "other", "http://["+nettest.Other6+"]/")
+	expectFetch(t, m, sb, "ERR", "http://"+nettest.Metadata4+"/")
+	expectFetch(t, m, sb, "ERR", "http://["+nettest.Metadata6+"]/")
+	expectFetch(t, m, sb, "ERR", fmt.Sprintf("http://%s:%d/", nettest.HostUplink4, nettest.HostUplinkPort))
+}
+
+func TestNetUpdateLive(t *testing.T) {
+	m, _ := newNetManager(t)
+	ctx := context.Background()
+	sb := m.run(t, Config{Network: &network.Policy{Mode: network.ModeEgress, Hosts: []string{"allowed.test"}}})
+	expectFetch(t, m, sb, "internet", "http://allowed.test/")
+	expectFetch(t, m, sb, "ERR", "http://other.test/")
+	if _, err := m.NetUpdate(ctx, sb.ID, network.Policy{Mode: network.ModeEgress, Hosts: []string{"other.test"}}); err != nil {
+		t.Fatal(err)
+	}
+	expectFetch(t, m, sb, "other", "http://other.test/")
+	expectFetch(t, m, sb, "ERR", "http://allowed.test/")
+	expectFetch(t, m, sb, "ERR", "http://"+nettest.Internet4+"/")
+	got, err := m.Get(ctx, sb.ID)
+	if err != nil || got.Config.Network.Hosts[0] != "other.test" {
+		t.Fatalf("record after update: %+v, %v", got, err)
+	}
+	if _, err := m.NetUpdate(ctx, sb.ID, network.Policy{Mode: network.ModeNone}); err != nil {
+		t.Fatal(err)
+	}
+	expectFetch(t, m, sb, "ERR", "http://other.test/")
+	if _, err := m.NetUpdate(ctx, sb.ID, network.Policy{Mode: network.ModeFull}); err != nil {
+		t.Fatal(err)
+	}
+	expectFetch(t, m, sb, "other", "http://"+nettest.Other4+"/")
+	if _, err := m.Stop(ctx, sb.ID, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.NetUpdate(ctx, sb.ID, network.Policy{Mode: network.ModeFull}); err == nil {
+		t.Error("net update of a stopped sandbox succeeded")
+	}
+	// A restart boots on the same network (runsc took its addresses).
+	if _, err := m.Start(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	expectFetch(t, m, sb, "other", "http://"+nettest.Other4+"/")
+}
+
+func TestNetPublish(t *testing.T) {
+	m, w := newNetManager(t)
+	ctx := context.Background()
+	pol := &network.Policy{Mode: network.ModeEgress, Ports: []network.Port{{Port: 8000}}}
+	server := []string{"sh", "-c", "echo $HOSTNAME > /tmp/id && exec python3 -m http.server -d /tmp 8000"}
+	sb, err := m.Create(ctx, CreateOptions{Start: true, Config: Config{Network: pol, Cmd: server}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := m.NetStatus(ctx, sb.ID)
+	if err != nil || len(st.Ports) != 1 || st.Ports[0].HostPort == 0 || st.Ports[0].HostIP != "127.0.0.1" {
+		t.Fatalf("ports: %+v, %v", st, err)
+	}
+	get := func(port int) string {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			c, err := nettest.Dial(ctx, w.HostNS, fmt.Sprintf("127.0.0.1:%d", port))
+			if err == nil {
+				fmt.Fprint(c, "GET /id HTTP/1.0\r\n\r\n")
+				b, _ := io.ReadAll(c)
+				c.Close()
+				if len(b) > 0 || time.Now().After(deadline) {
+					return string(b)
+				}
+			} else if time.Now().After(deadline) {
+				return err.Error()
+			}
+		}
+	}
+	if body := get(st.Ports[0].HostPort); !strings.Contains(body, "200 OK") {
+		t.Fatalf("published port: %q", body)
+	}
+	// A pinned port in use is a clear error at create, and leaves nothing.
+	pinned := &network.Policy{Mode: network.ModeEgress, Ports: []network.Port{{HostPort: st.Ports[0].HostPort, Port: 80}}}
+	if _, err := m.Create(ctx, CreateOptions{Start: true, Config: Config{Network: pinned}}); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("second sandbox on a used host port: %v", err)
+	}
+	// A second sandbox with the same unpinned request gets its own port.
+	sb2, err := m.Create(ctx, CreateOptions{Start: true, Config: Config{Network: pol, Cmd: server}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st2, err := m.NetStatus(ctx, sb2.ID)
+	if err != nil || st2.Ports[0].HostPort == st.Ports[0].HostPort {
+		t.Fatalf("second sandbox's ports: %+v, %v", st2, err)
+	}
+	if a, b := get(st.Ports[0].HostPort), get(st2.Ports[0].HostPort); !strings.Contains(a, sb.Config.Hostname) || !strings.Contains(b, sb2.Config.Hostname) {
+		t.Errorf("each port reaches its own sandbox: %q, %q", a, b)
+	}
+}
+
+func TestNetTeardown(t *testing.T) {
+	m, w := newNetManager(t)
+	ctx := context.Background()
+	pol := &network.Policy{Mode: network.ModeEgress, Hosts: []string{"allowed.test"}, Ports: []network.Port{{Port: 80}}}
+	sb := m.run(t, Config{Network: pol})
+	if left := m.net.Leftovers(ctx, sb.ID); len(left) < 5 {
+		t.Fatalf("a running sandbox's network has only %v", left)
+	}
+	if err := m.Remove(ctx, sb.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	if left := m.net.Leftovers(ctx, sb.ID); len(left) > 0 {
+		t.Errorf("left after rm: %v", left)
+	}
+
+	// Kill real CLIs at points through create, then gc.
+	bin := testenv.Smolvm(t)
+	for i, delay := range []time.Duration{30, 80, 150, 250, 400, 700} {
+		cmd := exec.Command(bin, "--data-dir", m.dir, "--runsc", testenv.Runsc(t), "run", "-d", "--name", fmt.Sprintf("crash%d", i),
+			"--net", "egress", "--allow-host", "allowed.test", "-p", "80")
+		cmd.Env = append(os.Environ(), "SMOLVM_AGENT_BINARY="+testenv.Agent(t), "SMOLVM_NET_NETNS="+w.HostNS, "SMOLVM_NET_RESOLVER="+w.Resolver)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(delay * time.Millisecond)
+		cmd.Process.Kill()
+		cmd.Wait()
+	}
+	if _, err := m.GC(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sbs, err := m.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range sbs {
+		if err := m.Remove(ctx, sb.ID, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ents, _ := os.ReadDir(filepath.Join(m.dir, "net"))
+	for _, e := range ents {
+		t.Errorf("left after gc and rm: network of %s: %v", e.Name(), m.net.Leftovers(ctx, e.Name()))
+	}
+	out, _ := exec.Command("ip", "-n", filepath.Base(w.HostNS), "-o", "link").Output()
+	if strings.Contains(string(out), "smv") {
+		t.Errorf("veths left:\n%s", out)
+	}
+	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), m.dir) {
+		t.Error("mounts left under the data dir")
+	}
+}
