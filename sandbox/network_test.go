@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"smolvm.dev/smolvm/agent"
+	"smolvm.dev/smolvm/backend"
 	"smolvm.dev/smolvm/internal/nettest"
 	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/network"
@@ -203,23 +205,7 @@ func TestNetPublish(t *testing.T) {
 	if err != nil || len(st.Ports) != 1 || st.Ports[0].HostPort == 0 || st.Ports[0].HostIP != "127.0.0.1" {
 		t.Fatalf("ports: %+v, %v", st, err)
 	}
-	get := func(port int) string {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			c, err := nettest.Dial(ctx, w.HostNS, fmt.Sprintf("127.0.0.1:%d", port))
-			if err == nil {
-				fmt.Fprint(c, "GET /id HTTP/1.0\r\n\r\n")
-				b, _ := io.ReadAll(c)
-				c.Close()
-				if len(b) > 0 || time.Now().After(deadline) {
-					return string(b)
-				}
-			} else if time.Now().After(deadline) {
-				return err.Error()
-			}
-		}
-	}
-	if body := get(st.Ports[0].HostPort); !strings.Contains(body, "200 OK") {
+	if body := httpGet(t, w, st.Ports[0].HostPort, "/id"); !strings.Contains(body, "200 OK") {
 		t.Fatalf("published port: %q", body)
 	}
 	// A pinned port in use is a clear error at create, and leaves nothing.
@@ -236,7 +222,7 @@ func TestNetPublish(t *testing.T) {
 	if err != nil || st2.Ports[0].HostPort == st.Ports[0].HostPort {
 		t.Fatalf("second sandbox's ports: %+v, %v", st2, err)
 	}
-	if a, b := get(st.Ports[0].HostPort), get(st2.Ports[0].HostPort); !strings.Contains(a, sb.Config.Hostname) || !strings.Contains(b, sb2.Config.Hostname) {
+	if a, b := httpGet(t, w, st.Ports[0].HostPort, "/id"), httpGet(t, w, st2.Ports[0].HostPort, "/id"); !strings.Contains(a, sb.Config.Hostname) || !strings.Contains(b, sb2.Config.Hostname) {
 		t.Errorf("each port reaches its own sandbox: %q, %q", a, b)
 	}
 }
@@ -291,5 +277,106 @@ func TestNetTeardown(t *testing.T) {
 	}
 	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), m.dir) {
 		t.Error("mounts left under the data dir")
+	}
+}
+
+// TestNetRestore checkpoints a networked sandbox and restores the image as
+// a new sandbox on a network of its own (what a fork does): it takes the
+// new namespace's address, keeps the policy, and gets its own host port.
+func TestNetRestore(t *testing.T) {
+	m, w := newNetManager(t)
+	ctx := context.Background()
+	pol := &network.Policy{Mode: network.ModeEgress, Hosts: []string{"allowed.test"}, Ports: []network.Port{{Port: 8000}}}
+	src := m.run(t, Config{Network: pol, Cmd: []string{"sh", "-c", "echo source > /tmp/id && exec python3 -m http.server -d /tmp 8000"}})
+	r, err := m.get(ctx, src.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srcSt, err := m.NetStatus(ctx, src.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := httpGet(t, w, srcSt.Ports[0].HostPort, "/id"); !strings.HasSuffix(got, "source\n") {
+		t.Fatalf("source's server: %q", got)
+	}
+	snap, ok := m.be.(backend.Snapshotter)
+	if !ok {
+		t.Fatal("backend cannot snapshot")
+	}
+	dir := t.TempDir()
+	if err := snap.Checkpoint(ctx, &r.spec, dir, true); err != nil {
+		t.Fatal(err)
+	}
+	// The fork: a new ID, directory and network; the same policy.
+	fork := &record{Sandbox: r.Sandbox}
+	fork.ID, fork.Name = newID(), "fork"
+	fork.spec = r.spec
+	fork.spec.ID, fork.spec.Dir = fork.ID, filepath.Join(m.dir, "sandboxes", fork.ID)
+	fork.spec.NetNS = m.net.NetNSPath(fork.ID)
+	fork.spec.Rootfs.Mounts = append([]backend.Mount(nil), r.spec.Rootfs.Mounts...)
+	for i, mt := range fork.spec.Rootfs.Mounts {
+		if mt.Destination == "/etc/resolv.conf" {
+			fork.spec.Rootfs.Mounts[i].Source = m.net.ResolvConf(fork.ID)
+		}
+	}
+	if err := m.net.Setup(ctx, fork.ID, fork.Config.Network); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.release(context.Background(), fork) })
+	if err := snap.Restore(ctx, &fork.spec, dir); err != nil {
+		t.Fatal(err)
+	}
+	forkSt, err := m.net.Status(ctx, fork.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	myAddr := `python3 -c "import socket; s=socket.socket(2,2); s.connect(('` + nettest.Internet4 + `',53)); print(s.getsockname()[0])"`
+	exec := func(rec *record, script string) string {
+		var out strings.Builder
+		if _, err := m.be.Exec(ctx, &rec.spec, agent.Process{Args: []string{"sh", "-c", script}}, agent.Stdio{Stdout: &out, Stderr: &out}); err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(out.String())
+	}
+	if got := exec(fork, myAddr); got != forkSt.Addrs.Sandbox4.String() {
+		t.Errorf("fork's address %q, want its own %s", got, forkSt.Addrs.Sandbox4)
+	}
+	if got := exec(r, myAddr); got != srcSt.Addrs.Sandbox4.String() {
+		t.Errorf("source's address %q, want %s", got, srcSt.Addrs.Sandbox4)
+	}
+	if got := exec(fork, "curl -sS -m 3 http://allowed.test/"); got != "internet" {
+		t.Errorf("fork: allowed name: %q", got)
+	}
+	if got := exec(fork, "curl -sS -m 3 http://"+nettest.Other4+"/ 2>/dev/null || echo denied"); got != "denied" {
+		t.Errorf("fork: disallowed address: %q", got)
+	}
+	if forkSt.Ports[0].HostPort == srcSt.Ports[0].HostPort {
+		t.Errorf("fork shares the source's host port %d", forkSt.Ports[0].HostPort)
+	}
+	// The server the source ran is in the fork too, behind its own port.
+	exec(fork, "echo fork > /tmp/id")
+	for port, want := range map[int]string{forkSt.Ports[0].HostPort: "fork", srcSt.Ports[0].HostPort: "source"} {
+		if got := httpGet(t, w, port, "/id"); !strings.HasSuffix(got, "\r\n\r\n"+want+"\n") {
+			t.Errorf("host port %d: %q, want %s", port, got, want)
+		}
+	}
+}
+
+// httpGet fetches path from a published port on the world host's loopback,
+// waiting up to 10s for the server behind it.
+func httpGet(t *testing.T, w *nettest.World, port int, path string) string {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		c, err := nettest.Dial(context.Background(), w.HostNS, fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			fmt.Fprintf(c, "GET %s HTTP/1.0\r\n\r\n", path)
+			b, _ := io.ReadAll(c)
+			c.Close()
+			if len(b) > 0 || time.Now().After(deadline) {
+				return string(b)
+			}
+		} else if time.Now().After(deadline) {
+			return err.Error()
+		}
 	}
 }
