@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // startAgent runs the agent in-process on a temporary socket. It exercises
@@ -90,5 +94,27 @@ func TestQuiesceResume(t *testing.T) {
 	}
 	if _, err := os.Stat(cfg.ResumeFile); !os.IsNotExist(err) {
 		t.Fatal("resume file not consumed")
+	}
+}
+
+func TestBackgroundJobOutlivesExec(t *testing.T) {
+	c, _ := startAgent(t, nil)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	// The job's output goes elsewhere, as a shell's background job's would.
+	execIO(t, c, "", Process{Args: []string{"sh", "-c", "sleep 30 >/dev/null 2>&1 & echo $! > " + pidFile}})
+	time.Sleep(100 * time.Millisecond) // past the exec's end and its connection's close
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Kill(pid, unix.SIGKILL)
+	// A killed job may linger as a zombie until its new parent reaps it.
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil || strings.Contains(string(stat), ") Z ") {
+		t.Fatalf("the background job died with its exec: %q %v", stat, err)
 	}
 }

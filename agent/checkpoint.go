@@ -18,6 +18,8 @@ type Identity struct {
 	// Env replaces the sandbox's base environment (it carries the
 	// sandbox's ID and name).
 	Env       []string   `json:"env"`
+	Dir       string     `json:"dir,omitempty"`  // default working directory
+	User      string     `json:"user,omitempty"` // default user
 	MachineID string     `json:"machine_id,omitempty"`
 	Deadline  *time.Time `json:"deadline,omitempty"`
 	// Restored is set for a copy, which runs the image's on-restore hooks.
@@ -73,11 +75,26 @@ func (s *Server) awaitResume() {
 	}
 }
 
-// resume takes on id, runs the restore hooks of a copy, and serves again.
+// resume takes on id and serves again.
 func (s *Server) resume(id Identity) {
+	s.adopt(id)
+	if err := s.listen(); err != nil {
+		// Without a socket the host cannot reach us: record why.
+		os.WriteFile(filepath.Join(filepath.Dir(s.cfg.ResumeFile), "agent.err"), []byte(err.Error()+"\n"), 0o644)
+	}
+}
+
+// adopt takes on id, running the restore hooks of a copy.
+func (s *Server) adopt(id Identity) {
 	s.mu.Lock()
 	if id.Env != nil {
 		s.cfg.Env = id.Env
+	}
+	if id.Dir != "" {
+		s.cfg.Dir = id.Dir
+	}
+	if id.User != "" {
+		s.cfg.User = id.User
 	}
 	s.mu.Unlock()
 	if id.MachineID != "" {
@@ -90,10 +107,6 @@ func (s *Server) resume(id Identity) {
 	s.deadline <- id.Deadline
 	if id.Restored {
 		s.runHooks()
-	}
-	if err := s.listen(); err != nil {
-		// Without a socket the host cannot reach us: record why.
-		os.WriteFile(filepath.Join(filepath.Dir(s.cfg.ResumeFile), "agent.err"), []byte(err.Error()+"\n"), 0o644)
 	}
 }
 

@@ -69,6 +69,11 @@ func (c *Client) Quiesce(ctx context.Context) error {
 	return opErr(c.do(ctx, Request{Op: OpQuiesce}, nil))
 }
 
+// SetIdentity makes a running agent take on id; new commands run under it.
+func (c *Client) SetIdentity(ctx context.Context, id Identity) error {
+	return opErr(c.do(ctx, Request{Op: OpIdentity, Identity: &id}, nil))
+}
+
 // Stdio is where an exec's streams come from and go to. Resize, when set,
 // delivers window changes for a TTY; Signals forwards signals.
 type Stdio struct {

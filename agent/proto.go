@@ -44,13 +44,17 @@ const (
 	// checkpoint cannot save, until the host leaves an Identity in the
 	// resume file.
 	OpQuiesce = "quiesce"
+	// OpIdentity hands a running agent a new Identity: a pooled sandbox
+	// takes on the one of the sandbox it becomes.
+	OpIdentity = "identity"
 )
 
 // Request is the first frame of every connection.
 type Request struct {
-	Op   string   `json:"op"`
-	Exec *Process `json:"exec,omitempty"`
-	Path string   `json:"path,omitempty"`
+	Op       string    `json:"op"`
+	Exec     *Process  `json:"exec,omitempty"`
+	Path     string    `json:"path,omitempty"`
+	Identity *Identity `json:"identity,omitempty"`
 }
 
 // Process describes a command to run inside the sandbox.

@@ -207,6 +207,12 @@ func (s *Server) handle(nc net.Conn) {
 		exit = s.put(c, req.Path)
 	case OpGet:
 		exit = s.get(c, req.Path)
+	case OpIdentity:
+		if req.Identity == nil {
+			exit = Exit{Code: 125, Error: "identity: none given", Kind: KindInvalid}
+			break
+		}
+		s.adopt(*req.Identity)
 	case OpQuiesce:
 		// Answer first: this connection is one of those quiesce drops.
 		c.writeJSON(frameExit, Exit{})
@@ -341,15 +347,23 @@ func (s *Server) exec(c *conn, p Process) Exit {
 		}()
 	}
 
-	// Read client frames: stdin, resize, signals. A broken connection means
-	// the client is gone: kill the process group rather than leave it
-	// running unobserved.
+	// Read client frames: stdin, resize, signals. A connection broken
+	// while the command runs means the client is gone: kill the process
+	// group rather than leave it running unobserved. Once the command has
+	// exited, what it started in the background is left alone, as a shell
+	// leaves its background jobs.
+	exited := make(chan struct{})
+	defer close(exited)
 	go func() {
 		for {
 			typ, b, err := c.read()
 			if err != nil {
-				if !s.isQuiesced() {
-					unix.Kill(-pgid, unix.SIGKILL)
+				select {
+				case <-exited:
+				default:
+					if !s.isQuiesced() {
+						unix.Kill(-pgid, unix.SIGKILL)
+					}
 				}
 				return
 			}

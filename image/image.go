@@ -151,6 +151,10 @@ func (s *Store) Get(ctx context.Context, nameOrID string) (*Image, error) {
 		if err == nil {
 			return s.load(ctx, id)
 		}
+		// The builtin image is not stored, but records name it by ID too.
+		if h, err := s.host(); err == nil && strings.TrimPrefix(h.ID, "sha256:") == strings.TrimPrefix(nameOrID, "sha256:") {
+			return h, nil
+		}
 	}
 	ref, err := Normalize(nameOrID)
 	if err != nil {

@@ -12,25 +12,43 @@ import (
 
 // GC removes what crashes left behind: records of creates whose process
 // died, sandbox directories (with their processes, mounts and cgroups) that
-// no record owns, and stale lock files. It returns what it removed.
+// no record owns, checkpoints of crashed snapshot operations, and stale
+// lock files. It returns what it removed.
 func (m *Manager) GC(ctx context.Context) ([]string, error) {
-	rs, err := listRecords(ctx, m.st)
+	rs, err := listRecords(ctx, m.st, "", true)
 	if err != nil {
 		return nil, err
 	}
 	var removed []string
 	var errs []error
+	pools, err := m.Pools(ctx)
+	if err != nil {
+		return nil, err
+	}
+	live := map[string]bool{}
+	for _, p := range pools {
+		live[p.Name] = true
+	}
 	known := map[string]bool{}
 	for _, r := range rs {
 		known[r.ID] = true
-		if r.State != StateCreating || m.locked(r.ID) {
+		if m.locked(r.ID) {
+			continue
+		}
+		var why string
+		switch {
+		case r.State == StateCreating:
+			why = "orphaned sandbox "
+		case r.pool != "" && !live[r.pool]:
+			why = "sandbox of removed pool " + r.pool + ": "
+		default:
 			continue
 		}
 		if err := m.removeRecord(ctx, r); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		removed = append(removed, "orphaned sandbox "+r.Name)
+		removed = append(removed, why+r.Name)
 	}
 	dirs, err := os.ReadDir(filepath.Join(m.dataDir, "sandboxes"))
 	if err != nil {
@@ -48,6 +66,15 @@ func (m *Manager) GC(ctx context.Context) ([]string, error) {
 		}
 		removed = append(removed, "unowned sandbox directory "+id)
 	}
+	if m.snaps != nil {
+		paths, err := m.snaps.GC(ctx)
+		for _, p := range paths {
+			removed = append(removed, "abandoned checkpoint "+p)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
 	locks, err := os.ReadDir(filepath.Join(m.dataDir, "locks"))
 	if err != nil {
 		return removed, err
@@ -62,7 +89,7 @@ func (m *Manager) GC(ctx context.Context) ([]string, error) {
 		// Networks of records removed above are gone with them; any other
 		// network without a record, or of a create still holding its
 		// lock, is a crash's leftover only in the first case.
-		rs, err := listRecords(ctx, m.st)
+		rs, err := listRecords(ctx, m.st, "", true)
 		if err != nil {
 			return removed, errors.Join(append(errs, err)...)
 		}

@@ -22,6 +22,7 @@ import (
 	"smolvm.dev/smolvm/backend/gvisor"
 	"smolvm.dev/smolvm/image"
 	"smolvm.dev/smolvm/internal/testenv"
+	"smolvm.dev/smolvm/snapshot"
 	"smolvm.dev/smolvm/store"
 )
 
@@ -30,13 +31,19 @@ type testManager struct {
 	*Manager
 	dir    string
 	images *image.Store
+	snaps  *snapshot.Store
 }
 
 func newManager(t testing.TB, opts ...func(*Options)) *testManager {
+	return openManager(t, t.TempDir(), opts...)
+}
+
+// openManager opens a Manager, with its own store handles, over dir. Tests
+// open several over one dir to show state lives on disk, not in memory.
+func openManager(t testing.TB, dir string, opts ...func(*Options)) *testManager {
 	t.Helper()
 	runsc := testenv.Runsc(t)
 	ctx := context.Background()
-	dir := t.TempDir()
 	st, err := store.Open(ctx, dir)
 	if err != nil {
 		t.Fatal(err)
@@ -45,11 +52,15 @@ func newManager(t testing.TB, opts ...func(*Options)) *testManager {
 	if err != nil {
 		t.Fatal(err)
 	}
+	snaps, err := snapshot.Open(ctx, dir, st)
+	if err != nil {
+		t.Fatal(err)
+	}
 	be, err := gvisor.New(gvisor.Config{Runsc: runsc})
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := Options{DataDir: dir, Store: st, Images: images, Backend: be, AgentBinary: testenv.Agent(t)}
+	o := Options{DataDir: dir, Store: st, Images: images, Backend: be, AgentBinary: testenv.Agent(t), Snapshots: snaps}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -60,14 +71,15 @@ func newManager(t testing.TB, opts ...func(*Options)) *testManager {
 	t.Cleanup(func() {
 		// Sandboxes hold mounts under dir: remove them before TempDir's
 		// cleanup tries to.
-		sbs, _ := m.List(context.Background())
-		for _, sb := range sbs {
-			m.Remove(context.Background(), sb.ID, true)
+		// listRecords, not List: pooled sandboxes too.
+		rs, _ := listRecords(context.Background(), st, "", true)
+		for _, r := range rs {
+			m.Remove(context.Background(), r.ID, true)
 		}
 		m.GC(context.Background())
 		st.Close()
 	})
-	return &testManager{Manager: m, dir: dir, images: images}
+	return &testManager{Manager: m, dir: dir, images: images, snaps: snaps}
 }
 
 // run starts an idle sandbox from the host image.

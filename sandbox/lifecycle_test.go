@@ -285,7 +285,7 @@ func TestBadInput(t *testing.T) {
 	}
 	m.Logs(ctx, stopped.ID, LogOptions{Follow: true})
 	running := m.run(t, Config{})
-	before := snapshot(t, m)
+	before := summary(t, m)
 
 	cases := []struct {
 		name string
@@ -344,13 +344,13 @@ func TestBadInput(t *testing.T) {
 			}
 		})
 	}
-	if after := snapshot(t, m); after != before {
+	if after := summary(t, m); after != before {
 		t.Fatalf("bad input changed state:\nbefore %s\nafter  %s", before, after)
 	}
 }
 
 // snapshot summarizes sandboxes and their directories.
-func snapshot(t *testing.T, m *testManager) string {
+func summary(t *testing.T, m *testManager) string {
 	sbs, err := m.List(context.Background())
 	if err != nil {
 		t.Fatal(err)

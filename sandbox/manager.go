@@ -17,6 +17,7 @@ import (
 	"smolvm.dev/smolvm/image"
 	"smolvm.dev/smolvm/internal/units"
 	"smolvm.dev/smolvm/network"
+	"smolvm.dev/smolvm/snapshot"
 	"smolvm.dev/smolvm/store"
 )
 
@@ -28,7 +29,9 @@ type Manager struct {
 	st          *store.Store
 	images      *image.Store
 	be          backend.Backend
+	snaps       *snapshot.Store
 	agentBinary string
+	refill      func(pool string)
 	net         *network.Host
 }
 
@@ -40,6 +43,13 @@ type Options struct {
 	Backend backend.Backend
 	// AgentBinary is the static smolvm binary run as each sandbox's PID 1.
 	AgentBinary string
+	// Snapshots stores checkpoints; without it checkpoint, restore and
+	// fork are refused.
+	Snapshots *snapshot.Store
+	// Refill is called after a sandbox is taken from a pool; it should
+	// arrange for FillPool to run, in the background or in another
+	// process. Nil leaves refilling to the caller.
+	Refill func(pool string)
 	// Network sets up sandbox networks; nil allows only --net none.
 	Network *network.Host
 }
@@ -59,34 +69,35 @@ func New(ctx context.Context, o Options) (*Manager, error) {
 			return nil, err
 		}
 	}
-	return &Manager{dataDir: o.DataDir, st: o.Store, images: o.Images, be: o.Backend, agentBinary: o.AgentBinary, net: o.Network}, nil
+	return &Manager{dataDir: o.DataDir, st: o.Store, images: o.Images, be: o.Backend, snaps: o.Snapshots, agentBinary: o.AgentBinary, refill: o.Refill, net: o.Network}, nil
 }
 
 // CreateOptions describe a new sandbox.
 type CreateOptions struct {
 	Name   string
-	Image  string // empty: the builtin host image
+	Image  string // empty: the builtin host image, or the pool's
 	Config Config
 	Start  bool
+	// Pool takes a ready sandbox from this pool (see CreatePool), which
+	// skips every cold step; it implies Start.
+	Pool string
 }
 
 // Create makes a sandbox, and starts it when asked. It either succeeds or
 // leaves nothing behind: a failure at any step removes what earlier steps
 // made, and a crash mid-way leaves an orphan that GC removes.
 func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Sandbox, error) {
+	if o.Pool != "" {
+		return m.claim(ctx, o)
+	}
+	return m.create(ctx, o, "")
+}
+
+// create makes a sandbox; a pool's member waits, unlisted, in that pool.
+func (m *Manager) create(ctx context.Context, o CreateOptions, pool string) (*Sandbox, error) {
 	cfg := o.Config
-	if err := cfg.validate(); err != nil {
+	if err := m.checkConfig(&cfg); err != nil {
 		return nil, err
-	}
-	if cfg.Network != nil && m.net == nil {
-		return nil, fmt.Errorf("%w: --net %s: this smolvm has no network host configured", ErrInvalid, cfg.Network.Mode)
-	}
-	if cfg.Policy != "" {
-		abs, err := validPolicy(cfg.Policy)
-		if err != nil {
-			return nil, err
-		}
-		cfg.Policy = abs
 	}
 	id := newID()
 	name := o.Name
@@ -110,7 +121,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Sandbox, error)
 	r := &record{Sandbox: Sandbox{
 		ID: id, Name: name, Image: ref, ImageID: img.ID, Backend: m.be.Name(),
 		State: StateCreating, Config: cfg, CreatedAt: store.Now(),
-	}}
+	}, pool: pool}
 	r.spec = m.specFor(r, img)
 	if r.spec.Main != nil {
 		if err := m.checkPolicy(ctx, r, r.spec.Main.Args); err != nil {
@@ -134,10 +145,8 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Sandbox, error)
 		deleteRecord(cctx, m.st, id)
 		return nil, fmt.Errorf("create %s: %w", name, err)
 	}
-	if cfg.Network != nil {
-		if err := m.net.Setup(ctx, id, cfg.Network); err != nil {
-			return fail(err)
-		}
+	if err := m.setupNetwork(ctx, r); err != nil {
+		return fail(err)
 	}
 	if o.Start {
 		err = m.start(ctx, r, m.be.Run)
@@ -152,6 +161,24 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Sandbox, error)
 		return fail(err)
 	}
 	return &r.Sandbox, nil
+}
+
+// checkConfig fills defaults and checks cfg.
+func (m *Manager) checkConfig(cfg *Config) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	if cfg.Network != nil && m.net == nil {
+		return fmt.Errorf("%w: --net %s: this smolvm has no network host configured", ErrInvalid, cfg.Network.Mode)
+	}
+	if cfg.Policy != "" {
+		abs, err := validPolicy(cfg.Policy)
+		if err != nil {
+			return err
+		}
+		cfg.Policy = abs
+	}
+	return nil
 }
 
 var hostnameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
@@ -177,6 +204,7 @@ func (m *Manager) specFor(r *record, img *image.Image) backend.Spec {
 		User:        firstNonEmpty(cfg.User, img.Config.User),
 		Limits:      cfg.Limits,
 		AgentBinary: m.agentBinary,
+		MachineID:   newMachineID(),
 	}
 	if cfg.Network != nil {
 		s.NetNS = m.net.NetNSPath(r.ID)
@@ -287,13 +315,7 @@ func (m *Manager) Start(ctx context.Context, ref string) (*Sandbox, error) {
 
 // start boots r with boot (the backend's Start or Run), setting its clock.
 func (m *Manager) start(ctx context.Context, r *record, boot func(context.Context, *backend.Spec) error) error {
-	now := store.Now()
-	r.StartedAt, r.FinishedAt, r.ExitCode, r.Reason = &now, nil, nil, ""
-	r.ExpiresAt, r.spec.Deadline = nil, nil
-	if r.Config.TTL > 0 {
-		exp := now.Add(r.Config.TTL)
-		r.ExpiresAt, r.spec.Deadline = &exp, &exp
-	}
+	startClock(r)
 	if err := boot(ctx, &r.spec); err != nil {
 		return err
 	}
@@ -304,6 +326,17 @@ func (m *Manager) start(ctx context.Context, r *record, boot func(context.Contex
 		return &StartError{Exit: exit}
 	}
 	return nil
+}
+
+// startClock marks r started now, with its time to live from now on.
+func startClock(r *record) {
+	now := store.Now()
+	r.StartedAt, r.FinishedAt, r.ExitCode, r.Reason = &now, nil, nil, ""
+	r.ExpiresAt, r.spec.Deadline = nil, nil
+	if r.Config.TTL > 0 {
+		exp := now.Add(r.Config.TTL)
+		r.ExpiresAt, r.spec.Deadline = &exp, &exp
+	}
 }
 
 // StartError is a sandbox whose main command could not be started.
@@ -429,7 +462,7 @@ func (m *Manager) get(ctx context.Context, ref string) (*record, error) {
 
 // List returns every sandbox, reconciled.
 func (m *Manager) List(ctx context.Context) ([]*Sandbox, error) {
-	rs, err := listRecords(ctx, m.st)
+	rs, err := listRecords(ctx, m.st, "", false)
 	if err != nil {
 		return nil, err
 	}

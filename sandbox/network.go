@@ -7,6 +7,16 @@ import (
 	"smolvm.dev/smolvm/network"
 )
 
+// setupNetwork gives r, a new record, its own network (namespace, veth,
+// address, firewall, helper) if its policy asks for one. Creates, restores
+// and forks all come through here, so a copy never shares its source's.
+func (m *Manager) setupNetwork(ctx context.Context, r *record) error {
+	if r.Config.Network == nil {
+		return nil
+	}
+	return m.net.Setup(ctx, r.ID, r.Config.Network)
+}
+
 // networked returns r's record if it has a network of its own.
 func (m *Manager) networked(ctx context.Context, ref string) (*record, error) {
 	r, err := m.get(ctx, ref)

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/agent"
-	"smolvm.dev/smolvm/backend"
 	"smolvm.dev/smolvm/internal/nettest"
 	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/network"
@@ -280,18 +278,14 @@ func TestNetTeardown(t *testing.T) {
 	}
 }
 
-// TestNetRestore checkpoints a networked sandbox and restores the image as
-// a new sandbox on a network of its own (what a fork does): it takes the
-// new namespace's address, keeps the policy, and gets its own host port.
-func TestNetRestore(t *testing.T) {
+// TestNetFork forks a networked sandbox: each copy takes its own
+// namespace's address (gVisor's netstack takes the interfaces it finds at
+// restore), keeps the policy, and gets its own host port.
+func TestNetFork(t *testing.T) {
 	m, w := newNetManager(t)
 	ctx := context.Background()
 	pol := &network.Policy{Mode: network.ModeEgress, Hosts: []string{"allowed.test"}, Ports: []network.Port{{Port: 8000}}}
 	src := m.run(t, Config{Network: pol, Cmd: []string{"sh", "-c", "echo source > /tmp/id && exec python3 -m http.server -d /tmp 8000"}})
-	r, err := m.get(ctx, src.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
 	srcSt, err := m.NetStatus(ctx, src.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -299,65 +293,43 @@ func TestNetRestore(t *testing.T) {
 	if got := httpGet(t, w, srcSt.Ports[0].HostPort, "/id"); !strings.HasSuffix(got, "source\n") {
 		t.Fatalf("source's server: %q", got)
 	}
-	snap, ok := m.be.(backend.Snapshotter)
-	if !ok {
-		t.Fatal("backend cannot snapshot")
-	}
-	dir := t.TempDir()
-	if err := snap.Checkpoint(ctx, &r.spec, dir, true); err != nil {
-		t.Fatal(err)
-	}
-	// The fork: a new ID, directory and network; the same policy.
-	fork := &record{Sandbox: r.Sandbox}
-	fork.ID, fork.Name = newID(), "fork"
-	fork.spec = r.spec
-	fork.spec.ID, fork.spec.Dir = fork.ID, filepath.Join(m.dir, "sandboxes", fork.ID)
-	fork.spec.NetNS = m.net.NetNSPath(fork.ID)
-	fork.spec.Rootfs.Mounts = append([]backend.Mount(nil), r.spec.Rootfs.Mounts...)
-	for i, mt := range fork.spec.Rootfs.Mounts {
-		if mt.Destination == "/etc/resolv.conf" {
-			fork.spec.Rootfs.Mounts[i].Source = m.net.ResolvConf(fork.ID)
-		}
-	}
-	if err := m.net.Setup(ctx, fork.ID, fork.Config.Network); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.release(context.Background(), fork) })
-	if err := snap.Restore(ctx, &fork.spec, dir); err != nil {
-		t.Fatal(err)
-	}
-	forkSt, err := m.net.Status(ctx, fork.ID)
+	forks, err := m.Fork(ctx, src.ID, ForkOptions{N: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	myAddr := `python3 -c "import socket; s=socket.socket(2,2); s.connect(('` + nettest.Internet4 + `',53)); print(s.getsockname()[0])"`
-	exec := func(rec *record, script string) string {
-		var out strings.Builder
-		if _, err := m.be.Exec(ctx, &rec.spec, agent.Process{Args: []string{"sh", "-c", script}}, agent.Stdio{Stdout: &out, Stderr: &out}); err != nil {
+	ports := map[int]string{srcSt.Ports[0].HostPort: "source"}
+	for i, f := range forks {
+		st, err := m.NetStatus(ctx, f.ID)
+		if err != nil {
 			t.Fatal(err)
 		}
-		return strings.TrimSpace(out.String())
+		if out, _, _ := m.sh(t, f, myAddr); strings.TrimSpace(out) != st.Addrs.Sandbox4.String() {
+			t.Errorf("fork %d's address %q, want its own %s", i, out, st.Addrs.Sandbox4)
+		}
+		expectFetch(t, m, f, "internet", "http://allowed.test/")
+		expectFetch(t, m, f, "ERR", "http://"+nettest.Other4+"/")
+		if _, ok := ports[st.Ports[0].HostPort]; ok {
+			t.Errorf("fork %d shares host port %d", i, st.Ports[0].HostPort)
+		}
+		// The server the source ran is in each fork too, behind its own port.
+		m.sh(t, f, "echo "+f.Name+" > /tmp/id")
+		ports[st.Ports[0].HostPort] = f.Name
 	}
-	if got := exec(fork, myAddr); got != forkSt.Addrs.Sandbox4.String() {
-		t.Errorf("fork's address %q, want its own %s", got, forkSt.Addrs.Sandbox4)
+	if out, _, _ := m.sh(t, src, myAddr); strings.TrimSpace(out) != srcSt.Addrs.Sandbox4.String() {
+		t.Errorf("source's address after fork %q, want %s", out, srcSt.Addrs.Sandbox4)
 	}
-	if got := exec(r, myAddr); got != srcSt.Addrs.Sandbox4.String() {
-		t.Errorf("source's address %q, want %s", got, srcSt.Addrs.Sandbox4)
-	}
-	if got := exec(fork, "curl -sS -m 3 http://allowed.test/"); got != "internet" {
-		t.Errorf("fork: allowed name: %q", got)
-	}
-	if got := exec(fork, "curl -sS -m 3 http://"+nettest.Other4+"/ 2>/dev/null || echo denied"); got != "denied" {
-		t.Errorf("fork: disallowed address: %q", got)
-	}
-	if forkSt.Ports[0].HostPort == srcSt.Ports[0].HostPort {
-		t.Errorf("fork shares the source's host port %d", forkSt.Ports[0].HostPort)
-	}
-	// The server the source ran is in the fork too, behind its own port.
-	exec(fork, "echo fork > /tmp/id")
-	for port, want := range map[int]string{forkSt.Ports[0].HostPort: "fork", srcSt.Ports[0].HostPort: "source"} {
+	for port, want := range ports {
 		if got := httpGet(t, w, port, "/id"); !strings.HasSuffix(got, "\r\n\r\n"+want+"\n") {
 			t.Errorf("host port %d: %q, want %s", port, got, want)
+		}
+	}
+	for _, f := range forks {
+		if err := m.Remove(ctx, f.ID, true); err != nil {
+			t.Fatal(err)
+		}
+		if left := m.net.Leftovers(ctx, f.ID); len(left) > 0 {
+			t.Errorf("left after rm of fork: %v", left)
 		}
 	}
 }

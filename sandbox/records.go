@@ -31,14 +31,30 @@ var schema = []string{
 		reason TEXT NOT NULL DEFAULT ''
 	)`,
 	`CREATE INDEX sandboxes_image ON sandboxes(image_id)`,
+	`ALTER TABLE sandboxes ADD COLUMN snapshot TEXT NOT NULL DEFAULT ''`,
+	`ALTER TABLE sandboxes ADD COLUMN forked_from TEXT NOT NULL DEFAULT ''`,
+	`CREATE INDEX sandboxes_snapshot ON sandboxes(snapshot)`,
+	`ALTER TABLE sandboxes ADD COLUMN pool TEXT NOT NULL DEFAULT ''`,
+	`CREATE INDEX sandboxes_pool ON sandboxes(pool, state)`,
+	`CREATE TABLE pools (
+		name TEXT PRIMARY KEY,
+		image TEXT NOT NULL,
+		size INTEGER NOT NULL,
+		memory_budget INTEGER NOT NULL,
+		config TEXT NOT NULL,
+		created_at INTEGER NOT NULL
+	)`,
 }
 
-const columns = `id, name, image, image_id, backend, state, config, spec, created_at, started_at, finished_at, expires_at, exit_code, reason`
+const columns = `id, name, image, image_id, backend, state, config, spec, created_at, started_at, finished_at, expires_at, exit_code, reason, snapshot, forked_from, pool`
 
 // record is a Sandbox plus the backend spec needed to act on it.
 type record struct {
 	Sandbox
 	spec backend.Spec
+	// pool names the pool a ready, unclaimed sandbox waits in; such
+	// sandboxes are not listed.
+	pool string
 }
 
 type scanner interface{ Scan(...any) error }
@@ -52,7 +68,7 @@ func scanRecord(row scanner) (*record, error) {
 		code                   sql.NullInt64
 	)
 	err := row.Scan(&r.ID, &r.Name, &r.Image, &r.ImageID, &r.Backend, &r.State, &cfg, &spec,
-		&created, &started, &finished, &exp, &code, &r.Reason)
+		&created, &started, &finished, &exp, &code, &r.Reason, &r.Snapshot, &r.ForkedFrom, &r.pool)
 	if err != nil {
 		return nil, err
 	}
@@ -95,9 +111,14 @@ func insert(ctx context.Context, st *store.Store, r *record) error {
 	if err != nil {
 		return err
 	}
-	_, err = st.DB().ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err = st.DB().ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		r.ID, r.Name, r.Image, r.ImageID, r.Backend, r.State, string(cfg), string(spec),
-		r.CreatedAt.UnixMilli(), msVal(r.StartedAt), msVal(r.FinishedAt), msVal(r.ExpiresAt), exitVal(r.ExitCode), r.Reason)
+		r.CreatedAt.UnixMilli(), msVal(r.StartedAt), msVal(r.FinishedAt), msVal(r.ExpiresAt), exitVal(r.ExitCode), r.Reason, r.Snapshot, r.ForkedFrom, r.pool)
+	return nameErr(r, err)
+}
+
+// nameErr tells a taken name from other failures to write r.
+func nameErr(r *record, err error) error {
 	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed: sandboxes.name") {
 		return fmt.Errorf("%w: %q", ErrNameInUse, r.Name)
 	}
@@ -111,20 +132,19 @@ func exitVal(c *int) any {
 	return *c
 }
 
-// update writes the mutable fields of r (the config changes only by a
-// live network update).
+// update writes the mutable fields of r.
 func update(ctx context.Context, st *store.Store, r *record) error {
-	cfg, err := json.Marshal(r.Config)
-	if err != nil {
-		return err
-	}
 	spec, err := json.Marshal(r.spec)
 	if err != nil {
 		return err
 	}
-	_, err = st.DB().ExecContext(ctx, `UPDATE sandboxes SET state=?, config=?, spec=?, started_at=?, finished_at=?, expires_at=?, exit_code=?, reason=? WHERE id=?`,
-		r.State, string(cfg), string(spec), msVal(r.StartedAt), msVal(r.FinishedAt), msVal(r.ExpiresAt), exitVal(r.ExitCode), r.Reason, r.ID)
-	return err
+	cfg, err := json.Marshal(r.Config)
+	if err != nil {
+		return err
+	}
+	_, err = st.DB().ExecContext(ctx, `UPDATE sandboxes SET name=?, config=?, created_at=?, state=?, spec=?, started_at=?, finished_at=?, expires_at=?, exit_code=?, reason=?, pool=? WHERE id=?`,
+		r.Name, string(cfg), r.CreatedAt.UnixMilli(), r.State, string(spec), msVal(r.StartedAt), msVal(r.FinishedAt), msVal(r.ExpiresAt), exitVal(r.ExitCode), r.Reason, r.pool, r.ID)
+	return nameErr(r, err)
 }
 
 func deleteRecord(ctx context.Context, st *store.Store, id string) error {
@@ -188,8 +208,22 @@ func ImageInUse(ctx context.Context, st *store.Store, imageID string) (bool, err
 	return n > 0, err
 }
 
-func listRecords(ctx context.Context, st *store.Store) ([]*record, error) {
-	rows, err := st.DB().QueryContext(ctx, `SELECT `+columns+` FROM sandboxes ORDER BY created_at, id`)
+// SnapshotInUse reports whether a sandbox, in any state, was restored
+// from the snapshot with this ID; snapshot rm keeps such a snapshot so
+// that every sandbox's lineage stays resolvable.
+func SnapshotInUse(ctx context.Context, st *store.Store, snapshotID string) (bool, error) {
+	if err := st.Migrate(ctx, "sandbox", schema); err != nil {
+		return false, err
+	}
+	var n int
+	err := st.DB().QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes WHERE snapshot = ?`, snapshotID).Scan(&n)
+	return n > 0, err
+}
+
+// listRecords lists the sandboxes of pool ("" for those not in a pool), or
+// all of them when all is set.
+func listRecords(ctx context.Context, st *store.Store, pool string, all bool) ([]*record, error) {
+	rows, err := st.DB().QueryContext(ctx, `SELECT `+columns+` FROM sandboxes WHERE ? OR pool = ? ORDER BY created_at, id`, all, pool)
 	if err != nil {
 		return nil, err
 	}

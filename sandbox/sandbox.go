@@ -45,8 +45,12 @@ type Sandbox struct {
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	ExitCode  *int       `json:"exit_code,omitempty"`
 	// Reason says why a stopped sandbox stopped: "exited", "stopped",
-	// "out of memory", "expired", "killed".
+	// "out of memory", "expired", "killed", "checkpointed".
 	Reason string `json:"reason,omitempty"`
+	// Snapshot is the ID of the snapshot this sandbox was restored from.
+	Snapshot string `json:"snapshot,omitempty"`
+	// ForkedFrom is the ID of the sandbox this one is a fork of.
+	ForkedFrom string `json:"forked_from,omitempty"`
 }
 
 // Config is what the user asked for at creation.
@@ -145,6 +149,13 @@ func validName(name string) error {
 // newID returns a random 12-hex-digit ID, short enough to type.
 func newID() string {
 	var b [6]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// newMachineID returns a random /etc/machine-id: 32 lowercase hex digits.
+func newMachineID() string {
+	var b [16]byte
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }

@@ -315,6 +315,14 @@ func (s *Store) Remove(ctx context.Context, nameOrID string, inUse func(id strin
 		}
 		return nil
 	}
+	unlock, err := s.lock()
+	if err != nil {
+		return fmt.Errorf("remove snapshot %s: %w", nameOrID, err)
+	}
+	defer unlock()
+	// Asked under the lock: a restore registers its sandbox before it
+	// verifies the files, so either it sees the snapshot gone or this
+	// sees its sandbox.
 	if inUse != nil {
 		used, err := inUse(snap.ID)
 		if err != nil {
@@ -324,11 +332,6 @@ func (s *Store) Remove(ctx context.Context, nameOrID string, inUse func(id strin
 			return fmt.Errorf("remove snapshot %s: %w: a sandbox was restored from it", nameOrID, ErrInUse)
 		}
 	}
-	unlock, err := s.lock()
-	if err != nil {
-		return fmt.Errorf("remove snapshot %s: %w", nameOrID, err)
-	}
-	defer unlock()
 	// Row first: a crash in between leaves a directory without a row,
 	// which GC removes, never a listed snapshot without files.
 	if _, err := s.st.DB().ExecContext(ctx, `DELETE FROM snapshots WHERE id = ?`, snap.ID); err != nil {

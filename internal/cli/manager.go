@@ -12,6 +12,7 @@ import (
 	"smolvm.dev/smolvm/image"
 	"smolvm.dev/smolvm/network"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/snapshot"
 	"smolvm.dev/smolvm/store"
 )
 
@@ -60,52 +61,62 @@ func agentBinary() (string, error) {
 type env struct {
 	st     *store.Store
 	images *image.Store
+	snaps  *snapshot.Store
 	mgr    *sandbox.Manager
 }
 
 func (e *env) Close() error { return e.st.Close() }
 
-// open opens the data dir, the image store and the sandbox manager.
+// open opens the data dir, the image and snapshot stores and the sandbox
+// manager.
 func (a *app) open(ctx context.Context) (*env, error) {
 	st, err := store.Open(ctx, a.dataDir)
 	if err != nil {
 		return nil, err
 	}
-	images, err := image.Open(ctx, a.dataDir, st)
+	e, err := a.openWith(ctx, st)
 	if err != nil {
 		st.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+func (a *app) openWith(ctx context.Context, st *store.Store) (*env, error) {
+	images, err := image.Open(ctx, a.dataDir, st)
+	if err != nil {
+		return nil, err
+	}
+	snaps, err := snapshot.Open(ctx, a.dataDir, st)
+	if err != nil {
 		return nil, err
 	}
 	runsc, err := a.runscPath()
 	if err != nil {
-		st.Close()
 		return nil, err
 	}
 	be, err := gvisor.New(gvisor.Config{Runsc: runsc, Debug: os.Getenv("SMOLVM_DEBUG") != ""})
 	if err != nil {
-		st.Close()
 		return nil, err
 	}
 	bin, err := agentBinary()
 	if err != nil {
-		st.Close()
 		return nil, err
 	}
-	self, err := os.Executable()
-	if err != nil {
-		st.Close()
-		return nil, err
-	}
+	o := sandbox.Options{DataDir: a.dataDir, Store: st, Images: images, Backend: be, AgentBinary: bin, Snapshots: snaps}
 	// The host namespace and upstream DNS are overridable for tests,
 	// which must never send traffic off the machine.
-	nh := &network.Host{
+	o.Network = &network.Host{
 		NetNS: os.Getenv("SMOLVM_NET_NETNS"), Resolver: os.Getenv("SMOLVM_NET_RESOLVER"),
-		Dir: filepath.Join(a.dataDir, "net"), Store: st, Helper: []string{self, "--data-dir", a.dataDir, "net-helper"},
+		Dir: filepath.Join(a.dataDir, "net"), Store: st,
 	}
-	mgr, err := sandbox.New(ctx, sandbox.Options{DataDir: a.dataDir, Store: st, Images: images, Backend: be, AgentBinary: bin, Network: nh})
+	if a.self != "" {
+		o.Refill = func(pool string) { a.spawnFill(runsc, pool) }
+		o.Network.Helper = []string{a.self, "--data-dir", a.dataDir, "net-helper"}
+	}
+	mgr, err := sandbox.New(ctx, o)
 	if err != nil {
-		st.Close()
 		return nil, err
 	}
-	return &env{st: st, images: images, mgr: mgr}, nil
+	return &env{st: st, images: images, snaps: snaps, mgr: mgr}, nil
 }

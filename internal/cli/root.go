@@ -45,6 +45,9 @@ func exitCode(code int) error { return &exitError{code: code} }
 type app struct {
 	dataDir string
 	runsc   string
+	// self is the smolvm binary, run in the background to refill pools;
+	// "" leaves pools to be refilled by hand (smolvm pool fill).
+	self string
 
 	stdin          io.Reader
 	stdout, stderr io.Writer
@@ -53,6 +56,9 @@ type app struct {
 // Main runs the CLI with args and returns the process exit status.
 func Main(args []string) int {
 	a := &app{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}
+	if exe, err := os.Executable(); err == nil {
+		a.self = exe
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return a.run(ctx, args)
@@ -107,7 +113,7 @@ func (a *app) rootCmd() *cobra.Command {
 		a.execCmd(), a.cpCmd(), a.lsCmd(), a.inspectCmd(), a.logsCmd(), a.gcCmd(), a.benchCmd(), a.doctorCmd(),
 		a.memoryCmd(),
 		a.imageCmd(),
-		a.snapshotCmd(),
+		a.checkpointCmd(), a.restoreCmd(), a.forkCmd(), a.pauseCmd(), a.resumeCmd(), a.snapshotCmd(), a.poolCmd(),
 		a.applyCmd(), a.gitCmd(),
 		a.netCmd(), a.netHelperCmd(),
 	)

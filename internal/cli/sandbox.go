@@ -26,13 +26,54 @@ import (
 	"smolvm.dev/smolvm/sandbox"
 )
 
+// limitFlags are a sandbox's resource limits, for run, create and pools.
+type limitFlags struct {
+	cpus         float64
+	memory, disk string
+	pids         int64
+}
+
+func (f *limitFlags) register(fs *pflag.FlagSet) {
+	fs.Float64Var(&f.cpus, "cpus", 0, fmt.Sprintf("CPU cores (default %g)", sandbox.DefaultCPUs))
+	fs.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512m (default "+units.FormatBytes(sandbox.DefaultMemory)+")")
+	fs.Int64Var(&f.pids, "pids", 0, fmt.Sprintf("process limit (default %d)", sandbox.DefaultPids))
+	fs.StringVar(&f.disk, "disk", "", "writable layer size, e.g. 1g (default "+units.FormatBytes(sandbox.DefaultDisk)+")")
+}
+
+func (f *limitFlags) limits(fs *pflag.FlagSet) (backend.Limits, error) {
+	l := backend.Limits{CPUs: f.cpus, Pids: f.pids}
+	// Zero means "default" inside; typed explicitly it is impossible.
+	if fs.Changed("cpus") && f.cpus <= 0 {
+		return l, fmt.Errorf("--cpus %g: must be positive", f.cpus)
+	}
+	if fs.Changed("pids") && f.pids <= 0 {
+		return l, fmt.Errorf("--pids %d: must be positive", f.pids)
+	}
+	var err error
+	if f.memory != "" {
+		if l.Memory, err = units.ParseBytes(f.memory); err != nil {
+			return l, fmt.Errorf("--memory: %w", err)
+		}
+		if l.Memory == 0 {
+			return l, fmt.Errorf("--memory %s: must be positive", f.memory)
+		}
+	}
+	if f.disk != "" {
+		if l.Disk, err = units.ParseBytes(f.disk); err != nil {
+			return l, fmt.Errorf("--disk: %w", err)
+		}
+		if l.Disk == 0 {
+			return l, fmt.Errorf("--disk %s: must be positive", f.disk)
+		}
+	}
+	return l, nil
+}
+
 // createFlags are shared by run and create.
 type createFlags struct {
+	limitFlags
 	name, image, workdir, user, hostname string
-	policy                               string
-	cpus                                 float64
-	memory, disk                         string
-	pids                                 int64
+	policy, pool                         string
 	env                                  []string
 	timeout                              time.Duration
 	net                                  netFlags
@@ -42,10 +83,8 @@ type createFlags struct {
 func (f *createFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.name, "name", "", "sandbox name (default sb-<id>)")
 	fs.StringVar(&f.image, "image", "", "image reference or ID (default: host, the host's /usr read-only)")
-	fs.Float64Var(&f.cpus, "cpus", 0, fmt.Sprintf("CPU cores (default %g)", sandbox.DefaultCPUs))
-	fs.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512m (default "+units.FormatBytes(sandbox.DefaultMemory)+")")
-	fs.Int64Var(&f.pids, "pids", 0, fmt.Sprintf("process limit (default %d)", sandbox.DefaultPids))
-	fs.StringVar(&f.disk, "disk", "", "writable layer size, e.g. 1g (default "+units.FormatBytes(sandbox.DefaultDisk)+")")
+	fs.StringVar(&f.pool, "pool", "", "take a ready sandbox from this pool (see smolvm pool)")
+	f.limitFlags.register(fs)
 	fs.StringArrayVarP(&f.env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
 	fs.StringVarP(&f.workdir, "workdir", "w", "", "working directory inside the sandbox")
 	fs.StringVarP(&f.user, "user", "u", "", "user (name, uid or uid:gid)")
@@ -57,34 +96,14 @@ func (f *createFlags) register(fs *pflag.FlagSet) {
 }
 
 func (f *createFlags) options(fs *pflag.FlagSet, cmd []string, start bool) (sandbox.CreateOptions, error) {
-	o := sandbox.CreateOptions{Name: f.name, Image: f.image, Start: start, Config: sandbox.Config{
+	limits, err := f.limits(fs)
+	if err != nil {
+		return sandbox.CreateOptions{}, err
+	}
+	o := sandbox.CreateOptions{Name: f.name, Image: f.image, Start: start, Pool: f.pool, Config: sandbox.Config{
 		Cmd: cmd, Env: f.env, WorkDir: f.workdir, User: f.user, Hostname: f.hostname, TTL: f.timeout, Policy: f.policy,
-		Limits: backend.Limits{CPUs: f.cpus, Pids: f.pids},
+		Limits: limits,
 	}}
-	// Zero means "default" inside; typed explicitly it is impossible.
-	if fs.Changed("cpus") && f.cpus <= 0 {
-		return o, fmt.Errorf("--cpus %g: must be positive", f.cpus)
-	}
-	if fs.Changed("pids") && f.pids <= 0 {
-		return o, fmt.Errorf("--pids %d: must be positive", f.pids)
-	}
-	var err error
-	if f.memory != "" {
-		if o.Config.Limits.Memory, err = units.ParseBytes(f.memory); err != nil {
-			return o, fmt.Errorf("--memory: %w", err)
-		}
-		if o.Config.Limits.Memory == 0 {
-			return o, fmt.Errorf("--memory %s: must be positive", f.memory)
-		}
-	}
-	if f.disk != "" {
-		if o.Config.Limits.Disk, err = units.ParseBytes(f.disk); err != nil {
-			return o, fmt.Errorf("--disk: %w", err)
-		}
-		if o.Config.Limits.Disk == 0 {
-			return o, fmt.Errorf("--disk %s: must be positive", f.disk)
-		}
-	}
 	for _, kv := range f.env {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 			return o, fmt.Errorf("--env %q: want KEY=VALUE", kv)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/sandbox"
@@ -19,6 +20,7 @@ type sbCLI struct {
 	t       *testing.T
 	dataDir string
 	runsc   string
+	self    string // the smolvm binary for background work; "" for none
 }
 
 func newSandboxCLI(t *testing.T) *sbCLI {
@@ -36,7 +38,7 @@ func newSandboxCLI(t *testing.T) *sbCLI {
 // run returns stdout, stderr and the exit status.
 func (c *sbCLI) run(stdin string, args ...string) (string, string, int) {
 	var out, errb bytes.Buffer
-	a := &app{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errb}
+	a := &app{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errb, self: c.self}
 	code := a.run(context.Background(), append([]string{"--data-dir", c.dataDir, "--runsc", c.runsc}, args...))
 	return out.String(), errb.String(), code
 }
@@ -163,5 +165,90 @@ func TestCLIBadInput(t *testing.T) {
 	errb.Reset()
 	if code := a.run(context.Background(), []string{"--data-dir", c.dataDir, "--runsc", "/nonexistent/runsc", "ls"}); code != 125 || !strings.Contains(errb.String(), "scripts/install.sh") {
 		t.Errorf("missing runsc: %d %q", code, errb.String())
+	}
+}
+
+func TestCLICheckpointRestoreFork(t *testing.T) {
+	c := newSandboxCLI(t)
+	c.must("run", "-d", "--name", "src")
+	c.must("exec", "src", "--", "sh", "-c", "echo kept > /root/f")
+	snapID := strings.TrimSpace(c.must("checkpoint", "--name", "s1", "src"))
+	if !strings.HasPrefix(snapID, "sha256:") {
+		t.Fatalf("checkpoint printed %q", snapID)
+	}
+	c.must("restore", "--name", "r1", "s1")
+	if out := c.must("exec", "r1", "--", "cat", "/root/f"); out != "kept\n" {
+		t.Fatalf("restored: %q", out)
+	}
+	ids := strings.Fields(c.must("fork", "-n", "2", "--name-prefix", "f", "src"))
+	if len(ids) != 2 {
+		t.Fatalf("fork printed %q", ids)
+	}
+	for _, n := range []string{"f-1", "f-2"} {
+		if out := c.must("exec", n, "--", "sh", "-c", "cat /root/f; hostname"); out != "kept\n"+n+"\n" {
+			t.Fatalf("%s: %q", n, out)
+		}
+	}
+
+	c.must("pause", "src")
+	if _, errOut, code := c.run("", "exec", "src", "--", "true"); code != exitFailure || !strings.Contains(errOut, "paused") {
+		t.Fatalf("exec in a paused sandbox: exit %d: %q", code, errOut)
+	}
+	if _, errOut, code := c.run("", "fork", "src"); code != exitFailure || !strings.Contains(errOut, "resume it first") {
+		t.Fatalf("fork of a paused sandbox: exit %d: %q", code, errOut)
+	}
+	c.must("resume", "src")
+	c.must("exec", "src", "--", "true")
+
+	if _, errOut, code := c.run("", "snapshot", "rm", "s1"); code != exitFailure || !strings.Contains(errOut, "in use") {
+		t.Fatalf("snapshot rm of a snapshot r1 came from: exit %d: %q", code, errOut)
+	}
+	c.must("rm", "-f", "r1")
+	c.must("snapshot", "rm", "s1")
+	if _, errOut, code := c.run("", "restore", "s1"); code != exitFailure || !strings.Contains(errOut, "not found") {
+		t.Fatalf("restore of a removed snapshot: exit %d: %q", code, errOut)
+	}
+}
+
+func TestCLIPool(t *testing.T) {
+	c := newSandboxCLI(t)
+	c.self = testenv.Smolvm(t)
+	t.Cleanup(func() { c.run("", "pool", "rm", "p") })
+	c.must("pool", "create", "--size", "1", "--name", "p", "--memory", "512m", "--wait")
+	ready := func() int {
+		var pools []sandbox.Pool
+		if err := json.Unmarshal([]byte(c.must("pool", "ls", "--json")), &pools); err != nil || len(pools) != 1 {
+			t.Fatalf("pool ls --json: %v %+v", err, pools)
+		}
+		return pools[0].Ready
+	}
+	if n := ready(); n != 1 {
+		t.Fatalf("%d ready after --wait, want 1", n)
+	}
+	c.must("run", "-d", "--pool", "p", "--name", "x", "-e", "A=b")
+	if out := c.must("exec", "x", "--", "sh", "-c", "echo $SMOLVM_SANDBOX_NAME $A"); out != "x b\n" {
+		t.Fatalf("pooled sandbox sees %q", out)
+	}
+	// The claim started a background refill.
+	deadline := time.Now().Add(30 * time.Second)
+	for ready() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the pool was not refilled in the background")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, bad := range [][]string{
+		{"run", "-d", "--pool", "nope"},
+		{"run", "-d", "--pool", "p", "--memory", "1g"},
+		{"pool", "create", "--size", "0"},
+		{"pool", "create", "--size", "1", "--name", "p"},
+	} {
+		if _, errOut, code := c.run("", bad...); code != exitFailure || errOut == "" {
+			t.Errorf("smolvm %v: exit %d, %q", bad, code, errOut)
+		}
+	}
+	c.must("pool", "rm", "p")
+	if _, errOut, code := c.run("", "pool", "rm", "p"); code != exitFailure || !strings.Contains(errOut, "no such pool") {
+		t.Errorf("pool rm of a removed pool: exit %d, %q", code, errOut)
 	}
 }

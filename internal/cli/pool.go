@@ -1,0 +1,182 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"smolvm.dev/smolvm/internal/units"
+	"smolvm.dev/smolvm/sandbox"
+)
+
+func (a *app) poolCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "pool",
+		Short: "Keep started sandboxes ready, so that run/create --pool skips every cold step",
+	}
+	c.AddCommand(a.poolCreateCmd(), a.poolLsCmd(), a.poolRmCmd(), a.poolFillCmd())
+	return c
+}
+
+// spawnFill refills a pool from a detached smolvm process, which outlives
+// this one; its output goes to a log beside the pool's locks.
+func (a *app) spawnFill(runsc, pool string) {
+	logPath := filepath.Join(a.dataDir, "locks", "pool-"+pool+".log")
+	log, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "smolvm: pool %s will not refill: %v\n", pool, err)
+		return
+	}
+	defer log.Close()
+	cmd := exec.Command(a.self, "--data-dir", a.dataDir, "--runsc", runsc, "pool", "fill", pool)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(a.stderr, "smolvm: pool %s will not refill: %v\n", pool, err)
+		return
+	}
+	cmd.Process.Release()
+}
+
+func (a *app) poolCreateCmd() *cobra.Command {
+	var (
+		lf     limitFlags
+		o      sandbox.PoolOptions
+		budget string
+		wait   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "create [IMAGE] --size N [--name P] [--memory-budget B] [--wait]",
+		Short: "Create a pool of started sandboxes of one image and set of limits",
+		Long: "Create a pool of started sandboxes of one image and set of limits. It fills in the background\n" +
+			"(or before returning, with --wait) and refills after each sandbox taken from it, as long as\n" +
+			"the waiting sandboxes' memory stays within the budget.",
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var err error
+			if o.Limits, err = lf.limits(cmd.Flags()); err != nil {
+				return err
+			}
+			if budget != "" {
+				if o.MemoryBudget, err = units.ParseBytes(budget); err != nil {
+					return fmt.Errorf("--memory-budget: %w", err)
+				}
+			}
+			if len(args) == 1 {
+				o.Image = args[0]
+			}
+			ctx := cmd.Context()
+			e, err := a.open(ctx)
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			p, err := e.mgr.CreatePool(ctx, o)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(a.stdout, p.Name)
+			if !wait {
+				if a.self != "" {
+					runsc, err := a.runscPath()
+					if err != nil {
+						return err
+					}
+					a.spawnFill(runsc, p.Name)
+				}
+				return nil
+			}
+			return a.fill(ctx, e, p.Name)
+		},
+	}
+	lf.register(cmd.Flags())
+	cmd.Flags().StringVar(&o.Name, "name", "", "pool name (default: the image)")
+	cmd.Flags().IntVar(&o.Size, "size", 0, fmt.Sprintf("sandboxes to keep ready (1 to %d)", sandbox.MaxPoolSize))
+	cmd.Flags().StringVar(&budget, "memory-budget", "", "memory the waiting sandboxes may use together (default "+units.FormatBytes(sandbox.DefaultMemoryBudget)+")")
+	cmd.Flags().BoolVar(&wait, "wait", false, "fill the pool before returning")
+	cmd.MarkFlagRequired("size")
+	return cmd
+}
+
+// fill fills a pool in the foreground; reaching the budget is reported,
+// but is not a failure.
+func (a *app) fill(ctx context.Context, e *env, pool string) error {
+	_, err := e.mgr.FillPool(ctx, pool)
+	if errors.Is(err, sandbox.ErrPoolBudget) {
+		fmt.Fprintln(a.stderr, "smolvm:", err)
+		return nil
+	}
+	return err
+}
+
+func (a *app) poolFillCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    "fill POOL",
+		Short:  "Start sandboxes until the pool is full (what the background refill runs)",
+		Args:   cobra.ExactArgs(1),
+		Hidden: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			e, err := a.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			return a.fill(cmd.Context(), e, args[0])
+		},
+	}
+}
+
+func (a *app) poolLsCmd() *cobra.Command {
+	var jsonOut bool
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List pools with how many sandboxes wait in each",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			e, err := a.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			pools, err := e.mgr.Pools(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if jsonOut {
+				return writeJSON(a.stdout, pools)
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tIMAGE\tREADY\tMEMORY USED\tBUDGET\tCPUS\tMEMORY\tAGE")
+			now := time.Now()
+			for _, p := range pools {
+				fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\t%g\t%s\t%s\n", p.Name, p.Image, p.Ready, p.Size,
+					units.FormatBytes(p.MemoryUsed), units.FormatBytes(p.MemoryBudget), p.Limits.CPUs,
+					units.FormatBytes(p.Limits.Memory), age(now.Sub(p.CreatedAt)))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&jsonOut, "json", false, "print JSON")
+	return cmd
+}
+
+func (a *app) poolRmCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm POOL...",
+		Short: "Remove pools and the sandboxes waiting in them",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.eachSandbox(cmd, args, func(ctx context.Context, e *env, n string) error {
+				return e.mgr.RemovePool(ctx, n)
+			})
+		},
+	}
+}

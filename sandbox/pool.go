@@ -1,0 +1,378 @@
+package sandbox
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"smolvm.dev/smolvm/agent"
+	"smolvm.dev/smolvm/backend"
+	"smolvm.dev/smolvm/internal/units"
+	"smolvm.dev/smolvm/store"
+)
+
+// Pool keeps started sandboxes of one image and one set of limits ready,
+// so that creating a sandbox from it skips every cold step: the sandbox
+// is already booted, and only takes on its new name and identity.
+type Pool struct {
+	Name  string `json:"name"`
+	Image string `json:"image"`
+	Size  int    `json:"size"`
+	// MemoryBudget caps the memory the waiting sandboxes use together.
+	MemoryBudget int64          `json:"memory_budget"`
+	Limits       backend.Limits `json:"limits"`
+	CreatedAt    time.Time      `json:"created_at"`
+	// Ready counts the sandboxes waiting; MemoryUsed is what they use.
+	Ready      int   `json:"ready"`
+	MemoryUsed int64 `json:"memory_used"`
+}
+
+// Pool bounds.
+const (
+	MaxPoolSize         = 64
+	DefaultMemoryBudget = 4 << 30
+)
+
+// Errors callers match with errors.Is.
+var (
+	ErrPoolNotFound = errors.New("no such pool")
+	ErrPoolBudget   = errors.New("pool memory budget reached")
+)
+
+// PoolOptions describe a new pool.
+type PoolOptions struct {
+	Name         string // default: the image reference, if it is a valid name
+	Image        string // default: the builtin host image
+	Size         int
+	MemoryBudget int64 // 0: DefaultMemoryBudget
+	Limits       backend.Limits
+}
+
+// CreatePool records a pool. It starts empty: FillPool fills it.
+func (m *Manager) CreatePool(ctx context.Context, o PoolOptions) (*Pool, error) {
+	if o.Image == "" {
+		o.Image = DefaultImage
+	}
+	if o.Name == "" {
+		o.Name = o.Image
+	}
+	if err := validName(o.Name); err != nil {
+		return nil, fmt.Errorf("create pool: %w", err)
+	}
+	if o.Size < 1 || o.Size > MaxPoolSize {
+		return nil, fmt.Errorf("create pool %s: %w: --size %d: must be between 1 and %d", o.Name, ErrInvalid, o.Size, MaxPoolSize)
+	}
+	if o.MemoryBudget < 0 {
+		return nil, fmt.Errorf("create pool %s: %w: --memory-budget must not be negative", o.Name, ErrInvalid)
+	}
+	if o.MemoryBudget == 0 {
+		o.MemoryBudget = DefaultMemoryBudget
+	}
+	cfg := Config{Limits: o.Limits}
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("create pool %s: %w", o.Name, err)
+	}
+	if _, err := m.images.Get(ctx, o.Image); err != nil {
+		return nil, fmt.Errorf("create pool %s: image %w", o.Name, err)
+	}
+	p := &Pool{Name: o.Name, Image: o.Image, Size: o.Size, MemoryBudget: o.MemoryBudget, Limits: cfg.Limits, CreatedAt: store.Now()}
+	limits, err := json.Marshal(p.Limits)
+	if err != nil {
+		return nil, err
+	}
+	_, err = m.st.DB().ExecContext(ctx, `INSERT INTO pools(name, image, size, memory_budget, config, created_at) VALUES(?,?,?,?,?,?)`,
+		p.Name, p.Image, p.Size, p.MemoryBudget, string(limits), p.CreatedAt.UnixMilli())
+	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed") {
+		return nil, fmt.Errorf("create pool: %w: pool %q exists", ErrNameInUse, p.Name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create pool %s: %w", p.Name, err)
+	}
+	return p, nil
+}
+
+// loadPool reads a pool's record, without its members.
+func (m *Manager) loadPool(ctx context.Context, name string) (*Pool, error) {
+	var (
+		p       Pool
+		limits  string
+		created int64
+	)
+	err := m.st.DB().QueryRowContext(ctx, `SELECT name, image, size, memory_budget, config, created_at FROM pools WHERE name = ?`, name).
+		Scan(&p.Name, &p.Image, &p.Size, &p.MemoryBudget, &limits, &created)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: %q", ErrPoolNotFound, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pool %s: %w", name, err)
+	}
+	if err := json.Unmarshal([]byte(limits), &p.Limits); err != nil {
+		return nil, fmt.Errorf("pool %s: %w", name, err)
+	}
+	p.CreatedAt = time.UnixMilli(created).UTC()
+	return &p, nil
+}
+
+// Pool returns a pool with its ready count and memory use. Members that
+// died are removed on the way.
+func (m *Manager) Pool(ctx context.Context, name string) (*Pool, error) {
+	p, err := m.loadPool(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	rs, err := listRecords(ctx, m.st, name, false)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rs {
+		if m.locked(r.ID) {
+			continue // being created, or being claimed
+		}
+		if err := m.reconcile(ctx, r); err != nil {
+			return nil, err
+		}
+		if r.State != StateRunning {
+			m.discard(ctx, r)
+			continue
+		}
+		p.Ready++
+		if st, err := m.be.Stats(ctx, &r.spec); err == nil {
+			p.MemoryUsed += st.MemoryBytes
+		}
+	}
+	return p, nil
+}
+
+// Pools lists every pool.
+func (m *Manager) Pools(ctx context.Context) ([]*Pool, error) {
+	rows, err := m.st.DB().QueryContext(ctx, `SELECT name FROM pools ORDER BY name`)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		names = append(names, n)
+	}
+	rows.Close()
+	out := make([]*Pool, 0, len(names))
+	for _, n := range names {
+		p, err := m.Pool(ctx, n)
+		if errors.Is(err, ErrPoolNotFound) {
+			continue // removed meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// RemovePool removes a pool and the sandboxes waiting in it. Sandboxes
+// already taken from it are not affected.
+func (m *Manager) RemovePool(ctx context.Context, name string) error {
+	res, err := m.st.DB().ExecContext(ctx, `DELETE FROM pools WHERE name = ?`, name)
+	if err != nil {
+		return fmt.Errorf("remove pool %s: %w", name, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("remove pool: %w: %q", ErrPoolNotFound, name)
+	}
+	// A filler at work sees the pool gone and removes what it was making.
+	return m.removeMembers(ctx, name)
+}
+
+func (m *Manager) removeMembers(ctx context.Context, pool string) error {
+	rs, err := listRecords(ctx, m.st, pool, false)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, r := range rs {
+		if err := m.Remove(ctx, r.ID, true); err != nil && !errors.Is(err, ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// FillPool starts sandboxes until the pool holds Size of them, or until
+// one more would go over its memory budget (ErrPoolBudget). Only one
+// filler works on a pool at a time; another returns at once. It returns
+// how many sandboxes it started.
+func (m *Manager) FillPool(ctx context.Context, name string) (int, error) {
+	f, err := os.OpenFile(m.lockPath("pool-"+name), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return 0, fmt.Errorf("fill pool %s: %w", name, err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return 0, nil // another filler is at work
+	}
+	made := 0
+	for {
+		p, err := m.Pool(ctx, name)
+		if err != nil {
+			return made, fmt.Errorf("fill pool: %w", err)
+		}
+		if p.Ready >= p.Size {
+			return made, nil
+		}
+		// Judge the next sandbox by what the waiting ones use.
+		next := int64(64 << 20)
+		if p.Ready > 0 {
+			next = p.MemoryUsed / int64(p.Ready)
+		}
+		if p.MemoryUsed+next > p.MemoryBudget {
+			return made, fmt.Errorf("fill pool %s: %w: %d of %d ready use %s of %s", name, ErrPoolBudget,
+				p.Ready, p.Size, units.FormatBytes(p.MemoryUsed), units.FormatBytes(p.MemoryBudget))
+		}
+		sb, err := m.create(ctx, CreateOptions{Image: p.Image, Config: Config{Limits: p.Limits}, Start: true}, name)
+		if err != nil {
+			return made, fmt.Errorf("fill pool %s: %w", name, err)
+		}
+		if _, err := m.loadPool(ctx, name); errors.Is(err, ErrPoolNotFound) {
+			m.Remove(context.WithoutCancel(ctx), sb.ID, true)
+			return made, fmt.Errorf("fill pool: %w", err)
+		}
+		made++
+	}
+}
+
+// claim makes a sandbox out of one waiting in o.Pool. An empty pool falls
+// back to a cold create with the pool's image and limits. Either way the
+// pool is then refilled through the manager's Refill hook.
+func (m *Manager) claim(ctx context.Context, o CreateOptions) (*Sandbox, error) {
+	p, err := m.loadPool(ctx, o.Pool)
+	if err != nil {
+		return nil, fmt.Errorf("create: %w", err)
+	}
+	switch {
+	case o.Image != "" && o.Image != p.Image:
+		return nil, fmt.Errorf("create: %w: pool %s holds image %s, not %s", ErrInvalid, p.Name, p.Image, o.Image)
+	case len(o.Config.Cmd) > 0:
+		return nil, fmt.Errorf("create: %w: a pooled sandbox runs no main command; run commands with exec", ErrInvalid)
+	case o.Config.Network.Enabled():
+		// Pool members boot before anyone asks, with --net none; a network
+		// is set up at create, so it cannot be given to one afterwards.
+		return nil, fmt.Errorf("create: %w: pooled sandboxes have no network; drop --pool to use --net", ErrInvalid)
+	case !limitsFit(o.Config.Limits, p.Limits):
+		return nil, fmt.Errorf("create: %w: pool %s has limits %+v; leave limits unset or equal", ErrInvalid, p.Name, p.Limits)
+	}
+	cfg := o.Config
+	cfg.Limits = p.Limits
+	if err := m.checkConfig(&cfg); err != nil {
+		return nil, err
+	}
+	if o.Name != "" {
+		if err := validName(o.Name); err != nil {
+			return nil, err
+		}
+	}
+	if m.refill != nil {
+		defer m.refill(p.Name)
+	}
+	// A member may have died while it waited: try the next one.
+	for range 3 {
+		r, unlock, err := m.take(ctx, p.Name, o.Name)
+		if err != nil {
+			return nil, fmt.Errorf("create from pool %s: %w", p.Name, err)
+		}
+		if r == nil {
+			break // empty
+		}
+		sb, err := m.adopt(ctx, r, cfg)
+		unlock()
+		if err == nil {
+			return sb, nil
+		}
+		m.discard(ctx, r)
+	}
+	return m.create(ctx, CreateOptions{Name: o.Name, Image: p.Image, Config: cfg, Start: true}, "")
+}
+
+// limitsFit reports whether the limits asked for (zero: any) are the
+// pool's.
+func limitsFit(want, have backend.Limits) bool {
+	return (want.CPUs == 0 || want.CPUs == have.CPUs) &&
+		(want.Memory == 0 || want.Memory == have.Memory) &&
+		(want.Pids == 0 || want.Pids == have.Pids) &&
+		(want.Disk == 0 || want.Disk == have.Disk)
+}
+
+// take moves the oldest waiting member out of pool under name (kept if
+// ""), in one transaction, so two claimers never get the same one. It
+// returns nil if the pool is empty.
+func (m *Manager) take(ctx context.Context, pool, name string) (*record, func(), error) {
+	var id string
+	err := m.st.Tx(ctx, func(tx *sql.Tx) error {
+		err := tx.QueryRowContext(ctx, `SELECT id FROM sandboxes WHERE pool = ? AND state = ? ORDER BY created_at LIMIT 1`, pool, StateRunning).Scan(&id)
+		if errors.Is(err, sql.ErrNoRows) {
+			id = ""
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if name == "" {
+			name = "sb-" + id
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET pool = '', name = ? WHERE id = ?`, name, id)
+		return nameErr(&record{Sandbox: Sandbox{Name: name}}, err)
+	})
+	if err != nil || id == "" {
+		return nil, nil, err
+	}
+	unlock, err := m.lock(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := lookup(ctx, m.st, id)
+	if err != nil {
+		unlock()
+		return nil, nil, err
+	}
+	return r, unlock, nil
+}
+
+// adopt turns a taken member into the sandbox the user asked for: its
+// config, hostname, environment and clock, handed to its running agent.
+func (m *Manager) adopt(ctx context.Context, r *record, cfg Config) (*Sandbox, error) {
+	if err := m.reconcile(ctx, r); err != nil {
+		return nil, err
+	}
+	if r.State != StateRunning {
+		return nil, fmt.Errorf("%s: %w: the pooled sandbox died", r.ID, ErrNotRunning)
+	}
+	img, err := m.images.Get(ctx, r.ImageID)
+	if err != nil {
+		return nil, err
+	}
+	// The hostname is the member's own (sb-<ID>, unique): root in a
+	// sandbox lacks CAP_SYS_ADMIN, so not even the agent can change it.
+	cfg.Hostname = r.Config.Hostname
+	r.Config, r.CreatedAt = cfg, store.Now()
+	r.spec = m.specFor(r, img)
+	startClock(r)
+	id := agent.Identity{Env: r.spec.Env, MachineID: r.spec.MachineID,
+		Deadline: r.spec.Deadline, Dir: r.spec.WorkDir, User: r.spec.User}
+	if err := m.be.Agent(&r.spec).SetIdentity(ctx, id); err != nil {
+		return nil, fmt.Errorf("%s: hand over identity: %w", r.ID, err)
+	}
+	if err := update(ctx, m.st, r); err != nil {
+		return nil, err
+	}
+	return &r.Sandbox, nil
+}

@@ -1,0 +1,340 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"smolvm.dev/smolvm/backend"
+	"smolvm.dev/smolvm/snapshot"
+	"smolvm.dev/smolvm/store"
+)
+
+// MaxFork bounds one fork: each copy is a whole sandbox.
+const MaxFork = 64
+
+// ErrUnsupported is returned when the backend cannot snapshot.
+var ErrUnsupported = errors.New("not supported by this backend")
+
+// CheckpointOptions describe a checkpoint.
+type CheckpointOptions struct {
+	Name string // snapshot name, "" for none
+	Stop bool   // stop the sandbox once saved; by default it keeps running
+}
+
+// RestoreOptions describe a restore.
+type RestoreOptions struct {
+	Name string // name of the new sandbox, "" for a generated one
+}
+
+// ForkOptions describe a fork.
+type ForkOptions struct {
+	N int // copies, 1 to MaxFork; 0 means 1
+	// NamePrefix names the copies P-1 … P-N; "" gives generated names.
+	NamePrefix string
+}
+
+// restoreMeta is what a snapshot carries for the manager: enough to build a
+// copy's record the way Create would have. The image is found by the
+// snapshot's image ID: the saved memory belongs to those exact layers.
+type restoreMeta struct {
+	Image  string `json:"image"` // the reference the source was created with
+	Config Config `json:"config"`
+}
+
+func (m *Manager) snapshotter(op string) (backend.Snapshotter, error) {
+	sn, ok := m.be.(backend.Snapshotter)
+	if !ok {
+		return nil, fmt.Errorf("%s: %w (%s)", op, ErrUnsupported, m.be.Name())
+	}
+	if m.snaps == nil && op != "pause" && op != "resume" {
+		return nil, fmt.Errorf("%s: no snapshot store configured", op)
+	}
+	return sn, nil
+}
+
+// Checkpoint saves a running sandbox's memory, processes, open files and
+// writable layer as a snapshot. The sandbox keeps running unless o.Stop.
+// On failure nothing is stored and the sandbox carries on as before.
+func (m *Manager) Checkpoint(ctx context.Context, ref string, o CheckpointOptions) (*snapshot.Snapshot, error) {
+	sn, err := m.snapshotter("checkpoint")
+	if err != nil {
+		return nil, err
+	}
+	r, unlock, err := m.acquireRunning(ctx, ref, "checkpoint")
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	g, err := m.snaps.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", r.Name, err)
+	}
+	defer g.Abort()
+	if err := sn.Checkpoint(ctx, &r.spec, g.Dir(), !o.Stop); err != nil {
+		if o.Stop {
+			m.reconcile(context.WithoutCancel(ctx), r)
+		}
+		return nil, fmt.Errorf("checkpoint %s: %w", r.Name, err)
+	}
+	if o.Stop {
+		m.finish(ctx, r, "checkpointed")
+		if err := update(ctx, m.st, r); err != nil {
+			return nil, fmt.Errorf("checkpoint %s: %w", r.Name, err)
+		}
+	}
+	lin := snapshot.Lineage{Sandbox: r.ID, SandboxName: r.Name, Parent: r.Snapshot}
+	snap, err := g.Commit(ctx, o.Name, r.ImageID, lin, restoreMeta{Image: r.Image, Config: r.Config})
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", r.Name, err)
+	}
+	return snap, nil
+}
+
+// acquireRunning is acquire for operations that need a running sandbox.
+func (m *Manager) acquireRunning(ctx context.Context, ref, op string) (*record, func(), error) {
+	r, unlock, err := m.acquire(ctx, ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	if r.State != StateRunning {
+		unlock()
+		what := string(r.State)
+		if r.State == StatePaused {
+			what += "; resume it first"
+		} else if r.Reason != "" {
+			what += " (" + r.Reason + ")"
+		}
+		return nil, nil, fmt.Errorf("%s %s: %w: sandbox is %s", op, r.Name, ErrNotRunning, what)
+	}
+	return r, unlock, nil
+}
+
+// Restore starts a new sandbox in the state saved in a snapshot. The files
+// are checked against their checksums first; a corrupt snapshot is refused
+// and leaves nothing behind.
+func (m *Manager) Restore(ctx context.Context, snapRef string, o RestoreOptions) (*Sandbox, error) {
+	sn, err := m.snapshotter("restore")
+	if err != nil {
+		return nil, err
+	}
+	snap, err := m.snaps.Get(ctx, snapRef)
+	if err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
+	var meta restoreMeta
+	if err := json.Unmarshal(snap.Meta, &meta); err != nil {
+		return nil, fmt.Errorf("restore %s: %w: unreadable metadata: %v", snapRef, snapshot.ErrCorrupt, err)
+	}
+	r, err := m.newCopy(ctx, o.Name, meta.Image, snap.ImageID, meta.Config)
+	if err != nil {
+		return nil, fmt.Errorf("restore %s: %w", snapRef, err)
+	}
+	r.Snapshot = snap.ID
+	sb, err := m.materialize(ctx, r, sn, func(ctx context.Context) (string, error) {
+		// The record exists before the check, so a concurrent snapshot rm
+		// either sees it and refuses, or ran first and Get fails here.
+		snap, err := m.snaps.Get(ctx, snap.ID)
+		if err != nil {
+			return "", err
+		}
+		return m.snaps.Verify(ctx, snap)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("restore %s: %w", snapRef, err)
+	}
+	return sb, nil
+}
+
+// newCopy makes the record of a copy with its own ID, name, hostname and
+// machine ID, and the saved config.
+func (m *Manager) newCopy(ctx context.Context, name, imageRef, imageID string, cfg Config) (*record, error) {
+	id := newID()
+	if name == "" {
+		name = "sb-" + id
+	}
+	if err := validName(name); err != nil {
+		return nil, err
+	}
+	img, err := m.images.Get(ctx, imageID)
+	if err != nil {
+		return nil, fmt.Errorf("image %s of the snapshot: %w", imageRef, err)
+	}
+	cfg.Hostname = hostnameFor(name, id)
+	r := &record{Sandbox: Sandbox{
+		ID: id, Name: name, Image: imageRef, ImageID: img.ID, Backend: m.be.Name(),
+		State: StateCreating, Config: cfg, CreatedAt: store.Now(),
+	}}
+	r.spec = m.specFor(r, img)
+	return r, nil
+}
+
+// materialize registers r, finds the checkpoint with checkpointDir, and
+// restores r from it. On failure it removes everything it made.
+func (m *Manager) materialize(ctx context.Context, r *record, sn backend.Snapshotter, checkpointDir func(context.Context) (string, error)) (*Sandbox, error) {
+	unlock, err := m.lock(r.ID)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if err := insert(ctx, m.st, r); err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*Sandbox, error) {
+		m.discard(ctx, r)
+		return nil, err
+	}
+	dir, err := checkpointDir(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	if err := m.setupNetwork(ctx, r); err != nil {
+		return fail(err)
+	}
+	if err := m.start(ctx, r, func(ctx context.Context, s *backend.Spec) error { return sn.Restore(ctx, s, dir) }); err != nil {
+		return fail(err)
+	}
+	if err := update(ctx, m.st, r); err != nil {
+		return fail(err)
+	}
+	return &r.Sandbox, nil
+}
+
+// discard removes a copy that failed half-way, with a fresh context: ctx
+// may be why it failed.
+func (m *Manager) discard(ctx context.Context, r *record) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	m.release(cctx, r)
+	deleteRecord(cctx, m.st, r.ID)
+	os.Remove(m.lockPath(r.ID))
+}
+
+// Fork makes o.N running copies of a running sandbox, which keeps running.
+// It is all or nothing: if one copy fails, the others are removed and the
+// error says which copy failed and why.
+func (m *Manager) Fork(ctx context.Context, ref string, o ForkOptions) ([]*Sandbox, error) {
+	n := o.N
+	if n == 0 {
+		n = 1
+	}
+	if n < 1 || n > MaxFork {
+		return nil, fmt.Errorf("fork %s: %w: -n %d: must be between 1 and %d", ref, ErrInvalid, o.N, MaxFork)
+	}
+	sn, err := m.snapshotter("fork")
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, n)
+	if o.NamePrefix != "" {
+		for i := range names {
+			names[i] = fmt.Sprintf("%s-%d", o.NamePrefix, i+1)
+			if err := validName(names[i]); err != nil {
+				return nil, fmt.Errorf("fork %s: %w", ref, err)
+			}
+		}
+	}
+
+	// The checkpoint is private to this fork: it goes in a staging
+	// directory that is never committed, and GC removes it if we crash.
+	g, err := m.snaps.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("fork %s: %w", ref, err)
+	}
+	defer g.Abort()
+	src, err := m.checkpointTo(ctx, ref, sn, g.Dir())
+	if err != nil {
+		return nil, err
+	}
+
+	copies := make([]*record, n)
+	for i := range copies {
+		r, err := m.newCopy(ctx, names[i], src.Image, src.ImageID, src.Config)
+		if err != nil {
+			return nil, fmt.Errorf("fork %s: %w", src.Name, err)
+		}
+		r.ForkedFrom, r.Snapshot = src.ID, src.Snapshot
+		copies[i] = r
+	}
+	out := make([]*Sandbox, n)
+	// A failed copy cancels the rest: they would be removed anyway.
+	eg, ectx := errgroup.WithContext(ctx)
+	eg.SetLimit(runtime.NumCPU())
+	dir := func(context.Context) (string, error) { return g.Dir(), nil }
+	for i, r := range copies {
+		eg.Go(func() error {
+			sb, err := m.materialize(ectx, r, sn, dir)
+			if err != nil {
+				return fmt.Errorf("copy %d of %d (%s): %w", i+1, n, r.Name, err)
+			}
+			out[i] = sb
+			return nil
+		})
+	}
+	if err := eg.Wait(); err != nil {
+		for i, sb := range out {
+			if sb != nil {
+				m.discard(ctx, copies[i])
+			}
+		}
+		return nil, fmt.Errorf("fork %s: %w; no copy was kept", src.Name, err)
+	}
+	return out, nil
+}
+
+// checkpointTo saves a running sandbox into dir, leaving it running, and
+// returns its record.
+func (m *Manager) checkpointTo(ctx context.Context, ref string, sn backend.Snapshotter, dir string) (*record, error) {
+	r, unlock, err := m.acquireRunning(ctx, ref, "fork")
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if err := sn.Checkpoint(ctx, &r.spec, dir, true); err != nil {
+		return nil, fmt.Errorf("fork %s: %w", r.Name, err)
+	}
+	return r, nil
+}
+
+// Pause freezes every process of a running sandbox; it then uses no CPU.
+func (m *Manager) Pause(ctx context.Context, ref string) (*Sandbox, error) {
+	return m.transition(ctx, ref, "pause", StateRunning, StatePaused, func(sn backend.Snapshotter, s *backend.Spec) error {
+		return sn.Pause(ctx, s)
+	})
+}
+
+// Resume thaws a paused sandbox.
+func (m *Manager) Resume(ctx context.Context, ref string) (*Sandbox, error) {
+	return m.transition(ctx, ref, "resume", StatePaused, StateRunning, func(sn backend.Snapshotter, s *backend.Spec) error {
+		return sn.Resume(ctx, s)
+	})
+}
+
+func (m *Manager) transition(ctx context.Context, ref, op string, from, to State, do func(backend.Snapshotter, *backend.Spec) error) (*Sandbox, error) {
+	sn, err := m.snapshotter(op)
+	if err != nil {
+		return nil, err
+	}
+	r, unlock, err := m.acquire(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if r.State != from {
+		return nil, fmt.Errorf("%s %s: %w: sandbox is %s, not %s", op, r.Name, ErrState, r.State, from)
+	}
+	if err := do(sn, &r.spec); err != nil {
+		return nil, fmt.Errorf("%s %s: %w", op, r.Name, err)
+	}
+	r.State = to
+	if err := update(ctx, m.st, r); err != nil {
+		return nil, fmt.Errorf("%s %s: %w", op, r.Name, err)
+	}
+	return &r.Sandbox, nil
+}
