@@ -93,7 +93,7 @@ func (m *testManager) run(t *testing.T, cfg Config) *Sandbox {
 }
 
 // sh runs a shell command in sb and returns stdout, stderr and the exit.
-func (m *testManager) sh(t *testing.T, sb *Sandbox, script string) (string, string, agent.Exit) {
+func (m *testManager) sh(t testing.TB, sb *Sandbox, script string) (string, string, agent.Exit) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -18,7 +18,7 @@ import (
 
 // newNetManager is a manager whose sandboxes' "host" is a closed test
 // world: nothing they send can leave this machine.
-func newNetManager(t *testing.T) (*testManager, *nettest.World) {
+func newNetManager(t testing.TB) (*testManager, *nettest.World) {
 	t.Helper()
 	testenv.Runsc(t)
 	w := nettest.New(t)

@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os/exec"
@@ -35,6 +36,9 @@ const (
 	// 127.0.0.1 and HostUplink4: the host's own services.
 	HostLoopbackPort = 8080
 	HostUplinkPort   = 8081
+	// SinkPort, on Internet4, reads a connection to its end and answers
+	// with the byte count: a target for throughput and connect benchmarks.
+	SinkPort = 9000
 )
 
 // World is one test's closed network.
@@ -90,7 +94,25 @@ func New(t testing.TB) *World {
 	w.serveHTTP(w.HostNS, fmt.Sprintf("127.0.0.1:%d", HostLoopbackPort), "host-loopback")
 	w.serveHTTP(w.HostNS, fmt.Sprintf("%s:%d", HostUplink4, HostUplinkPort), "host-uplink")
 	w.serveDNS(w.ns(inet))
+	w.serveSink(w.ns(inet))
 	return w
+}
+
+func (w *World) serveSink(ns string) {
+	ln := Listen(w.t, ns, fmt.Sprintf("%s:%d", Internet4, SinkPort))
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				n, _ := io.Copy(io.Discard, c)
+				fmt.Fprint(c, n)
+			}()
+		}
+	}()
 }
 
 func (w *World) ns(name string) string { return "/run/netns/" + name }
