@@ -127,15 +127,19 @@ for _ in range(%d):
 	b.ReportMetric(hp99, "host-p99-ms")
 }
 
+// policyCases compare a sandbox without a network with one with a typical
+// policy: an allowed name and a published port.
+var policyCases = []struct {
+	name string
+	pol  *network.Policy
+}{{"none", nil}, {"egress", &network.Policy{Mode: network.ModeEgress, Hosts: []string{"allowed.test"}, Ports: []network.Port{{Port: 80}}}}}
+
 // BenchmarkNetCreate measures create-to-first-exec with a policy and with
 // --net none, in the same run: the difference is what a network costs.
 func BenchmarkNetCreate(b *testing.B) {
 	m, _ := newNetManager(b)
 	ctx := context.Background()
-	for _, c := range []struct {
-		name string
-		pol  *network.Policy
-	}{{"none", nil}, {"egress", &network.Policy{Mode: network.ModeEgress, Hosts: []string{"allowed.test"}, Ports: []network.Port{{Port: 80}}}}} {
+	for _, c := range policyCases {
 		b.Run(c.name, func(b *testing.B) {
 			var samples []time.Duration
 			for b.Loop() {
@@ -159,10 +163,7 @@ func BenchmarkNetCreate(b *testing.B) {
 func BenchmarkNetFork(b *testing.B) {
 	m, _ := newNetManager(b)
 	ctx := context.Background()
-	for _, c := range []struct {
-		name string
-		pol  *network.Policy
-	}{{"none", nil}, {"egress", &network.Policy{Mode: network.ModeEgress, Hosts: []string{"allowed.test"}, Ports: []network.Port{{Port: 80}}}}} {
+	for _, c := range policyCases {
 		b.Run(c.name, func(b *testing.B) {
 			src, err := m.Create(ctx, CreateOptions{Start: true, Config: Config{Network: c.pol}})
 			if err != nil {
