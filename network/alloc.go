@@ -38,7 +38,6 @@ type Addrs struct {
 	Sandbox6  netip.Addr `json:"sandbox6"`
 	HostVeth  string     `json:"host_veth"`
 	LogGroup  uint16     `json:"log_group"`
-	sandboxID string
 }
 
 func addrsFor(idx int, id string) Addrs {
@@ -57,7 +56,7 @@ func addrsFor(idx int, id string) Addrs {
 	}
 	return Addrs{
 		Slot: idx, Gateway4: v4(1), Sandbox4: v4(2), Gateway6: v6(1), Sandbox6: v6(2),
-		HostVeth: vethName(id), LogGroup: uint16(1<<15 + idx), sandboxID: id,
+		HostVeth: vethName(id), LogGroup: uint16(1<<15 + idx),
 	}
 }
 
@@ -75,20 +74,21 @@ func allocate(ctx context.Context, st *store.Store, id string) (Addrs, error) {
 	}
 	// The lowest free slot, in one statement: SQLite runs it atomically,
 	// and a concurrent insert of the same slot fails the primary key.
+	var err error
 	for try := 0; try < 5; try++ {
-		_, err := st.DB().ExecContext(ctx, `INSERT INTO net_slots (idx, sandbox, created_at)
+		_, err = st.DB().ExecContext(ctx, `INSERT INTO net_slots (idx, sandbox, created_at)
 			SELECT s, ?, ? FROM (
 				SELECT 0 AS s WHERE NOT EXISTS (SELECT 1 FROM net_slots WHERE idx = 0)
 				UNION ALL
 				SELECT idx + 1 FROM net_slots a WHERE NOT EXISTS (SELECT 1 FROM net_slots b WHERE b.idx = a.idx + 1)
 				ORDER BY s LIMIT 1)
 			WHERE s < ?`, id, store.Now().UnixMilli(), maxSlots)
-		if err == nil {
+		if err == nil || ctx.Err() != nil {
 			break
 		}
-		if ctx.Err() != nil {
-			return Addrs{}, err
-		}
+	}
+	if err != nil {
+		return Addrs{}, fmt.Errorf("allocate addresses for %s: %w", id, err)
 	}
 	a, err := lookupSlot(ctx, st, id)
 	if errors.Is(err, sql.ErrNoRows) {

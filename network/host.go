@@ -97,6 +97,9 @@ func (h *Host) ResolvConf(id string) string { return filepath.Join(h.dir(id), fi
 // Setup builds sandbox id's network for p and starts its helper. On
 // failure it removes what it made.
 func (h *Host) Setup(ctx context.Context, id string, p *Policy) (err error) {
+	if len(h.Helper) == 0 {
+		return errors.New("no network helper command configured")
+	}
 	a, err := allocate(ctx, h.Store, id)
 	if err != nil {
 		return err
@@ -127,7 +130,7 @@ func (h *Host) Setup(ctx context.Context, id string, p *Policy) (err error) {
 	if err := h.hostSide(id, a, p); err != nil {
 		return fmt.Errorf("network of %s: %w", id, err)
 	}
-	if err := h.Reset(id); err != nil {
+	if err := h.Reset(ctx, id); err != nil {
 		return err
 	}
 	return h.startHelper(ctx, id)
@@ -180,8 +183,8 @@ func (h *Host) hostSide(id string, a Addrs, p *Policy) error {
 // Reset (re)configures the sandbox's side of the veth. runsc takes the
 // interface's addresses into gVisor's netstack and removes them from the
 // namespace, so every boot (start, restart, restore) needs this first.
-func (h *Host) Reset(id string) error {
-	a, err := lookupSlot(context.Background(), h.Store, id)
+func (h *Host) Reset(ctx context.Context, id string) error {
+	a, err := lookupSlot(ctx, h.Store, id)
 	if err != nil {
 		return fmt.Errorf("network of %s: %w", id, err)
 	}
@@ -254,9 +257,6 @@ func (h *Host) resolver() (string, error) {
 // startHelper starts the helper inside the host namespace, detached, and
 // waits until it serves DNS and has bound the published ports.
 func (h *Host) startHelper(ctx context.Context, id string) error {
-	if len(h.Helper) == 0 {
-		return errors.New("no network helper command configured")
-	}
 	d := h.dir(id)
 	logf, err := os.OpenFile(filepath.Join(d, fileLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {

@@ -408,9 +408,9 @@ func (a *app) inspectCmd() *cobra.Command {
 					v.Stats, _ = e.mgr.Stats(cmd.Context(), sb.ID)
 				}
 				if sb.Config.Network != nil {
-					if v.Network, err = e.mgr.NetStatus(cmd.Context(), sb.ID); err != nil {
-						return err
-					}
+					// An orphan's network may be half made: show the
+					// record anyway.
+					v.Network, _ = e.mgr.NetStatus(cmd.Context(), sb.ID)
 				}
 				out = append(out, v)
 			}
