@@ -31,13 +31,13 @@ var schema = []string{
 
 // Addrs are a sandbox's addresses on its veth pair.
 type Addrs struct {
-	Slot      int        `json:"slot"`
-	Gateway4  netip.Addr `json:"gateway4"`
-	Sandbox4  netip.Addr `json:"sandbox4"`
-	Gateway6  netip.Addr `json:"gateway6"`
-	Sandbox6  netip.Addr `json:"sandbox6"`
-	HostVeth  string     `json:"host_veth"`
-	LogGroup  uint16     `json:"log_group"`
+	Slot     int        `json:"slot"`
+	Gateway4 netip.Addr `json:"gateway4"`
+	Sandbox4 netip.Addr `json:"sandbox4"`
+	Gateway6 netip.Addr `json:"gateway6"`
+	Sandbox6 netip.Addr `json:"sandbox6"`
+	HostVeth string     `json:"host_veth"`
+	LogGroup uint16     `json:"log_group"`
 }
 
 func addrsFor(idx int, id string) Addrs {
