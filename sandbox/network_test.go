@@ -278,7 +278,7 @@ func TestNetTeardown(t *testing.T) {
 	}
 }
 
-// TestNetFork forks a networked sandbox: each copy takes its own
+// TestNetFork forks and restores a networked sandbox: each copy takes its own
 // namespace's address (gVisor's netstack takes the interfaces it finds at
 // restore), keeps the policy, and gets its own host port.
 func TestNetFork(t *testing.T) {
@@ -297,6 +297,19 @@ func TestNetFork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A restore from a snapshot is a copy too.
+	snap, err := m.Checkpoint(ctx, src.ID, CheckpointOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored, err := m.Restore(ctx, snap.ID, RestoreOptions{Name: "restored"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if restored.Config.Network == nil || restored.Config.Network.Hosts[0] != "allowed.test" {
+		t.Fatalf("restored policy: %+v", restored.Config.Network)
+	}
+	forks = append(forks, restored)
 	myAddr := `python3 -c "import socket; s=socket.socket(2,2); s.connect(('` + nettest.Internet4 + `',53)); print(s.getsockname()[0])"`
 	ports := map[int]string{srcSt.Ports[0].HostPort: "source"}
 	for i, f := range forks {
