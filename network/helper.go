@@ -164,6 +164,12 @@ func (h *helper) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		m.SetRcode(req, code)
 		w.WriteMsg(m)
 	}
+	// Only the sandbox gets answers: the gateway address is the host's,
+	// and a neighbor routing to it must not use the sandbox's allow list.
+	if from, ok := netip.AddrFromSlice(remoteIP(w.RemoteAddr())); !ok || (from.Unmap() != cfg.Addrs.Sandbox4 && from != cfg.Addrs.Sandbox6) {
+		reply(dns.RcodeRefused)
+		return
+	}
 	if len(req.Question) != 1 {
 		reply(dns.RcodeFormatError)
 		return
@@ -192,6 +198,16 @@ func (h *helper) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		}
 	}
 	w.WriteMsg(resp)
+}
+
+func remoteIP(a net.Addr) net.IP {
+	switch a := a.(type) {
+	case *net.UDPAddr:
+		return a.IP
+	case *net.TCPAddr:
+		return a.IP
+	}
+	return nil
 }
 
 // admit lets the sandbox connect to the answer's addresses for their TTL.

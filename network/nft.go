@@ -36,6 +36,7 @@ const (
 	ReasonHost       = "host"
 	ReasonNotAllowed = "not allowed"
 	ReasonDNS        = "name not allowed"
+	ReasonSpoofed    = "spoofed source"
 )
 
 type denied struct {
@@ -57,7 +58,7 @@ var privateDenied = []denied{
 	{"100.64.0.0/10", ReasonPrivate}, {"198.18.0.0/15", ReasonPrivate}, {"fc00::/7", ReasonPrivate},
 }
 
-var denyReasons = []string{ReasonMetadata, ReasonLinkLocal, ReasonMulticast, ReasonPrivate, ReasonHost, ReasonNotAllowed}
+var denyReasons = []string{ReasonMetadata, ReasonLinkLocal, ReasonMulticast, ReasonPrivate, ReasonHost, ReasonNotAllowed, ReasonSpoofed}
 
 // firewall programs one sandbox's table through conn.
 type firewall struct {
@@ -121,6 +122,10 @@ func (f *firewall) create(p *Policy) error {
 	add(fwd, ifname(expr.MetaKeyIIFNAME, veth, true), counter("tx"))
 	add(fwd, ifname(expr.MetaKeyOIFNAME, veth, true), counter("rx"))
 	add(fwd, established(), verdict(expr.VerdictAccept))
+	// Root in the sandbox has raw sockets: a packet must carry the
+	// sandbox's own source address to be forwarded at all.
+	add(fwd, ifname(expr.MetaKeyIIFNAME, veth, true), nfproto(unix.NFPROTO_IPV4), addrNot(12, f.a.Sandbox4), jump(denyChain(ReasonSpoofed)))
+	add(fwd, ifname(expr.MetaKeyIIFNAME, veth, true), nfproto(unix.NFPROTO_IPV6), addrNot(8, f.a.Sandbox6), jump(denyChain(ReasonSpoofed)))
 	add(fwd, ifname(expr.MetaKeyIIFNAME, veth, true), jump("policy"))
 	add(fwd, ifname(expr.MetaKeyOIFNAME, veth, true), verdict(expr.VerdictDrop))
 	// To the host itself: DNS on the gateway and IPv6 neighbor discovery.
@@ -320,6 +325,16 @@ func payloadDaddr(n uint32) []expr.Any {
 		off = 24
 	}
 	return []expr.Any{&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n}}
+}
+
+// addrNot matches packets whose address at network header offset off
+// (12: IPv4 source, 8: IPv6 source) is not a; callers check the family.
+func addrNot(off uint32, a netip.Addr) []expr.Any {
+	b := a.AsSlice()
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: uint32(len(b))},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: b},
+	}
 }
 
 func daddr(a netip.Addr) []expr.Any { return inPrefix(netip.PrefixFrom(a, a.BitLen())) }

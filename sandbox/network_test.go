@@ -4,12 +4,17 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/miekg/dns"
+	"golang.org/x/sys/unix"
 
 	"smolvm.dev/smolvm/internal/nettest"
 	"smolvm.dev/smolvm/internal/testenv"
@@ -61,7 +66,7 @@ func TestNetNoneReachesNothing(t *testing.T) {
 }
 
 func TestNetEgress(t *testing.T) {
-	m, _ := newNetManager(t)
+	m, w := newNetManager(t)
 	sb := m.run(t, Config{Network: &network.Policy{Mode: network.ModeEgress, Hosts: []string{"allowed.test", "*.allowed.test", "metadata.test", "host.test"}}})
 
 	expectFetch(t, m, sb, "internet", "http://allowed.test/")
@@ -91,6 +96,18 @@ func TestNetEgress(t *testing.T) {
 	expectFetch(t, m, sb, "ERR", fmt.Sprintf("http://host.test:%d/", nettest.HostUplinkPort))
 	expectFetch(t, m, sb, "ERR", fmt.Sprintf("http://%s:%d/", st.Addrs.Gateway4, nettest.HostLoopbackPort))
 	expectFetch(t, m, sb, "ERR", fmt.Sprintf("http://127.0.0.1:%d/", nettest.HostLoopbackPort))
+
+	// The resolver answers the sandbox only, not the host's other
+	// neighbors (here, the host itself).
+	q := new(dns.Msg).SetQuestion("allowed.test.", dns.TypeA)
+	var resp *dns.Msg
+	err = network.InNetNS(w.HostNS, func() (err error) {
+		resp, _, err = new(dns.Client).Exchange(q, net.JoinHostPort(st.Addrs.Gateway4.String(), "53"))
+		return err
+	})
+	if err != nil || resp.Rcode != dns.RcodeRefused {
+		t.Errorf("query from the host to the sandbox's resolver: %v, %v", resp, err)
+	}
 
 	// The denials are in the deny log, with reasons.
 	want := map[string]bool{network.ReasonDNS: false, network.ReasonNotAllowed: false, network.ReasonMetadata: false, network.ReasonHost: false}
@@ -135,11 +152,86 @@ func TestNetEgressCIDRAndTTL(t *testing.T) {
 	expectFetch(t, m, sb, "other", "http://"+nettest.Other4+"/")
 	expectFetch(t, m, sb, "metadata", "http://"+nettest.Metadata4+"/")
 	expectFetch(t, m, sb, "ERR", "http://["+nettest.Other6+"]/")
+	// gVisor gives the sandbox no raw sockets (runsc runs without
+	// --net-raw), so it cannot forge a source address...
+	if out, _, _ := m.sh(t, sb, "python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)' 2>&1"); !strings.Contains(out, "Operation not permitted") {
+		t.Errorf("raw socket in the sandbox: %q", out)
+	}
+	// ...and should a backend ever let a frame with a forged source onto
+	// the veth, the host drops it, even to an allowed address.
+	injectSpoofed(t, m, sb, "10.213.99.99", nettest.Other4)
+	if !waitEvent(t, m, sb, func(e network.Event) bool {
+		return e.Reason == network.ReasonSpoofed && e.Proto == "udp" && e.Dst == nettest.Other4+":9"
+	}) {
+		t.Error("a forged source was not denied")
+	}
 	// An address admitted by a DNS answer is admitted for its TTL only.
 	expectFetch(t, m, sb, "internet", "http://allowed.test/")
 	expectFetch(t, m, sb, "internet", "http://"+nettest.Internet4+"/")
 	time.Sleep(3 * time.Second)
 	expectFetch(t, m, sb, "ERR", "http://"+nettest.Internet4+"/")
+}
+
+// injectSpoofed sends a UDP packet from src to dst, port 9, onto the
+// sandbox's veth from inside its namespace, as a compromised backend could.
+func injectSpoofed(t *testing.T, m *testManager, sb *Sandbox, src, dst string) {
+	t.Helper()
+	st, err := m.NetStatus(context.Background(), sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gwMAC net.HardwareAddr
+	err = network.InNetNS(m.net.NetNS, func() error {
+		ifc, err := net.InterfaceByName(st.Addrs.HostVeth)
+		if err == nil {
+			gwMAC = ifc.HardwareAddr
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := []byte{0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0}
+	ip = append(append(ip, net.ParseIP(src).To4()...), net.ParseIP(dst).To4()...)
+	var sum uint32
+	for i := 0; i < 20; i += 2 {
+		sum += uint32(ip[i])<<8 | uint32(ip[i+1])
+	}
+	sum = (sum >> 16) + (sum & 0xffff)
+	sum = ^(sum + (sum >> 16)) & 0xffff
+	ip[10], ip[11] = byte(sum>>8), byte(sum)
+	udp := []byte{4, 210, 0, 9, 0, 8, 0, 0}
+	err = network.InNetNS(st.NetNS, func() error {
+		eth, err := net.InterfaceByName("eth0")
+		if err != nil {
+			return err
+		}
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		frame := append(append(append(append([]byte{}, gwMAC...), eth.HardwareAddr...), 0x08, 0x00), append(ip, udp...)...)
+		return unix.Sendto(fd, frame, 0, &unix.SockaddrLinklayer{Ifindex: eth.Index, Protocol: 0x0008})
+	})
+	if err != nil {
+		t.Fatalf("inject: %v", err)
+	}
+}
+
+// waitEvent waits up to 5s for a deny-log event that match accepts.
+func waitEvent(t *testing.T, m *testManager, sb *Sandbox, match func(network.Event) bool) bool {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		evs, err := m.NetEvents(context.Background(), sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.ContainsFunc(evs, match) {
+			return true
+		}
+	}
+	return false
 }
 
 func TestNetFull(t *testing.T) {
