@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"runtime"
 
+	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -91,4 +93,29 @@ func delNetNS(path string) error {
 		return err
 	}
 	return nil
+}
+
+// Check reports whether this host can give sandboxes networks: it makes a
+// throwaway namespace under dir with a veth pair and an nftables table.
+func Check(dir string) error {
+	path := filepath.Join(dir, fmt.Sprintf(".check-netns-%d", os.Getpid()))
+	if err := newNetNS(path); err != nil {
+		return err
+	}
+	defer delNetNS(path)
+	return InNetNS(path, func() error {
+		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "check0"}, PeerName: "check1"}
+		if err := netlink.LinkAdd(veth); err != nil {
+			return fmt.Errorf("veth: %w", err)
+		}
+		conn, err := nftables.New()
+		if err != nil {
+			return fmt.Errorf("nftables: %w", err)
+		}
+		conn.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: "smolvm-check"})
+		if err := conn.Flush(); err != nil {
+			return fmt.Errorf("nftables (inet family): %w", err)
+		}
+		return nil
+	})
 }
