@@ -130,7 +130,7 @@ func (h *Host) Setup(ctx context.Context, id string, p *Policy) (err error) {
 	if err := h.hostSide(id, a, p); err != nil {
 		return fmt.Errorf("network of %s: %w", id, err)
 	}
-	if err := h.Reset(ctx, id); err != nil {
+	if err := h.reset(ctx, id); err != nil {
 		return err
 	}
 	return h.startHelper(ctx, id)
@@ -180,10 +180,10 @@ func (h *Host) hostSide(id string, a Addrs, p *Policy) error {
 	})
 }
 
-// Reset (re)configures the sandbox's side of the veth. runsc takes the
+// reset (re)configures the sandbox's side of the veth. runsc takes the
 // interface's addresses into gVisor's netstack and removes them from the
 // namespace, so every boot (start, restart, restore) needs this first.
-func (h *Host) Reset(ctx context.Context, id string) error {
+func (h *Host) reset(ctx context.Context, id string) error {
 	a, err := lookupSlot(ctx, h.Store, id)
 	if err != nil {
 		return fmt.Errorf("network of %s: %w", id, err)
@@ -218,6 +218,39 @@ func (h *Host) Reset(ctx context.Context, id string) error {
 		return fmt.Errorf("network of %s: sandbox side: %w", id, err)
 	}
 	return nil
+}
+
+// Ensure readies id's network for a boot of a stopped sandbox. After a
+// host reboot the namespace, veth, table and helper are gone while the
+// record remains: a network that is not whole is rebuilt for p (the slot,
+// and so the address, may change). A whole one only gets its sandbox side
+// reset.
+func (h *Host) Ensure(ctx context.Context, id string, p *Policy) error {
+	if h.whole(id) {
+		return h.reset(ctx, id)
+	}
+	if err := h.Teardown(ctx, id); err != nil {
+		return err
+	}
+	return h.Setup(ctx, id, p)
+}
+
+// whole reports whether id's namespace is mounted, its helper runs and its
+// table exists.
+func (h *Host) whole(id string) bool {
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	if !strings.Contains(string(mi), h.NetNSPath(id)) || h.helperPid(id) == 0 {
+		return false
+	}
+	err := InNetNS(h.NetNS, func() error {
+		conn, err := nftables.New()
+		if err != nil {
+			return err
+		}
+		_, err = conn.ListTableOfFamily(tableName(id), nftables.TableFamilyINet)
+		return err
+	})
+	return err == nil
 }
 
 // addAddrs adds prefixes to link unless present; IPv6 skips duplicate

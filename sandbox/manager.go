@@ -296,7 +296,7 @@ func (m *Manager) Start(ctx context.Context, ref string) (*Sandbox, error) {
 			return nil, fmt.Errorf("start %s: %w", r.Name, err)
 		}
 		if r.Config.Network != nil {
-			if err := m.net.Reset(ctx, r.ID); err != nil {
+			if err := m.net.Ensure(ctx, r.ID, r.Config.Network); err != nil {
 				return nil, fmt.Errorf("start %s: %w", r.Name, err)
 			}
 		}

@@ -280,6 +280,19 @@ func TestNetUpdateLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectFetch(t, m, sb, "other", "http://"+nettest.Other4+"/")
+	// After a host reboot nothing of the network is left but the record:
+	// a start rebuilds it with the sandbox's current policy.
+	if _, err := m.Stop(ctx, sb.ID, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.net.Teardown(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Start(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	expectFetch(t, m, sb, "other", "http://"+nettest.Other4+"/")
+	expectFetch(t, m, sb, "ERR", "http://"+nettest.Metadata4+"/")
 }
 
 func TestNetPublish(t *testing.T) {
