@@ -86,9 +86,9 @@ func (m *Manager) GC(ctx context.Context) ([]string, error) {
 		}
 	}
 	if m.net != nil {
-		// Networks of records removed above are gone with them; any other
-		// network without a record, or of a create still holding its
-		// lock, is a crash's leftover only in the first case.
+		// Networks of records removed above went with them. Any other
+		// network without a record is a crash's leftover, unless a create
+		// that began after the list above holds its lock.
 		rs, err := listRecords(ctx, m.st, "", true)
 		if err != nil {
 			return removed, errors.Join(append(errs, err)...)
@@ -97,7 +97,11 @@ func (m *Manager) GC(ctx context.Context) ([]string, error) {
 		for _, r := range rs {
 			alive[r.ID] = true
 		}
-		nets, err := m.net.GC(ctx, func(id string) bool { return alive[id] || m.locked(id) })
+		creating := func(id string) bool {
+			_, err := os.Stat(m.lockPath(id))
+			return err == nil && m.locked(id)
+		}
+		nets, err := m.net.GC(ctx, func(id string) bool { return alive[id] || creating(id) })
 		removed = append(removed, nets...)
 		errs = append(errs, err)
 	}
