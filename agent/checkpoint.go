@@ -42,9 +42,9 @@ func (s *Server) isQuiesced() bool {
 }
 
 // quiesce closes the listener and every host connection but keep; the
-// commands behind those connections keep running. It then waits, in the
-// background, for the resume file.
-func (s *Server) quiesce(keep net.Conn) {
+// commands behind those connections keep running. It then answers on keep,
+// closes it, and waits, in the background, for the resume file.
+func (s *Server) quiesce(keep net.Conn, answer func()) {
 	s.mu.Lock()
 	s.quiesced = true
 	if s.ln != nil {
@@ -57,8 +57,9 @@ func (s *Server) quiesce(keep net.Conn) {
 		}
 	}
 	s.mu.Unlock()
-	keep.Close()
 	os.Remove(s.cfg.Socket)
+	answer()
+	keep.Close()
 	go s.awaitResume()
 }
 

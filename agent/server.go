@@ -214,9 +214,9 @@ func (s *Server) handle(nc net.Conn) {
 		}
 		s.adopt(*req.Identity)
 	case OpQuiesce:
-		// Answer first: this connection is one of those quiesce drops.
-		c.writeJSON(frameExit, Exit{})
-		s.quiesce(nc)
+		// The answer goes out once nothing else listens or is connected,
+		// so the host may checkpoint as soon as it has it.
+		s.quiesce(nc, func() { c.writeJSON(frameExit, Exit{}) })
 		return
 	default:
 		exit = Exit{Code: 125, Error: fmt.Sprintf("unknown op %q", req.Op), Kind: KindInvalid}

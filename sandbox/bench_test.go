@@ -129,3 +129,93 @@ func hostRootfs(b *testing.B, m *testManager) backend.Rootfs {
 	}
 	return rf
 }
+
+// timed runs op b.N times on a fresh result each time, timing op alone;
+// undo (untimed) removes what op made.
+func timed(b *testing.B, op func() (undo func())) {
+	var samples []time.Duration
+	for b.Loop() {
+		t := time.Now()
+		undo := op()
+		samples = append(samples, time.Since(t))
+		b.StopTimer()
+		undo()
+		b.StartTimer()
+	}
+	reportQuantiles(b, samples)
+}
+
+func BenchmarkCheckpoint(b *testing.B) {
+	m := newManager(b)
+	ctx := context.Background()
+	sb, err := m.Create(ctx, CreateOptions{Start: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	timed(b, func() func() {
+		snap, err := m.Checkpoint(ctx, sb.ID, CheckpointOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return func() { m.snaps.Remove(ctx, snap.ID, nil) }
+	})
+}
+
+func BenchmarkRestore(b *testing.B) {
+	m := newManager(b)
+	ctx := context.Background()
+	sb, err := m.Create(ctx, CreateOptions{Start: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	snap, err := m.Checkpoint(ctx, sb.ID, CheckpointOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	timed(b, func() func() {
+		cp, err := m.Restore(ctx, snap.ID, RestoreOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return func() { m.Remove(ctx, cp.ID, true) }
+	})
+}
+
+func BenchmarkFork(b *testing.B) {
+	m := newManager(b)
+	ctx := context.Background()
+	sb, err := m.Create(ctx, CreateOptions{Start: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	timed(b, func() func() {
+		copies, err := m.Fork(ctx, sb.ID, ForkOptions{N: 1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return func() { m.Remove(ctx, copies[0].ID, true) }
+	})
+}
+
+func BenchmarkCreateFromPool(b *testing.B) {
+	m := newManager(b)
+	ctx := context.Background()
+	if _, err := m.CreatePool(ctx, PoolOptions{Name: "bench", Size: 1}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := m.FillPool(ctx, "bench"); err != nil {
+		b.Fatal(err)
+	}
+	timed(b, func() func() {
+		sb, err := m.Create(ctx, CreateOptions{Pool: "bench"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return func() {
+			m.Remove(ctx, sb.ID, true)
+			if _, err := m.FillPool(ctx, "bench"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -365,5 +366,38 @@ func TestCheckpointDiskFull(t *testing.T) {
 	}
 	if out, _, _ := m.sh(t, src, "wc -c < /tmp/big"); out != "33554432\n" {
 		t.Fatalf("source after the failed checkpoint: %q", out)
+	}
+}
+
+func TestPauseStopsCPU(t *testing.T) {
+	m := newManager(t)
+	ctx := context.Background()
+	sb := m.run(t, Config{})
+	m.sh(t, sb, "(while :; do :; done) >/dev/null 2>&1 &")
+	cpu := func() time.Duration {
+		st, err := m.Stats(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(st.CPUNanos)
+	}
+	if _, err := m.Pause(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := m.Get(ctx, sb.ID); got.State != StatePaused {
+		t.Fatalf("state %s after pause", got.State)
+	}
+	before := cpu()
+	time.Sleep(500 * time.Millisecond)
+	if used := cpu() - before; used > 20*time.Millisecond {
+		t.Fatalf("a paused sandbox used %s of CPU in 500ms", used)
+	}
+	if _, err := m.Resume(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	before = cpu()
+	time.Sleep(500 * time.Millisecond)
+	if used := cpu() - before; used < 100*time.Millisecond {
+		t.Fatalf("the busy loop used only %s of CPU in 500ms after resume", used)
 	}
 }

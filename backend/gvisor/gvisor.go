@@ -230,7 +230,7 @@ func (b *Backend) booted(ctx context.Context, s *backend.Spec) error {
 		return err
 	}
 	if err := limitCPU(s); err != nil {
-		return fmt.Errorf("start %s: %w", s.ID, err)
+		return fmt.Errorf("%s: %w", s.ID, err)
 	}
 	return nil
 }
@@ -260,11 +260,11 @@ func (b *Backend) waitAgent(ctx context.Context, s *backend.Spec) error {
 			return nil
 		}
 		if st, _ := b.State(ctx, s); st == backend.StatusStopped || st == backend.StatusMissing {
-			return fmt.Errorf("start %s: sandbox exited during boot%s", s.ID, b.bootError(s))
+			return fmt.Errorf("%s: sandbox exited before its agent answered%s", s.ID, b.bootError(s))
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("start %s: agent did not answer: %w", s.ID, ctx.Err())
+			return fmt.Errorf("%s: agent did not answer: %w", s.ID, ctx.Err())
 		case <-time.After(delay):
 		}
 		// Boot takes tens of milliseconds: poll finely at first, since a

@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"time"
 
 	"smolvm.dev/smolvm/agent"
 	"smolvm.dev/smolvm/backend"
@@ -56,30 +55,29 @@ func (b *Backend) Restore(ctx context.Context, s *backend.Spec, dir string) erro
 	if err := copyFiles(dir, l.run(), logFiles); err != nil {
 		return fmt.Errorf("restore %s: %w", s.ID, err)
 	}
+	// The identity is in place before the copy runs: its agent finds it
+	// on its first look, and no time goes by between restore and serving.
+	if err := writeIdentity(s, true); err != nil {
+		return fmt.Errorf("restore %s: %w", s.ID, err)
+	}
 	if err := b.runsc(ctx, s, "restore", "--detach", "--bundle", l.bundle(), "--image-path", dir, s.ID); err != nil {
 		return fmt.Errorf("restore %s: %w", s.ID, err)
 	}
-	if err := b.resume(ctx, s, true); err != nil {
-		return fmt.Errorf("restore %s: %w", s.ID, err)
-	}
-	if err := limitCPU(s); err != nil {
-		return fmt.Errorf("restore %s: %w", s.ID, err)
-	}
-	return nil
+	return b.booted(ctx, s)
 }
 
 // resume hands the quiesced agent its identity and waits until it serves.
 func (b *Backend) resume(ctx context.Context, s *backend.Spec, restored bool) error {
-	id := agent.Identity{Env: s.Env, MachineID: s.MachineID, Deadline: s.Deadline, Restored: restored}
-	if err := writeJSON(filepath.Join(layout{s.Dir}.run(), "resume.json"), id); err != nil {
+	if err := writeIdentity(s, restored); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := b.Agent(s).Wait(ctx); err != nil {
-		return fmt.Errorf("agent did not come back: %w", err)
-	}
-	return nil
+	return b.waitAgent(ctx, s)
+}
+
+// writeIdentity leaves s's identity where its quiesced agent looks for it.
+func writeIdentity(s *backend.Spec, restored bool) error {
+	id := agent.Identity{Env: s.Env, MachineID: s.MachineID, Deadline: s.Deadline, Restored: restored}
+	return writeJSON(filepath.Join(layout{s.Dir}.run(), "resume.json"), id)
 }
 
 // Pause implements backend.Snapshotter.

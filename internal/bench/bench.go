@@ -143,9 +143,16 @@ func Print(w io.Writer, series []Series) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "OPERATION\tN\tP50\tP99\tVS BASELINE (p50)")
 	for _, s := range series {
+		if len(s.Samples) == 0 {
+			continue
+		}
 		ratio := ""
-		if b, ok := byName[s.Baseline]; ok && s.Quantile(0.5) > 0 {
-			ratio = fmt.Sprintf("%.1fx faster", float64(b.Quantile(0.5))/float64(s.Quantile(0.5)))
+		if b, ok := byName[s.Baseline]; ok && s.Quantile(0.5) > 0 && b.Quantile(0.5) > 0 {
+			r := float64(b.Quantile(0.5)) / float64(s.Quantile(0.5))
+			ratio = fmt.Sprintf("%.2fx faster", r)
+			if r < 1 {
+				ratio = fmt.Sprintf("%.2fx slower", 1/r)
+			}
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", s.Name, len(s.Samples), ms(s.Quantile(0.5)), ms(s.Quantile(0.99)), ratio)
 	}

@@ -10,14 +10,14 @@ import (
 )
 
 func (a *app) benchCmd() *cobra.Command {
-	var cold, execs int
+	var cold, execs, snaps int
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure cold start and exec latency (p50/p99) against the stock runsc CLI",
+		Short: "Measure cold start, exec, checkpoint, restore, fork and pool latency (p50/p99) against the stock runsc CLI",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if cold < 1 || execs < 1 || cold > 1000 || execs > 100000 {
-				return fmt.Errorf("--cold and --exec must be between 1 and 1000 / 100000")
+			if cold < 0 || execs < 0 || snaps < 0 || cold > 1000 || execs > 100000 || snaps > 1000 {
+				return fmt.Errorf("--cold, --exec and --snapshots must be between 0 and 1000, 100000 and 1000")
 			}
 			ctx := cmd.Context()
 			e, err := a.open(ctx)
@@ -34,14 +34,31 @@ func (a *app) benchCmd() *cobra.Command {
 				return err
 			}
 			defer os.RemoveAll(dir)
-			series, err := bench.Run(ctx, bench.Options{Manager: e.mgr, Runsc: runsc, Dir: dir, Cold: cold, Exec: execs})
+			o := bench.Options{Manager: e.mgr, Runsc: runsc, Dir: dir, Cold: cold, Exec: execs}
+			series, err := bench.Run(ctx, o)
 			if err != nil {
 				return err
 			}
-			return bench.Print(a.stdout, series)
+			var mem []bench.Memory
+			if snaps > 0 {
+				more, m, err := bench.Snapshots(ctx, o, e.snaps, snaps)
+				if err != nil {
+					return err
+				}
+				series, mem = append(series, more...), m
+			}
+			if err := bench.Print(a.stdout, series); err != nil {
+				return err
+			}
+			if len(mem) == 0 {
+				return nil
+			}
+			fmt.Fprintln(a.stdout)
+			return bench.PrintMemory(a.stdout, mem)
 		},
 	}
 	cmd.Flags().IntVar(&cold, "cold", 10, "sandboxes to cold-start")
 	cmd.Flags().IntVar(&execs, "exec", 200, "execs to time")
+	cmd.Flags().IntVar(&snaps, "snapshots", 0, "times to measure each snapshot operation (checkpoint, restore, fork, pool); 0 skips them")
 	return cmd
 }

@@ -1,0 +1,347 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"smolvm.dev/smolvm/agent"
+	"smolvm.dev/smolvm/backend/gvisor"
+	"smolvm.dev/smolvm/internal/units"
+	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/snapshot"
+)
+
+// touch100MB fills 100 MB of a sandbox's memory (its /tmp is in memory).
+var touch100MB = []string{"sh", "-c", "head -c 104857600 /dev/urandom > /tmp/touched"}
+
+// Memory is one measured amount of memory, compared with a baseline.
+type Memory struct {
+	Name     string
+	Bytes    int64
+	Baseline string
+	Base     int64
+}
+
+// Snapshots measures checkpoint, restore, fork and pool creation, each
+// beside the stock runsc pipeline doing the same, n times each (fork ×10
+// fewer times), and the memory one more idle fork costs.
+func Snapshots(ctx context.Context, o Options, snaps *snapshot.Store, n int) ([]Series, []Memory, error) {
+	m := o.Manager
+	rootfs, err := m.ImageRootfs(ctx, sandbox.DefaultImage)
+	if err != nil {
+		return nil, nil, err
+	}
+	var cleanup []func()
+	defer func() {
+		for i := len(cleanup) - 1; i >= 0; i-- {
+			cleanup[i]()
+		}
+	}()
+	bg := context.WithoutCancel(ctx)
+	start := func(touch bool) (*sandbox.Sandbox, error) {
+		sb, err := m.Create(ctx, sandbox.CreateOptions{Start: true})
+		if err != nil {
+			return nil, err
+		}
+		cleanup = append(cleanup, func() { m.Remove(bg, sb.ID, true) })
+		if touch {
+			if exit, err := m.Exec(ctx, sb.ID, agent.Process{Args: touch100MB}, agent.Stdio{}); err != nil || exit.Code != 0 {
+				return nil, fmt.Errorf("touch memory: %v %+v", err, exit)
+			}
+		}
+		return sb, nil
+	}
+	stockN := 0
+	stock := func(touch bool) (*gvisor.Stock, error) {
+		stockN++
+		id := fmt.Sprintf("stock-snap-%d", stockN)
+		s, err := gvisor.NewStock(o.Runsc, rootfs, filepath.Join(o.Dir, id), id)
+		if err != nil {
+			return nil, err
+		}
+		cleanup = append(cleanup, func() { s.Delete(bg) })
+		if err := s.Run(ctx); err != nil {
+			return nil, err
+		}
+		if touch {
+			if err := s.Exec(ctx, touch100MB...); err != nil {
+				return nil, err
+			}
+		}
+		return s, nil
+	}
+	// stockFork is the stock pipeline for one copy: checkpoint the source,
+	// then create and restore a new sandbox from the image.
+	stockFork := func(src *gvisor.Stock, checkpoint bool, dir string) (time.Duration, error) {
+		stockN++
+		id := fmt.Sprintf("stock-copy-%d", stockN)
+		cp, err := gvisor.NewStock(o.Runsc, rootfs, filepath.Join(o.Dir, id), id)
+		if err != nil {
+			return 0, err
+		}
+		defer cp.Delete(bg)
+		t := time.Now()
+		if checkpoint {
+			if err := src.Checkpoint(ctx, dir); err != nil {
+				return 0, err
+			}
+		}
+		if err := cp.CreateRestore(ctx, dir); err != nil {
+			return 0, err
+		}
+		if err := cp.Exec(ctx, "/usr/bin/true"); err != nil {
+			return 0, err
+		}
+		return time.Since(t), nil
+	}
+	scratch := func() (string, error) { return os.MkdirTemp(o.Dir, "image-") }
+
+	idle, err := start(false)
+	if err != nil {
+		return nil, nil, err
+	}
+	big, err := start(true)
+	if err != nil {
+		return nil, nil, err
+	}
+	stockIdle, err := stock(false)
+	if err != nil {
+		return nil, nil, err
+	}
+	stockBig, err := stock(true)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	var (
+		ckIdle       = Series{Name: "checkpoint, idle", Baseline: "runsc checkpoint --leave-running, idle"}
+		stockCkIdle  = Series{Name: "runsc checkpoint --leave-running, idle"}
+		ckBig        = Series{Name: "checkpoint, 100 MB touched", Baseline: "runsc checkpoint --leave-running, 100 MB touched"}
+		stockCkBig   = Series{Name: "runsc checkpoint --leave-running, 100 MB touched"}
+		restore      = Series{Name: "restore + exec true", Baseline: "runsc create + restore + exec true"}
+		stockRestore = Series{Name: "runsc create + restore + exec true"}
+		fork1        = Series{Name: "fork x1 until it answers exec", Baseline: "runsc checkpoint + create + restore + exec"}
+		stockFork1   = Series{Name: "runsc checkpoint + create + restore + exec"}
+		fork10       = Series{Name: "fork x10 until all answer exec", Baseline: "10 x (runsc checkpoint + create + restore + exec)"}
+		stockFork10  = Series{Name: "10 x (runsc checkpoint + create + restore + exec)"}
+		pool         = Series{Name: "create from warm pool + exec true", Baseline: "cold create + exec true"}
+		cold         = Series{Name: "cold create + exec true"}
+	)
+	timeCheckpoint := func(sb *sandbox.Sandbox, s *gvisor.Stock, mine, theirs *Series) (*snapshot.Snapshot, error) {
+		t := time.Now()
+		snap, err := m.Checkpoint(ctx, sb.ID, sandbox.CheckpointOptions{})
+		if err != nil {
+			return nil, err
+		}
+		mine.Samples = append(mine.Samples, time.Since(t))
+		dir, err := scratch()
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+		t = time.Now()
+		if err := s.Checkpoint(ctx, dir); err != nil {
+			return nil, err
+		}
+		theirs.Samples = append(theirs.Samples, time.Since(t))
+		return snap, nil
+	}
+	for i := 0; i < n; i++ {
+		snap, err := timeCheckpoint(idle, stockIdle, &ckIdle, &stockCkIdle)
+		if err != nil {
+			return nil, nil, err
+		}
+		bigSnap, err := timeCheckpoint(big, stockBig, &ckBig, &stockCkBig)
+		if err != nil {
+			return nil, nil, err
+		}
+		snaps.Remove(ctx, bigSnap.ID, nil)
+
+		t := time.Now()
+		cp, err := m.Restore(ctx, snap.ID, sandbox.RestoreOptions{})
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := execTrue(ctx, m, cp.ID); err != nil {
+			return nil, nil, err
+		}
+		restore.Samples = append(restore.Samples, time.Since(t))
+		m.Remove(bg, cp.ID, true)
+		snaps.Remove(ctx, snap.ID, nil)
+
+		dir, err := scratch()
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := stockIdle.Checkpoint(ctx, dir); err != nil {
+			return nil, nil, err
+		}
+		d, err := stockFork(nil, false, dir)
+		if err != nil {
+			return nil, nil, err
+		}
+		stockRestore.Samples = append(stockRestore.Samples, d)
+		os.RemoveAll(dir)
+
+		d, err = timeFork(ctx, m, idle.ID, 1)
+		if err != nil {
+			return nil, nil, err
+		}
+		fork1.Samples = append(fork1.Samples, d)
+		if dir, err = scratch(); err != nil {
+			return nil, nil, err
+		}
+		d, err = stockFork(stockIdle, true, dir)
+		os.RemoveAll(dir)
+		if err != nil {
+			return nil, nil, err
+		}
+		stockFork1.Samples = append(stockFork1.Samples, d)
+	}
+	for i := 0; i < max(1, n/3); i++ {
+		d, err := timeFork(ctx, m, idle.ID, 10)
+		if err != nil {
+			return nil, nil, err
+		}
+		fork10.Samples = append(fork10.Samples, d)
+		// The stock pipeline has no fork: ten copies, one after another.
+		var total time.Duration
+		for range 10 {
+			dir, err := scratch()
+			if err != nil {
+				return nil, nil, err
+			}
+			d, err := stockFork(stockIdle, true, dir)
+			os.RemoveAll(dir)
+			if err != nil {
+				return nil, nil, err
+			}
+			total += d
+		}
+		stockFork10.Samples = append(stockFork10.Samples, total)
+	}
+
+	if _, err := m.CreatePool(ctx, sandbox.PoolOptions{Name: "bench", Size: 1}); err != nil {
+		return nil, nil, err
+	}
+	cleanup = append(cleanup, func() { m.RemovePool(bg, "bench") })
+	for i := 0; i < n; i++ {
+		if _, err := m.FillPool(ctx, "bench"); err != nil {
+			return nil, nil, err
+		}
+		for _, s := range []*Series{&pool, &cold} {
+			o := sandbox.CreateOptions{Start: true}
+			if s == &pool {
+				o.Pool = "bench"
+			}
+			t := time.Now()
+			sb, err := m.Create(ctx, o)
+			if err != nil {
+				return nil, nil, err
+			}
+			if err := execTrue(ctx, m, sb.ID); err != nil {
+				return nil, nil, err
+			}
+			s.Samples = append(s.Samples, time.Since(t))
+			m.Remove(bg, sb.ID, true)
+		}
+	}
+
+	mem, err := forkMemory(ctx, m, idle.ID)
+	if err != nil {
+		return nil, nil, err
+	}
+	series := []Series{ckIdle, stockCkIdle, ckBig, stockCkBig, restore, stockRestore, fork1, stockFork1, fork10, stockFork10, pool, cold}
+	return series, mem, nil
+}
+
+func execTrue(ctx context.Context, m *sandbox.Manager, id string) error {
+	exit, err := m.Exec(ctx, id, agent.Process{Args: []string{"true"}}, agent.Stdio{})
+	if err != nil || exit.Code != 0 {
+		return fmt.Errorf("exec true in %s: %v %+v", id, err, exit)
+	}
+	return nil
+}
+
+// timeFork forks n copies of id and waits until each answers an exec.
+func timeFork(ctx context.Context, m *sandbox.Manager, id string, n int) (time.Duration, error) {
+	t := time.Now()
+	copies, err := m.Fork(ctx, id, sandbox.ForkOptions{N: n})
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		for _, c := range copies {
+			m.Remove(context.WithoutCancel(ctx), c.ID, true)
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i, c := range copies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = execTrue(ctx, m, c.ID)
+		}()
+	}
+	wg.Wait()
+	d := time.Since(t)
+	for _, err := range errs {
+		if err != nil {
+			return 0, err
+		}
+	}
+	return d, nil
+}
+
+// forkMemory compares what an idle fork's sandbox uses with what its
+// source uses: the source paid for booting, the fork only for what it
+// does not share.
+func forkMemory(ctx context.Context, m *sandbox.Manager, id string) ([]Memory, error) {
+	copies, err := m.Fork(ctx, id, sandbox.ForkOptions{N: 3})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, c := range copies {
+			m.Remove(context.WithoutCancel(ctx), c.ID, true)
+		}
+	}()
+	time.Sleep(time.Second) // let the copies settle
+	used := func(id string) (int64, error) {
+		st, err := m.Stats(ctx, id)
+		if err != nil {
+			return 0, err
+		}
+		return st.MemoryBytes, nil
+	}
+	src, err := used(id)
+	if err != nil {
+		return nil, err
+	}
+	var sum int64
+	for _, c := range copies {
+		b, err := used(c.ID)
+		if err != nil {
+			return nil, err
+		}
+		sum += b
+	}
+	return []Memory{{Name: "memory of one more idle fork (mean of 3)", Bytes: sum / int64(len(copies)), Baseline: "its idle source", Base: src}}, nil
+}
+
+// PrintMemory writes a table of memory figures.
+func PrintMemory(w io.Writer, mem []Memory) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MEMORY\tBYTES\tBASELINE\tBASELINE BYTES")
+	for _, x := range mem {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", x.Name, units.FormatBytes(x.Bytes), x.Baseline, units.FormatBytes(x.Base))
+	}
+	return tw.Flush()
+}
