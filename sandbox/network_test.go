@@ -16,6 +16,7 @@ import (
 	"github.com/miekg/dns"
 	"golang.org/x/sys/unix"
 
+	"smolvm.dev/smolvm/agent"
 	"smolvm.dev/smolvm/internal/nettest"
 	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/network"
@@ -293,6 +294,50 @@ func TestNetUpdateLive(t *testing.T) {
 	}
 	expectFetch(t, m, sb, "other", "http://"+nettest.Other4+"/")
 	expectFetch(t, m, sb, "ERR", "http://"+nettest.Metadata4+"/")
+}
+
+// TestNetUpdateKeepsOpenConnections: a policy update applies to new
+// connections; one opened before it carries on.
+func TestNetUpdateKeepsOpenConnections(t *testing.T) {
+	m, _ := newNetManager(t)
+	ctx := context.Background()
+	sb := m.run(t, Config{Network: egressToSink()})
+	script := fmt.Sprintf(`python3 -c "
+import os, socket, time
+s = socket.create_connection(('%s', %d))
+s.sendall(b'a')
+open('/tmp/connected', 'w').close()
+while not os.path.exists('/tmp/go'): time.sleep(0.05)
+s.sendall(b'b')
+s.shutdown(socket.SHUT_WR)
+print(s.recv(16).decode())"`, nettest.Internet4, nettest.SinkPort)
+	done := make(chan string, 1)
+	go func() {
+		var out strings.Builder
+		m.Exec(ctx, sb.ID, agent.Process{Args: []string{"sh", "-c", script}}, agent.Stdio{Stdout: &out, Stderr: &out})
+		done <- out.String()
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, _, exit := m.sh(t, sb, "test -f /tmp/connected"); exit.Code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the connection did not open")
+		}
+	}
+	if _, err := m.NetUpdate(ctx, sb.ID, network.Policy{Mode: network.ModeNone}); err != nil {
+		t.Fatal(err)
+	}
+	expectFetch(t, m, sb, "ERR", "http://"+nettest.Internet4+"/")
+	m.sh(t, sb, "touch /tmp/go")
+	select {
+	case out := <-done:
+		if out != "2\n" {
+			t.Errorf("the open connection after the update: %q, want the sink's count 2", out)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the open connection hung after the update")
+	}
 }
 
 func TestNetPublish(t *testing.T) {
