@@ -343,18 +343,29 @@ print(s.recv(16).decode())"`, nettest.Internet4, nettest.SinkPort)
 func TestNetPublish(t *testing.T) {
 	m, w := newNetManager(t)
 	ctx := context.Background()
-	pol := &network.Policy{Mode: network.ModeEgress, Ports: []network.Port{{Port: 8000}}}
+	// One port on the host's loopback (the default), one on its uplink
+	// address, which must be asked for.
+	pol := &network.Policy{Mode: network.ModeEgress, Ports: []network.Port{{Port: 8000}, {HostIP: nettest.HostUplink4, Port: 8000}}}
 	server := []string{"sh", "-c", "echo $HOSTNAME > /tmp/id && exec python3 -m http.server -d /tmp 8000"}
 	sb, err := m.Create(ctx, CreateOptions{Start: true, Config: Config{Network: pol, Cmd: server}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	st, err := m.NetStatus(ctx, sb.ID)
-	if err != nil || len(st.Ports) != 1 || st.Ports[0].HostPort == 0 || st.Ports[0].HostIP != "127.0.0.1" {
+	if err != nil || len(st.Ports) != 2 || st.Ports[0].HostPort == 0 || st.Ports[0].HostIP != "127.0.0.1" || st.Ports[1].HostIP != nettest.HostUplink4 {
 		t.Fatalf("ports: %+v, %v", st, err)
 	}
 	if body := httpGet(t, w, st.Ports[0].HostPort, "/id"); !strings.Contains(body, "200 OK") {
 		t.Fatalf("published port: %q", body)
+	}
+	// From the internet: the uplink port answers, the loopback one is not
+	// there at all.
+	if body := httpGetAt(t, w.InternetNS, fmt.Sprintf("%s:%d", nettest.HostUplink4, st.Ports[1].HostPort), "/id"); !strings.Contains(body, "200 OK") {
+		t.Errorf("port published on the uplink, from the internet: %q", body)
+	}
+	if c, err := nettest.Dial(ctx, w.InternetNS, fmt.Sprintf("%s:%d", nettest.HostUplink4, st.Ports[0].HostPort)); err == nil {
+		c.Close()
+		t.Error("a loopback-published port is reachable from the internet")
 	}
 	// A pinned port in use is a clear error at create, and leaves nothing.
 	pinned := &network.Policy{Mode: network.ModeEgress, Ports: []network.Port{{HostPort: st.Ports[0].HostPort, Port: 80}}}
@@ -501,8 +512,14 @@ func TestNetFork(t *testing.T) {
 // waiting up to 10s for the server behind it.
 func httpGet(t *testing.T, w *nettest.World, port int, path string) string {
 	t.Helper()
+	return httpGetAt(t, w.HostNS, fmt.Sprintf("127.0.0.1:%d", port), path)
+}
+
+// httpGetAt fetches path from addr, connecting from namespace ns.
+func httpGetAt(t *testing.T, ns, addr, path string) string {
+	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		c, err := nettest.Dial(context.Background(), w.HostNS, fmt.Sprintf("127.0.0.1:%d", port))
+		c, err := nettest.Dial(context.Background(), ns, addr)
 		if err == nil {
 			fmt.Fprintf(c, "GET %s HTTP/1.0\r\n\r\n", path)
 			b, _ := io.ReadAll(c)

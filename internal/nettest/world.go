@@ -46,6 +46,9 @@ type World struct {
 	// HostNS is the namespace that plays the host: sandboxes' veths and
 	// firewalls live there.
 	HostNS string
+	// InternetNS is the fake internet's namespace, for tests that connect
+	// to the host from outside.
+	InternetNS string
 	// Resolver is the fake internet's DNS server.
 	Resolver string
 	// TTL is the TTL of every DNS answer, in seconds (default 60).
@@ -64,7 +67,7 @@ func New(t testing.TB) *World {
 	w := &World{t: t, Resolver: Internet4 + ":53"}
 	w.TTL.Store(60)
 	host, inet, meta := tag+"h", tag+"i", tag+"m"
-	w.HostNS = "/run/netns/" + host
+	w.HostNS, w.InternetNS = "/run/netns/"+host, "/run/netns/"+inet
 	t.Cleanup(w.close)
 	for _, ns := range []string{host, inet, meta} {
 		w.ip("netns", "add", ns)
