@@ -265,6 +265,8 @@ func (s *Server) handle(nc net.Conn) {
 		exit = s.put(c, req.Path)
 	case OpGet:
 		exit = s.get(c, req.Path)
+	case OpStat, OpList, OpMkdir, OpRemove, OpRename, OpWriteFile, OpReadFile:
+		exit = s.fsOp(c, req)
 	case OpIdentity:
 		if req.Identity == nil {
 			exit = Exit{Code: 125, Error: "identity: none given", Kind: KindInvalid}

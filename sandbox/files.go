@@ -201,3 +201,14 @@ func (lr *logReader) copy(o LogOptions) error {
 		}
 	}
 }
+
+// Agent returns a running sandbox's agent client, for API layers that
+// expose files piecemeal (stat, list, rename). Commands must go through
+// Exec, which applies the sandbox's policy.
+func (m *Manager) Agent(ctx context.Context, ref string) (*agent.Client, error) {
+	r, err := m.running(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	return m.be.Agent(&r.spec), nil
+}

@@ -4,11 +4,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install.sh
-# The SDK suites (go test ./sdk) run with the system python3 and node.
-if ! command -v python3 >/dev/null || ! command -v node >/dev/null; then
-	apt-get update -qq && apt-get install -y -qq python3 nodejs
+# The SDK suites (go test ./sdk) run with the system python3 and node;
+# the E2B compatibility suite (go test ./e2b) drives the real e2b npm
+# package, pinned in sdk/e2b-compat/package-lock.json.
+if ! command -v python3 >/dev/null || ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+	apt-get update -qq && apt-get install -y -qq python3 nodejs npm
 fi
 export PATH=${PREFIX:-/usr/local}/bin:$PATH
 export SMOLVM_RUNSC=${SMOLVM_RUNSC:-$(command -v runsc)}
+(cd sdk/e2b-compat && npm ci --no-audit --no-fund --loglevel=error)
 go vet ./...
 go test -count=1 -timeout 45m ./...

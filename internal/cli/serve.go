@@ -16,12 +16,17 @@ import (
 	"github.com/spf13/cobra"
 
 	"smolvm.dev/smolvm/api"
+	"smolvm.dev/smolvm/e2b"
 	"smolvm.dev/smolvm/internal/units"
 	"smolvm.dev/smolvm/sandbox"
 )
 
 // SocketName is the default API socket's name in the data dir.
 const SocketName = "smolvm.sock"
+
+// E2BPrefix is where serve answers E2B's API: point E2B_API_URL and
+// E2B_SANDBOX_URL at http(s)://HOST:PORT/e2b.
+const E2BPrefix = "/e2b"
 
 func (a *app) serveCmd() *cobra.Command {
 	var (
@@ -40,7 +45,11 @@ dir (mode 0600). --listen HOST:PORT listens on TCP; off loopback that needs
 start and shown by "smolvm serve token".
 
 Point the CLI at it with SMOLVM_HOST=unix:///path or http(s)://host:port
-and SMOLVM_TOKEN. The API is described at GET /openapi.json.`,
+and SMOLVM_TOKEN. The API is described at GET /openapi.json.
+
+E2B's API is served under /e2b: the official E2B SDKs work unmodified with
+E2B_API_URL and E2B_SANDBOX_URL set to http(s)://HOST:PORT/e2b and E2B_API_KEY
+set to the token.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -74,10 +83,21 @@ and SMOLVM_TOKEN. The API is described at GET /openapi.json.`,
 				return err
 			}
 			logger := slog.New(slog.NewTextHandler(a.stderr, nil))
+			// E2B's API under /e2b/: its envd requests carry a per-sandbox
+			// access token, not the API token, so it checks tokens itself.
+			e2bAPI, err := e2b.New(ctx, e2b.Options{
+				Manager: e.mgr, Store: e.st, Snapshots: e.snaps, MaxUpload: limit, DefaultTTL: defaultTTL,
+				Authorize: func(r *http.Request) bool { return api.CheckToken(r, token) },
+			})
+			if err != nil {
+				return err
+			}
+			defer e2bAPI.Close()
 			srv := api.New(api.Options{
 				Manager: e.mgr, Images: e.images, Snapshots: e.snaps, Token: token, TempDir: tmp,
 				MaxUpload: limit, MaxInFlight: inFlight, MaxQueue: queue,
 				DefaultTTL: defaultTTL, ExpiredGrace: grace, Logger: logger,
+				Mounts: []api.Mount{{Prefix: E2BPrefix + "/", Handler: http.StripPrefix(E2BPrefix, e2bAPI), Public: true}},
 			})
 			hs := &http.Server{ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 			scheme := "http"

@@ -7,9 +7,8 @@ import (
 	"context"
 	"testing"
 
-	"smolvm.dev/smolvm/backend/gvisor"
 	"smolvm.dev/smolvm/image"
-	"smolvm.dev/smolvm/internal/testenv"
+	"smolvm.dev/smolvm/internal/testdeps"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/snapshot"
 	"smolvm.dev/smolvm/store"
@@ -22,32 +21,21 @@ type Env struct {
 	Images    *image.Store
 	Snapshots *snapshot.Store
 	Manager   *sandbox.Manager
+	// AgentBinary is the agent the Manager boots, for a smolvm process
+	// started over the same dir (SMOLVM_AGENT_BINARY).
+	AgentBinary string
 }
 
 // New returns an Env over a fresh data dir. It skips the test without
 // root or runsc (see testenv.Runsc), and removes every sandbox at cleanup.
-func New(t testing.TB) *Env {
+func New(t testing.TB) *Env { return Open(t, t.TempDir()) }
+
+// Open is New over dir, which other processes (a smolvm serve under test)
+// may use too: every sandbox in it is removed at cleanup.
+func Open(t testing.TB, dir string) *Env {
 	t.Helper()
-	runsc := testenv.Runsc(t)
-	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := store.Open(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	images, err := image.Open(ctx, dir, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	snaps, err := snapshot.Open(ctx, dir, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	be, err := gvisor.New(gvisor.Config{Runsc: runsc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := sandbox.New(ctx, sandbox.Options{DataDir: dir, Store: st, Images: images, Backend: be, AgentBinary: testenv.Agent(t), Snapshots: snaps})
+	d := testdeps.Open(t, dir)
+	m, err := sandbox.New(context.Background(), sandbox.Options{DataDir: dir, Store: d.Store, Images: d.Images, Backend: d.Backend, AgentBinary: d.AgentBinary, Snapshots: d.Snapshots})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +51,6 @@ func New(t testing.TB) *Env {
 			m.Remove(context.Background(), sb.ID, true)
 		}
 		m.GC(context.Background())
-		st.Close()
 	})
-	return &Env{Dir: dir, Store: st, Images: images, Snapshots: snaps, Manager: m}
+	return &Env{Dir: dir, Store: d.Store, Images: d.Images, Snapshots: d.Snapshots, Manager: m, AgentBinary: d.AgentBinary}
 }
