@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"smolvm.dev/smolvm/backend"
 )
 
 type openapiDoc struct {
@@ -86,5 +88,24 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	w, _ := call(t, s, http.MethodGet, "/openapi.json", "", nil)
 	if w.Code != http.StatusOK || w.Body.Len() != len(openapiJSON) {
 		t.Fatalf("GET /openapi.json: %d, %d bytes", w.Code, w.Body.Len())
+	}
+}
+
+// TestOpenAPIStats: the Stats schema lists every field the server sends.
+func TestOpenAPIStats(t *testing.T) {
+	var doc openapiDoc
+	if err := json.Unmarshal(openapiJSON, &doc); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(backend.Stats{})
+	var fields map[string]any
+	json.Unmarshal(b, &fields)
+	for f := range fields {
+		if _, ok := doc.Components.Schemas["Stats"].Properties[f]; !ok {
+			t.Errorf("Stats field %s is not in openapi.json", f)
+		}
+	}
+	if len(fields) != len(doc.Components.Schemas["Stats"].Properties) {
+		t.Errorf("Stats schema has %d fields, the type %d", len(doc.Components.Schemas["Stats"].Properties), len(fields))
 	}
 }
