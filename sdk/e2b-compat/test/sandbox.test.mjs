@@ -299,3 +299,11 @@ test('createSnapshot, then Sandbox.create from it', async () => {
   assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true)
   assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), false)
 })
+
+test('commands: many at once in one sandbox', async () => {
+  const sbx = await newSandbox()
+  const n = 20
+  const results = await Promise.all(Array.from({ length: n }, (_, i) => sbx.commands.run(`echo ${i}; sleep 0.2`)))
+  assert.deepEqual(results.map((r) => r.stdout), Array.from({ length: n }, (_, i) => `${i}\n`))
+  assert.equal((await sbx.commands.list()).length, 0, 'finished commands leave the list')
+})
