@@ -105,6 +105,8 @@ test('commands: streamed output, envs, cwd, exit codes', async () => {
   assert.equal(err.stdout, 'partial\n')
   assert.equal(err.stderr, 'bad\n')
 
+  assert.equal((await sbx.commands.run('id -u', { user: 'root' })).stdout, '0\n')
+
   const missing = await sbx.commands.run('no-such-command-here').catch((e) => e)
   assert.ok(missing instanceof CommandExitError)
   assert.equal(missing.exitCode, 127)
