@@ -85,6 +85,10 @@ type Spec struct {
 	IdleTimeout time.Duration
 	// MachineID is the sandbox's /etc/machine-id (32 hex digits).
 	MachineID string
+	// NetNS is the path of a network namespace whose interfaces (and their
+	// addresses and routes) the sandbox takes as its own; the policy is
+	// enforced outside it. Empty: no network but the sandbox's loopback.
+	NetNS string `json:",omitempty"`
 }
 
 // Rootfs is layered, read-only image content.

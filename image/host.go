@@ -32,7 +32,7 @@ var hostFiles = map[string]string{
 	"etc/hosts":       "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n",
 	"etc/resolv.conf": "# Sandboxes have no network.\n",
 	"etc/nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\n" +
-		"hosts: files\nnetworks: files\nprotocols: files\nservices: files\n",
+		"hosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n",
 }
 
 // hostDirs are the empty directories of the builtin image, with modes.

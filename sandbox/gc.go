@@ -85,5 +85,25 @@ func (m *Manager) GC(ctx context.Context) ([]string, error) {
 			os.Remove(m.lockPath(id))
 		}
 	}
+	if m.net != nil {
+		// Networks of records removed above went with them. Any other
+		// network without a record is a crash's leftover, unless a create
+		// that began after the list above holds its lock.
+		rs, err := listRecords(ctx, m.st, "", true)
+		if err != nil {
+			return removed, errors.Join(append(errs, err)...)
+		}
+		alive := map[string]bool{}
+		for _, r := range rs {
+			alive[r.ID] = true
+		}
+		creating := func(id string) bool {
+			_, err := os.Stat(m.lockPath(id))
+			return err == nil && m.locked(id)
+		}
+		nets, err := m.net.GC(ctx, func(id string) bool { return alive[id] || creating(id) })
+		removed = append(removed, nets...)
+		errs = append(errs, err)
+	}
 	return removed, errors.Join(errs...)
 }

@@ -32,16 +32,20 @@ type testManager struct {
 	snaps  *snapshot.Store
 }
 
-func newManager(t testing.TB) *testManager {
-	return openManager(t, t.TempDir())
+func newManager(t testing.TB, opts ...func(*Options)) *testManager {
+	return openManager(t, t.TempDir(), opts...)
 }
 
 // openManager opens a Manager, with its own store handles, over dir. Tests
 // open several over one dir to show state lives on disk, not in memory.
-func openManager(t testing.TB, dir string) *testManager {
+func openManager(t testing.TB, dir string, opts ...func(*Options)) *testManager {
 	t.Helper()
 	d := testdeps.Open(t, dir)
-	m, err := New(context.Background(), Options{DataDir: dir, Store: d.Store, Images: d.Images, Backend: d.Backend, AgentBinary: d.AgentBinary, Snapshots: d.Snapshots})
+	o := Options{DataDir: dir, Store: d.Store, Images: d.Images, Backend: d.Backend, AgentBinary: d.AgentBinary, Snapshots: d.Snapshots}
+	for _, f := range opts {
+		f(&o)
+	}
+	m, err := New(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +73,7 @@ func (m *testManager) run(t *testing.T, cfg Config) *Sandbox {
 }
 
 // sh runs a shell command in sb and returns stdout, stderr and the exit.
-func (m *testManager) sh(t *testing.T, sb *Sandbox, script string) (string, string, agent.Exit) {
+func (m *testManager) sh(t testing.TB, sb *Sandbox, script string) (string, string, agent.Exit) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -17,6 +17,7 @@ import (
 	"smolvm.dev/smolvm/backend"
 	"smolvm.dev/smolvm/image"
 	"smolvm.dev/smolvm/internal/units"
+	"smolvm.dev/smolvm/network"
 	"smolvm.dev/smolvm/snapshot"
 	"smolvm.dev/smolvm/store"
 )
@@ -33,6 +34,7 @@ type Manager struct {
 	agentBinary string
 	events      hub
 	refill      func(pool string)
+	net         *network.Host
 }
 
 // Options configure a Manager.
@@ -50,6 +52,8 @@ type Options struct {
 	// arrange for FillPool to run, in the background or in another
 	// process. Nil leaves refilling to the caller.
 	Refill func(pool string)
+	// Network sets up sandbox networks; nil allows only --net none.
+	Network *network.Host
 }
 
 // New returns a Manager.
@@ -62,7 +66,12 @@ func New(ctx context.Context, o Options) (*Manager, error) {
 			return nil, err
 		}
 	}
-	return &Manager{dataDir: o.DataDir, st: o.Store, images: o.Images, be: o.Backend, snaps: o.Snapshots, agentBinary: o.AgentBinary, refill: o.Refill}, nil
+	if o.Network != nil {
+		if err := o.Network.Prepare(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return &Manager{dataDir: o.DataDir, st: o.Store, images: o.Images, be: o.Backend, snaps: o.Snapshots, agentBinary: o.AgentBinary, refill: o.Refill, net: o.Network}, nil
 }
 
 // CreateOptions describe a new sandbox.
@@ -134,9 +143,12 @@ func (m *Manager) create(ctx context.Context, o CreateOptions, pool string) (*Sa
 		// Clean up with a fresh context: ctx may be why we failed.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		m.be.Delete(cctx, &r.spec)
+		m.release(cctx, r)
 		deleteRecord(cctx, m.st.DB(), id)
 		return nil, fmt.Errorf("create %s: %w", name, err)
+	}
+	if err := m.setupNetwork(ctx, r); err != nil {
+		return fail(err)
 	}
 	if o.Start {
 		err = m.start(ctx, r, m.be.Run)
@@ -161,6 +173,9 @@ func (m *Manager) create(ctx context.Context, o CreateOptions, pool string) (*Sa
 func (m *Manager) checkConfig(cfg *Config) error {
 	if err := cfg.validate(); err != nil {
 		return err
+	}
+	if cfg.Network != nil && m.net == nil {
+		return fmt.Errorf("%w: --net %s: this smolvm has no network host configured", ErrInvalid, cfg.Network.Mode)
 	}
 	if cfg.Policy != "" {
 		abs, err := validPolicy(cfg.Policy)
@@ -197,6 +212,10 @@ func (m *Manager) specFor(r *record, img *image.Image) backend.Spec {
 		AgentBinary: m.agentBinary,
 		IdleTimeout: cfg.IdleTimeout,
 		MachineID:   newMachineID(),
+	}
+	if cfg.Network != nil {
+		s.NetNS = m.net.NetNSPath(r.ID)
+		s.Rootfs.Mounts = append(s.Rootfs.Mounts, backend.Mount{Source: m.net.ResolvConf(r.ID), Destination: "/etc/resolv.conf"})
 	}
 	args := cfg.Cmd
 	if len(args) == 0 {
@@ -282,6 +301,11 @@ func (m *Manager) Start(ctx context.Context, ref string) (*Sandbox, error) {
 		// the record, name and image.
 		if err := m.be.Delete(ctx, &r.spec); err != nil {
 			return nil, fmt.Errorf("start %s: %w", r.Name, err)
+		}
+		if r.Config.Network != nil {
+			if err := m.net.Ensure(ctx, r.ID, r.Config.Network); err != nil {
+				return nil, fmt.Errorf("start %s: %w", r.Name, err)
+			}
 		}
 		if err := m.be.Create(ctx, &r.spec); err != nil {
 			return nil, fmt.Errorf("start %s: %w", r.Name, err)
@@ -412,7 +436,7 @@ func (m *Manager) Remove(ctx context.Context, ref string, force bool) error {
 
 // removeRecord deletes a sandbox that existed, leaving a tombstone.
 func (m *Manager) removeRecord(ctx context.Context, r *record) error {
-	if err := m.be.Delete(ctx, &r.spec); err != nil {
+	if err := m.release(ctx, r); err != nil {
 		return fmt.Errorf("remove %s: %w", r.Name, err)
 	}
 	err := m.st.Tx(ctx, func(tx *sql.Tx) error {
@@ -432,7 +456,7 @@ func (m *Manager) removeRecord(ctx context.Context, r *record) error {
 // removeOrphan deletes what a crashed create left; it never existed for
 // users, so it leaves no tombstone.
 func (m *Manager) removeOrphan(ctx context.Context, r *record) error {
-	if err := m.be.Delete(ctx, &r.spec); err != nil {
+	if err := m.release(ctx, r); err != nil {
 		return fmt.Errorf("remove %s: %w", r.Name, err)
 	}
 	if err := deleteRecord(ctx, m.st.DB(), r.ID); err != nil {
@@ -440,6 +464,15 @@ func (m *Manager) removeOrphan(ctx context.Context, r *record) error {
 	}
 	os.Remove(m.lockPath(r.ID))
 	return nil
+}
+
+// release deletes what the backend and the network made for r.
+func (m *Manager) release(ctx context.Context, r *record) error {
+	err := m.be.Delete(ctx, &r.spec)
+	if r.Config.Network != nil {
+		err = errors.Join(err, m.net.Teardown(ctx, r.ID))
+	}
+	return err
 }
 
 // Get returns a sandbox's record, reconciled with what is really running.

@@ -264,6 +264,10 @@ func (m *Manager) claim(ctx context.Context, o CreateOptions) (*Sandbox, error) 
 		return nil, fmt.Errorf("create: %w: pool %s holds image %s, not %s", ErrInvalid, p.Name, p.Image, o.Image)
 	case len(o.Config.Cmd) > 0:
 		return nil, fmt.Errorf("create: %w: a pooled sandbox runs no main command; run commands with exec", ErrInvalid)
+	case o.Config.Network.Enabled():
+		// Pool members boot before anyone asks, with --net none; a network
+		// is set up at create, so it cannot be given to one afterwards.
+		return nil, fmt.Errorf("create: %w: pooled sandboxes have no network; drop --pool to use --net", ErrInvalid)
 	case !limitsFit(o.Config.Limits, p.Limits):
 		return nil, fmt.Errorf("create: %w: pool %s has limits %+v; leave limits unset or equal", ErrInvalid, p.Name, p.Limits)
 	}

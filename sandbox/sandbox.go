@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/backend"
+	"smolvm.dev/smolvm/network"
 )
 
 // State is a sandbox's lifecycle state as users see it.
@@ -78,6 +79,8 @@ type Config struct {
 	// Policy is a repository root whose .smolvm/policy.toml governs every
 	// command run in the sandbox, checked before it starts.
 	Policy string `json:"policy,omitempty"`
+	// Network is what the sandbox may reach; nil is mode none.
+	Network *network.Policy `json:"network,omitempty"`
 }
 
 // What the end of a TTL does (Config.OnExpiry).
@@ -156,6 +159,14 @@ func (c *Config) validate() error {
 	}
 	if c.IdleTimeout < 0 {
 		return fmt.Errorf("%w: --idle-timeout %s: must not be negative", ErrInvalid, c.IdleTimeout)
+	}
+	if c.Network != nil {
+		if err := c.Network.Validate(); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		if !c.Network.Enabled() {
+			c.Network = nil
+		}
 	}
 	return nil
 }

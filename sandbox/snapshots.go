@@ -194,6 +194,9 @@ func (m *Manager) materialize(ctx context.Context, r *record, sn backend.Snapsho
 	if err != nil {
 		return fail(err)
 	}
+	if err := m.setupNetwork(ctx, r); err != nil {
+		return fail(err)
+	}
 	if err := m.start(ctx, r, func(ctx context.Context, s *backend.Spec) error { return sn.Restore(ctx, s, dir) }); err != nil {
 		return fail(err)
 	}
@@ -209,7 +212,7 @@ func (m *Manager) materialize(ctx context.Context, r *record, sn backend.Snapsho
 func (m *Manager) discard(ctx context.Context, r *record) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	m.be.Delete(cctx, &r.spec)
+	m.release(cctx, r)
 	deleteRecord(cctx, m.st.DB(), r.ID)
 	os.Remove(m.lockPath(r.ID))
 }

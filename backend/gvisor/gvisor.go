@@ -59,10 +59,16 @@ func (b *Backend) Name() string { return "gvisor" }
 // every call for that sandbox: runsc reads some of them at each command.
 func (b *Backend) runscArgs(s *backend.Spec) []string {
 	l := layout{s.Dir}
+	// With a namespace, gVisor's netstack drives its veth; the host
+	// polices what crosses it. Without one, not even that exists.
+	network := "none"
+	if s.NetNS != "" {
+		network = "sandbox"
+	}
 	args := []string{
 		"--root", l.runscRoot(),
 		"--platform", b.cfg.Platform,
-		"--network", "none",
+		"--network", network,
 		// The agent listens on a host Unix socket: one connect per exec
 		// instead of a runsc process per exec.
 		"--host-uds", "create",

@@ -88,7 +88,7 @@ func ociSpec(s *backend.Spec, root string) *specs.Spec {
 		Mounts:   mounts,
 		Linux: &specs.Linux{
 			Namespaces: []specs.LinuxNamespace{
-				{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace}, {Type: specs.IPCNamespace},
+				{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace, Path: s.NetNS}, {Type: specs.IPCNamespace},
 				{Type: specs.UTSNamespace}, {Type: specs.MountNamespace},
 			},
 			Resources:   res,

@@ -12,6 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
+
+	"smolvm.dev/smolvm/network"
 )
 
 // check is one line of doctor's report.
@@ -88,6 +90,11 @@ func (a *app) doctorChecks() []check {
 		add("kvm", "ok", "/dev/kvm present: the microVM backend can run here")
 	} else {
 		add("kvm", "warn", "no /dev/kvm: gVisor (systrap) only; the microVM backend needs KVM")
+	}
+	if err := network.Check(a.dataDir); err != nil {
+		add("network", "warn", fmt.Sprintf("--net egress/full unavailable: %v (needs root, network namespaces, veth and nf_tables)", err))
+	} else {
+		add("network", "ok", "namespaces, veth and nftables: --net egress and --net full work")
 	}
 	if _, err := exec.LookPath("git"); err == nil {
 		add("git", "ok", "for smolvm memory")

@@ -14,6 +14,7 @@ import (
 	"smolvm.dev/smolvm/backend/gvisor"
 	"smolvm.dev/smolvm/client"
 	"smolvm.dev/smolvm/image"
+	"smolvm.dev/smolvm/network"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/snapshot"
 	"smolvm.dev/smolvm/store"
@@ -148,8 +149,15 @@ func (a *app) openWith(ctx context.Context, st *store.Store) (*env, error) {
 		return nil, err
 	}
 	o := sandbox.Options{DataDir: a.dataDir, Store: st, Images: images, Backend: be, AgentBinary: bin, Snapshots: snaps}
+	// The host namespace and upstream DNS are overridable for tests,
+	// which must never send traffic off the machine.
+	o.Network = &network.Host{
+		NetNS: os.Getenv("SMOLVM_NET_NETNS"), Resolver: os.Getenv("SMOLVM_NET_RESOLVER"),
+		Dir: filepath.Join(a.dataDir, "net"), Store: st,
+	}
 	if a.self != "" {
 		o.Refill = func(pool string) { a.spawnFill(runsc, pool) }
+		o.Network.Helper = []string{a.self, "--data-dir", a.dataDir, "net-helper"}
 	}
 	mgr, err := sandbox.New(ctx, o)
 	if err != nil {

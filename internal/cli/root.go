@@ -119,6 +119,7 @@ func (a *app) rootCmd() *cobra.Command {
 		a.checkpointCmd(), a.restoreCmd(), a.forkCmd(), a.pauseCmd(), a.resumeCmd(), a.snapshotCmd(), a.poolCmd(),
 		a.applyCmd(), a.gitCmd(),
 		a.mcpCmd(),
+		a.netCmd(), a.netHelperCmd(),
 	)
 	return root
 }

@@ -21,6 +21,7 @@ import (
 	"smolvm.dev/smolvm/agent"
 	"smolvm.dev/smolvm/backend"
 	"smolvm.dev/smolvm/internal/units"
+	"smolvm.dev/smolvm/network"
 	"smolvm.dev/smolvm/policy"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -75,6 +76,8 @@ type createFlags struct {
 	policy, pool, onExpiry               string
 	env                                  []string
 	timeout, idle                        time.Duration
+	net                                  netFlags
+	publish                              []string
 }
 
 func (f *createFlags) register(fs *pflag.FlagSet) {
@@ -90,6 +93,8 @@ func (f *createFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.onExpiry, "on-expiry", sandbox.ExpiryStop, "what the end of --timeout does: stop, or pause (pause needs smolvm serve running)")
 	fs.DurationVar(&f.idle, "idle-timeout", 0, "stop the sandbox once no exec or cp has run for this long (0: none)")
 	fs.StringVar(&f.policy, "policy", "", "repository whose .smolvm/policy.toml every command in the sandbox must pass")
+	f.net.register(fs)
+	fs.StringArrayVarP(&f.publish, "publish", "p", nil, "publish a TCP port: [HOSTIP:][HOSTPORT:]PORT (default host address 127.0.0.1; no HOSTPORT: a free one)")
 }
 
 func (f *createFlags) options(fs *pflag.FlagSet, cmd []string, start bool) (sandbox.CreateOptions, error) {
@@ -106,6 +111,20 @@ func (f *createFlags) options(fs *pflag.FlagSet, cmd []string, start bool) (sand
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 			return o, fmt.Errorf("--env %q: want KEY=VALUE", kv)
 		}
+	}
+	pol := f.net.policy()
+	for _, p := range f.publish {
+		pt, err := network.ParsePort(p)
+		if err != nil {
+			return o, err
+		}
+		pol.Ports = append(pol.Ports, pt)
+	}
+	if err := pol.Validate(); err != nil {
+		return o, err
+	}
+	if pol.Enabled() {
+		o.Config.Network = &pol
 	}
 	return o, nil
 }
@@ -381,7 +400,8 @@ func (a *app) inspectCmd() *cobra.Command {
 			defer done()
 			type view struct {
 				*sandbox.Sandbox
-				Stats *backend.Stats `json:"stats,omitempty"`
+				Stats   *backend.Stats `json:"stats,omitempty"`
+				Network *network.State `json:"network_state,omitempty"`
 			}
 			var out []view
 			for _, n := range args {
@@ -392,6 +412,14 @@ func (a *app) inspectCmd() *cobra.Command {
 				v := view{Sandbox: sb}
 				if sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused {
 					v.Stats, _ = ops.Stats(cmd.Context(), sb.ID)
+				}
+				// Only the manager knows network state; a server does not
+				// serve it yet. An orphan's network may be half made: show
+				// the record anyway.
+				if ns, ok := ops.(interface {
+					NetStatus(context.Context, string) (*network.State, error)
+				}); ok && sb.Config.Network != nil {
+					v.Network, _ = ns.NetStatus(cmd.Context(), sb.ID)
 				}
 				out = append(out, v)
 			}
