@@ -7,11 +7,13 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"time"
 
 	"smolvm.dev/smolvm/image"
+	"smolvm.dev/smolvm/network"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -143,11 +145,49 @@ func live(sb *sandbox.Sandbox) bool {
 }
 
 type createRequest struct {
-	TemplateID string            `json:"templateID"`
-	Timeout    *int64            `json:"timeout"` // seconds
-	Metadata   map[string]string `json:"metadata"`
-	EnvVars    map[string]string `json:"envVars"`
-	AutoPause  *bool             `json:"autoPause"`
+	TemplateID          string            `json:"templateID"`
+	Timeout             *int64            `json:"timeout"` // seconds
+	Metadata            map[string]string `json:"metadata"`
+	EnvVars             map[string]string `json:"envVars"`
+	AutoPause           *bool             `json:"autoPause"`
+	AllowInternetAccess *bool             `json:"allow_internet_access"`
+	Network             *networkRequest   `json:"network"`
+}
+
+// networkRequest is the part of E2B's network settings smolvm can honour:
+// an allow-list of destinations.
+type networkRequest struct {
+	AllowOut []string `json:"allowOut"`
+	DenyOut  []string `json:"denyOut"`
+}
+
+// networkPolicy maps E2B's network settings to smolvm's policy. Unlike
+// E2B, smolvm gives a sandbox no network unless asked: E2B's default
+// (internet access) would need allow_internet_access or allowOut here.
+func (req *createRequest) networkPolicy() (*network.Policy, error) {
+	n := req.Network
+	switch {
+	case n != nil && len(n.DenyOut) > 0:
+		return nil, errors.New("network.denyOut: not supported; smolvm allows listed destinations (network.allowOut) and denies the rest")
+	case n != nil && len(n.AllowOut) > 0:
+		if req.AllowInternetAccess != nil && *req.AllowInternetAccess {
+			return nil, errors.New("network.allowOut: conflicts with allow_internet_access: true")
+		}
+		p := &network.Policy{Mode: network.ModeEgress}
+		for _, d := range n.AllowOut {
+			if _, err := netip.ParsePrefix(d); err == nil {
+				p.CIDRs = append(p.CIDRs, d)
+			} else if a, err := netip.ParseAddr(d); err == nil {
+				p.CIDRs = append(p.CIDRs, netip.PrefixFrom(a, a.BitLen()).String())
+			} else {
+				p.Hosts = append(p.Hosts, d)
+			}
+		}
+		return p, nil
+	case req.AllowInternetAccess != nil && *req.AllowInternetAccess:
+		return &network.Policy{Mode: network.ModeFull}, nil
+	}
+	return nil, nil
 }
 
 // Create returns only once the sandbox's agent answers: the SDK does not
@@ -170,7 +210,12 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusBadRequest, "autoPause: not supported; smolvm stops a sandbox when its timeout ends")
 		return
 	}
-	opts := sandbox.CreateOptions{Start: true, Config: sandbox.Config{TTL: h.ttl}}
+	netPolicy, err := req.networkPolicy()
+	if err != nil {
+		writeAPIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	opts := sandbox.CreateOptions{Start: true, Config: sandbox.Config{TTL: h.ttl, Network: netPolicy}}
 	// A warm pool of that name wins: it holds started sandboxes of an
 	// image (by default it is named after it), so create skips the boot.
 	if _, err := h.m.Pool(r.Context(), req.TemplateID); err == nil {

@@ -83,6 +83,9 @@ func TestBadInput(t *testing.T) {
 			{`{"templateID": "no-such-image"}`, "templateID"},
 			{`{"templateID": "base", "envVars": {"A=B": "c"}}`, "envVars"},
 			{`{"templateID":`, "malformed"},
+			{`{"templateID": "base", "allow_internet_access": "yes"}`, "allow_internet_access"},
+			{`{"templateID": "base", "network": {"denyOut": ["0.0.0.0/0"]}}`, "network.denyOut"},
+			{`{"templateID": "base", "network": {"allowOut": ["a.com"]}, "allow_internet_access": true}`, "network.allowOut"},
 		} {
 			status, body := s.call(t, "POST", "/v2/sandboxes", apiKey, c.body)
 			wantError(t, c.body, status, body, http.StatusBadRequest, c.field)

@@ -309,3 +309,14 @@ test('commands: many at once in one sandbox', async () => {
   assert.deepEqual(results.map((r) => r.stdout), Array.from({ length: n }, (_, i) => `${i}\n`))
   assert.equal((await sbx.commands.list()).length, 0, 'finished commands leave the list')
 })
+
+test('network: none by default, a network of its own when asked', async () => {
+  const ifaces = async (sbx) => (await sbx.commands.run("awk 'NR>2 {print $1}' /proc/net/dev")).stdout.split('\n').filter(Boolean).sort()
+  const closed = await newSandbox()
+  assert.deepEqual(await ifaces(closed), ['lo:'])
+  const open = await newSandbox({ allowInternetAccess: true })
+  assert.ok((await ifaces(open)).length > 1, `interfaces: ${await ifaces(open)}`)
+  const listed = await newSandbox({ network: { allowOut: ['example.com', '192.0.2.1'] } })
+  assert.ok((await ifaces(listed)).length > 1)
+  await assert.rejects(Sandbox.create(template, { network: { denyOut: ['0.0.0.0/0'] } }), /denyOut/)
+})
