@@ -32,15 +32,21 @@ func benchServer(b *testing.B) (*testmgr.Env, *client.Client) {
 	return env, c
 }
 
-// BenchmarkExecRoundTrip: `true` through the API, and directly through
-// the Manager in the same iteration, as the baseline.
-func BenchmarkExecRoundTrip(b *testing.B) {
+// benchSandbox is benchServer with a running sandbox.
+func benchSandbox(b *testing.B) (*testmgr.Env, *client.Client, *sandbox.Sandbox) {
 	env, c := benchServer(b)
-	ctx := context.Background()
-	sb, err := env.Manager.Create(ctx, sandbox.CreateOptions{Start: true})
+	sb, err := env.Manager.Create(context.Background(), sandbox.CreateOptions{Start: true})
 	if err != nil {
 		b.Fatal(err)
 	}
+	return env, c, sb
+}
+
+// BenchmarkExecRoundTrip: `true` through the API, and directly through
+// the Manager in the same iteration, as the baseline.
+func BenchmarkExecRoundTrip(b *testing.B) {
+	env, c, sb := benchSandbox(b)
+	ctx := context.Background()
 	var viaAPI, direct []time.Duration
 	for b.Loop() {
 		a, d, err := bench.ExecPair(ctx, c, env.Manager, sb.ID)
@@ -57,12 +63,8 @@ func BenchmarkExecRoundTrip(b *testing.B) {
 // once through the API, then 100 directly; one iteration is one round of
 // each.
 func BenchmarkConcurrentExec100(b *testing.B) {
-	env, c := benchServer(b)
+	env, c, sb := benchSandbox(b)
 	ctx := context.Background()
-	sb, err := env.Manager.Create(ctx, sandbox.CreateOptions{Start: true})
-	if err != nil {
-		b.Fatal(err)
-	}
 	var viaAPI, direct []time.Duration
 	var apiWall, directWall time.Duration
 	for b.Loop() {

@@ -1,5 +1,6 @@
 // Package testmgr gives tests outside package sandbox a real Manager: a
-// fresh data dir, real SQLite, real runsc.
+// fresh data dir, real SQLite, real runsc. (Package sandbox's own tests
+// cannot import it, which would be a cycle: they have newManager.)
 package testmgr
 
 import (
