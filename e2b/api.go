@@ -38,6 +38,7 @@ func (h *Handler) apiRoutes() *http.ServeMux {
 	mux.HandleFunc("POST /v2/sandboxes/{id}/connect", h.connect)
 	mux.HandleFunc("POST /sandboxes/{id}/resume", h.connect)
 	mux.HandleFunc("POST /sandboxes/{id}/pause", h.pause)
+	mux.HandleFunc("PUT /sandboxes/{id}/network", h.updateNetwork)
 	mux.HandleFunc("POST /sandboxes/{id}/fork", h.fork)
 	mux.HandleFunc("GET /sandboxes/{id}/metrics", h.metrics)
 	mux.HandleFunc("POST /sandboxes/{id}/snapshots", h.createSnapshot)
@@ -108,6 +109,9 @@ type detailJSON struct {
 	Metadata    map[string]string `json:"metadata"`
 	State       string            `json:"state"`
 	EnvdVersion string            `json:"envdVersion"`
+	// AllowInternetAccess and Network say what the sandbox may reach.
+	AllowInternetAccess bool         `json:"allowInternetAccess"`
+	Network             *networkJSON `json:"network,omitempty"`
 }
 
 func newSandboxJSON(sb *sandbox.Sandbox, token string) sandboxJSON {
@@ -135,6 +139,12 @@ func newDetailJSON(sb *sandbox.Sandbox, md map[string]string) detailJSON {
 	if d.Metadata == nil {
 		d.Metadata = map[string]string{}
 	}
+	if p := sb.Config.Network; p != nil {
+		d.AllowInternetAccess = p.Mode == network.ModeFull
+		if p.Mode == network.ModeEgress {
+			d.Network = &networkJSON{AllowOut: append(append([]string{}, p.Hosts...), p.CIDRs...)}
+		}
+	}
 	return d
 }
 
@@ -155,22 +165,23 @@ type createRequest struct {
 }
 
 // networkRequest is the part of E2B's network settings smolvm can honour:
-// an allow-list of destinations.
+// an allow-list of destinations, or all of them. allow_internet_access is
+// here only in an update; a create has it beside.
 type networkRequest struct {
-	AllowOut []string `json:"allowOut"`
-	DenyOut  []string `json:"denyOut"`
+	AllowOut            []string `json:"allowOut"`
+	DenyOut             []string `json:"denyOut"`
+	AllowInternetAccess *bool    `json:"allow_internet_access"`
 }
 
-// networkPolicy maps E2B's network settings to smolvm's policy. Unlike
-// E2B, smolvm gives a sandbox no network unless asked: E2B's default
-// (internet access) would need allow_internet_access or allowOut here.
-func (req *createRequest) networkPolicy() (*network.Policy, error) {
-	n := req.Network
+// policy maps E2B's network settings to smolvm's policy; nil when they ask
+// for nothing. internet is allow_internet_access; off is how "false" maps
+// (no network at create; an empty allow-list on a sandbox that has one).
+func (n *networkRequest) policy(internet *bool, off *network.Policy) (*network.Policy, error) {
 	switch {
-	case n != nil && len(n.DenyOut) > 0:
+	case len(n.DenyOut) > 0:
 		return nil, errors.New("network.denyOut: not supported; smolvm allows listed destinations (network.allowOut) and denies the rest")
-	case n != nil && len(n.AllowOut) > 0:
-		if req.AllowInternetAccess != nil && *req.AllowInternetAccess {
+	case len(n.AllowOut) > 0:
+		if internet != nil && *internet {
 			return nil, errors.New("network.allowOut: conflicts with allow_internet_access: true")
 		}
 		p := &network.Policy{Mode: network.ModeEgress}
@@ -184,10 +195,17 @@ func (req *createRequest) networkPolicy() (*network.Policy, error) {
 			}
 		}
 		return p, nil
-	case req.AllowInternetAccess != nil && *req.AllowInternetAccess:
+	case internet != nil && *internet:
 		return &network.Policy{Mode: network.ModeFull}, nil
+	case internet != nil:
+		return off, nil
 	}
 	return nil, nil
+}
+
+// networkJSON reports a sandbox's policy the way E2B's SandboxDetail does.
+type networkJSON struct {
+	AllowOut []string `json:"allowOut"`
 }
 
 // Create returns only once the sandbox's agent answers: the SDK does not
@@ -210,7 +228,13 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusBadRequest, "autoPause: not supported; smolvm stops a sandbox when its timeout ends")
 		return
 	}
-	netPolicy, err := req.networkPolicy()
+	var netReq networkRequest
+	if req.Network != nil {
+		netReq = *req.Network
+	}
+	// E2B sandboxes reach the internet unless told not to; smolvm's have
+	// no network unless asked.
+	netPolicy, err := netReq.policy(req.AllowInternetAccess, nil)
 	if err != nil {
 		writeAPIError(w, http.StatusBadRequest, err.Error())
 		return
@@ -544,4 +568,31 @@ func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) {
 		m.CPUUsedPct = 100 * float64(st.CPUNanos) / float64(now.Sub(*sb.StartedAt).Nanoseconds()) / float64(m.CPUCount)
 	}
 	writeJSON(w, http.StatusOK, []metricJSON{m})
+}
+
+// updateNetwork answers Sandbox.updateNetwork: a sandbox created with a
+// network gets a new allow-list (false: an empty one); one created without
+// cannot get one later (409).
+func (h *Handler) updateNetwork(w http.ResponseWriter, r *http.Request) {
+	var req networkRequest
+	if err := decodeBody(r, &req); err != nil {
+		writeAPIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	p, err := req.policy(req.AllowInternetAccess, &network.Policy{Mode: network.ModeEgress})
+	if err != nil {
+		writeAPIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	sb, ok := h.lookup(w, r, r.PathValue("id"))
+	if !ok {
+		return
+	}
+	if p != nil {
+		if _, err := h.m.NetUpdate(r.Context(), sb.ID, *p); err != nil {
+			writeAPIError(w, statusOf(err), err.Error())
+			return
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
