@@ -155,13 +155,17 @@ func live(sb *sandbox.Sandbox) bool {
 }
 
 type createRequest struct {
-	TemplateID          string            `json:"templateID"`
-	Timeout             *int64            `json:"timeout"` // seconds
-	Metadata            map[string]string `json:"metadata"`
-	EnvVars             map[string]string `json:"envVars"`
-	AutoPause           *bool             `json:"autoPause"`
-	AllowInternetAccess *bool             `json:"allow_internet_access"`
-	Network             *networkRequest   `json:"network"`
+	TemplateID      string            `json:"templateID"`
+	Timeout         *int64            `json:"timeout"` // seconds
+	Metadata        map[string]string `json:"metadata"`
+	EnvVars         map[string]string `json:"envVars"`
+	AutoPause       *bool             `json:"autoPause"`
+	AutoPauseMemory *bool             `json:"autoPauseMemory"`
+	AutoResume      *struct {
+		Enabled bool `json:"enabled"`
+	} `json:"autoResume"`
+	AllowInternetAccess *bool           `json:"allow_internet_access"`
+	Network             *networkRequest `json:"network"`
 }
 
 // networkRequest is the part of E2B's network settings smolvm can honour:
@@ -224,8 +228,12 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusBadRequest, "timeout: must not be negative")
 		return
 	}
-	if req.AutoPause != nil && *req.AutoPause {
-		writeAPIError(w, http.StatusBadRequest, "autoPause: not supported; smolvm stops a sandbox when its timeout ends")
+	if req.AutoPauseMemory != nil && !*req.AutoPauseMemory {
+		writeAPIError(w, http.StatusBadRequest, "autoPauseMemory: false is not supported; a paused smolvm sandbox keeps its memory")
+		return
+	}
+	if req.AutoResume != nil && req.AutoResume.Enabled {
+		writeAPIError(w, http.StatusBadRequest, "autoResume: not supported; resume a paused sandbox with Sandbox.connect")
 		return
 	}
 	var netReq networkRequest
@@ -240,6 +248,10 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	opts := sandbox.CreateOptions{Start: true, Config: sandbox.Config{TTL: h.ttl, Network: netPolicy}}
+	if req.AutoPause != nil && *req.AutoPause {
+		// lifecycle.onTimeout: 'pause'; smolvm serve's reaper pauses it.
+		opts.Config.OnExpiry = sandbox.ExpiryPause
+	}
 	// A warm pool of that name wins: it holds started sandboxes of an
 	// image (by default it is named after it), so create skips the boot.
 	if _, err := h.m.Pool(r.Context(), req.TemplateID); err == nil {

@@ -84,6 +84,8 @@ func TestBadInput(t *testing.T) {
 			{`{"templateID": "base", "envVars": {"A=B": "c"}}`, "envVars"},
 			{`{"templateID":`, "malformed"},
 			{`{"templateID": "base", "allow_internet_access": "yes"}`, "allow_internet_access"},
+			{`{"templateID": "base", "autoPause": true, "autoResume": {"enabled": true}}`, "autoResume"},
+			{`{"templateID": "base", "autoPause": true, "autoPauseMemory": false}`, "autoPauseMemory"},
 			{`{"templateID": "base", "network": {"denyOut": ["0.0.0.0/0"]}}`, "network.denyOut"},
 			{`{"templateID": "base", "network": {"allowOut": ["a.com"]}, "allow_internet_access": true}`, "network.allowOut"},
 		} {

@@ -325,3 +325,12 @@ test('network: none by default, a network of its own when asked', async () => {
   await assert.rejects(closed.updateNetwork({ allowOut: ['pypi.org'] }), SandboxError, 'no network can be added after create')
   await assert.rejects(Sandbox.create(template, { network: { denyOut: ['0.0.0.0/0'] } }), /denyOut/)
 })
+
+test("lifecycle onTimeout 'pause': the timeout pauses, connect resumes", async () => {
+  const sbx = await newSandbox({ timeoutMs: 5000, lifecycle: { onTimeout: 'pause' } })
+  await sbx.files.write('/tmp/kept', 'yes')
+  await waitFor(async () => (await sbx.getInfo()).state === 'paused', 20_000, 'the timeout to pause the sandbox')
+  const back = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 60_000 })
+  assert.equal((await back.getInfo()).state, 'running')
+  assert.equal(await back.files.read('/tmp/kept'), 'yes')
+})
