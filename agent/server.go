@@ -95,10 +95,6 @@ func Serve(ctx context.Context, cfg Config) (int, error) {
 	if cfg.MachineID != "" {
 		writeMachineID(cfg.MachineID)
 	}
-	if err := s.listen(); err != nil {
-		return 1, err
-	}
-
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT)
 
@@ -111,6 +107,12 @@ func Serve(ctx context.Context, cfg Config) (int, error) {
 			s.writeExit(exit)
 			return exit.Code, nil
 		}
+	}
+	// Listen only once the main command has started: a host waiting for
+	// the agent then sees either the agent or the main command's failure
+	// to start (the exit file), never an agent that answers and dies.
+	if err := s.listen(); err != nil {
+		return 1, err
 	}
 	var expired <-chan time.Time
 	var idleCheck <-chan time.Time

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"smolvm.dev/smolvm/agent"
 	"smolvm.dev/smolvm/image"
 	"smolvm.dev/smolvm/policy"
 	"smolvm.dev/smolvm/sandbox"
@@ -28,6 +29,7 @@ const (
 	CodeBusy         = "busy"         // 429, 503: over the concurrency limit
 	CodeTimeout      = "timeout"      // 504
 	CodeInternal     = "internal"     // 500
+	CodeCannotStart  = "cannot_start" // 422: the main command could not start; Exit says why
 )
 
 // Error is the JSON body of every error response.
@@ -39,6 +41,9 @@ type Error struct {
 	Field string `json:"field,omitempty"`
 	// ExpiredAt is when an expired sandbox expired.
 	ExpiredAt *time.Time `json:"expired_at,omitempty"`
+	// Exit is why a sandbox's main command could not start (127: not
+	// found, 126: not executable).
+	Exit *agent.Exit `json:"exit,omitempty"`
 }
 
 func (e *Error) Error() string { return e.Message }
@@ -51,8 +56,14 @@ func errorFor(err error) *Error {
 		return ae
 	}
 	e := &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: err.Error()}
-	var ee *sandbox.ExpiredError
+	var (
+		ee *sandbox.ExpiredError
+		se *sandbox.StartError
+	)
 	switch {
+	case errors.As(err, &se):
+		exit := se.Exit
+		e.Status, e.Code, e.Exit = http.StatusUnprocessableEntity, CodeCannotStart, &exit
 	case errors.As(err, &ee):
 		at := ee.At
 		e.Status, e.Code, e.ExpiredAt = http.StatusNotFound, CodeExpired, &at

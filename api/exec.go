@@ -54,7 +54,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := newStream(w, r)
-	stdio := agent.Stdio{Stdout: output{st, "stdout"}, Stderr: output{st, "stderr"}}
+	stdio := agent.Stdio{Stdout: output{st, "stdout", false}, Stderr: output{st, "stderr", false}}
 	if req.Stdin != nil {
 		stdio.Stdin = strings.NewReader(*req.Stdin)
 	}
@@ -210,26 +210,14 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := newStream(w, r)
-	logOut := func(stream string) io.Writer {
-		return writerFunc(func(p []byte) (int, error) {
-			data, enc := encodeData(p)
-			if err := st.send(stream, LogEvent{Stream: stream, Data: data, Encoding: enc}); err != nil {
-				return 0, err
-			}
-			return len(p), nil
-		})
-	}
-	err = s.o.Manager.Logs(r.Context(), r.PathValue("id"), sandbox.LogOptions{Follow: follow, Stdout: logOut("stdout"), Stderr: logOut("stderr")})
+	err = s.o.Manager.Logs(r.Context(), r.PathValue("id"), sandbox.LogOptions{Follow: follow,
+		Stdout: output{st, "stdout", true}, Stderr: output{st, "stderr", true}})
 	if err != nil && r.Context().Err() == nil {
 		st.fail(err)
 		return
 	}
 	st.begin() // no output at all is still a stream, just an empty one
 }
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // keepalive is how often an idle event stream sends a comment.
 const keepalive = 15 * time.Second

@@ -83,15 +83,21 @@ func (s *stream) comment() error {
 	return s.rc.Flush()
 }
 
-// output adapts one output stream of an exec to events.
+// output adapts one output stream ("stdout", "stderr") of an exec, or of
+// a log when log is set, to events.
 type output struct {
 	s   *stream
 	typ string
+	log bool
 }
 
 func (o output) Write(p []byte) (int, error) {
 	data, enc := encodeData(p)
-	if err := o.s.send(o.typ, ExecEvent{Type: o.typ, Data: data, Encoding: enc}); err != nil {
+	var ev any = ExecEvent{Type: o.typ, Data: data, Encoding: enc}
+	if o.log {
+		ev = LogEvent{Stream: o.typ, Data: data, Encoding: enc}
+	}
+	if err := o.s.send(o.typ, ev); err != nil {
 		return 0, err
 	}
 	return len(p), nil

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"smolvm.dev/smolvm/agent"
 	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/backend"
 	"smolvm.dev/smolvm/image"
@@ -44,6 +45,18 @@ type Error struct {
 	// a 400 is about; ExpiredAt is when an expired sandbox expired.
 	Code, Message, Field string
 	ExpiredAt            *time.Time
+	// Exit is why a sandbox's main command could not start.
+	Exit *agent.Exit
+}
+
+// As makes errors.As find a *sandbox.StartError in a "cannot_start"
+// error, as a direct caller of the Manager would.
+func (e *Error) As(target any) bool {
+	if se, ok := target.(**sandbox.StartError); ok && e.Exit != nil {
+		*se = &sandbox.StartError{Exit: *e.Exit}
+		return true
+	}
+	return false
 }
 
 func (e *Error) Error() string { return e.Message }
@@ -168,7 +181,7 @@ func readError(resp *http.Response) error {
 }
 
 func fromAPI(status int, e *api.Error) *Error {
-	return &Error{Status: status, Code: e.Code, Message: e.Message, Field: e.Field, ExpiredAt: e.ExpiredAt}
+	return &Error{Status: status, Code: e.Code, Message: e.Message, Field: e.Field, ExpiredAt: e.ExpiredAt, Exit: e.Exit}
 }
 
 // call sends a JSON body (nil for none) and decodes a JSON reply into out

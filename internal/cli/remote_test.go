@@ -52,6 +52,7 @@ func TestCLIRemoteMatchesDirect(t *testing.T) {
 	script := func(name, outDir string) [][]string {
 		return [][]string{
 			{"run", "--rm", "--", "sh", "-c", "echo hi; echo oops >&2; exit 5"},
+			{"run", "--rm", "--", "no-such-command"},
 			{"run", "-d", "--name", name, "--memory", "256m"},
 			{"exec", name, "--", "sh", "-c", "echo out; echo err >&2; exit 7"},
 			{"exec", name, "--", "no-such-command"},
@@ -97,8 +98,8 @@ func TestCLIRemoteMatchesDirect(t *testing.T) {
 		t.Errorf("cp round trip: direct %q, remote %q", directFile, remoteFile)
 	}
 	// The scripts must have exercised what they claim.
-	if direct[0].code != 5 || direct[0].out != "hi\n" || direct[2].code != 7 || direct[3].code != 127 ||
-		direct[4].out != "5\n" || direct[5].code != 137 || direct[9].code != 125 {
+	if direct[0].code != 5 || direct[0].out != "hi\n" || direct[1].code != 127 || direct[3].code != 7 || direct[4].code != 127 ||
+		direct[5].out != "5\n" || direct[6].code != 137 || direct[10].code != 125 {
 		t.Errorf("direct results are not what the script expects: %+v", direct)
 	}
 

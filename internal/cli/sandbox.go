@@ -154,7 +154,7 @@ has none) the sandbox idles, ready for exec.`,
 			defer done()
 			sb, err := ops.Create(ctx, opts)
 			if err != nil {
-				return err
+				return startStatus(err)
 			}
 			if detach {
 				fmt.Fprintln(a.stdout, sb.ID)
@@ -223,7 +223,7 @@ func (a *app) createCmd() *cobra.Command {
 			defer done()
 			sb, err := ops.Create(cmd.Context(), opts)
 			if err != nil {
-				return err
+				return startStatus(err)
 			}
 			fmt.Fprintln(a.stdout, sb.ID)
 			return nil
@@ -500,6 +500,16 @@ func (a *app) execCmd() *cobra.Command {
 	f.StringVarP(&user, "user", "u", "", "user (name, uid or uid:gid)")
 	f.DurationVar(&timeout, "timeout", 0, "kill the command after this long")
 	return cmd
+}
+
+// startStatus gives a main command that could not start its shell status
+// (127 not found, 126 not executable), as an exec's would have.
+func startStatus(err error) error {
+	var se *sandbox.StartError
+	if errors.As(err, &se) {
+		return &exitError{code: se.Exit.Code, err: err}
+	}
+	return err
 }
 
 // execStatus maps an exec's exit onto smolvm's exit status.
