@@ -207,6 +207,8 @@ func pumpIn(cn *conn, s *Stdio) {
 		if err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, os.ErrClosed) {
 				cn.write(frameStdinEOF, nil)
+			} else {
+				cn.write(frameStdinAbort, nil)
 			}
 			return
 		}
@@ -268,17 +270,16 @@ func (c *Client) ReadFile(ctx context.Context, path string, w io.Writer) error {
 func (c *Client) fsJSON(ctx context.Context, req Request, stdin io.Reader, out any) error {
 	var buf bytes.Buffer
 	stdio := &Stdio{Stdout: &buf}
+	// A stdin that fails aborts the op (frameStdinAbort), and the agent
+	// answers once it has undone it; its error is the one to report.
+	var in *errReader
 	if stdin != nil {
-		// A stdin that fails must abort the op: the agent would otherwise
-		// wait for the rest of the upload forever.
-		var cancel context.CancelCauseFunc
-		ctx, cancel = context.WithCancelCause(ctx)
-		defer cancel(nil)
-		stdio.Stdin = &abortReader{r: stdin, abort: cancel}
+		in = &errReader{r: stdin}
+		stdio.Stdin = in
 	}
 	if err := opErr(c.do(ctx, req, stdio)); err != nil {
-		if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() {
-			return cause
+		if in != nil && in.err != nil {
+			return fmt.Errorf("read upload: %w", in.err)
 		}
 		return err
 	}
@@ -288,16 +289,16 @@ func (c *Client) fsJSON(ctx context.Context, req Request, stdin io.Reader, out a
 	return decodeJSON(buf.Bytes(), out)
 }
 
-// abortReader cancels an operation when its reader fails.
-type abortReader struct {
-	r     io.Reader
-	abort context.CancelCauseFunc
+// errReader remembers its reader's failure.
+type errReader struct {
+	r   io.Reader
+	err error
 }
 
-func (a *abortReader) Read(p []byte) (int, error) {
-	n, err := a.r.Read(p)
+func (e *errReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
 	if err != nil && !errors.Is(err, io.EOF) {
-		a.abort(fmt.Errorf("read upload: %w", err))
+		e.err = err
 	}
 	return n, err
 }

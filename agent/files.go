@@ -28,6 +28,9 @@ func (s *Server) put(c *conn, path string) Exit {
 			case frameStdinEOF:
 				pw.Close()
 				return
+			case frameStdinAbort:
+				pw.CloseWithError(errors.New("upload abandoned by the client"))
+				return
 			}
 		}
 	}()

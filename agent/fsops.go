@@ -204,7 +204,8 @@ func writeFile(c *conn, p string) (FileInfo, error) {
 	return lstatInfo(p)
 }
 
-// copyStdin writes stdin frames to w until the client's EOF frame.
+// copyStdin writes stdin frames to w until the client's EOF frame, or
+// fails at its abort frame.
 func copyStdin(c *conn, w io.Writer) error {
 	for {
 		typ, b, err := c.read()
@@ -218,6 +219,8 @@ func copyStdin(c *conn, w io.Writer) error {
 			}
 		case frameStdinEOF:
 			return nil
+		case frameStdinAbort:
+			return errors.New("upload abandoned by the client")
 		}
 	}
 }

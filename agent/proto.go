@@ -24,11 +24,14 @@ const (
 	frameRequest  = 'R' // client → agent, JSON Request; always first
 	frameStdin    = 'I' // client → agent, raw bytes
 	frameStdinEOF = 'i' // client → agent, empty
-	frameResize   = 'W' // client → agent, JSON Size
-	frameSignal   = 'K' // client → agent, JSON int signal number
-	frameStdout   = 'O' // agent → client, raw bytes
-	frameStderr   = 'E' // agent → client, raw bytes
-	frameExit     = 'X' // agent → client, JSON Exit; always last
+	// frameStdinAbort says the client's stdin failed: an upload must be
+	// abandoned, not taken as complete.
+	frameStdinAbort = 'a' // client → agent, empty
+	frameResize     = 'W' // client → agent, JSON Size
+	frameSignal     = 'K' // client → agent, JSON int signal number
+	frameStdout     = 'O' // agent → client, raw bytes
+	frameStderr     = 'E' // agent → client, raw bytes
+	frameExit       = 'X' // agent → client, JSON Exit; always last
 )
 
 // maxFrame bounds a frame so that a confused or hostile peer cannot make

@@ -7,11 +7,13 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"time"
 
 	"smolvm.dev/smolvm/image"
+	"smolvm.dev/smolvm/network"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -36,6 +38,7 @@ func (h *Handler) apiRoutes() *http.ServeMux {
 	mux.HandleFunc("POST /v2/sandboxes/{id}/connect", h.connect)
 	mux.HandleFunc("POST /sandboxes/{id}/resume", h.connect)
 	mux.HandleFunc("POST /sandboxes/{id}/pause", h.pause)
+	mux.HandleFunc("PUT /sandboxes/{id}/network", h.updateNetwork)
 	mux.HandleFunc("POST /sandboxes/{id}/fork", h.fork)
 	mux.HandleFunc("GET /sandboxes/{id}/metrics", h.metrics)
 	mux.HandleFunc("POST /sandboxes/{id}/snapshots", h.createSnapshot)
@@ -106,6 +109,9 @@ type detailJSON struct {
 	Metadata    map[string]string `json:"metadata"`
 	State       string            `json:"state"`
 	EnvdVersion string            `json:"envdVersion"`
+	// AllowInternetAccess and Network say what the sandbox may reach.
+	AllowInternetAccess bool         `json:"allowInternetAccess"`
+	Network             *networkJSON `json:"network,omitempty"`
 }
 
 func newSandboxJSON(sb *sandbox.Sandbox, token string) sandboxJSON {
@@ -133,6 +139,12 @@ func newDetailJSON(sb *sandbox.Sandbox, md map[string]string) detailJSON {
 	if d.Metadata == nil {
 		d.Metadata = map[string]string{}
 	}
+	if p := sb.Config.Network; p != nil {
+		d.AllowInternetAccess = p.Mode == network.ModeFull
+		if p.Mode == network.ModeEgress {
+			d.Network = &networkJSON{AllowOut: append(append([]string{}, p.Hosts...), p.CIDRs...)}
+		}
+	}
 	return d
 }
 
@@ -143,11 +155,61 @@ func live(sb *sandbox.Sandbox) bool {
 }
 
 type createRequest struct {
-	TemplateID string            `json:"templateID"`
-	Timeout    *int64            `json:"timeout"` // seconds
-	Metadata   map[string]string `json:"metadata"`
-	EnvVars    map[string]string `json:"envVars"`
-	AutoPause  *bool             `json:"autoPause"`
+	TemplateID      string            `json:"templateID"`
+	Timeout         *int64            `json:"timeout"` // seconds
+	Metadata        map[string]string `json:"metadata"`
+	EnvVars         map[string]string `json:"envVars"`
+	AutoPause       *bool             `json:"autoPause"`
+	AutoPauseMemory *bool             `json:"autoPauseMemory"`
+	AutoResume      *struct {
+		Enabled bool `json:"enabled"`
+	} `json:"autoResume"`
+	AllowInternetAccess *bool           `json:"allow_internet_access"`
+	Network             *networkRequest `json:"network"`
+}
+
+// networkRequest is the part of E2B's network settings smolvm can honour:
+// an allow-list of destinations, or all of them. allow_internet_access is
+// here only in an update; a create has it beside.
+type networkRequest struct {
+	AllowOut            []string `json:"allowOut"`
+	DenyOut             []string `json:"denyOut"`
+	AllowInternetAccess *bool    `json:"allow_internet_access"`
+}
+
+// policy maps E2B's network settings to smolvm's policy; nil when they ask
+// for nothing. internet is allow_internet_access; off is how "false" maps
+// (no network at create; an empty allow-list on a sandbox that has one).
+func (n *networkRequest) policy(internet *bool, off *network.Policy) (*network.Policy, error) {
+	switch {
+	case len(n.DenyOut) > 0:
+		return nil, errors.New("network.denyOut: not supported; smolvm allows listed destinations (network.allowOut) and denies the rest")
+	case len(n.AllowOut) > 0:
+		if internet != nil && *internet {
+			return nil, errors.New("network.allowOut: conflicts with allow_internet_access: true")
+		}
+		p := &network.Policy{Mode: network.ModeEgress}
+		for _, d := range n.AllowOut {
+			if _, err := netip.ParsePrefix(d); err == nil {
+				p.CIDRs = append(p.CIDRs, d)
+			} else if a, err := netip.ParseAddr(d); err == nil {
+				p.CIDRs = append(p.CIDRs, netip.PrefixFrom(a, a.BitLen()).String())
+			} else {
+				p.Hosts = append(p.Hosts, d)
+			}
+		}
+		return p, nil
+	case internet != nil && *internet:
+		return &network.Policy{Mode: network.ModeFull}, nil
+	case internet != nil:
+		return off, nil
+	}
+	return nil, nil
+}
+
+// networkJSON reports a sandbox's policy the way E2B's SandboxDetail does.
+type networkJSON struct {
+	AllowOut []string `json:"allowOut"`
 }
 
 // Create returns only once the sandbox's agent answers: the SDK does not
@@ -166,11 +228,30 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusBadRequest, "timeout: must not be negative")
 		return
 	}
-	if req.AutoPause != nil && *req.AutoPause {
-		writeAPIError(w, http.StatusBadRequest, "autoPause: not supported; smolvm stops a sandbox when its timeout ends")
+	if req.AutoPauseMemory != nil && !*req.AutoPauseMemory {
+		writeAPIError(w, http.StatusBadRequest, "autoPauseMemory: false is not supported; a paused smolvm sandbox keeps its memory")
 		return
 	}
-	opts := sandbox.CreateOptions{Start: true, Config: sandbox.Config{TTL: h.ttl}}
+	if req.AutoResume != nil && req.AutoResume.Enabled {
+		writeAPIError(w, http.StatusBadRequest, "autoResume: not supported; resume a paused sandbox with Sandbox.connect")
+		return
+	}
+	var netReq networkRequest
+	if req.Network != nil {
+		netReq = *req.Network
+	}
+	// E2B sandboxes reach the internet unless told not to; smolvm's have
+	// no network unless asked.
+	netPolicy, err := netReq.policy(req.AllowInternetAccess, nil)
+	if err != nil {
+		writeAPIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	opts := sandbox.CreateOptions{Start: true, Config: sandbox.Config{TTL: h.ttl, Network: netPolicy}}
+	if req.AutoPause != nil && *req.AutoPause {
+		// lifecycle.onTimeout: 'pause'; smolvm serve's reaper pauses it.
+		opts.Config.OnExpiry = sandbox.ExpiryPause
+	}
 	// A warm pool of that name wins: it holds started sandboxes of an
 	// image (by default it is named after it), so create skips the boot.
 	if _, err := h.m.Pool(r.Context(), req.TemplateID); err == nil {
@@ -499,4 +580,31 @@ func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) {
 		m.CPUUsedPct = 100 * float64(st.CPUNanos) / float64(now.Sub(*sb.StartedAt).Nanoseconds()) / float64(m.CPUCount)
 	}
 	writeJSON(w, http.StatusOK, []metricJSON{m})
+}
+
+// updateNetwork answers Sandbox.updateNetwork: a sandbox created with a
+// network gets a new allow-list (false: an empty one); one created without
+// cannot get one later (409).
+func (h *Handler) updateNetwork(w http.ResponseWriter, r *http.Request) {
+	var req networkRequest
+	if err := decodeBody(r, &req); err != nil {
+		writeAPIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	p, err := req.policy(req.AllowInternetAccess, &network.Policy{Mode: network.ModeEgress})
+	if err != nil {
+		writeAPIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	sb, ok := h.lookup(w, r, r.PathValue("id"))
+	if !ok {
+		return
+	}
+	if p != nil {
+		if _, err := h.m.NetUpdate(r.Context(), sb.ID, *p); err != nil {
+			writeAPIError(w, statusOf(err), err.Error())
+			return
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
 }

@@ -52,7 +52,7 @@ func rpcErrorf(code, format string, args ...any) *rpcError {
 // protocol's table.
 func (e *rpcError) httpStatus() int {
 	switch e.Code {
-	case codeInvalidArgument:
+	case codeInvalidArgument, codeFailedPrecond:
 		return http.StatusBadRequest
 	case codeNotFound:
 		return http.StatusNotFound
@@ -64,8 +64,6 @@ func (e *rpcError) httpStatus() int {
 		return http.StatusServiceUnavailable
 	case codeUnimplemented:
 		return http.StatusNotImplemented
-	case codeFailedPrecond:
-		return http.StatusPreconditionFailed
 	}
 	return http.StatusInternalServerError
 }

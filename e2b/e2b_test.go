@@ -83,6 +83,11 @@ func TestBadInput(t *testing.T) {
 			{`{"templateID": "no-such-image"}`, "templateID"},
 			{`{"templateID": "base", "envVars": {"A=B": "c"}}`, "envVars"},
 			{`{"templateID":`, "malformed"},
+			{`{"templateID": "base", "allow_internet_access": "yes"}`, "allow_internet_access"},
+			{`{"templateID": "base", "autoPause": true, "autoResume": {"enabled": true}}`, "autoResume"},
+			{`{"templateID": "base", "autoPause": true, "autoPauseMemory": false}`, "autoPauseMemory"},
+			{`{"templateID": "base", "network": {"denyOut": ["0.0.0.0/0"]}}`, "network.denyOut"},
+			{`{"templateID": "base", "network": {"allowOut": ["a.com"]}, "allow_internet_access": true}`, "network.allowOut"},
 		} {
 			status, body := s.call(t, "POST", "/v2/sandboxes", apiKey, c.body)
 			wantError(t, c.body, status, body, http.StatusBadRequest, c.field)
@@ -96,6 +101,10 @@ func TestBadInput(t *testing.T) {
 		wantError(t, "timeout", status, body, http.StatusBadRequest, "timeout")
 		status, body = s.call(t, "POST", "/sandboxes/"+id+"/fork", apiKey, `{"count": 0}`)
 		wantError(t, "fork", status, body, http.StatusBadRequest, "count")
+		status, body = s.call(t, "PUT", "/sandboxes/"+id+"/network", apiKey, `{"allowOut": "pypi.org"}`)
+		wantError(t, "network", status, body, http.StatusBadRequest, "allowOut")
+		status, body = s.call(t, "PUT", "/sandboxes/"+id+"/network", apiKey, `{"allowOut": ["pypi.org"]}`)
+		wantError(t, "network of a sandbox made without", status, body, http.StatusConflict, "net none")
 		status, body = s.call(t, "GET", "/v2/sandboxes?state=dead", apiKey, "")
 		wantError(t, "list", status, body, http.StatusBadRequest, "state")
 		status, body = s.call(t, "POST", "/sandboxes/"+id+"/snapshots", apiKey, `{"name": "has space"}`)

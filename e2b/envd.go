@@ -61,7 +61,7 @@ func (h *Handler) withSandbox(fn func(*envdCall)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get(headerSandboxID)
 		if p := r.Header.Get(headerSandboxPort); p != "" && p != envdPort {
-			envdError(w, r, http.StatusBadGateway, fmt.Sprintf("port %s of sandbox %q: smolvm sandboxes have no network; only envd (%s) is served", p, id, envdPort))
+			envdError(w, r, http.StatusBadGateway, fmt.Sprintf("port %s of sandbox %q: only envd (%s) is served here; publish other ports with smolvm run --publish", p, id, envdPort))
 			return
 		}
 		sb, err := h.m.Get(r.Context(), id)

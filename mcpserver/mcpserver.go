@@ -27,7 +27,7 @@ const MaxOutput = 1 << 20
 // New returns an MCP server whose tools drive m. version is smolvm's.
 func New(m *sandbox.Manager, version string) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "smolvm", Version: version}, &mcp.ServerOptions{
-		Instructions: "smolvm sandboxes are isolated machines (gVisor) with no network. Create one, " +
+		Instructions: "smolvm sandboxes are isolated machines (gVisor); those made here have no network. Create one, " +
 			"run commands and move files in it; checkpoint, restore and fork it to branch work. " +
 			"Sandboxes are named by ID or name.",
 	})

@@ -105,6 +105,8 @@ test('commands: streamed output, envs, cwd, exit codes', async () => {
   assert.equal(err.stdout, 'partial\n')
   assert.equal(err.stderr, 'bad\n')
 
+  assert.equal((await sbx.commands.run('id -u', { user: 'root' })).stdout, '0\n')
+
   const missing = await sbx.commands.run('no-such-command-here').catch((e) => e)
   assert.ok(missing instanceof CommandExitError)
   assert.equal(missing.exitCode, 127)
@@ -298,4 +300,37 @@ test('createSnapshot, then Sandbox.create from it', async () => {
   await copy.kill()
   assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true)
   assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), false)
+})
+
+test('commands: many at once in one sandbox', async () => {
+  const sbx = await newSandbox()
+  const n = 20
+  const results = await Promise.all(Array.from({ length: n }, (_, i) => sbx.commands.run(`echo ${i}; sleep 0.2`)))
+  assert.deepEqual(results.map((r) => r.stdout), Array.from({ length: n }, (_, i) => `${i}\n`))
+  assert.equal((await sbx.commands.list()).length, 0, 'finished commands leave the list')
+})
+
+test('network: none by default, a network of its own when asked', async () => {
+  const ifaces = async (sbx) => (await sbx.commands.run("awk 'NR>2 {print $1}' /proc/net/dev")).stdout.split('\n').filter(Boolean).sort()
+  const closed = await newSandbox()
+  assert.deepEqual(await ifaces(closed), ['lo:'])
+  const open = await newSandbox({ allowInternetAccess: true })
+  assert.ok((await ifaces(open)).length > 1, `interfaces: ${await ifaces(open)}`)
+  assert.equal((await open.getInfo()).allowInternetAccess, true)
+  const listed = await newSandbox({ network: { allowOut: ['example.com', '192.0.2.1'] } })
+  assert.ok((await ifaces(listed)).length > 1)
+  assert.deepEqual((await listed.getInfo()).network.allowOut, ['example.com', '192.0.2.1/32'])
+  await listed.updateNetwork({ allowOut: ['pypi.org'] })
+  assert.deepEqual((await listed.getInfo()).network.allowOut, ['pypi.org'])
+  await assert.rejects(closed.updateNetwork({ allowOut: ['pypi.org'] }), SandboxError, 'no network can be added after create')
+  await assert.rejects(Sandbox.create(template, { network: { denyOut: ['0.0.0.0/0'] } }), /denyOut/)
+})
+
+test("lifecycle onTimeout 'pause': the timeout pauses, connect resumes", async () => {
+  const sbx = await newSandbox({ timeoutMs: 5000, lifecycle: { onTimeout: 'pause' } })
+  await sbx.files.write('/tmp/kept', 'yes')
+  await waitFor(async () => (await sbx.getInfo()).state === 'paused', 20_000, 'the timeout to pause the sandbox')
+  const back = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 60_000 })
+  assert.equal((await back.getInfo()).state, 'running')
+  assert.equal(await back.files.read('/tmp/kept'), 'yes')
 })
