@@ -372,6 +372,9 @@ func TestNetPublish(t *testing.T) {
 	if _, err := m.Create(ctx, CreateOptions{Start: true, Config: Config{Network: pinned}}); err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Fatalf("second sandbox on a used host port: %v", err)
 	}
+	if ents, _ := os.ReadDir(filepath.Join(m.dir, "net")); len(ents) != 1 {
+		t.Errorf("a failed create left a network: %v", ents)
+	}
 	// A second sandbox with the same unpinned request gets its own port.
 	sb2, err := m.Create(ctx, CreateOptions{Start: true, Config: Config{Network: pol, Cmd: server}})
 	if err != nil {
