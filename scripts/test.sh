@@ -4,6 +4,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install.sh
+# Network tests build closed worlds with iproute2 and fetch with curl and
+# python3 from inside sandboxes (the host image shows the host's /usr).
+missing=()
+for t in ip:iproute2 curl:curl python3:python3; do
+	command -v "${t%%:*}" >/dev/null || missing+=("${t#*:}")
+done
+if ((${#missing[@]})); then
+	apt-get update -qq && apt-get install -y -qq "${missing[@]}"
+fi
 export PATH=${PREFIX:-/usr/local}/bin:$PATH
 export SMOLVM_RUNSC=${SMOLVM_RUNSC:-$(command -v runsc)}
 go vet ./...
