@@ -7,8 +7,9 @@ scripts/install.sh
 # Network tests build closed worlds with iproute2 and fetch with curl and
 # python3 from inside sandboxes (the host image shows the host's /usr).
 missing=()
-for t in ip:iproute2 curl:curl python3:python3; do
-	command -v "${t%%:*}" >/dev/null || missing+=("${t#*:}")
+command -v ip >/dev/null || missing+=(iproute2)
+for p in curl python3; do
+	[[ -x /usr/bin/$p ]] || missing+=("$p")
 done
 if ((${#missing[@]})); then
 	apt-get update -qq && apt-get install -y -qq "${missing[@]}"
