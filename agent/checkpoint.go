@@ -101,14 +101,22 @@ func (s *Server) adopt(id Identity) {
 	if id.MachineID != "" {
 		writeMachineID(id.MachineID)
 	}
+	s.setDeadline(id.Deadline)
+	if id.Restored {
+		s.runHooks()
+	}
+}
+
+// setDeadline replaces the deadline the main loop waits for. The channel
+// holds one value: a newer deadline replaces one not yet taken.
+func (s *Server) setDeadline(d *time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	select {
 	case <-s.deadline:
 	default:
 	}
-	s.deadline <- id.Deadline
-	if id.Restored {
-		s.runHooks()
-	}
+	s.deadline <- d
 }
 
 // runHooks runs the on-restore hooks, each for at most 30 seconds. A

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -67,6 +68,11 @@ func (c *Client) Ping(ctx context.Context) error {
 // it serves again once an Identity appears in its resume file.
 func (c *Client) Quiesce(ctx context.Context) error {
 	return opErr(c.do(ctx, Request{Op: OpQuiesce}, nil))
+}
+
+// SetDeadline moves the sandbox's deadline; nil removes it.
+func (c *Client) SetDeadline(ctx context.Context, d *time.Time) error {
+	return opErr(c.do(ctx, Request{Op: OpDeadline, Deadline: d}, nil))
 }
 
 // SetIdentity makes a running agent take on id; new commands run under it.
@@ -205,4 +211,93 @@ func pumpIn(cn *conn, s *Stdio) {
 			return
 		}
 	}
+}
+
+// ErrorKind returns the Kind of an operation the agent refused ("" for any
+// other error), so callers can tell a missing file from a broken channel.
+func ErrorKind(err error) string {
+	var oe *OpError
+	if errors.As(err, &oe) {
+		return oe.Exit.Kind
+	}
+	return ""
+}
+
+// Stat describes path without following a final symlink.
+func (c *Client) Stat(ctx context.Context, path string) (FileInfo, error) {
+	var fi FileInfo
+	return fi, c.fsJSON(ctx, Request{Op: OpStat, Path: path}, nil, &fi)
+}
+
+// List describes the entries under the directory path, depth levels deep.
+func (c *Client) List(ctx context.Context, path string, depth int) ([]FileInfo, error) {
+	var fis []FileInfo
+	return fis, c.fsJSON(ctx, Request{Op: OpList, Path: path, Depth: depth}, nil, &fis)
+}
+
+// Mkdir creates path and its parents; it fails with KindExists when path
+// is already there.
+func (c *Client) Mkdir(ctx context.Context, path string) (FileInfo, error) {
+	var fi FileInfo
+	return fi, c.fsJSON(ctx, Request{Op: OpMkdir, Path: path}, nil, &fi)
+}
+
+// Remove deletes path and everything under it.
+func (c *Client) Remove(ctx context.Context, path string) error {
+	return c.fsJSON(ctx, Request{Op: OpRemove, Path: path}, nil, nil)
+}
+
+// Rename moves from to to and describes the result.
+func (c *Client) Rename(ctx context.Context, from, to string) (FileInfo, error) {
+	var fi FileInfo
+	return fi, c.fsJSON(ctx, Request{Op: OpRename, Path: from, Dest: to}, nil, &fi)
+}
+
+// WriteFile replaces path with r's bytes, creating parent directories.
+func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader) (FileInfo, error) {
+	var fi FileInfo
+	return fi, c.fsJSON(ctx, Request{Op: OpWriteFile, Path: path}, r, &fi)
+}
+
+// ReadFile writes path's bytes to w.
+func (c *Client) ReadFile(ctx context.Context, path string, w io.Writer) error {
+	return opErr(c.do(ctx, Request{Op: OpReadFile, Path: path}, &Stdio{Stdout: w}))
+}
+
+// fsJSON runs a file system op and decodes its JSON reply into out.
+func (c *Client) fsJSON(ctx context.Context, req Request, stdin io.Reader, out any) error {
+	var buf bytes.Buffer
+	stdio := &Stdio{Stdout: &buf}
+	if stdin != nil {
+		// A stdin that fails must abort the op: the agent would otherwise
+		// wait for the rest of the upload forever.
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		stdio.Stdin = &abortReader{r: stdin, abort: cancel}
+	}
+	if err := opErr(c.do(ctx, req, stdio)); err != nil {
+		if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() {
+			return cause
+		}
+		return err
+	}
+	if out == nil {
+		return nil
+	}
+	return decodeJSON(buf.Bytes(), out)
+}
+
+// abortReader cancels an operation when its reader fails.
+type abortReader struct {
+	r     io.Reader
+	abort context.CancelCauseFunc
+}
+
+func (a *abortReader) Read(p []byte) (int, error) {
+	n, err := a.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		a.abort(fmt.Errorf("read upload: %w", err))
+	}
+	return n, err
 }

@@ -55,8 +55,11 @@ func (s *Server) get(c *conn, path string) Exit {
 
 func fileExit(err error) Exit {
 	kind := KindIO
-	if errors.Is(err, fs.ErrNotExist) {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		kind = KindNotFound
+	case errors.Is(err, fs.ErrExist):
+		kind = KindExists
 	}
 	return Exit{Code: 1, Error: err.Error(), Kind: kind}
 }

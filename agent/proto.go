@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 )
 
 // Frame types.
@@ -44,6 +45,19 @@ const (
 	// checkpoint cannot save, until the host leaves an Identity in the
 	// resume file.
 	OpQuiesce = "quiesce"
+
+	// File system operations on one path, for APIs that expose files
+	// piecemeal (E2B's envd). Results come back as JSON on stdout.
+	OpStat      = "stat"   // FileInfo of Path (not following a last symlink)
+	OpList      = "list"   // []FileInfo under Path, Depth levels deep
+	OpMkdir     = "mkdir"  // Path and its parents; KindExists if it exists
+	OpRemove    = "remove" // Path, recursively
+	OpRename    = "rename" // Path to Dest; FileInfo of Dest
+	OpWriteFile = "write"  // replace Path with stdin, atomically; FileInfo
+	OpReadFile  = "read"   // Path's bytes, raw, on stdout
+	// OpDeadline moves the sandbox's deadline (Request.Deadline; nil
+	// removes it), so a time to live can be extended while it runs.
+	OpDeadline = "deadline"
 	// OpIdentity hands a running agent a new Identity: a pooled sandbox
 	// takes on the one of the sandbox it becomes.
 	OpIdentity = "identity"
@@ -55,6 +69,11 @@ type Request struct {
 	Exec     *Process  `json:"exec,omitempty"`
 	Path     string    `json:"path,omitempty"`
 	Identity *Identity `json:"identity,omitempty"`
+	// Dest is a rename's destination; Depth bounds a listing.
+	Dest  string `json:"dest,omitempty"`
+	Depth int    `json:"depth,omitempty"`
+	// Deadline is OpDeadline's new deadline.
+	Deadline *time.Time `json:"deadline,omitempty"`
 }
 
 // Process describes a command to run inside the sandbox.
@@ -99,6 +118,7 @@ const (
 	KindCannotRun = "cannot-run" // permission, not executable, bad user: exit 126
 	KindInvalid   = "invalid"    // malformed request
 	KindIO        = "io"
+	KindExists    = "exists" // the path already exists
 )
 
 // conn frames a stream. Writes are serialized so stdout and stderr pumps can

@@ -43,6 +43,10 @@ type Config struct {
 	// Deadline, when set, is the end of the sandbox's time to live: the
 	// agent stops everything then, so expiry needs no daemon.
 	Deadline *time.Time `json:"deadline,omitempty"`
+	// IdleTimeout, when set, stops the sandbox once no host operation
+	// (exec, file transfer) has been open for that long. The agent sees
+	// every operation, so it can tell without a daemon.
+	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
 	// Pids caps the number of processes and threads the sandbox's
 	// workload may have. The agent itself stays outside the cap, so a fork
 	// bomb cannot take away the host's way in.
@@ -69,12 +73,18 @@ type Server struct {
 	// cgroup is an open workload cgroup directory; children are cloned
 	// straight into it (CLONE_INTO_CGROUP), so none escapes the limit.
 	cgroup int
+	// active counts open host operations; idleSince is when the last one
+	// ended (or the agent started), for the idle timeout.
+	active    int
+	idleSince time.Time
 }
 
 // Serve runs the agent until ctx ends or the main process exits, returning
 // the status the agent should exit with.
 func Serve(ctx context.Context, cfg Config) (int, error) {
-	s := &Server{cfg: cfg, reaper: newReaper(ctx), cgroup: -1, conns: map[net.Conn]bool{}, deadline: make(chan *time.Time, 1)}
+	s := &Server{cfg: cfg, reaper: newReaper(ctx), cgroup: -1, conns: map[net.Conn]bool{}, deadline: make(chan *time.Time, 1), idleSince: time.Now()}
+	// Before listening: a client may move the deadline at once.
+	s.deadline <- cfg.Deadline
 	if cfg.Pids > 0 {
 		fd, err := workloadCgroup(cgroupRoot, cfg.Pids)
 		if err != nil {
@@ -102,8 +112,13 @@ func Serve(ctx context.Context, cfg Config) (int, error) {
 			return exit.Code, nil
 		}
 	}
-	s.deadline <- cfg.Deadline
 	var expired <-chan time.Time
+	var idleCheck <-chan time.Time
+	if cfg.IdleTimeout > 0 {
+		t := time.NewTicker(min(max(cfg.IdleTimeout/10, 10*time.Millisecond), time.Second))
+		defer t.Stop()
+		idleCheck = t.C
+	}
 	for {
 		select {
 		case d := <-s.deadline:
@@ -116,10 +131,11 @@ func Serve(ctx context.Context, cfg Config) (int, error) {
 			s.writeExit(e)
 			return e.Code, nil
 		case <-expired:
-			unix.Kill(-1, unix.SIGKILL)
-			e := Exit{Code: 137, Signal: int(unix.SIGKILL), Reason: "expired"}
-			s.writeExit(e)
-			return e.Code, nil
+			return s.expire(ReasonExpired), nil
+		case <-idleCheck:
+			if s.idleFor() >= cfg.IdleTimeout {
+				return s.expire(ReasonIdle), nil
+			}
 		case sig := <-sigs:
 			// Stop: pass the signal on to everything, give it a moment, and
 			// leave. The host escalates to SIGKILL if this takes too long.
@@ -135,6 +151,43 @@ func Serve(ctx context.Context, cfg Config) (int, error) {
 		case <-ctx.Done():
 			return 0, nil
 		}
+	}
+}
+
+// Reasons the agent itself ends a sandbox, as written in the exit file.
+const (
+	ReasonExpired = "expired"
+	ReasonIdle    = "idle"
+)
+
+// expire kills everything and records why; it returns the exit status.
+func (s *Server) expire(reason string) int {
+	unix.Kill(-1, unix.SIGKILL)
+	e := Exit{Code: 137, Signal: int(unix.SIGKILL), Reason: reason}
+	s.writeExit(e)
+	return e.Code
+}
+
+// idleFor is how long no host operation has been open.
+func (s *Server) idleFor() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.active > 0 {
+		return 0
+	}
+	return time.Since(s.idleSince)
+}
+
+// busy marks a host operation open until the returned func is called.
+func (s *Server) busy() func() {
+	s.mu.Lock()
+	s.active++
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		s.active--
+		s.idleSince = time.Now()
+		s.mu.Unlock()
 	}
 }
 
@@ -194,9 +247,14 @@ func (s *Server) handle(nc net.Conn) {
 		c.writeJSON(frameExit, Exit{Code: 125, Error: "malformed request", Kind: KindInvalid})
 		return
 	}
+	if req.Op != OpPing {
+		defer s.busy()()
+	}
 	var exit Exit
 	switch req.Op {
 	case OpPing:
+	case OpDeadline:
+		s.setDeadline(req.Deadline)
 	case OpExec:
 		if req.Exec == nil || len(req.Exec.Args) == 0 {
 			exit = Exit{Code: 125, Error: "exec: no command", Kind: KindInvalid}
@@ -207,6 +265,8 @@ func (s *Server) handle(nc net.Conn) {
 		exit = s.put(c, req.Path)
 	case OpGet:
 		exit = s.get(c, req.Path)
+	case OpStat, OpList, OpMkdir, OpRemove, OpRename, OpWriteFile, OpReadFile:
+		exit = s.fsOp(c, req)
 	case OpIdentity:
 		if req.Identity == nil {
 			exit = Exit{Code: 125, Error: "identity: none given", Kind: KindInvalid}

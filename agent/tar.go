@@ -118,6 +118,9 @@ func ExtractTar(r io.Reader, dst string, limit int64) error {
 		if rename != "" {
 			name = path.Join(rename, rest)
 		}
+		if err := noSymlinkParents(root, name); err != nil {
+			return fmt.Errorf("archive entry %q: %w", hdr.Name, err)
+		}
 		mode := fs.FileMode(hdr.Mode) & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
 		switch hdr.Typeflag {
 		case tar.TypeDir:
@@ -167,6 +170,29 @@ func ExtractTar(r io.Reader, dst string, limit int64) error {
 			root.Lchown(name, hdr.Uid, hdr.Gid)
 		}
 	}
+}
+
+// noSymlinkParents refuses a name whose parent directories include a
+// symlink. os.Root should refuse to follow one out of the root, but inside
+// gVisor it does not (an entry under a symlink to / was written at /), so
+// the agent checks each parent itself.
+func noSymlinkParents(root *os.Root, name string) error {
+	for i := range len(name) {
+		if name[i] != '/' {
+			continue
+		}
+		fi, err := root.Lstat(name[:i])
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // created below, as a directory
+		}
+		if err != nil {
+			return err
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			return fmt.Errorf("%s is a symlink: refusing to write through it", name[:i])
+		}
+	}
+	return nil
 }
 
 // cleanName rejects absolute names and names that climb out with "..".

@@ -80,6 +80,9 @@ type Spec struct {
 	AgentBinary string
 	// Deadline ends the sandbox: everything in it is killed then.
 	Deadline *time.Time
+	// IdleTimeout ends the sandbox once no exec or file transfer has been
+	// open for that long; 0 is none.
+	IdleTimeout time.Duration
 	// MachineID is the sandbox's /etc/machine-id (32 hex digits).
 	MachineID string
 	// NetNS is the path of a network namespace whose interfaces (and their

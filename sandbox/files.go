@@ -22,28 +22,33 @@ const MaxCopyOut = 8 << 30
 
 // CopyIn copies the host path src to dst inside the sandbox.
 func (m *Manager) CopyIn(ctx context.Context, ref, src, dst string) error {
-	r, err := m.running(ctx, ref)
-	if err != nil {
-		return err
-	}
 	if _, err := os.Lstat(src); err != nil {
 		return fmt.Errorf("cp: %w", err)
 	}
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(agent.WriteTar(pw, src)) }()
-	if err := m.be.Agent(&r.spec).Put(ctx, dst, pr); err != nil {
-		pr.CloseWithError(err)
-		return fmt.Errorf("cp to %s:%s: %w", r.Name, dst, err)
+	err := m.PutArchive(ctx, ref, dst, pr)
+	pr.CloseWithError(err)
+	return err
+}
+
+// PutArchive extracts the tar stream r (as agent.WriteTar writes it) at
+// dst inside the sandbox, with cp semantics. The agent extracts through
+// os.Root, so no entry or symlink can write outside dst's directory, and
+// the sandbox's own view of the filesystem bounds everything else.
+func (m *Manager) PutArchive(ctx context.Context, ref, dst string, r io.Reader) error {
+	rec, err := m.running(ctx, ref)
+	if err != nil {
+		return err
+	}
+	if err := m.be.Agent(&rec.spec).Put(ctx, dst, r); err != nil {
+		return fmt.Errorf("cp to %s:%s: %w", rec.Name, dst, err)
 	}
 	return nil
 }
 
 // CopyOut copies src inside the sandbox to the host path dst.
 func (m *Manager) CopyOut(ctx context.Context, ref, src, dst string) error {
-	r, err := m.running(ctx, ref)
-	if err != nil {
-		return err
-	}
 	pr, pw := io.Pipe()
 	errc := make(chan error, 1)
 	go func() {
@@ -53,11 +58,25 @@ func (m *Manager) CopyOut(ctx context.Context, ref, src, dst string) error {
 		io.Copy(io.Discard, pr)
 		errc <- err
 	}()
-	gerr := m.be.Agent(&r.spec).Get(ctx, src, pw)
+	gerr := m.GetArchive(ctx, ref, src, pw)
 	pw.CloseWithError(gerr)
 	xerr := <-errc
-	if err := errors.Join(gerr, xerr); err != nil {
-		return fmt.Errorf("cp from %s:%s: %w", r.Name, src, err)
+	// A failed get also fails the extraction with the same error; an
+	// extraction that failed first (too large) fails the get instead.
+	if xerr != nil && (gerr == nil || !errors.Is(xerr, gerr)) {
+		return fmt.Errorf("cp from %s:%s: %w", ref, src, xerr)
+	}
+	return gerr
+}
+
+// GetArchive writes src from inside the sandbox to w as a tar stream.
+func (m *Manager) GetArchive(ctx context.Context, ref, src string, w io.Writer) error {
+	rec, err := m.running(ctx, ref)
+	if err != nil {
+		return err
+	}
+	if err := m.be.Agent(&rec.spec).Get(ctx, src, w); err != nil {
+		return fmt.Errorf("cp from %s:%s: %w", rec.Name, src, err)
 	}
 	return nil
 }
@@ -181,4 +200,15 @@ func (lr *logReader) copy(o LogOptions) error {
 			return err
 		}
 	}
+}
+
+// Agent returns a running sandbox's agent client, for API layers that
+// expose files piecemeal (stat, list, rename). Commands must go through
+// Exec, which applies the sandbox's policy.
+func (m *Manager) Agent(ctx context.Context, ref string) (*agent.Client, error) {
+	r, err := m.running(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	return m.be.Agent(&r.spec), nil
 }

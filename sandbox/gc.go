@@ -44,7 +44,7 @@ func (m *Manager) GC(ctx context.Context) ([]string, error) {
 		default:
 			continue
 		}
-		if err := m.removeRecord(ctx, r); err != nil {
+		if err := m.removeOrphan(ctx, r); err != nil {
 			errs = append(errs, err)
 			continue
 		}

@@ -19,11 +19,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"smolvm.dev/smolvm/agent"
-	"smolvm.dev/smolvm/backend/gvisor"
 	"smolvm.dev/smolvm/image"
-	"smolvm.dev/smolvm/internal/testenv"
+	"smolvm.dev/smolvm/internal/testdeps"
 	"smolvm.dev/smolvm/snapshot"
-	"smolvm.dev/smolvm/store"
 )
 
 // testManager is a Manager over a fresh data dir, with real runsc.
@@ -42,29 +40,12 @@ func newManager(t testing.TB, opts ...func(*Options)) *testManager {
 // open several over one dir to show state lives on disk, not in memory.
 func openManager(t testing.TB, dir string, opts ...func(*Options)) *testManager {
 	t.Helper()
-	runsc := testenv.Runsc(t)
-	ctx := context.Background()
-	st, err := store.Open(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	images, err := image.Open(ctx, dir, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	snaps, err := snapshot.Open(ctx, dir, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	be, err := gvisor.New(gvisor.Config{Runsc: runsc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := Options{DataDir: dir, Store: st, Images: images, Backend: be, AgentBinary: testenv.Agent(t), Snapshots: snaps}
+	d := testdeps.Open(t, dir)
+	o := Options{DataDir: dir, Store: d.Store, Images: d.Images, Backend: d.Backend, AgentBinary: d.AgentBinary, Snapshots: d.Snapshots}
 	for _, f := range opts {
 		f(&o)
 	}
-	m, err := New(ctx, o)
+	m, err := New(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,14 +53,13 @@ func openManager(t testing.TB, dir string, opts ...func(*Options)) *testManager 
 		// Sandboxes hold mounts under dir: remove them before TempDir's
 		// cleanup tries to.
 		// listRecords, not List: pooled sandboxes too.
-		rs, _ := listRecords(context.Background(), st, "", true)
+		rs, _ := listRecords(context.Background(), d.Store, "", true)
 		for _, r := range rs {
 			m.Remove(context.Background(), r.ID, true)
 		}
 		m.GC(context.Background())
-		st.Close()
 	})
-	return &testManager{Manager: m, dir: dir, images: images, snaps: snaps}
+	return &testManager{Manager: m, dir: dir, images: d.Images, snaps: d.Snapshots}
 }
 
 // run starts an idle sandbox from the host image.

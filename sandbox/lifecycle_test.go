@@ -220,28 +220,6 @@ print(cur, hits)
 			t.Fatalf("busy loops used only %.2f cores: the measurement is broken", cores)
 		}
 	})
-
-	t.Run("ttl stops the sandbox", func(t *testing.T) {
-		sb := m.run(t, Config{TTL: 1500 * time.Millisecond})
-		if sb.ExpiresAt == nil {
-			t.Fatal("no expiry recorded")
-		}
-		deadline := time.Now().Add(20 * time.Second)
-		for time.Now().Before(deadline) {
-			got, err := m.Get(ctx, sb.ID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got.State == StateStopped {
-				if got.Reason != "expired" {
-					t.Fatalf("stopped for %q, want expired", got.Reason)
-				}
-				return
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-		t.Fatal("sandbox still running past its TTL")
-	})
 }
 
 func TestOCIImage(t *testing.T) {

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,6 +32,7 @@ type Manager struct {
 	be          backend.Backend
 	snaps       *snapshot.Store
 	agentBinary string
+	events      hub
 	refill      func(pool string)
 	net         *network.Host
 }
@@ -142,7 +144,7 @@ func (m *Manager) create(ctx context.Context, o CreateOptions, pool string) (*Sa
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		m.release(cctx, r)
-		deleteRecord(cctx, m.st, id)
+		deleteRecord(cctx, m.st.DB(), id)
 		return nil, fmt.Errorf("create %s: %w", name, err)
 	}
 	if err := m.setupNetwork(ctx, r); err != nil {
@@ -159,6 +161,10 @@ func (m *Manager) create(ctx context.Context, o CreateOptions, pool string) (*Sa
 	}
 	if err := update(ctx, m.st, r); err != nil {
 		return fail(err)
+	}
+	m.publish("created", &r.Sandbox)
+	if o.Start {
+		m.publish("started", &r.Sandbox)
 	}
 	return &r.Sandbox, nil
 }
@@ -204,6 +210,7 @@ func (m *Manager) specFor(r *record, img *image.Image) backend.Spec {
 		User:        firstNonEmpty(cfg.User, img.Config.User),
 		Limits:      cfg.Limits,
 		AgentBinary: m.agentBinary,
+		IdleTimeout: cfg.IdleTimeout,
 		MachineID:   newMachineID(),
 	}
 	if cfg.Network != nil {
@@ -289,7 +296,7 @@ func (m *Manager) Start(ctx context.Context, ref string) (*Sandbox, error) {
 		return nil, fmt.Errorf("start %s: %w: already running", r.Name, ErrState)
 	case StatePaused:
 		return nil, fmt.Errorf("start %s: %w: paused (resume it)", r.Name, ErrState)
-	case StateStopped:
+	case StateStopped, StateExpired:
 		// runsc cannot restart a stopped container: recreate it, keeping
 		// the record, name and image.
 		if err := m.be.Delete(ctx, &r.spec); err != nil {
@@ -310,7 +317,11 @@ func (m *Manager) Start(ctx context.Context, ref string) (*Sandbox, error) {
 		update(context.WithoutCancel(ctx), m.st, r)
 		return nil, err
 	}
-	return &r.Sandbox, update(ctx, m.st, r)
+	if err := update(ctx, m.st, r); err != nil {
+		return nil, err
+	}
+	m.publish("started", &r.Sandbox)
+	return &r.Sandbox, nil
 }
 
 // start boots r with boot (the backend's Start or Run), setting its clock.
@@ -332,11 +343,7 @@ func (m *Manager) start(ctx context.Context, r *record, boot func(context.Contex
 func startClock(r *record) {
 	now := store.Now()
 	r.StartedAt, r.FinishedAt, r.ExitCode, r.Reason = &now, nil, nil, ""
-	r.ExpiresAt, r.spec.Deadline = nil, nil
-	if r.Config.TTL > 0 {
-		exp := now.Add(r.Config.TTL)
-		r.ExpiresAt, r.spec.Deadline = &exp, &exp
-	}
+	r.setDeadline(now, r.Config.TTL)
 }
 
 // StartError is a sandbox whose main command could not be started.
@@ -390,6 +397,9 @@ func (m *Manager) Stop(ctx context.Context, ref string, timeout time.Duration) (
 		return nil, err
 	}
 	defer unlock()
+	if r.State == StateExpired {
+		return nil, expiredError(r)
+	}
 	if r.State != StateRunning && r.State != StatePaused {
 		return &r.Sandbox, nil
 	}
@@ -397,7 +407,11 @@ func (m *Manager) Stop(ctx context.Context, ref string, timeout time.Duration) (
 		return nil, fmt.Errorf("stop %s: %w", r.Name, err)
 	}
 	m.finish(ctx, r, "stopped")
-	return &r.Sandbox, update(ctx, m.st, r)
+	if err := update(ctx, m.st, r); err != nil {
+		return nil, err
+	}
+	m.publish(string(r.State), &r.Sandbox)
+	return &r.Sandbox, nil
 }
 
 // Remove deletes a sandbox. A running one needs force.
@@ -407,7 +421,7 @@ func (m *Manager) Remove(ctx context.Context, ref string, force bool) error {
 		return err
 	}
 	if r.State == StateCreating && !m.locked(r.ID) {
-		return m.removeRecord(ctx, r)
+		return m.removeOrphan(ctx, r)
 	}
 	r, unlock, err := m.acquire(ctx, r.ID)
 	if err != nil {
@@ -420,11 +434,32 @@ func (m *Manager) Remove(ctx context.Context, ref string, force bool) error {
 	return m.removeRecord(ctx, r)
 }
 
+// removeRecord deletes a sandbox that existed, leaving a tombstone.
 func (m *Manager) removeRecord(ctx context.Context, r *record) error {
 	if err := m.release(ctx, r); err != nil {
 		return fmt.Errorf("remove %s: %w", r.Name, err)
 	}
-	if err := deleteRecord(ctx, m.st, r.ID); err != nil {
+	err := m.st.Tx(ctx, func(tx *sql.Tx) error {
+		if err := bury(ctx, tx, r); err != nil {
+			return err
+		}
+		return deleteRecord(ctx, tx, r.ID)
+	})
+	if err != nil {
+		return fmt.Errorf("remove %s: %w", r.Name, err)
+	}
+	os.Remove(m.lockPath(r.ID))
+	m.publish("removed", &r.Sandbox)
+	return nil
+}
+
+// removeOrphan deletes what a crashed create left; it never existed for
+// users, so it leaves no tombstone.
+func (m *Manager) removeOrphan(ctx context.Context, r *record) error {
+	if err := m.release(ctx, r); err != nil {
+		return fmt.Errorf("remove %s: %w", r.Name, err)
+	}
+	if err := deleteRecord(ctx, m.st.DB(), r.ID); err != nil {
 		return fmt.Errorf("remove %s: %w", r.Name, err)
 	}
 	os.Remove(m.lockPath(r.ID))
@@ -441,10 +476,14 @@ func (m *Manager) release(ctx context.Context, r *record) error {
 }
 
 // Get returns a sandbox's record, reconciled with what is really running.
+// An expired sandbox is an *ExpiredError (which carries the record).
 func (m *Manager) Get(ctx context.Context, ref string) (*Sandbox, error) {
 	r, err := m.get(ctx, ref)
 	if err != nil {
 		return nil, err
+	}
+	if r.State == StateExpired {
+		return nil, expiredError(r)
 	}
 	return &r.Sandbox, nil
 }
@@ -509,7 +548,11 @@ func (m *Manager) reconcile(ctx context.Context, r *record) error {
 		return nil
 	}
 	m.finish(ctx, r, "")
-	return update(ctx, m.st, r)
+	if err := update(ctx, m.st, r); err != nil {
+		return err
+	}
+	m.publish(string(r.State), &r.Sandbox)
+	return nil
 }
 
 // finish records a sandbox as stopped, working out why from what it left.
@@ -525,7 +568,9 @@ func (m *Manager) finish(ctx context.Context, r *record, reason string) {
 	case haveExit:
 		code := exit.Code
 		r.ExitCode = &code
-		r.Reason = firstNonEmpty(exit.Reason, reason, "exited")
+		if !markExpired(r, exit) {
+			r.Reason = firstNonEmpty(exit.Reason, reason, "exited")
+		}
 	case reason != "":
 		r.Reason = reason
 	default:
@@ -581,6 +626,9 @@ func (m *Manager) running(ctx context.Context, ref string) (*record, error) {
 	r, err := m.get(ctx, ref)
 	if err != nil {
 		return nil, err
+	}
+	if r.State == StateExpired {
+		return nil, expiredError(r)
 	}
 	if r.State != StateRunning {
 		what := string(r.State)

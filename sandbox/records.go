@@ -44,6 +44,17 @@ var schema = []string{
 		config TEXT NOT NULL,
 		created_at INTEGER NOT NULL
 	)`,
+	// Removed sandboxes, so lookups can say "expired at …" or "removed
+	// at …" rather than "never existed" (see notFound).
+	`CREATE TABLE sandbox_tombstones (
+		id TEXT PRIMARY KEY,
+		name TEXT NOT NULL,
+		expired INTEGER NOT NULL,
+		reason TEXT NOT NULL,
+		ended_at INTEGER NOT NULL,
+		removed_at INTEGER NOT NULL
+	)`,
+	`CREATE INDEX sandbox_tombstones_name ON sandbox_tombstones(name)`,
 }
 
 const columns = `id, name, image, image_id, backend, state, config, spec, created_at, started_at, finished_at, expires_at, exit_code, reason, snapshot, forked_from, pool`
@@ -134,11 +145,11 @@ func exitVal(c *int) any {
 
 // update writes the mutable fields of r.
 func update(ctx context.Context, st *store.Store, r *record) error {
-	spec, err := json.Marshal(r.spec)
+	cfg, err := json.Marshal(r.Config)
 	if err != nil {
 		return err
 	}
-	cfg, err := json.Marshal(r.Config)
+	spec, err := json.Marshal(r.spec)
 	if err != nil {
 		return err
 	}
@@ -147,8 +158,15 @@ func update(ctx context.Context, st *store.Store, r *record) error {
 	return nameErr(r, err)
 }
 
-func deleteRecord(ctx context.Context, st *store.Store, id string) error {
-	_, err := st.DB().ExecContext(ctx, `DELETE FROM sandboxes WHERE id=?`, id)
+// execer is a database or a transaction.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// deleteRecord forgets a sandbox record; removeRecord buries it first
+// when the sandbox really existed.
+func deleteRecord(ctx context.Context, db execer, id string) error {
+	_, err := db.ExecContext(ctx, `DELETE FROM sandboxes WHERE id=?`, id)
 	return err
 }
 
@@ -185,7 +203,7 @@ func lookup(ctx context.Context, st *store.Store, ref string) (*record, error) {
 			return nil, fmt.Errorf("%w: %q matches more than one sandbox ID", ErrNotFound, ref)
 		}
 	}
-	return nil, fmt.Errorf("%w: %q", ErrNotFound, ref)
+	return nil, notFound(ctx, st, ref)
 }
 
 func isHex(s string) bool {
@@ -237,4 +255,10 @@ func listRecords(ctx context.Context, st *store.Store, pool string, all bool) ([
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+// SnapshotInUse reports whether a sandbox of this Manager's data dir
+// depends on the snapshot with this ID.
+func (m *Manager) SnapshotInUse(ctx context.Context, snapshotID string) (bool, error) {
+	return SnapshotInUse(ctx, m.st, snapshotID)
 }

@@ -26,6 +26,10 @@ const (
 	StateRunning  State = "running"
 	StatePaused   State = "paused"
 	StateStopped  State = "stopped"
+	// StateExpired is a sandbox stopped by its time to live or idle
+	// timeout. It stays listed for a grace period (see Reap) so that a
+	// lookup says it expired, and when, rather than "no such sandbox".
+	StateExpired State = "expired"
 )
 
 // Sandbox is the durable record of one sandbox.
@@ -45,7 +49,8 @@ type Sandbox struct {
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	ExitCode  *int       `json:"exit_code,omitempty"`
 	// Reason says why a stopped sandbox stopped: "exited", "stopped",
-	// "out of memory", "expired", "killed", "checkpointed".
+	// "out of memory (limit …)", "killed", "checkpointed", and for an
+	// expired one "time to live (…) ended" or "idle for …".
 	Reason string `json:"reason,omitempty"`
 	// Snapshot is the ID of the snapshot this sandbox was restored from.
 	Snapshot string `json:"snapshot,omitempty"`
@@ -62,13 +67,27 @@ type Config struct {
 	Hostname string         `json:"hostname"`
 	Limits   backend.Limits `json:"limits"`
 	// TTL is how long the sandbox may run after each start; 0 is forever.
+	// SetTTL changes it, and the current deadline, later.
 	TTL time.Duration `json:"ttl,omitempty"`
+	// IdleTimeout stops the sandbox once no exec or file transfer has been
+	// open for that long; 0 is none.
+	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
+	// OnExpiry is what the end of the TTL does: ExpiryStop (the default)
+	// or ExpiryPause. Pausing needs a running `smolvm serve` (or smolvm
+	// gc) to act; stopping is enforced inside the sandbox.
+	OnExpiry string `json:"on_expiry,omitempty"`
 	// Policy is a repository root whose .smolvm/policy.toml governs every
 	// command run in the sandbox, checked before it starts.
 	Policy string `json:"policy,omitempty"`
 	// Network is what the sandbox may reach; nil is mode none.
 	Network *network.Policy `json:"network,omitempty"`
 }
+
+// What the end of a TTL does (Config.OnExpiry).
+const (
+	ExpiryStop  = "stop"
+	ExpiryPause = "pause"
+)
 
 // DefaultImage is the builtin image: the host's /usr under a synthetic /etc.
 const DefaultImage = "host"
@@ -85,15 +104,24 @@ const (
 	MinPids   = 16
 	MinDisk   = 16 << 20
 	MaxPids   = 1 << 20
+
+	// DefaultTTL is the time to live the CLI and the API give a sandbox
+	// unless told otherwise, so a forgotten sandbox does not run forever.
+	// The Manager itself takes 0 as "none".
+	DefaultTTL = 15 * time.Minute
+	// DefaultExpiredGrace is how long an expired sandbox stays listed.
+	DefaultExpiredGrace = time.Hour
 )
 
 // Errors callers match with errors.Is.
 var (
-	ErrNotFound   = errors.New("no such sandbox")
-	ErrNameInUse  = errors.New("name already in use")
-	ErrState      = errors.New("wrong state")
-	ErrInvalid    = errors.New("invalid argument")
-	ErrOrphan     = errors.New("orphaned by a crashed create")
+	ErrNotFound  = errors.New("no such sandbox")
+	ErrNameInUse = errors.New("name already in use")
+	ErrState     = errors.New("wrong state")
+	ErrInvalid   = errors.New("invalid argument")
+	ErrOrphan    = errors.New("orphaned by a crashed create")
+	// ErrExpired matches an *ExpiredError.
+	ErrExpired    = errors.New("sandbox expired")
 	ErrNotRunning = backend.ErrNotRunning
 )
 
@@ -125,6 +153,12 @@ func (c *Config) validate() error {
 	}
 	if c.TTL < 0 {
 		return fmt.Errorf("%w: --timeout %s: must not be negative", ErrInvalid, c.TTL)
+	}
+	if c.OnExpiry != "" && c.OnExpiry != ExpiryStop && c.OnExpiry != ExpiryPause {
+		return fmt.Errorf("%w: on expiry %q: want %q or %q", ErrInvalid, c.OnExpiry, ExpiryStop, ExpiryPause)
+	}
+	if c.IdleTimeout < 0 {
+		return fmt.Errorf("%w: --idle-timeout %s: must not be negative", ErrInvalid, c.IdleTimeout)
 	}
 	if c.Network != nil {
 		if err := c.Network.Validate(); err != nil {

@@ -203,6 +203,7 @@ func (m *Manager) materialize(ctx context.Context, r *record, sn backend.Snapsho
 	if err := update(ctx, m.st, r); err != nil {
 		return fail(err)
 	}
+	m.publish("restored", &r.Sandbox)
 	return &r.Sandbox, nil
 }
 
@@ -212,7 +213,7 @@ func (m *Manager) discard(ctx context.Context, r *record) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	m.release(cctx, r)
-	deleteRecord(cctx, m.st, r.ID)
+	deleteRecord(cctx, m.st.DB(), r.ID)
 	os.Remove(m.lockPath(r.ID))
 }
 
@@ -333,8 +334,12 @@ func (m *Manager) transition(ctx context.Context, ref, op string, from, to State
 		return nil, fmt.Errorf("%s %s: %w", op, r.Name, err)
 	}
 	r.State = to
+	if err := m.afterTransition(ctx, r); err != nil {
+		return nil, fmt.Errorf("%s %s: %w", op, r.Name, err)
+	}
 	if err := update(ctx, m.st, r); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", op, r.Name, err)
 	}
+	m.publish(op+"d", &r.Sandbox)
 	return &r.Sandbox, nil
 }

@@ -102,17 +102,18 @@ func cgroupPath(id string) string { return "/smolvm/" + id }
 // agentConfig is what the agent reads at boot.
 func agentConfig(s *backend.Spec) agent.Config {
 	return agent.Config{
-		Socket:     guestRunDir + "/agent.sock",
-		Env:        s.Env,
-		Dir:        s.WorkDir,
-		User:       s.User,
-		Main:       s.Main,
-		LogFile:    guestRunDir + "/main.log",
-		ExitFile:   guestRunDir + "/exit.json",
-		Deadline:   s.Deadline,
-		Pids:       s.Limits.Pids,
-		ResumeFile: guestRunDir + "/resume.json",
-		MachineID:  s.MachineID,
+		Socket:      guestRunDir + "/agent.sock",
+		Env:         s.Env,
+		Dir:         s.WorkDir,
+		User:        s.User,
+		Main:        s.Main,
+		LogFile:     guestRunDir + "/main.log",
+		ExitFile:    guestRunDir + "/exit.json",
+		Deadline:    s.Deadline,
+		IdleTimeout: s.IdleTimeout,
+		Pids:        s.Limits.Pids,
+		ResumeFile:  guestRunDir + "/resume.json",
+		MachineID:   s.MachineID,
 	}
 }
 

@@ -10,14 +10,14 @@ import (
 )
 
 func (a *app) benchCmd() *cobra.Command {
-	var cold, execs, snaps int
+	var cold, execs, snaps, viaAPI int
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure cold start, exec, checkpoint, restore, fork and pool latency (p50/p99) against the stock runsc CLI",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if cold < 0 || execs < 0 || snaps < 0 || cold > 1000 || execs > 100000 || snaps > 1000 {
-				return fmt.Errorf("--cold, --exec and --snapshots must be between 0 and 1000, 100000 and 1000")
+			if cold < 0 || execs < 0 || snaps < 0 || viaAPI < 0 || cold > 1000 || execs > 100000 || snaps > 1000 || viaAPI > 100000 {
+				return fmt.Errorf("--cold, --exec, --snapshots and --api must be between 0 and 1000, 100000, 1000 and 100000")
 			}
 			ctx := cmd.Context()
 			e, err := a.open(ctx)
@@ -39,6 +39,13 @@ func (a *app) benchCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if viaAPI > 0 {
+				more, err := bench.RunAPI(ctx, bench.APIOptions{Manager: e.mgr, Dir: dir, Exec: viaAPI, Creates: cold, Concurrent: 100})
+				if err != nil {
+					return err
+				}
+				series = append(series, more...)
+			}
 			var mem []bench.Memory
 			if snaps > 0 {
 				more, m, err := bench.Snapshots(ctx, o, e.snaps, snaps)
@@ -59,6 +66,7 @@ func (a *app) benchCmd() *cobra.Command {
 	}
 	cmd.Flags().IntVar(&cold, "cold", 10, "sandboxes to cold-start")
 	cmd.Flags().IntVar(&execs, "exec", 200, "execs to time")
+	cmd.Flags().IntVar(&viaAPI, "api", 0, "also time this many execs through the HTTP API (with the direct ones in the same run), 100 concurrent streaming execs, and --cold creates")
 	cmd.Flags().IntVar(&snaps, "snapshots", 0, "times to measure each snapshot operation (checkpoint, restore, fork, pool); 0 skips them")
 	return cmd
 }

@@ -21,12 +21,12 @@ func (a *app) checkpointCmd() *cobra.Command {
 			"The sandbox keeps running, unchanged, unless --stop is given. Prints the snapshot ID.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			e, err := a.open(cmd.Context())
+			ops, done, err := a.sandboxes(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer e.Close()
-			snap, err := e.mgr.Checkpoint(cmd.Context(), args[0], o)
+			defer done()
+			snap, err := ops.Checkpoint(cmd.Context(), args[0], o)
 			if err != nil {
 				return err
 			}
@@ -51,12 +51,12 @@ func (a *app) restoreCmd() *cobra.Command {
 		Long:  "Start a new sandbox in the state saved in a snapshot, with its own ID, name, hostname and machine ID. Prints the new sandbox's ID.",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			e, err := a.open(cmd.Context())
+			ops, done, err := a.sandboxes(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer e.Close()
-			sb, err := e.mgr.Restore(cmd.Context(), args[0], o)
+			defer done()
+			sb, err := ops.Restore(cmd.Context(), args[0], o)
 			if err != nil {
 				return err
 			}
@@ -78,12 +78,12 @@ func (a *app) forkCmd() *cobra.Command {
 			"Prints the copies' IDs, one per line.", sandbox.MaxFork),
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			e, err := a.open(cmd.Context())
+			ops, done, err := a.sandboxes(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer e.Close()
-			sbs, err := e.mgr.Fork(cmd.Context(), args[0], o)
+			defer done()
+			sbs, err := ops.Fork(cmd.Context(), args[0], o)
 			if err != nil {
 				return err
 			}
@@ -104,8 +104,8 @@ func (a *app) pauseCmd() *cobra.Command {
 		Short: "Freeze running sandboxes: no CPU, state kept",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.eachSandbox(cmd, args, func(ctx context.Context, e *env, n string) error {
-				_, err := e.mgr.Pause(ctx, n)
+			return a.eachSandbox(cmd, args, func(ctx context.Context, ops sandboxes, n string) error {
+				_, err := ops.Pause(ctx, n)
 				return err
 			})
 		},
@@ -118,8 +118,8 @@ func (a *app) resumeCmd() *cobra.Command {
 		Short: "Thaw paused sandboxes",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.eachSandbox(cmd, args, func(ctx context.Context, e *env, n string) error {
-				_, err := e.mgr.Resume(ctx, n)
+			return a.eachSandbox(cmd, args, func(ctx context.Context, ops sandboxes, n string) error {
+				_, err := ops.Resume(ctx, n)
 				return err
 			})
 		},

@@ -174,8 +174,8 @@ func (a *app) poolRmCmd() *cobra.Command {
 		Short: "Remove pools and the sandboxes waiting in them",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.eachSandbox(cmd, args, func(ctx context.Context, e *env, n string) error {
-				return e.mgr.RemovePool(ctx, n)
+			return a.eachSandbox(cmd, args, func(ctx context.Context, ops sandboxes, n string) error {
+				return ops.RemovePool(ctx, n)
 			})
 		},
 	}

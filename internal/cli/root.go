@@ -45,6 +45,8 @@ func exitCode(code int) error { return &exitError{code: code} }
 type app struct {
 	dataDir string
 	runsc   string
+	// host, when set, is a server the sandbox commands go through.
+	host string
 	// self is the smolvm binary, run in the background to refill pools;
 	// "" leaves pools to be refilled by hand (smolvm pool fill).
 	self string
@@ -103,6 +105,7 @@ func (a *app) rootCmd() *cobra.Command {
 	})
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.dataDir, "data-dir", envOr("SMOLVM_DATA_DIR", defaultDataDir()), "state directory (env SMOLVM_DATA_DIR)")
+	pf.StringVar(&a.host, "host", os.Getenv("SMOLVM_HOST"), "smolvm serve to use: unix:///path or http(s)://host:port (env SMOLVM_HOST; token in SMOLVM_TOKEN); default: work directly")
 	pf.StringVar(&a.runsc, "runsc", os.Getenv("SMOLVM_RUNSC"), "path to runsc (env SMOLVM_RUNSC; default: next to smolvm, then $PATH)")
 
 	root.AddCommand(
@@ -110,11 +113,12 @@ func (a *app) rootCmd() *cobra.Command {
 		a.policyCmd(), a.approvalsCmd(),
 		a.rulesCmd(),
 		a.runCmd(), a.createCmd(), a.startCmd(), a.stopCmd(), a.rmCmd(),
-		a.execCmd(), a.cpCmd(), a.lsCmd(), a.inspectCmd(), a.logsCmd(), a.gcCmd(), a.benchCmd(), a.doctorCmd(),
+		a.execCmd(), a.cpCmd(), a.lsCmd(), a.inspectCmd(), a.logsCmd(), a.timeoutCmd(), a.gcCmd(), a.serveCmd(), a.benchCmd(), a.doctorCmd(),
 		a.memoryCmd(),
 		a.imageCmd(),
 		a.checkpointCmd(), a.restoreCmd(), a.forkCmd(), a.pauseCmd(), a.resumeCmd(), a.snapshotCmd(), a.poolCmd(),
 		a.applyCmd(), a.gitCmd(),
+		a.mcpCmd(),
 		a.netCmd(), a.netHelperCmd(),
 	)
 	return root

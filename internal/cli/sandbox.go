@@ -73,9 +73,9 @@ func (f *limitFlags) limits(fs *pflag.FlagSet) (backend.Limits, error) {
 type createFlags struct {
 	limitFlags
 	name, image, workdir, user, hostname string
-	policy, pool                         string
+	policy, pool, onExpiry               string
 	env                                  []string
-	timeout                              time.Duration
+	timeout, idle                        time.Duration
 	net                                  netFlags
 	publish                              []string
 }
@@ -89,7 +89,9 @@ func (f *createFlags) register(fs *pflag.FlagSet) {
 	fs.StringVarP(&f.workdir, "workdir", "w", "", "working directory inside the sandbox")
 	fs.StringVarP(&f.user, "user", "u", "", "user (name, uid or uid:gid)")
 	fs.StringVar(&f.hostname, "hostname", "", "hostname (default: the name)")
-	fs.DurationVar(&f.timeout, "timeout", 0, "time to live after start, e.g. 15m; the sandbox is stopped then (default: none)")
+	fs.DurationVar(&f.timeout, "timeout", sandbox.DefaultTTL, "time to live after start; the sandbox is then stopped and shows as expired (0: none; extend with smolvm timeout)")
+	fs.StringVar(&f.onExpiry, "on-expiry", sandbox.ExpiryStop, "what the end of --timeout does: stop, or pause (pause needs smolvm serve running)")
+	fs.DurationVar(&f.idle, "idle-timeout", 0, "stop the sandbox once no exec or cp has run for this long (0: none)")
 	fs.StringVar(&f.policy, "policy", "", "repository whose .smolvm/policy.toml every command in the sandbox must pass")
 	f.net.register(fs)
 	fs.StringArrayVarP(&f.publish, "publish", "p", nil, "publish a TCP port: [HOSTIP:][HOSTPORT:]PORT (default host address 127.0.0.1; no HOSTPORT: a free one)")
@@ -101,7 +103,8 @@ func (f *createFlags) options(fs *pflag.FlagSet, cmd []string, start bool) (sand
 		return sandbox.CreateOptions{}, err
 	}
 	o := sandbox.CreateOptions{Name: f.name, Image: f.image, Start: start, Pool: f.pool, Config: sandbox.Config{
-		Cmd: cmd, Env: f.env, WorkDir: f.workdir, User: f.user, Hostname: f.hostname, TTL: f.timeout, Policy: f.policy,
+		Cmd: cmd, Env: f.env, WorkDir: f.workdir, User: f.user, Hostname: f.hostname,
+		TTL: f.timeout, IdleTimeout: f.idle, OnExpiry: f.onExpiry, Policy: f.policy,
 		Limits: limits,
 	}}
 	for _, kv := range f.env {
@@ -144,12 +147,12 @@ has none) the sandbox idles, ready for exec.`,
 				return err
 			}
 			ctx := cmd.Context()
-			e, err := a.open(ctx)
+			ops, done, err := a.sandboxes(ctx)
 			if err != nil {
 				return err
 			}
-			defer e.Close()
-			sb, err := e.mgr.Create(ctx, opts)
+			defer done()
+			sb, err := ops.Create(ctx, opts)
 			if err != nil {
 				return err
 			}
@@ -157,7 +160,7 @@ has none) the sandbox idles, ready for exec.`,
 				fmt.Fprintln(a.stdout, sb.ID)
 				return nil
 			}
-			return a.attach(ctx, e, sb, rm)
+			return a.attach(ctx, ops, sb, rm)
 		},
 	}
 	f.register(cmd.Flags())
@@ -168,16 +171,16 @@ has none) the sandbox idles, ready for exec.`,
 
 // attach follows a started sandbox's output until it stops, and returns
 // its exit status. Interrupting stops the sandbox.
-func (a *app) attach(ctx context.Context, e *env, sb *sandbox.Sandbox, rm bool) error {
+func (a *app) attach(ctx context.Context, ops sandboxes, sb *sandbox.Sandbox, rm bool) error {
 	cleanup := func() {
 		if rm {
-			e.mgr.Remove(context.WithoutCancel(ctx), sb.ID, true)
+			ops.Remove(context.WithoutCancel(ctx), sb.ID, true)
 		}
 	}
-	err := e.mgr.Logs(ctx, sb.ID, sandbox.LogOptions{Follow: true, Stdout: a.stdout, Stderr: a.stderr})
+	err := ops.Logs(ctx, sb.ID, sandbox.LogOptions{Follow: true, Stdout: a.stdout, Stderr: a.stderr})
 	if ctx.Err() != nil {
 		bg := context.WithoutCancel(ctx)
-		e.mgr.Stop(bg, sb.ID, 2*time.Second)
+		ops.Stop(bg, sb.ID, 2*time.Second)
 		cleanup()
 		return exitCode(exitInterrupted)
 	}
@@ -185,7 +188,10 @@ func (a *app) attach(ctx context.Context, e *env, sb *sandbox.Sandbox, rm bool) 
 		cleanup()
 		return err
 	}
-	final, err := e.mgr.Get(ctx, sb.ID)
+	final, err := ops.Get(ctx, sb.ID)
+	if ee := (*sandbox.ExpiredError)(nil); errors.As(err, &ee) && ee.Sandbox != nil {
+		final, err = ee.Sandbox, nil
+	}
 	cleanup()
 	if err != nil {
 		return err
@@ -210,12 +216,12 @@ func (a *app) createCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			e, err := a.open(cmd.Context())
+			ops, done, err := a.sandboxes(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer e.Close()
-			sb, err := e.mgr.Create(cmd.Context(), opts)
+			defer done()
+			sb, err := ops.Create(cmd.Context(), opts)
 			if err != nil {
 				return err
 			}
@@ -229,15 +235,15 @@ func (a *app) createCmd() *cobra.Command {
 
 // eachSandbox runs fn on every named sandbox, reporting each failure and
 // failing overall if any did.
-func (a *app) eachSandbox(cmd *cobra.Command, names []string, fn func(ctx context.Context, e *env, name string) error) error {
-	e, err := a.open(cmd.Context())
+func (a *app) eachSandbox(cmd *cobra.Command, names []string, fn func(ctx context.Context, ops sandboxes, name string) error) error {
+	ops, done, err := a.sandboxes(cmd.Context())
 	if err != nil {
 		return err
 	}
-	defer e.Close()
+	defer done()
 	var failed error
 	for _, n := range names {
-		if err := fn(cmd.Context(), e, n); err != nil {
+		if err := fn(cmd.Context(), ops, n); err != nil {
 			if len(names) == 1 {
 				return err
 			}
@@ -256,8 +262,8 @@ func (a *app) startCmd() *cobra.Command {
 		Short: "Start created or stopped sandboxes",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.eachSandbox(cmd, args, func(ctx context.Context, e *env, n string) error {
-				_, err := e.mgr.Start(ctx, n)
+			return a.eachSandbox(cmd, args, func(ctx context.Context, ops sandboxes, n string) error {
+				_, err := ops.Start(ctx, n)
 				return err
 			})
 		},
@@ -271,8 +277,8 @@ func (a *app) stopCmd() *cobra.Command {
 		Short: "Stop sandboxes (SIGTERM, then SIGKILL after --time)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.eachSandbox(cmd, args, func(ctx context.Context, e *env, n string) error {
-				_, err := e.mgr.Stop(ctx, n, timeout)
+			return a.eachSandbox(cmd, args, func(ctx context.Context, ops sandboxes, n string) error {
+				_, err := ops.Stop(ctx, n, timeout)
 				return err
 			})
 		},
@@ -288,8 +294,8 @@ func (a *app) rmCmd() *cobra.Command {
 		Short: "Remove sandboxes",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.eachSandbox(cmd, args, func(ctx context.Context, e *env, n string) error {
-				return e.mgr.Remove(ctx, n, force)
+			return a.eachSandbox(cmd, args, func(ctx context.Context, ops sandboxes, n string) error {
+				return ops.Remove(ctx, n, force)
 			})
 		},
 	}
@@ -305,12 +311,12 @@ func (a *app) lsCmd() *cobra.Command {
 		Short:   "List sandboxes",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			e, err := a.open(cmd.Context())
+			ops, done, err := a.sandboxes(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer e.Close()
-			sbs, err := e.mgr.List(cmd.Context())
+			defer done()
+			sbs, err := ops.List(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -341,7 +347,7 @@ func (a *app) lsCmd() *cobra.Command {
 
 func stateText(sb *sandbox.Sandbox) string {
 	s := string(sb.State)
-	if sb.State == sandbox.StateStopped && sb.ExitCode != nil {
+	if (sb.State == sandbox.StateStopped || sb.State == sandbox.StateExpired) && sb.ExitCode != nil {
 		s += " (" + strconv.Itoa(*sb.ExitCode) + ")"
 	}
 	if sb.State == sandbox.StateCreating && sb.Reason != "" {
@@ -387,11 +393,11 @@ func (a *app) inspectCmd() *cobra.Command {
 		Short: "Show sandboxes' records and live resource usage as JSON",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			e, err := a.open(cmd.Context())
+			ops, done, err := a.sandboxes(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer e.Close()
+			defer done()
 			type view struct {
 				*sandbox.Sandbox
 				Stats   *backend.Stats `json:"stats,omitempty"`
@@ -399,18 +405,21 @@ func (a *app) inspectCmd() *cobra.Command {
 			}
 			var out []view
 			for _, n := range args {
-				sb, err := e.mgr.Get(cmd.Context(), n)
+				sb, err := ops.Get(cmd.Context(), n)
 				if err != nil {
 					return err
 				}
 				v := view{Sandbox: sb}
 				if sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused {
-					v.Stats, _ = e.mgr.Stats(cmd.Context(), sb.ID)
+					v.Stats, _ = ops.Stats(cmd.Context(), sb.ID)
 				}
-				if sb.Config.Network != nil {
-					// An orphan's network may be half made: show the
-					// record anyway.
-					v.Network, _ = e.mgr.NetStatus(cmd.Context(), sb.ID)
+				// Only the manager knows network state; a server does not
+				// serve it yet. An orphan's network may be half made: show
+				// the record anyway.
+				if ns, ok := ops.(interface {
+					NetStatus(context.Context, string) (*network.State, error)
+				}); ok && sb.Config.Network != nil {
+					v.Network, _ = ns.NetStatus(cmd.Context(), sb.ID)
 				}
 				out = append(out, v)
 			}
@@ -426,12 +435,12 @@ func (a *app) logsCmd() *cobra.Command {
 		Short: "Print a sandbox's main command output",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			e, err := a.open(cmd.Context())
+			ops, done, err := a.sandboxes(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer e.Close()
-			return e.mgr.Logs(cmd.Context(), args[0], sandbox.LogOptions{Follow: follow, Stdout: a.stdout, Stderr: a.stderr})
+			defer done()
+			return ops.Logs(cmd.Context(), args[0], sandbox.LogOptions{Follow: follow, Stdout: a.stdout, Stderr: a.stderr})
 		},
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing until the sandbox stops")
@@ -456,11 +465,11 @@ func (a *app) execCmd() *cobra.Command {
 				}
 			}
 			ctx := cmd.Context()
-			e, err := a.open(ctx)
+			ops, done, err := a.sandboxes(ctx)
 			if err != nil {
 				return err
 			}
-			defer e.Close()
+			defer done()
 			p := agent.Process{Args: args[1:], Env: envs, Dir: workdir, User: user, TTY: tty, TimeoutMS: timeout.Milliseconds()}
 			stdio := agent.Stdio{Stdout: a.stdout, Stderr: a.stderr}
 			if interactive {
@@ -473,7 +482,7 @@ func (a *app) execCmd() *cobra.Command {
 				}
 				defer restore()
 			}
-			exit, err := e.mgr.Exec(ctx, args[0], p, stdio)
+			exit, err := ops.Exec(ctx, args[0], p, stdio)
 			if errors.Is(err, policy.ErrDenied) {
 				return &exitError{code: exitCannotRun, err: err}
 			}
@@ -568,15 +577,15 @@ func (a *app) cpCmd() *cobra.Command {
 			if (srcSB == "") == (dstSB == "") {
 				return errors.New("cp: exactly one of SRC and DST must be SANDBOX:PATH")
 			}
-			e, err := a.open(cmd.Context())
+			ops, done, err := a.sandboxes(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer e.Close()
+			defer done()
 			if dstSB != "" {
-				return e.mgr.CopyIn(cmd.Context(), dstSB, srcPath, dstPath)
+				return ops.CopyIn(cmd.Context(), dstSB, srcPath, dstPath)
 			}
-			return e.mgr.CopyOut(cmd.Context(), srcSB, srcPath, dstPath)
+			return ops.CopyOut(cmd.Context(), srcSB, srcPath, dstPath)
 		},
 	}
 }
@@ -597,7 +606,7 @@ func splitSandboxPath(s string) (string, string) {
 func (a *app) gcCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "gc",
-		Short: "Remove what crashes left behind (orphaned sandboxes, mounts, cgroups)",
+		Short: "Remove what crashes left behind (orphaned sandboxes, mounts, cgroups) and sandboxes expired over an hour ago",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			e, err := a.open(cmd.Context())
@@ -609,7 +618,39 @@ func (a *app) gcCmd() *cobra.Command {
 			for _, r := range removed {
 				fmt.Fprintln(a.stdout, "removed", r)
 			}
-			return err
+			expired, rerr := e.mgr.Reap(cmd.Context(), sandbox.DefaultExpiredGrace)
+			for _, n := range expired {
+				fmt.Fprintln(a.stdout, "removed expired sandbox", n)
+			}
+			return errors.Join(err, rerr)
+		},
+	}
+}
+
+func (a *app) timeoutCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "timeout SANDBOX DURATION",
+		Short: "Set a sandbox's time to live to DURATION from now (0: none)",
+		Long: `Set a sandbox's time to live to DURATION from now, for this run and every
+later start. 0 removes it. A running sandbox's deadline moves at once.`,
+		Example: "  smolvm timeout box 1h",
+		Args:    cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ttl, err := time.ParseDuration(args[1])
+			if err != nil {
+				return fmt.Errorf("timeout: %w", err)
+			}
+			ops, done, err := a.sandboxes(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			sb, err := ops.SetTTL(cmd.Context(), args[0], ttl)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(a.stdout, ttlText(sb, time.Now()))
+			return nil
 		},
 	}
 }

@@ -21,11 +21,14 @@ type sbCLI struct {
 	dataDir string
 	runsc   string
 	self    string // the smolvm binary for background work; "" for none
+	// host, when set, sends sandbox commands through that server.
+	host string
 }
 
 func newSandboxCLI(t *testing.T) *sbCLI {
 	c := &sbCLI{t: t, dataDir: t.TempDir(), runsc: testenv.Runsc(t)}
 	t.Setenv("SMOLVM_AGENT_BINARY", testenv.Agent(t))
+	t.Setenv("SMOLVM_HOST", "") // direct, whatever the caller's shell says
 	t.Cleanup(func() {
 		ids, _, _ := c.run("", "ls", "-q")
 		for _, id := range strings.Fields(ids) {
@@ -39,7 +42,7 @@ func newSandboxCLI(t *testing.T) *sbCLI {
 func (c *sbCLI) run(stdin string, args ...string) (string, string, int) {
 	var out, errb bytes.Buffer
 	a := &app{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errb, self: c.self}
-	code := a.run(context.Background(), append([]string{"--data-dir", c.dataDir, "--runsc", c.runsc}, args...))
+	code := a.run(context.Background(), append([]string{"--data-dir", c.dataDir, "--runsc", c.runsc, "--host", c.host}, args...))
 	return out.String(), errb.String(), code
 }
 

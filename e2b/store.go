@@ -1,0 +1,89 @@
+package e2b
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// E2B's own state per sandbox, kept beside the sandbox records so that a
+// restarted server still knows each sandbox's metadata and envd token.
+var schema = []string{
+	`CREATE TABLE e2b_sandboxes (
+		id TEXT PRIMARY KEY,
+		metadata TEXT NOT NULL,
+		envd_token TEXT NOT NULL
+	)`,
+}
+
+// info is what E2B adds to a smolvm sandbox.
+type info struct {
+	Metadata map[string]string
+	Token    string
+}
+
+func (h *Handler) saveInfo(ctx context.Context, id string, in info) error {
+	md, err := json.Marshal(in.Metadata)
+	if err != nil {
+		return err
+	}
+	_, err = h.st.DB().ExecContext(ctx,
+		`INSERT INTO e2b_sandboxes (id, metadata, envd_token) VALUES (?, ?, ?)
+		 ON CONFLICT (id) DO UPDATE SET metadata = excluded.metadata, envd_token = excluded.envd_token`,
+		id, string(md), in.Token)
+	if err != nil {
+		return fmt.Errorf("save e2b state of %s: %w", id, err)
+	}
+	return nil
+}
+
+// loadInfo returns a sandbox's E2B state. A sandbox made outside the E2B
+// API (the CLI, the native API) gets fresh state on first use, so that
+// Sandbox.connect works for it too.
+func (h *Handler) loadInfo(ctx context.Context, id string) (info, error) {
+	var md, tok string
+	err := h.st.DB().QueryRowContext(ctx, `SELECT metadata, envd_token FROM e2b_sandboxes WHERE id = ?`, id).Scan(&md, &tok)
+	if errors.Is(err, sql.ErrNoRows) {
+		in := info{Metadata: map[string]string{}, Token: newToken()}
+		return in, h.saveInfo(ctx, id, in)
+	}
+	if err != nil {
+		return info{}, fmt.Errorf("load e2b state of %s: %w", id, err)
+	}
+	in := info{Token: tok}
+	if err := json.Unmarshal([]byte(md), &in.Metadata); err != nil {
+		return info{}, fmt.Errorf("e2b state of %s: metadata: %w", id, err)
+	}
+	if in.Metadata == nil {
+		in.Metadata = map[string]string{}
+	}
+	return in, nil
+}
+
+// allInfo returns the metadata of every sandbox that has E2B state.
+func (h *Handler) allInfo(ctx context.Context) (map[string]map[string]string, error) {
+	rows, err := h.st.DB().QueryContext(ctx, `SELECT id, metadata FROM e2b_sandboxes`)
+	if err != nil {
+		return nil, fmt.Errorf("list e2b state: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]map[string]string{}
+	for rows.Next() {
+		var id, md string
+		if err := rows.Scan(&id, &md); err != nil {
+			return nil, err
+		}
+		var m map[string]string
+		if json.Unmarshal([]byte(md), &m) == nil {
+			out[id] = m
+		}
+	}
+	return out, rows.Err()
+}
+
+func (h *Handler) deleteInfo(ctx context.Context, id string) error {
+	_, err := h.st.DB().ExecContext(ctx, `DELETE FROM e2b_sandboxes WHERE id = ?`, id)
+	return err
+}

@@ -1,0 +1,208 @@
+package cli
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"smolvm.dev/smolvm/api"
+	"smolvm.dev/smolvm/e2b"
+	"smolvm.dev/smolvm/internal/units"
+	"smolvm.dev/smolvm/sandbox"
+)
+
+// SocketName is the default API socket's name in the data dir.
+const SocketName = "smolvm.sock"
+
+// E2BPrefix is where serve answers E2B's API: point E2B_API_URL and
+// E2B_SANDBOX_URL at http(s)://HOST:PORT/e2b.
+const E2BPrefix = "/e2b"
+
+func (a *app) serveCmd() *cobra.Command {
+	var (
+		listen, certFile, keyFile, maxUpload string
+		insecure, noAuth                     bool
+		inFlight, queue                      int
+		defaultTTL, grace                    time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the HTTP API (a Unix socket in the data dir by default)",
+		Long: `Serve smolvm's HTTP API. By default it listens on a Unix socket in the data
+dir (mode 0600). --listen HOST:PORT listens on TCP; off loopback that needs
+--tls-cert and --tls-key, or --insecure. Every request needs the API token
+(Authorization: Bearer TOKEN, or X-API-KEY: TOKEN), generated at the first
+start and shown by "smolvm serve token".
+
+Point the CLI at it with SMOLVM_HOST=unix:///path or http(s)://host:port
+and SMOLVM_TOKEN. The API is described at GET /openapi.json.
+
+E2B's API is served under /e2b: the official E2B SDKs work unmodified with
+E2B_API_URL and E2B_SANDBOX_URL set to http(s)://HOST:PORT/e2b and E2B_API_KEY
+set to the token.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			limit, err := units.ParseBytes(maxUpload)
+			if err != nil {
+				return fmt.Errorf("--max-upload: %w", err)
+			}
+			if listen == "" {
+				listen = "unix://" + filepath.Join(a.dataDir, SocketName)
+			}
+			ln, tlsOn, err := listenAPI(listen, certFile, keyFile, insecure)
+			if err != nil {
+				return err
+			}
+			defer ln.Close()
+			token := ""
+			if noAuth {
+				if ln.Addr().Network() != "unix" {
+					return errors.New("--no-auth: only on a Unix socket, whose file mode guards it")
+				}
+			} else if token, err = api.LoadToken(a.dataDir); err != nil {
+				return err
+			}
+			e, err := a.open(ctx)
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			tmp := filepath.Join(a.dataDir, "tmp")
+			if err := os.MkdirAll(tmp, 0o700); err != nil {
+				return err
+			}
+			logger := slog.New(slog.NewTextHandler(a.stderr, nil))
+			// E2B's API under /e2b/: its envd requests carry a per-sandbox
+			// access token, not the API token, so it checks tokens itself.
+			e2bAPI, err := e2b.New(ctx, e2b.Options{
+				Manager: e.mgr, Store: e.st, Snapshots: e.snaps, MaxUpload: limit, DefaultTTL: defaultTTL,
+				Authorize: func(r *http.Request) bool { return api.CheckToken(r, token) },
+			})
+			if err != nil {
+				return err
+			}
+			defer e2bAPI.Close()
+			srv := api.New(api.Options{
+				Manager: e.mgr, Images: e.images, Snapshots: e.snaps, Token: token, TempDir: tmp,
+				MaxUpload: limit, MaxInFlight: inFlight, MaxQueue: queue,
+				DefaultTTL: defaultTTL, ExpiredGrace: grace, Logger: logger,
+				Mounts: []api.Mount{{Prefix: E2BPrefix + "/", Handler: http.StripPrefix(E2BPrefix, e2bAPI), Public: true}},
+			})
+			hs := &http.Server{ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+			scheme := "http"
+			if tlsOn {
+				scheme = "https"
+			}
+			where := scheme + "://" + ln.Addr().String()
+			if ln.Addr().Network() == "unix" {
+				where = "unix://" + ln.Addr().String()
+			}
+			logger.Info("serving", "at", where, "auth", token != "")
+			return srv.Run(ctx, hs, func() error { return hs.Serve(ln) })
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", "", "unix:///path or HOST:PORT (default: unix://<data-dir>/"+SocketName+")")
+	f.StringVar(&certFile, "tls-cert", "", "TLS certificate (PEM) for a TCP listener")
+	f.StringVar(&keyFile, "tls-key", "", "TLS key (PEM) for a TCP listener")
+	f.BoolVar(&insecure, "insecure", false, "allow plain HTTP on a non-loopback address")
+	f.BoolVar(&noAuth, "no-auth", false, "serve without a token (Unix socket only)")
+	f.StringVar(&maxUpload, "max-upload", "1g", "largest file upload")
+	f.IntVar(&inFlight, "max-in-flight", 128, "requests served at once; more wait in a queue")
+	f.IntVar(&queue, "max-queue", 1024, "requests waiting for a slot; more get 429")
+	f.DurationVar(&defaultTTL, "default-timeout", sandbox.DefaultTTL, "time to live of sandboxes created without one")
+	f.DurationVar(&grace, "expired-grace", sandbox.DefaultExpiredGrace, "how long expired sandboxes stay listed")
+	cmd.AddCommand(&cobra.Command{
+		Use:   "token",
+		Short: "Print the API token (generated on first use)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			tok, err := api.LoadToken(a.dataDir)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(a.stdout, tok)
+			return nil
+		},
+	})
+	return cmd
+}
+
+// listenAPI opens the listener --listen names. TCP off loopback needs TLS
+// or an explicit insecure; it reports whether TLS is on.
+func listenAPI(addr, certFile, keyFile string, insecure bool) (net.Listener, bool, error) {
+	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
+		if certFile != "" || keyFile != "" {
+			return nil, false, errors.New("--tls-cert/--tls-key: not for a Unix socket")
+		}
+		ln, err := listenUnix(path)
+		return ln, false, err
+	}
+	addr = strings.TrimPrefix(addr, "tcp://")
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, false, fmt.Errorf("--listen %s: want unix:///path or HOST:PORT", addr)
+	}
+	if (certFile == "") != (keyFile == "") {
+		return nil, false, errors.New("--tls-cert and --tls-key go together")
+	}
+	tlsOn := certFile != ""
+	if !tlsOn && !insecure && !isLoopback(host) {
+		return nil, false, fmt.Errorf("--listen %s: not a loopback address: give --tls-cert and --tls-key, or --insecure to serve the token in clear", addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, false, err
+	}
+	if tlsOn {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			ln.Close()
+			return nil, false, fmt.Errorf("TLS: %w", err)
+		}
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	}
+	return ln, tlsOn, nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
+// listenUnix listens on path, mode 0600, replacing a stale socket that no
+// server answers on but never one in use. Until the chmod the socket has
+// the umask's mode, but it sits in the data dir, which is 0700.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("%s: another server is listening there", path)
+	}
+	os.Remove(path)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}

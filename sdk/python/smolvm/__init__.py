@@ -1,0 +1,427 @@
+"""Python SDK for smolvm's HTTP API (`smolvm serve`). Standard library only.
+
+    from smolvm import Client
+    c = Client("unix:///var/lib/smolvm/smolvm.sock", token)   # or SMOLVM_HOST / SMOLVM_TOKEN
+    sb = c.create(timeout=600)
+    r = c.exec(sb.id, ["python3", "-c", "print(6*7)"])
+    assert r.stdout == b"42\\n" and r.exit_code == 0
+    c.kill(sb.id)
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import os
+import socket
+import ssl
+import urllib.parse
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Callable, Dict, Iterator, List, Optional, Union
+
+__all__ = [
+    "Client", "Sandbox", "Snapshot", "ExecResult", "ExecEvent", "Event",
+    "SmolvmError", "NotFound", "Expired", "Unauthorized", "Timeout", "Conflict", "InvalidRequest", "TooLarge", "Busy",
+]
+
+
+class SmolvmError(Exception):
+    """An error response from the server: `code` is the API's error code,
+    `status` the HTTP status, `field` the request field a 400 is about."""
+
+    def __init__(self, message: str, code: str = "", status: int = 0, field: str = "", body: Optional[dict] = None):
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.status = status
+        self.field = field
+        self.body = body or {}
+
+
+class NotFound(SmolvmError):
+    """The sandbox (or snapshot, or file) never existed or was removed; the message says which."""
+
+
+class Expired(SmolvmError):
+    """The sandbox expired; `expired_at` says when."""
+
+    @property
+    def expired_at(self) -> Optional[datetime]:
+        return _time(self.body.get("expired_at"))
+
+
+class Unauthorized(SmolvmError):
+    """Missing or wrong API token."""
+
+
+class Timeout(SmolvmError, TimeoutError):
+    """A command or request ran out of time."""
+
+
+class Conflict(SmolvmError):
+    """Wrong state (e.g. not running), or a name already in use."""
+
+
+class InvalidRequest(SmolvmError):
+    """A malformed request; `field` names the culprit."""
+
+
+class TooLarge(SmolvmError):
+    """Over a size limit (uploads)."""
+
+
+class Busy(SmolvmError):
+    """The server is at its concurrency limit; retry."""
+
+
+_BY_CODE = {
+    "not_found": NotFound, "no_such_file": NotFound, "expired": Expired, "unauthorized": Unauthorized,
+    "timeout": Timeout, "conflict": Conflict, "invalid": InvalidRequest, "too_large": TooLarge, "busy": Busy,
+}
+
+
+def _error(status: int, body: bytes) -> SmolvmError:
+    try:
+        e = json.loads(body)
+        msg = e["error"]
+    except (ValueError, KeyError, TypeError):
+        return SmolvmError(f"smolvm server: HTTP {status}: {body[:200]!r}", status=status)
+    return _error_from(e, status)
+
+
+def _error_from(e: dict, status: int = 0) -> SmolvmError:
+    cls = _BY_CODE.get(e.get("code", ""), SmolvmError)
+    return cls(e.get("error", ""), code=e.get("code", ""), status=status, field=e.get("field", ""), body=e)
+
+
+def _time(s: Optional[str]) -> Optional[datetime]:
+    # Python 3.11 reads RFC 3339 with "Z" and any number of fraction digits.
+    return datetime.fromisoformat(s) if s else None
+
+
+@dataclass
+class Sandbox:
+    id: str
+    name: str
+    image: str
+    state: str
+    reason: str = ""
+    exit_code: Optional[int] = None
+    created_at: Optional[datetime] = None
+    expires_at: Optional[datetime] = None
+    snapshot: str = ""
+    forked_from: str = ""
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def _from(cls, d: dict) -> "Sandbox":
+        return cls(id=d["id"], name=d["name"], image=d.get("image", ""), state=d["state"], reason=d.get("reason", ""),
+                   exit_code=d.get("exit_code"), created_at=_time(d.get("created_at")), expires_at=_time(d.get("expires_at")),
+                   snapshot=d.get("snapshot", ""), forked_from=d.get("forked_from", ""), raw=d)
+
+
+@dataclass
+class Snapshot:
+    id: str
+    name: str
+    size: int
+    created: Optional[datetime]
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def _from(cls, d: dict) -> "Snapshot":
+        return cls(id=d["id"], name=d.get("name", ""), size=d.get("size", 0), created=_time(d.get("created")), raw=d)
+
+
+@dataclass
+class ExecEvent:
+    """One event of an exec stream: type is "stdout", "stderr" or "exit"."""
+    type: str
+    data: bytes = b""
+    exit_code: Optional[int] = None
+    exit: Optional[dict] = None
+
+
+@dataclass
+class ExecResult:
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    #: The agent's exit record: signal, error (e.g. "not found"), kind, timed_out.
+    exit: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def timed_out(self) -> bool:
+        return bool(self.exit.get("timed_out"))
+
+
+@dataclass
+class Event:
+    type: str
+    id: str
+    name: str
+    state: str = ""
+    reason: str = ""
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+Seconds = Union[int, float, str]
+
+
+def _duration(v: Optional[Seconds]) -> Optional[Union[float, str]]:
+    return v if v is None or isinstance(v, str) else float(v)
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: Optional[float]):
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        if self.timeout is not None:
+            s.settimeout(self.timeout)
+        s.connect(self._path)
+        self.sock = s
+
+
+class Client:
+    """A client for one smolvm server. Each call opens its own connection,
+    so one Client may be used from several threads."""
+
+    def __init__(self, host: Optional[str] = None, token: Optional[str] = None, timeout: Optional[float] = 300.0,
+                 ssl_context: Optional[ssl.SSLContext] = None):
+        host = host or os.environ.get("SMOLVM_HOST", "")
+        self.token = token if token is not None else os.environ.get("SMOLVM_TOKEN", "")
+        self.timeout = timeout
+        if host.startswith("unix://"):
+            self._unix: Optional[str] = host[len("unix://"):]
+        else:
+            self._unix = None
+            u = urllib.parse.urlsplit(host)
+            if u.scheme not in ("http", "https") or not u.netloc:
+                raise ValueError(f"host {host!r}: want unix:///path, http://host:port or https://host:port")
+            self._scheme, self._netloc, self._prefix = u.scheme, u.netloc, u.path.rstrip("/")
+        self._ssl = ssl_context
+
+    # -- plumbing
+
+    def _conn(self) -> http.client.HTTPConnection:
+        if self._unix is not None:
+            return _UnixConnection(self._unix, self.timeout)
+        if self._scheme == "https":
+            return http.client.HTTPSConnection(self._netloc, timeout=self.timeout, context=self._ssl)
+        return http.client.HTTPConnection(self._netloc, timeout=self.timeout)
+
+    def _open(self, method: str, path: str, query: Optional[dict] = None, body: Any = None,
+              headers: Optional[dict] = None) -> http.client.HTTPResponse:
+        if self._unix is None:
+            path = self._prefix + path
+        if query:
+            path += "?" + urllib.parse.urlencode(query)
+        # One connection per call; "close" lets the response own (and
+        # close) the socket.
+        h = dict(headers or {}, Connection="close")
+        if self.token:
+            h["Authorization"] = "Bearer " + self.token
+        if body is not None and not isinstance(body, (bytes, bytearray)):
+            body = json.dumps(body).encode()
+            h.setdefault("Content-Type", "application/json")
+        conn = self._conn()
+        try:
+            try:
+                conn.request(method, path, body=body, headers=h)
+            except (BrokenPipeError, ConnectionResetError):
+                # The server refused the request before reading the whole
+                # body (a bad path, a 413): its answer is still there.
+                pass
+            resp = conn.getresponse()
+        except socket.timeout as e:
+            conn.close()
+            raise Timeout(f"smolvm server: {method} {path}: {e}", code="timeout") from e
+        except OSError as e:
+            conn.close()
+            raise SmolvmError(f"smolvm server: {method} {path}: {e}") from e
+        if resp.status >= 300:
+            data = resp.read()
+            conn.close()
+            raise _error(resp.status, data)
+        return resp
+
+    def _json(self, method: str, path: str, body: Any = None, query: Optional[dict] = None) -> Any:
+        resp = self._open(method, path, query=query, body=body)
+        try:
+            data = resp.read()
+        finally:
+            resp.close()
+        return json.loads(data) if data else None
+
+    @staticmethod
+    def _sb(ref: str, rest: str = "") -> str:
+        return "/v1/sandboxes/" + urllib.parse.quote(ref, safe="") + rest
+
+    # -- sandboxes
+
+    def create(self, *, name: Optional[str] = None, image: Optional[str] = None, cmd: Optional[List[str]] = None,
+               env: Optional[Dict[str, str]] = None, workdir: Optional[str] = None, user: Optional[str] = None,
+               cpus: Optional[float] = None, memory: Optional[Union[int, str]] = None, disk: Optional[Union[int, str]] = None,
+               pids: Optional[int] = None, timeout: Optional[Seconds] = None, idle_timeout: Optional[Seconds] = None,
+               on_expiry: Optional[str] = None, pool: Optional[str] = None, start: bool = True) -> Sandbox:
+        """Create (and start) a sandbox. timeout is its time to live in
+        seconds or as "15m"; None takes the server's default (15 minutes), 0 is none.
+        pool takes a ready sandbox from that pool (see smolvm pool)."""
+        req: Dict[str, Any] = {"start": start}
+        for k, v in (("name", name), ("image", image), ("cmd", cmd), ("workdir", workdir), ("user", user),
+                     ("cpus", cpus), ("memory", memory), ("disk", disk), ("pids", pids), ("on_expiry", on_expiry), ("pool", pool),
+                     ("timeout", _duration(timeout)), ("idle_timeout", _duration(idle_timeout))):
+            if v is not None:
+                req[k] = v
+        if env:
+            req["env"] = [f"{k}={v}" for k, v in env.items()]
+        return Sandbox._from(self._json("POST", "/v1/sandboxes", req))
+
+    def list(self) -> List[Sandbox]:
+        return [Sandbox._from(d) for d in self._json("GET", "/v1/sandboxes") or []]
+
+    def get(self, ref: str) -> Sandbox:
+        """Raises NotFound (never existed, or removed) or Expired (with expired_at)."""
+        return Sandbox._from(self._json("GET", self._sb(ref)))
+
+    def start(self, ref: str) -> Sandbox:
+        return Sandbox._from(self._json("POST", self._sb(ref, "/start")))
+
+    def stop(self, ref: str, grace: Seconds = 10) -> Sandbox:
+        return Sandbox._from(self._json("POST", self._sb(ref, "/stop"), {"timeout": _duration(grace)}))
+
+    def kill(self, ref: str) -> None:
+        """Remove the sandbox, running or not."""
+        self._json("DELETE", self._sb(ref), query={"force": "true"})
+
+    def set_timeout(self, ref: str, timeout: Seconds) -> Sandbox:
+        """Set the time to live to timeout from now (0: none)."""
+        return Sandbox._from(self._json("POST", self._sb(ref, "/timeout"), {"timeout": _duration(timeout)}))
+
+    # -- exec
+
+    def exec_stream(self, ref: str, args: List[str], *, env: Optional[Dict[str, str]] = None, workdir: Optional[str] = None,
+                    user: Optional[str] = None, timeout: Optional[Seconds] = None,
+                    stdin: Optional[Union[str, bytes]] = None) -> Iterator[ExecEvent]:
+        """Run a command and yield its output as it comes, then its exit.
+        Closing the iterator early kills the command."""
+        req: Dict[str, Any] = {"args": list(args)}
+        if env:
+            req["env"] = [f"{k}={v}" for k, v in env.items()]
+        for k, v in (("workdir", workdir), ("user", user), ("timeout", _duration(timeout))):
+            if v is not None:
+                req[k] = v
+        if stdin is not None:
+            req["stdin"] = stdin.decode() if isinstance(stdin, bytes) else stdin
+        resp = self._open("POST", self._sb(ref, "/exec"), body=req)
+        try:
+            while True:
+                line = resp.readline()
+                if not line:
+                    raise SmolvmError("smolvm server: exec stream ended without an exit")
+                if not line.strip():
+                    continue
+                ev = json.loads(line)
+                t = ev["type"]
+                if t in ("stdout", "stderr"):
+                    data = ev.get("data", "")
+                    yield ExecEvent(t, base64.b64decode(data) if ev.get("encoding") == "base64" else data.encode())
+                elif t == "exit":
+                    yield ExecEvent("exit", exit_code=ev["exit"]["code"], exit=ev["exit"])
+                    return
+                elif t == "error":
+                    raise _error_from(ev.get("error") or {})
+        finally:
+            resp.close()
+
+    def exec(self, ref: str, args: List[str], *, on_stdout: Optional[Callable[[bytes], None]] = None,
+             on_stderr: Optional[Callable[[bytes], None]] = None, raise_on_timeout: bool = True, **kw: Any) -> ExecResult:
+        """Run a command to completion, calling on_stdout/on_stderr as output
+        streams in. A command killed by its timeout raises Timeout (with the
+        result in .result) unless raise_on_timeout is False."""
+        out, err = bytearray(), bytearray()
+        for ev in self.exec_stream(ref, args, **kw):
+            if ev.type == "stdout":
+                out += ev.data
+                if on_stdout:
+                    on_stdout(ev.data)
+            elif ev.type == "stderr":
+                err += ev.data
+                if on_stderr:
+                    on_stderr(ev.data)
+            else:
+                res = ExecResult(ev.exit_code or 0, bytes(out), bytes(err), ev.exit or {})
+                if res.timed_out and raise_on_timeout:
+                    e = Timeout(res.exit.get("error", "timed out"), code="timeout")
+                    e.result = res  # type: ignore[attr-defined]
+                    raise e
+                return res
+        raise SmolvmError("smolvm server: exec stream ended without an exit")
+
+    # -- files
+
+    def write_file(self, ref: str, path: str, data: Union[bytes, str]) -> None:
+        """Write data as the file at path (absolute) inside the sandbox."""
+        body = data.encode() if isinstance(data, str) else bytes(data)
+        resp = self._open("PUT", self._sb(ref, "/files"), query={"path": path}, body=body,
+                          headers={"Content-Type": "application/octet-stream"})
+        resp.read()
+        resp.close()
+
+    def read_file(self, ref: str, path: str) -> bytes:
+        resp = self._open("GET", self._sb(ref, "/files"), query={"path": path})
+        try:
+            return resp.read()
+        finally:
+            resp.close()
+
+    # -- snapshots
+
+    def checkpoint(self, ref: str, name: Optional[str] = None, stop: bool = False) -> Snapshot:
+        req: Dict[str, Any] = {"stop": stop}
+        if name:
+            req["name"] = name
+        return Snapshot._from(self._json("POST", self._sb(ref, "/checkpoint"), req))
+
+    def restore(self, snapshot: str, name: Optional[str] = None) -> Sandbox:
+        req = {"name": name} if name else {}
+        return Sandbox._from(self._json("POST", "/v1/snapshots/" + urllib.parse.quote(snapshot, safe="") + "/restore", req))
+
+    def fork(self, ref: str, n: int = 1, name_prefix: Optional[str] = None) -> List[Sandbox]:
+        req: Dict[str, Any] = {"n": n}
+        if name_prefix:
+            req["name_prefix"] = name_prefix
+        return [Sandbox._from(d) for d in self._json("POST", self._sb(ref, "/fork"), req)]
+
+    def pause(self, ref: str) -> Sandbox:
+        return Sandbox._from(self._json("POST", self._sb(ref, "/pause")))
+
+    def resume(self, ref: str) -> Sandbox:
+        return Sandbox._from(self._json("POST", self._sb(ref, "/resume")))
+
+    def snapshots(self) -> List[Snapshot]:
+        return [Snapshot._from(d) for d in self._json("GET", "/v1/snapshots") or []]
+
+    def remove_snapshot(self, ref: str) -> None:
+        self._json("DELETE", "/v1/snapshots/" + urllib.parse.quote(ref, safe=""))
+
+    # -- events
+
+    def events(self) -> Iterator[Event]:
+        """Yield lifecycle events until the caller stops iterating."""
+        resp = self._open("GET", "/v1/events")
+        try:
+            while True:
+                line = resp.readline()
+                if not line:
+                    return
+                if line.strip():
+                    d = json.loads(line)
+                    yield Event(d["type"], d["id"], d["name"], d.get("state", ""), d.get("reason", ""), d)
+        finally:
+            resp.close()

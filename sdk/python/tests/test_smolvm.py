@@ -1,0 +1,150 @@
+"""Tests of the Python SDK against a real `smolvm serve` (real runsc
+sandboxes), started here. They need root, a smolvm binary ($SMOLVM_BIN or
+$PATH) and runsc; scripts/test.sh runs them through `go test ./sdk`."""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import smolvm  # noqa: E402
+
+
+def _smolvm_bin():
+    return os.environ.get("SMOLVM_BIN") or shutil.which("smolvm")
+
+
+@unittest.skipUnless(os.geteuid() == 0 and _smolvm_bin(), "needs root and a smolvm binary")
+class SDKTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="smolvm-py-")
+        cls.bin = _smolvm_bin()
+        sock = os.path.join(cls.dir, "api.sock")
+        cls.server = subprocess.Popen([cls.bin, "--data-dir", cls.dir, "serve", "--listen", "unix://" + sock],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.time() + 30
+        while not os.path.exists(sock):
+            if cls.server.poll() is not None or time.time() > deadline:
+                raise RuntimeError("smolvm serve did not start: " + cls.server.stderr.read().decode())
+            time.sleep(0.05)
+        token = subprocess.check_output([cls.bin, "--data-dir", cls.dir, "serve", "token"]).decode().strip()
+        cls.c = smolvm.Client("unix://" + sock, token)
+        cls.box = cls.c.create(name="py-box")
+
+    @classmethod
+    def tearDownClass(cls):
+        for sb in cls.c.list():
+            cls.c.kill(sb.id)
+        cls.server.terminate()
+        cls.server.wait(30)
+        cls.server.stderr.close()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def test_create_defaults(self):
+        self.assertEqual(self.box.state, "running")
+        ttl = (self.box.expires_at - self.box.created_at).total_seconds()
+        self.assertTrue(14 * 60 < ttl < 16 * 60, ttl)
+
+    def test_exec_streams_and_exit_code(self):
+        chunks = []
+        r = self.c.exec(self.box.id, ["sh", "-c", "echo one; sleep 0.2; echo two; echo err >&2; exit 3"],
+                        on_stdout=lambda b: chunks.append((time.monotonic(), b)))
+        self.assertEqual((r.exit_code, r.stdout, r.stderr), (3, b"one\ntwo\n", b"err\n"))
+        # Streamed: "one" arrived before "two" was even printed.
+        self.assertEqual([b for _, b in chunks], [b"one\n", b"two\n"])
+        self.assertGreater(chunks[1][0] - chunks[0][0], 0.1)
+        events = [e.type for e in self.c.exec_stream(self.box.id, ["echo", "x"])]
+        self.assertEqual(events, ["stdout", "exit"])
+        r = self.c.exec(self.box.id, ["cat"], stdin="fed", env={"A": "1"})
+        self.assertEqual(r.stdout, b"fed")
+        r = self.c.exec(self.box.id, ["no-such-command"])
+        self.assertEqual((r.exit_code, r.exit["kind"]), (127, "not-found"))
+
+    def test_exec_timeout(self):
+        with self.assertRaises(smolvm.Timeout) as cm:
+            self.c.exec(self.box.id, ["sleep", "5"], timeout=0.3)
+        self.assertEqual(cm.exception.result.exit_code, 137)
+        self.assertIsInstance(cm.exception, TimeoutError)
+
+    def test_files(self):
+        self.c.write_file(self.box.id, "/tmp/hello.bin", b"\x00\xffdata")
+        self.assertEqual(self.c.read_file(self.box.id, "/tmp/hello.bin"), b"\x00\xffdata")
+        with self.assertRaises(smolvm.NotFound):
+            self.c.read_file(self.box.id, "/tmp/nothing-here")
+        with self.assertRaises(smolvm.InvalidRequest) as cm:
+            self.c.write_file(self.box.id, "../../etc/passwd", "x")
+        self.assertEqual(cm.exception.field, "path")
+
+    def test_typed_errors(self):
+        with self.assertRaises(smolvm.NotFound) as cm:
+            self.c.get("never-was")
+        self.assertIn("never existed", str(cm.exception))
+        with self.assertRaises(smolvm.Unauthorized):
+            smolvm.Client(self.c._unix and "unix://" + self.c._unix, "wrong").list()
+        with self.assertRaises(smolvm.InvalidRequest) as cm:
+            self.c.create(memory="lots")
+        self.assertEqual(cm.exception.field, "memory")
+        brief = self.c.create(timeout=1)
+        deadline = time.time() + 20
+        while True:
+            try:
+                self.c.get(brief.id)
+            except smolvm.Expired as e:
+                self.assertEqual(e.expired_at, brief.expires_at)
+                break
+            self.assertLess(time.time(), deadline, "sandbox did not expire")
+            time.sleep(0.2)
+        self.c.kill(brief.id)
+        with self.assertRaises(smolvm.Expired):  # the tombstone still says it expired
+            self.c.get(brief.id)
+
+    def test_checkpoint_restore_fork_kill(self):
+        src = self.c.create(name="py-src")
+        self.c.exec(src.id, ["sh", "-c", "echo kept > /root/state"])
+        snap = self.c.checkpoint(src.id, name="py-snap")
+        self.assertTrue(snap.id.startswith("sha256:"))
+        copy = self.c.restore("py-snap", name="py-copy")
+        self.assertEqual(self.c.exec(copy.id, ["cat", "/root/state"]).stdout, b"kept\n")
+        kids = self.c.fork(src.id, n=2, name_prefix="py-kid")
+        self.assertEqual(len(kids), 2)
+        for k in kids:
+            self.assertEqual(self.c.exec(k.id, ["cat", "/root/state"]).stdout, b"kept\n")
+            self.c.kill(k.id)
+        self.assertEqual(self.c.pause(src.id).state, "paused")
+        self.assertEqual(self.c.resume(src.id).state, "running")
+        self.c.kill(copy.id)
+        self.c.kill(src.id)
+        with self.assertRaises(smolvm.NotFound) as cm:
+            self.c.get(src.id)
+        self.assertIn("was removed at", str(cm.exception))
+        self.c.remove_snapshot("py-snap")
+
+    def test_events(self):
+        seen = []
+        got = threading.Event()
+
+        def watch():
+            for e in self.c.events():
+                seen.append(e)
+                if e.name == "py-ev" and e.type == "removed":
+                    got.set()
+                    return
+
+        t = threading.Thread(target=watch, daemon=True)
+        t.start()
+        time.sleep(0.3)
+        sb = self.c.create(name="py-ev")
+        self.c.kill(sb.id)
+        self.assertTrue(got.wait(20), [e.type for e in seen])
+        self.assertIn("created", [e.type for e in seen if e.name == "py-ev"])
+
+
+if __name__ == "__main__":
+    unittest.main()

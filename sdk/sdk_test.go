@@ -1,0 +1,53 @@
+// Package sdk_test runs the Python and TypeScript SDKs' own test suites
+// (python3 -m unittest, node --test) against freshly built binaries, so
+// that `go test ./...` (and CI) covers them.
+package sdk_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"smolvm.dev/smolvm/internal/testenv"
+)
+
+func sdkEnv(t *testing.T) []string {
+	runsc := testenv.Runsc(t)
+	return append(os.Environ(), "SMOLVM_BIN="+testenv.Smolvm(t), "SMOLVM_AGENT_BINARY="+testenv.Agent(t), "SMOLVM_RUNSC="+runsc,
+		"SMOLVM_HOST=", "SMOLVM_TOKEN=")
+}
+
+// runSuite runs a suite and fails if it failed or skipped anything: here,
+// with root and the binaries given, every test must run.
+func runSuite(t *testing.T, tool string, allRan func(out string) bool, args ...string) {
+	path, err := exec.LookPath(tool)
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s not found in CI", tool)
+		}
+		t.Skipf("%s not installed", tool)
+	}
+	env := sdkEnv(t)
+	cmd := exec.Command(path, args...)
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s %v:\n%s", tool, args, out)
+	if err != nil {
+		t.Fatalf("%s: %v", tool, err)
+	}
+	if !allRan(string(out)) {
+		t.Fatalf("%s skipped tests", tool)
+	}
+}
+
+func TestPythonSDK(t *testing.T) {
+	noSkips := func(out string) bool { return !strings.Contains(out, "skipped") }
+	runSuite(t, "python3", noSkips, "-W", "error::ResourceWarning", "-m", "unittest", "discover", "-v", "-s", filepath.Join("python", "tests"))
+}
+
+func TestTypeScriptSDK(t *testing.T) {
+	noSkips := func(out string) bool { return strings.Contains(out, "\n# skipped 0\n") }
+	runSuite(t, "node", noSkips, "--test", filepath.Join("typescript", "test"))
+}

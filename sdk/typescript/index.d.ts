@@ -1,0 +1,137 @@
+// Types for smolvm's TypeScript SDK (index.js).
+
+export type Seconds = number | string
+
+export interface Exit {
+  code: number
+  signal?: number
+  error?: string
+  kind?: 'not-found' | 'cannot-run' | 'invalid' | 'io'
+  timed_out?: boolean
+  reason?: string
+}
+
+export type SandboxState = 'creating' | 'created' | 'running' | 'paused' | 'stopped' | 'expired'
+
+export interface Sandbox {
+  id: string
+  name: string
+  image: string
+  image_id: string
+  backend: string
+  state: SandboxState
+  config: Record<string, unknown>
+  created_at: string
+  started_at?: string
+  finished_at?: string
+  expires_at?: string
+  exit_code?: number
+  reason?: string
+  snapshot?: string
+  forked_from?: string
+}
+
+export interface Snapshot {
+  id: string
+  name?: string
+  names?: string[]
+  image_id: string
+  created: string
+  size: number
+  lineage: { sandbox: string; sandbox_name: string; parent: string }
+}
+
+export interface SandboxEvent {
+  type: string
+  id: string
+  name: string
+  state?: SandboxState
+  reason?: string
+  expires_at?: string
+  time: string
+}
+
+export interface CreateOptions {
+  name?: string
+  image?: string
+  /** Take a ready sandbox from this pool (see smolvm pool). */
+  pool?: string
+  cmd?: string[]
+  env?: Record<string, string>
+  workdir?: string
+  user?: string
+  hostname?: string
+  cpus?: number
+  memory?: number | string
+  disk?: number | string
+  pids?: number
+  /** Time to live: default 15m; 0 is none. */
+  timeout?: Seconds
+  idleTimeout?: Seconds
+  onExpiry?: 'stop' | 'pause'
+  start?: boolean
+}
+
+export interface ExecOptions {
+  env?: Record<string, string>
+  workdir?: string
+  user?: string
+  timeout?: Seconds
+  stdin?: string
+  signal?: AbortSignal
+}
+
+export type ExecEvent = { type: 'stdout' | 'stderr'; data: Buffer } | { type: 'exit'; exit: Exit }
+
+export interface ExecResult {
+  exitCode: number
+  stdout: Buffer
+  stderr: Buffer
+  exit: Exit
+}
+
+export class SmolvmError extends Error {
+  code: string
+  status: number
+  field: string
+  body: Record<string, unknown>
+}
+export class NotFoundError extends SmolvmError {}
+export class ExpiredError extends SmolvmError {
+  readonly expiredAt: Date | undefined
+}
+export class UnauthorizedError extends SmolvmError {}
+export class TimeoutError extends SmolvmError {
+  result?: ExecResult
+}
+export class ConflictError extends SmolvmError {}
+export class InvalidRequestError extends SmolvmError {}
+export class TooLargeError extends SmolvmError {}
+export class BusyError extends SmolvmError {}
+
+export class Client {
+  constructor(opts?: { host?: string; token?: string })
+  create(opts?: CreateOptions): Promise<Sandbox>
+  list(): Promise<Sandbox[]>
+  get(ref: string): Promise<Sandbox>
+  start(ref: string): Promise<Sandbox>
+  stop(ref: string, grace?: Seconds): Promise<Sandbox>
+  kill(ref: string): Promise<void>
+  setTimeout(ref: string, timeout: Seconds): Promise<Sandbox>
+  execStream(ref: string, args: string[], opts?: ExecOptions): AsyncGenerator<ExecEvent, void, undefined>
+  exec(
+    ref: string,
+    args: string[],
+    opts?: ExecOptions & { onStdout?: (data: Buffer) => void; onStderr?: (data: Buffer) => void },
+  ): Promise<ExecResult>
+  writeFile(ref: string, path: string, data: string | Uint8Array): Promise<void>
+  readFile(ref: string, path: string): Promise<Buffer>
+  checkpoint(ref: string, opts?: { name?: string; stop?: boolean }): Promise<Snapshot>
+  restore(snapshot: string, opts?: { name?: string }): Promise<Sandbox>
+  fork(ref: string, opts?: { n?: number; namePrefix?: string }): Promise<Sandbox[]>
+  pause(ref: string): Promise<Sandbox>
+  resume(ref: string): Promise<Sandbox>
+  snapshots(): Promise<Snapshot[]>
+  removeSnapshot(ref: string): Promise<void>
+  events(opts?: { signal?: AbortSignal }): AsyncGenerator<SandboxEvent, void, undefined>
+}

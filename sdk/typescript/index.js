@@ -1,0 +1,257 @@
+// SDK for smolvm's HTTP API (`smolvm serve`): fetch-based, no runtime
+// dependencies. Types are in index.d.ts.
+
+/** An error response from the server. */
+export class SmolvmError extends Error {
+  constructor(message, { code = '', status = 0, field = '', body = {} } = {}) {
+    super(message)
+    this.name = this.constructor.name
+    this.code = code
+    this.status = status
+    this.field = field
+    this.body = body
+  }
+}
+/** Never existed, or removed; the message says which. */
+export class NotFoundError extends SmolvmError {}
+/** Expired; expiredAt says when. */
+export class ExpiredError extends SmolvmError {
+  get expiredAt() {
+    return this.body.expired_at ? new Date(this.body.expired_at) : undefined
+  }
+}
+export class UnauthorizedError extends SmolvmError {}
+export class TimeoutError extends SmolvmError {}
+export class ConflictError extends SmolvmError {}
+export class InvalidRequestError extends SmolvmError {}
+export class TooLargeError extends SmolvmError {}
+export class BusyError extends SmolvmError {}
+
+const byCode = {
+  not_found: NotFoundError,
+  no_such_file: NotFoundError,
+  expired: ExpiredError,
+  unauthorized: UnauthorizedError,
+  timeout: TimeoutError,
+  conflict: ConflictError,
+  invalid: InvalidRequestError,
+  too_large: TooLargeError,
+  busy: BusyError,
+}
+
+function errorFrom(body, status = 0) {
+  const Cls = byCode[body.code] ?? SmolvmError
+  return new Cls(body.error ?? `HTTP ${status}`, { code: body.code ?? '', status, field: body.field ?? '', body })
+}
+
+function duration(v) {
+  return v === undefined || v === null || typeof v === 'string' ? v : Number(v)
+}
+
+function envList(env) {
+  return env ? Object.entries(env).map(([k, v]) => `${k}=${v}`) : undefined
+}
+
+function decodeData(ev) {
+  return ev.encoding === 'base64' ? Buffer.from(ev.data ?? '', 'base64') : Buffer.from(ev.data ?? '', 'utf8')
+}
+
+/** Yields the parsed JSON lines of a streamed body. */
+async function* jsonLines(body) {
+  const decoder = new TextDecoder()
+  let buf = ''
+  for await (const chunk of body) {
+    buf += decoder.decode(chunk, { stream: true })
+    let i
+    while ((i = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, i).trim()
+      buf = buf.slice(i + 1)
+      if (line) yield JSON.parse(line)
+    }
+  }
+  if (buf.trim()) yield JSON.parse(buf)
+}
+
+export class Client {
+  /**
+   * @param {{host?: string, token?: string}} [opts] host is http(s)://host:port
+   *   (default $SMOLVM_HOST), token the API token (default $SMOLVM_TOKEN).
+   */
+  constructor({ host = process.env.SMOLVM_HOST, token = process.env.SMOLVM_TOKEN } = {}) {
+    if (!host || !/^https?:\/\//.test(host)) {
+      throw new Error(`host ${JSON.stringify(host)}: want http://host:port or https://host:port (fetch has no Unix sockets)`)
+    }
+    this.base = host.replace(/\/+$/, '')
+    this.token = token ?? ''
+  }
+
+  async #fetch(method, path, { query, json, body, headers = {}, signal } = {}) {
+    const url = new URL(this.base + path)
+    for (const [k, v] of Object.entries(query ?? {})) url.searchParams.set(k, String(v))
+    const h = { ...headers }
+    if (this.token) h.Authorization = `Bearer ${this.token}`
+    if (json !== undefined) {
+      body = JSON.stringify(json)
+      h['Content-Type'] = 'application/json'
+    }
+    let resp
+    try {
+      resp = await fetch(url, { method, headers: h, body, signal })
+    } catch (e) {
+      if (e?.name === 'TimeoutError') throw new TimeoutError(`smolvm server: ${method} ${path}: ${e.message}`, { code: 'timeout' })
+      throw e
+    }
+    if (resp.status >= 300) {
+      const text = await resp.text()
+      let parsed
+      try {
+        parsed = JSON.parse(text)
+      } catch {
+        throw new SmolvmError(`smolvm server: HTTP ${resp.status}: ${text.slice(0, 200)}`, { status: resp.status })
+      }
+      throw errorFrom(parsed, resp.status)
+    }
+    return resp
+  }
+
+  async #json(method, path, opts) {
+    const resp = await this.#fetch(method, path, opts)
+    const text = await resp.text()
+    return text ? JSON.parse(text) : undefined
+  }
+
+  #sb(ref, rest = '') {
+    return `/v1/sandboxes/${encodeURIComponent(ref)}${rest}`
+  }
+
+  /** Create (and start) a sandbox; timeout is its time to live (seconds or "15m"; default 15m; 0: none). */
+  create(opts = {}) {
+    const { env, timeout, idleTimeout, onExpiry, start = true, ...rest } = opts
+    const req = { ...rest, env: envList(env), timeout: duration(timeout), idle_timeout: duration(idleTimeout), on_expiry: onExpiry, start }
+    return this.#json('POST', '/v1/sandboxes', { json: req })
+  }
+
+  list() {
+    return this.#json('GET', '/v1/sandboxes')
+  }
+
+  /** Throws NotFoundError (never existed, removed) or ExpiredError (with expiredAt). */
+  get(ref) {
+    return this.#json('GET', this.#sb(ref))
+  }
+
+  start(ref) {
+    return this.#json('POST', this.#sb(ref, '/start'))
+  }
+
+  stop(ref, grace = 10) {
+    return this.#json('POST', this.#sb(ref, '/stop'), { json: { timeout: duration(grace) } })
+  }
+
+  /** Remove the sandbox, running or not. */
+  async kill(ref) {
+    await this.#json('DELETE', this.#sb(ref), { query: { force: true } })
+  }
+
+  setTimeout(ref, timeout) {
+    return this.#json('POST', this.#sb(ref, '/timeout'), { json: { timeout: duration(timeout) } })
+  }
+
+  /**
+   * Run a command, yielding {type: 'stdout'|'stderr', data: Buffer} as output
+   * streams in, then {type: 'exit', exit}. Aborting the signal (or breaking
+   * out of the loop) kills the command.
+   */
+  async *execStream(ref, args, { env, workdir, user, timeout, stdin, signal } = {}) {
+    const req = { args, env: envList(env), workdir, user, timeout: duration(timeout), stdin }
+    const controller = new AbortController()
+    const onAbort = () => controller.abort(signal.reason)
+    signal?.addEventListener('abort', onAbort)
+    try {
+      const resp = await this.#fetch('POST', this.#sb(ref, '/exec'), { json: req, signal: controller.signal })
+      for await (const ev of jsonLines(resp.body)) {
+        if (ev.type === 'stdout' || ev.type === 'stderr') yield { type: ev.type, data: decodeData(ev) }
+        else if (ev.type === 'exit') {
+          yield { type: 'exit', exit: ev.exit }
+          return
+        } else if (ev.type === 'error') throw errorFrom(ev.error ?? {})
+      }
+      throw new SmolvmError('smolvm server: exec stream ended without an exit')
+    } finally {
+      signal?.removeEventListener('abort', onAbort)
+      controller.abort() // ends the request if the caller stopped early
+    }
+  }
+
+  /**
+   * Run a command to completion. onStdout/onStderr get output as it streams.
+   * A command killed by its timeout throws TimeoutError (with .result).
+   */
+  async exec(ref, args, { onStdout, onStderr, ...opts } = {}) {
+    const out = []
+    const err = []
+    for await (const ev of this.execStream(ref, args, opts)) {
+      if (ev.type === 'stdout') {
+        out.push(ev.data)
+        onStdout?.(ev.data)
+      } else if (ev.type === 'stderr') {
+        err.push(ev.data)
+        onStderr?.(ev.data)
+      } else {
+        const result = { exitCode: ev.exit.code, stdout: Buffer.concat(out), stderr: Buffer.concat(err), exit: ev.exit }
+        if (ev.exit.timed_out) {
+          const e = new TimeoutError(ev.exit.error ?? 'timed out', { code: 'timeout' })
+          e.result = result
+          throw e
+        }
+        return result
+      }
+    }
+    throw new SmolvmError('smolvm server: exec stream ended without an exit')
+  }
+
+  /** Write data as the file at path (absolute) inside the sandbox. */
+  async writeFile(ref, path, data) {
+    const body = typeof data === 'string' ? Buffer.from(data) : data
+    await this.#json('PUT', this.#sb(ref, '/files'), { query: { path }, body, headers: { 'Content-Type': 'application/octet-stream' } })
+  }
+
+  async readFile(ref, path) {
+    const resp = await this.#fetch('GET', this.#sb(ref, '/files'), { query: { path } })
+    return Buffer.from(await resp.arrayBuffer())
+  }
+
+  checkpoint(ref, { name, stop = false } = {}) {
+    return this.#json('POST', this.#sb(ref, '/checkpoint'), { json: { name, stop } })
+  }
+
+  restore(snapshot, { name } = {}) {
+    return this.#json('POST', `/v1/snapshots/${encodeURIComponent(snapshot)}/restore`, { json: { name } })
+  }
+
+  fork(ref, { n = 1, namePrefix } = {}) {
+    return this.#json('POST', this.#sb(ref, '/fork'), { json: { n, name_prefix: namePrefix } })
+  }
+
+  pause(ref) {
+    return this.#json('POST', this.#sb(ref, '/pause'))
+  }
+
+  resume(ref) {
+    return this.#json('POST', this.#sb(ref, '/resume'))
+  }
+
+  snapshots() {
+    return this.#json('GET', '/v1/snapshots')
+  }
+
+  async removeSnapshot(ref) {
+    await this.#json('DELETE', `/v1/snapshots/${encodeURIComponent(ref)}`)
+  }
+
+  /** Yield lifecycle events until the signal aborts or the caller stops. */
+  async *events({ signal } = {}) {
+    const resp = await this.#fetch('GET', '/v1/events', { signal })
+    yield* jsonLines(resp.body)
+  }
+}

@@ -1,0 +1,117 @@
+// Tests of the TypeScript SDK against a real `smolvm serve` (real runsc
+// sandboxes), started here on a loopback port. They need root, a smolvm
+// binary ($SMOLVM_BIN or $PATH) and runsc; scripts/test.sh runs them
+// through `go test ./sdk`.
+import { test, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { spawn, execFileSync } from 'node:child_process'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { Client, NotFoundError, ExpiredError, UnauthorizedError, TimeoutError, InvalidRequestError } from '../index.js'
+
+const bin = process.env.SMOLVM_BIN || 'smolvm'
+const skip = process.getuid() !== 0 ? 'needs root' : false
+let dir, server, c, box
+
+before(async () => {
+  if (skip) return
+  dir = mkdtempSync(join(tmpdir(), 'smolvm-ts-'))
+  server = spawn(bin, ['--data-dir', dir, 'serve', '--listen', '127.0.0.1:0'], { stdio: ['ignore', 'ignore', 'pipe'] })
+  const host = await new Promise((resolve, reject) => {
+    let log = ''
+    server.stderr.on('data', (b) => {
+      log += b
+      const m = log.match(/at=(http:\/\/\S+)/)
+      if (m) resolve(m[1])
+    })
+    server.on('exit', (code) => reject(new Error(`smolvm serve exited ${code}: ${log}`)))
+  })
+  const token = execFileSync(bin, ['--data-dir', dir, 'serve', 'token']).toString().trim()
+  c = new Client({ host, token })
+  box = await c.create({ name: 'ts-box' })
+})
+
+after(async () => {
+  if (skip) return
+  for (const sb of await c.list()) await c.kill(sb.id)
+  server.kill('SIGTERM')
+  await new Promise((resolve) => server.on('exit', resolve))
+  rmSync(dir, { recursive: true, force: true })
+})
+
+test('create gives the default TTL', { skip }, () => {
+  assert.equal(box.state, 'running')
+  const ttl = (new Date(box.expires_at) - new Date(box.created_at)) / 1000
+  assert.ok(ttl > 14 * 60 && ttl < 16 * 60, String(ttl))
+})
+
+test('exec streams output and returns the exit code', { skip }, async () => {
+  const chunks = []
+  const r = await c.exec(box.id, ['sh', '-c', 'echo one; sleep 0.2; echo two; echo err >&2; exit 3'], {
+    onStdout: (d) => chunks.push([performance.now(), d.toString()]),
+  })
+  assert.equal(r.exitCode, 3)
+  assert.equal(r.stdout.toString(), 'one\ntwo\n')
+  assert.equal(r.stderr.toString(), 'err\n')
+  assert.deepEqual(chunks.map(([, d]) => d), ['one\n', 'two\n'])
+  assert.ok(chunks[1][0] - chunks[0][0] > 100, 'output was not streamed')
+  const types = []
+  for await (const ev of c.execStream(box.id, ['echo', 'x'])) types.push(ev.type)
+  assert.deepEqual(types, ['stdout', 'exit'])
+  assert.equal((await c.exec(box.id, ['cat'], { stdin: 'fed', env: { A: '1' } })).stdout.toString(), 'fed')
+  const missing = await c.exec(box.id, ['no-such-command'])
+  assert.equal(missing.exitCode, 127)
+  assert.equal(missing.exit.kind, 'not-found')
+})
+
+test('exec timeout throws TimeoutError', { skip }, async () => {
+  await assert.rejects(c.exec(box.id, ['sleep', '5'], { timeout: 0.3 }), (e) => e instanceof TimeoutError && e.result.exitCode === 137)
+})
+
+test('files', { skip }, async () => {
+  await c.writeFile(box.id, '/tmp/hello.bin', Buffer.from([0, 255, 100]))
+  assert.deepEqual([...(await c.readFile(box.id, '/tmp/hello.bin'))], [0, 255, 100])
+  await assert.rejects(c.readFile(box.id, '/tmp/nothing-here'), NotFoundError)
+  await assert.rejects(c.writeFile(box.id, '../../etc/passwd', 'x'), (e) => e instanceof InvalidRequestError && e.field === 'path')
+})
+
+test('typed errors', { skip }, async () => {
+  await assert.rejects(c.get('never-was'), (e) => e instanceof NotFoundError && /never existed/.test(e.message))
+  await assert.rejects(new Client({ host: c.base, token: 'wrong' }).list(), UnauthorizedError)
+  await assert.rejects(c.create({ memory: 'lots' }), (e) => e instanceof InvalidRequestError && e.field === 'memory')
+  const brief = await c.create({ timeout: 1 })
+  const deadline = Date.now() + 20000
+  for (;;) {
+    try {
+      await c.get(brief.id)
+    } catch (e) {
+      assert.ok(e instanceof ExpiredError, String(e))
+      assert.equal(e.expiredAt.getTime(), new Date(brief.expires_at).getTime())
+      break
+    }
+    assert.ok(Date.now() < deadline, 'sandbox did not expire')
+    await new Promise((r) => setTimeout(r, 200))
+  }
+})
+
+test('checkpoint, restore, fork, kill', { skip }, async () => {
+  const src = await c.create({ name: 'ts-src' })
+  await c.exec(src.id, ['sh', '-c', 'echo kept > /root/state'])
+  const snap = await c.checkpoint(src.id, { name: 'ts-snap' })
+  assert.match(snap.id, /^sha256:/)
+  const copy = await c.restore('ts-snap', { name: 'ts-copy' })
+  assert.equal((await c.exec(copy.id, ['cat', '/root/state'])).stdout.toString(), 'kept\n')
+  const kids = await c.fork(src.id, { n: 2, namePrefix: 'ts-kid' })
+  assert.equal(kids.length, 2)
+  for (const k of kids) {
+    assert.equal((await c.exec(k.id, ['cat', '/root/state'])).stdout.toString(), 'kept\n')
+    await c.kill(k.id)
+  }
+  assert.equal((await c.pause(src.id)).state, 'paused')
+  assert.equal((await c.resume(src.id)).state, 'running')
+  await c.kill(copy.id)
+  await c.kill(src.id)
+  await assert.rejects(c.get(src.id), (e) => e instanceof NotFoundError && /was removed at/.test(e.message))
+  await c.removeSnapshot('ts-snap')
+})
