@@ -29,11 +29,7 @@ func newNetManager(t testing.TB) (*testManager, *nettest.World) {
 	testenv.Runsc(t)
 	w := nettest.New(t)
 	helper := testenv.Smolvm(t)
-	var host *network.Host
-	m := newManager(t, func(o *Options) {
-		host = &network.Host{NetNS: w.HostNS, Resolver: w.Resolver, Dir: filepath.Join(o.DataDir, "net"), Store: o.Store, Helper: []string{helper, "net-helper"}}
-		o.Network = host
-	})
+	m := newManager(t, func(o *Options) { o.Network = w.Host(o.DataDir, o.Store, helper) })
 	return m, w
 }
 
