@@ -52,7 +52,8 @@ type Snapshotter interface {
 	Checkpoint(ctx context.Context, spec *Spec, dir string, leaveRunning bool) error
 	// Restore starts spec, a new sandbox, in the state saved in dir, and
 	// returns once it takes commands under spec's own identity (ID,
-	// hostname, machine ID, environment).
+	// hostname, machine ID, environment). spec may have been made with
+	// Create beforehand, so that only the restore itself remains.
 	Restore(ctx context.Context, spec *Spec, dir string) error
 	// Pause freezes every process; Resume thaws them.
 	Pause(ctx context.Context, spec *Spec) error

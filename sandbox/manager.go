@@ -171,18 +171,21 @@ func (m *Manager) create(ctx context.Context, o CreateOptions, pool string) (*Sa
 
 // checkConfig fills defaults and checks cfg.
 func (m *Manager) checkConfig(cfg *Config) error {
+	if cfg.Policy != "" {
+		abs, pol, err := validPolicy(cfg.Policy)
+		if err != nil {
+			return err
+		}
+		cfg.Policy = abs
+		if err := m.policyNetwork(cfg, pol); err != nil {
+			return err
+		}
+	}
 	if err := cfg.validate(); err != nil {
 		return err
 	}
 	if cfg.Network != nil && m.net == nil {
 		return fmt.Errorf("%w: --net %s: this smolvm has no network host configured", ErrInvalid, cfg.Network.Mode)
-	}
-	if cfg.Policy != "" {
-		abs, err := validPolicy(cfg.Policy)
-		if err != nil {
-			return err
-		}
-		cfg.Policy = abs
 	}
 	return nil
 }

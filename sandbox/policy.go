@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"smolvm.dev/smolvm/network"
 	"smolvm.dev/smolvm/policy"
 )
 
@@ -32,18 +33,56 @@ func (m *Manager) checkPolicy(ctx context.Context, r *record, argv []string) err
 	return nil
 }
 
-// validPolicy checks that root holds a policy that parses, so a typo is
-// caught at create rather than at the first exec.
-func validPolicy(root string) (string, error) {
+// policyNetwork makes the trust policy's [net] rules the sandbox's network
+// when none is given, or checks that the one given stays within them, so
+// the policy's egress is enforced by the network layer, outside the
+// sandbox. Without a network host, the sandbox simply has no network,
+// which is narrower than any policy.
+func (m *Manager) policyNetwork(cfg *Config, pol *policy.Policy) error {
+	eg := pol.Egress()
+	n := cfg.Network
+	if n == nil {
+		switch {
+		case m.net == nil:
+		case eg.Any:
+			cfg.Network = &network.Policy{Mode: network.ModeFull}
+		case len(eg.Hosts)+len(eg.CIDRs) > 0:
+			cfg.Network = &network.Policy{Mode: network.ModeEgress, Hosts: eg.Hosts, CIDRs: eg.CIDRs}
+		}
+		return nil
+	}
+	refuse := func(what string) error {
+		return fmt.Errorf("%w: %s: the trust policy of %s does not allow it (smolvm policy explain net HOST)", ErrInvalid, what, cfg.Policy)
+	}
+	if n.Mode == network.ModeFull && !eg.Any {
+		return refuse("--net full")
+	}
+	for _, h := range n.Hosts {
+		if !eg.Allows(h) {
+			return refuse("--allow-host " + h)
+		}
+	}
+	for _, c := range n.CIDRs {
+		if !eg.Allows(c) {
+			return refuse("--allow-cidr " + c)
+		}
+	}
+	return nil
+}
+
+// validPolicy loads the policy root holds, so a typo is caught at create
+// rather than at the first exec. It returns root made absolute.
+func validPolicy(root string) (string, *policy.Policy, error) {
 	abs, err := filepath.Abs(root)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if _, err := os.Stat(filepath.Join(abs, policy.FileName)); err != nil {
-		return "", fmt.Errorf("%w: --policy %s: %v", ErrInvalid, root, err)
+		return "", nil, fmt.Errorf("%w: --policy %s: %v", ErrInvalid, root, err)
 	}
-	if _, err := policy.Load(abs); err != nil {
-		return "", fmt.Errorf("%w: --policy: %v", ErrInvalid, err)
+	pol, err := policy.Load(abs)
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: --policy: %v", ErrInvalid, err)
 	}
-	return abs, nil
+	return abs, pol, nil
 }

@@ -276,6 +276,9 @@ func (m *Manager) claim(ctx context.Context, o CreateOptions) (*Sandbox, error) 
 	if err := m.checkConfig(&cfg); err != nil {
 		return nil, err
 	}
+	// What a trust policy allows is a ceiling: a member booted without a
+	// network stays without one.
+	cfg.Network = nil
 	if o.Name != "" {
 		if err := validName(o.Name); err != nil {
 			return nil, err

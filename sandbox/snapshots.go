@@ -103,17 +103,25 @@ func (m *Manager) acquireRunning(ctx context.Context, ref, op string) (*record, 
 	if err != nil {
 		return nil, nil, err
 	}
-	if r.State != StateRunning {
+	if err := notRunning(r, op); err != nil {
 		unlock()
-		what := string(r.State)
-		if r.State == StatePaused {
-			what += "; resume it first"
-		} else if r.Reason != "" {
-			what += " (" + r.Reason + ")"
-		}
-		return nil, nil, fmt.Errorf("%s %s: %w: sandbox is %s", op, r.Name, ErrNotRunning, what)
+		return nil, nil, err
 	}
 	return r, unlock, nil
+}
+
+// notRunning says why op cannot work on r, or returns nil if r runs.
+func notRunning(r *record, op string) error {
+	if r.State == StateRunning {
+		return nil
+	}
+	what := string(r.State)
+	if r.State == StatePaused {
+		what += "; resume it first"
+	} else if r.Reason != "" {
+		what += " (" + r.Reason + ")"
+	}
+	return fmt.Errorf("%s %s: %w: sandbox is %s", op, r.Name, ErrNotRunning, what)
 }
 
 // Restore starts a new sandbox in the state saved in a snapshot. The files
@@ -137,7 +145,7 @@ func (m *Manager) Restore(ctx context.Context, snapRef string, o RestoreOptions)
 		return nil, fmt.Errorf("restore %s: %w", snapRef, err)
 	}
 	r.Snapshot = snap.ID
-	sb, err := m.materialize(ctx, r, sn, func(ctx context.Context) (string, error) {
+	sb, err := m.materialize(ctx, r, sn, false, func(ctx context.Context) (string, error) {
 		// The record exists before the check, so a concurrent snapshot rm
 		// either sees it and refuses, or ran first and Get fails here.
 		snap, err := m.snaps.Get(ctx, snap.ID)
@@ -175,9 +183,13 @@ func (m *Manager) newCopy(ctx context.Context, name, imageRef, imageID string, c
 	return r, nil
 }
 
-// materialize registers r, finds the checkpoint with checkpointDir, and
-// restores r from it. On failure it removes everything it made.
-func (m *Manager) materialize(ctx context.Context, r *record, sn backend.Snapshotter, checkpointDir func(context.Context) (string, error)) (*Sandbox, error) {
+// materialize registers r and restores it from the checkpoint that
+// checkpointDir finds. With early, r is created before checkpointDir is
+// asked, so a fork creates its copies while the checkpoint is being
+// written; a restore from a stored snapshot gains nothing by it and
+// leaves the create to runsc restore, one runsc process fewer. On failure
+// it removes everything it made.
+func (m *Manager) materialize(ctx context.Context, r *record, sn backend.Snapshotter, early bool, checkpointDir func(context.Context) (string, error)) (*Sandbox, error) {
 	unlock, err := m.lock(r.ID)
 	if err != nil {
 		return nil, err
@@ -190,11 +202,16 @@ func (m *Manager) materialize(ctx context.Context, r *record, sn backend.Snapsho
 		m.discard(ctx, r)
 		return nil, err
 	}
-	dir, err := checkpointDir(ctx)
-	if err != nil {
+	if err := m.setupNetwork(ctx, r); err != nil {
 		return fail(err)
 	}
-	if err := m.setupNetwork(ctx, r); err != nil {
+	if early {
+		if err := m.be.Create(ctx, &r.spec); err != nil {
+			return fail(err)
+		}
+	}
+	dir, err := checkpointDir(ctx)
+	if err != nil {
 		return fail(err)
 	}
 	if err := m.start(ctx, r, func(ctx context.Context, s *backend.Spec) error { return sn.Restore(ctx, s, dir) }); err != nil {
@@ -242,6 +259,13 @@ func (m *Manager) Fork(ctx context.Context, ref string, o ForkOptions) ([]*Sandb
 		}
 	}
 
+	src, err := m.get(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	if err := notRunning(src, "fork"); err != nil {
+		return nil, err
+	}
 	// The checkpoint is private to this fork: it goes in a staging
 	// directory that is never committed, and GC removes it if we crash.
 	g, err := m.snaps.Begin(ctx)
@@ -249,10 +273,6 @@ func (m *Manager) Fork(ctx context.Context, ref string, o ForkOptions) ([]*Sandb
 		return nil, fmt.Errorf("fork %s: %w", ref, err)
 	}
 	defer g.Abort()
-	src, err := m.checkpointTo(ctx, ref, sn, g.Dir())
-	if err != nil {
-		return nil, err
-	}
 
 	copies := make([]*record, n)
 	for i := range copies {
@@ -264,13 +284,34 @@ func (m *Manager) Fork(ctx context.Context, ref string, o ForkOptions) ([]*Sandb
 		copies[i] = r
 	}
 	out := make([]*Sandbox, n)
-	// A failed copy cancels the rest: they would be removed anyway.
-	eg, ectx := errgroup.WithContext(ctx)
+	// A failed copy, or a failed save, cancels the rest: they would be
+	// removed anyway.
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	eg, ectx := errgroup.WithContext(cctx)
 	eg.SetLimit(runtime.NumCPU())
-	dir := func(context.Context) (string, error) { return g.Dir(), nil }
+	// The source is saved while the copies are being created. A failed
+	// copy does not interrupt the save: a checkpoint cut short could leave
+	// the source quiesced.
+	saved := make(chan struct{})
+	var saveErr error
+	go func() {
+		defer close(saved)
+		if saveErr = m.checkpointTo(ctx, src.ID, sn, g.Dir()); saveErr != nil {
+			cancel()
+		}
+	}()
+	dir := func(ctx context.Context) (string, error) {
+		select {
+		case <-saved:
+			return g.Dir(), saveErr
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
 	for i, r := range copies {
 		eg.Go(func() error {
-			sb, err := m.materialize(ectx, r, sn, dir)
+			sb, err := m.materialize(ectx, r, sn, true, dir)
 			if err != nil {
 				return fmt.Errorf("copy %d of %d (%s): %w", i+1, n, r.Name, err)
 			}
@@ -278,29 +319,33 @@ func (m *Manager) Fork(ctx context.Context, ref string, o ForkOptions) ([]*Sandb
 			return nil
 		})
 	}
-	if err := eg.Wait(); err != nil {
+	err = eg.Wait()
+	<-saved
+	if err != nil {
 		for i, sb := range out {
 			if sb != nil {
 				m.discard(ctx, copies[i])
 			}
+		}
+		if saveErr != nil {
+			return nil, fmt.Errorf("%w; no copy was kept", saveErr)
 		}
 		return nil, fmt.Errorf("fork %s: %w; no copy was kept", src.Name, err)
 	}
 	return out, nil
 }
 
-// checkpointTo saves a running sandbox into dir, leaving it running, and
-// returns its record.
-func (m *Manager) checkpointTo(ctx context.Context, ref string, sn backend.Snapshotter, dir string) (*record, error) {
+// checkpointTo saves a running sandbox into dir, leaving it running.
+func (m *Manager) checkpointTo(ctx context.Context, ref string, sn backend.Snapshotter, dir string) error {
 	r, unlock, err := m.acquireRunning(ctx, ref, "fork")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer unlock()
 	if err := sn.Checkpoint(ctx, &r.spec, dir, true); err != nil {
-		return nil, fmt.Errorf("fork %s: %w", r.Name, err)
+		return fmt.Errorf("fork %s: %w", r.Name, err)
 	}
-	return r, nil
+	return nil
 }
 
 // Pause freezes every process of a running sandbox; it then uses no CPU.

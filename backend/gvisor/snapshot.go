@@ -46,11 +46,15 @@ func (b *Backend) Checkpoint(ctx context.Context, s *backend.Spec, dir string, l
 	return nil
 }
 
-// Restore implements backend.Snapshotter.
+// Restore implements backend.Snapshotter. A sandbox already created (with
+// Create) is restored into, which leaves runsc only the restore itself:
+// fork creates its copies while the source is being saved.
 func (b *Backend) Restore(ctx context.Context, s *backend.Spec, dir string) error {
 	l := layout{s.Dir}
-	if err := b.prepare(s); err != nil {
-		return fmt.Errorf("restore %s: %w", s.ID, err)
+	if st, _ := b.State(ctx, s); st != backend.StatusCreated {
+		if err := b.prepare(s); err != nil {
+			return fmt.Errorf("restore %s: %w", s.ID, err)
+		}
 	}
 	if err := copyFiles(dir, l.run(), logFiles); err != nil {
 		return fmt.Errorf("restore %s: %w", s.ID, err)
