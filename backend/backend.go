@@ -114,7 +114,11 @@ type Limits struct {
 
 // Stats is a snapshot of resource usage.
 type Stats struct {
+	// MemoryBytes is all memory charged to the sandbox, page cache of the
+	// files it read included; ResidentBytes is what only it holds and the
+	// host cannot reclaim: anonymous memory and gVisor's memory file.
 	MemoryBytes    int64
+	ResidentBytes  int64
 	MemoryLimit    int64
 	CPUNanos       int64
 	Pids           int64

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -157,4 +158,13 @@ func (m *testManager) importImage(t *testing.T, ref string, cmd []string, layers
 		t.Fatal(err)
 	}
 	return im
+}
+
+// holdMemory is a script that leaves a process holding mib MiB of touched,
+// incompressible memory, and returns once it does.
+func holdMemory(mib int) string {
+	return fmt.Sprintf(`rm -f /tmp/held; python3 -c 'import os, time
+b = bytearray(os.urandom(%d << 20))
+open("/tmp/held", "w").close()
+time.sleep(1e9)' >/dev/null 2>&1 & while [ ! -e /tmp/held ]; do sleep 0.05; done`, mib)
 }

@@ -203,6 +203,19 @@ print(cur, hits)
 		}
 	})
 
+	t.Run("resident memory counts what processes hold", func(t *testing.T) {
+		sb := m.run(t, Config{})
+		before, err := m.Stats(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.sh(t, sb, holdMemory(64))
+		after, _ := m.Stats(ctx, sb.ID)
+		if grown := after.ResidentBytes - before.ResidentBytes; grown < 60<<20 || after.MemoryBytes < after.ResidentBytes {
+			t.Fatalf("holding 64 MiB grew resident memory by %d bytes (%+v)", grown, after)
+		}
+	})
+
 	t.Run("cpu limit holds", func(t *testing.T) {
 		sb := m.run(t, Config{Limits: backend.Limits{CPUs: 0.5}})
 		before, err := m.Stats(ctx, sb.ID)

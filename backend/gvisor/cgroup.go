@@ -64,12 +64,16 @@ func (b *Backend) Stats(ctx context.Context, s *backend.Spec) (*backend.Stats, e
 	}
 	if cgroupV2() {
 		out.MemoryBytes, _ = readInt(cgroupFile(s.ID, "", "memory.current"))
+		stat := cgroupFile(s.ID, "", "memory.stat")
+		out.ResidentBytes = readKey(stat, "anon") + readKey(stat, "shmem")
 		out.MemoryLimit, _ = readInt(cgroupFile(s.ID, "", "memory.max"))
 		out.CPUNanos = readKey(cgroupFile(s.ID, "", "cpu.stat"), "usage_usec") * 1000
 		out.Pids, _ = readInt(cgroupFile(s.ID, "", "pids.current"))
 		return out, nil
 	}
 	out.MemoryBytes, _ = readInt(cgroupFile(s.ID, "memory", "memory.usage_in_bytes"))
+	stat := cgroupFile(s.ID, "memory", "memory.stat")
+	out.ResidentBytes = readKey(stat, "rss") + readKey(stat, "shmem")
 	out.MemoryLimit, _ = readInt(cgroupFile(s.ID, "memory", "memory.limit_in_bytes"))
 	out.CPUNanos, _ = readInt(cgroupFile(s.ID, "cpuacct", "cpuacct.usage"))
 	out.Pids, _ = readInt(cgroupFile(s.ID, "pids", "pids.current"))
