@@ -63,7 +63,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	for name, v := range map[string]any{
 		"CreateRequest": CreateRequest{}, "ExecRequest": ExecRequest{}, "StopRequest": StopRequest{},
 		"TimeoutRequest": TimeoutRequest{}, "ForkRequest": ForkRequest{}, "CheckpointRequest": CheckpointRequest{},
-		"RestoreRequest": RestoreRequest{}, "PoolRequest": PoolRequest{}, "ExecEvent": ExecEvent{}, "WSControl": WSControl{}, "LogEvent": LogEvent{},
+		"RestoreRequest": RestoreRequest{}, "PoolRequest": PoolRequest{}, "NetworkUpdateRequest": NetworkUpdateRequest{}, "ExecEvent": ExecEvent{}, "WSControl": WSControl{}, "LogEvent": LogEvent{},
 		"Error": Error{},
 	} {
 		var fields []string

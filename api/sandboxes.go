@@ -46,6 +46,7 @@ func (s *Server) registerRoutes() {
 	route("GET /v1/images", s.images)
 	s.registerSnapshotRoutes(route)
 	s.registerPoolRoutes(route)
+	s.registerNetworkRoutes(route)
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
@@ -70,7 +71,7 @@ func (s *Server) createOptions(req *CreateRequest) (sandbox.CreateOptions, error
 	start := req.Start == nil || *req.Start
 	return sandbox.CreateOptions{Name: req.Name, Image: req.Image, Start: start, Pool: req.Pool, Config: sandbox.Config{
 		Cmd: req.Cmd, Env: req.Env, WorkDir: req.WorkDir, User: req.User, Hostname: req.Hostname,
-		TTL: ttl, IdleTimeout: time.Duration(req.IdleTimeout), OnExpiry: req.OnExpiry, Policy: req.Policy,
+		TTL: ttl, IdleTimeout: time.Duration(req.IdleTimeout), OnExpiry: req.OnExpiry, Policy: req.Policy, Network: req.Network,
 		Limits: backend.Limits{CPUs: req.CPUs, Memory: int64(req.Memory), Pids: req.Pids, Disk: int64(req.Disk)},
 	}}, nil
 }

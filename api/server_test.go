@@ -35,8 +35,8 @@ type fixture struct {
 	spool string
 }
 
-func newFixture(t *testing.T, tune func(*api.Options)) *fixture {
-	env := testmgr.New(t)
+func newFixture(t *testing.T, tune func(*api.Options), mgr ...func(*sandbox.Options)) *fixture {
+	env := testmgr.New(t, mgr...)
 	spool := t.TempDir()
 	o := api.Options{Manager: env.Manager, Images: env.Images, Snapshots: env.Snapshots, Token: token, TempDir: spool}
 	if tune != nil {

@@ -11,6 +11,7 @@ import (
 
 	"smolvm.dev/smolvm/agent"
 	"smolvm.dev/smolvm/internal/units"
+	"smolvm.dev/smolvm/network"
 )
 
 // Wire types shared by the server and the Go client.
@@ -39,6 +40,8 @@ type CreateRequest struct {
 	// Policy is a repository root on the server whose trust policy every
 	// command in the sandbox must pass.
 	Policy string `json:"policy,omitempty"`
+	// Network is what the sandbox may reach; absent is mode none.
+	Network *network.Policy `json:"network,omitempty"`
 	// Start defaults to true.
 	Start *bool `json:"start,omitempty"`
 }

@@ -22,6 +22,7 @@ import (
 	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/backend"
 	"smolvm.dev/smolvm/image"
+	"smolvm.dev/smolvm/network"
 	"smolvm.dev/smolvm/policy"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/snapshot"
@@ -223,7 +224,7 @@ func (c *Client) Create(ctx context.Context, o sandbox.CreateOptions) (*sandbox.
 		Name: o.Name, Image: o.Image, Cmd: cfg.Cmd, Env: cfg.Env, WorkDir: cfg.WorkDir, User: cfg.User,
 		Hostname: cfg.Hostname, CPUs: cfg.Limits.CPUs, Memory: api.Bytes(cfg.Limits.Memory), Pids: cfg.Limits.Pids,
 		Disk: api.Bytes(cfg.Limits.Disk), Timeout: &ttl, IdleTimeout: api.Duration(cfg.IdleTimeout),
-		OnExpiry: cfg.OnExpiry, Policy: cfg.Policy, Start: &o.Start, Pool: o.Pool,
+		OnExpiry: cfg.OnExpiry, Policy: cfg.Policy, Network: cfg.Network, Start: &o.Start, Pool: o.Pool,
 	}
 	return c.sandboxCall(ctx, http.MethodPost, "/v1/sandboxes", req)
 }
@@ -281,6 +282,23 @@ func (c *Client) SetTTL(ctx context.Context, ref string, ttl time.Duration) (*sa
 // Stats returns live resource usage.
 func (c *Client) Stats(ctx context.Context, ref string) (*backend.Stats, error) {
 	return callFor[backend.Stats](ctx, c, http.MethodGet, sbPath(ref, "/stats"), nil)
+}
+
+// NetStatus reports a sandbox's network: policy, addresses, published
+// ports as bound, byte counters.
+func (c *Client) NetStatus(ctx context.Context, ref string) (*network.State, error) {
+	return callFor[network.State](ctx, c, http.MethodGet, sbPath(ref, "/network"), nil)
+}
+
+// NetEvents returns a sandbox's deny log, oldest first.
+func (c *Client) NetEvents(ctx context.Context, ref string) ([]network.Event, error) {
+	var evs []network.Event
+	return evs, c.call(ctx, http.MethodGet, sbPath(ref, "/network/events"), nil, &evs)
+}
+
+// NetUpdate replaces a running sandbox's policy (published ports stay).
+func (c *Client) NetUpdate(ctx context.Context, ref string, p network.Policy) (*sandbox.Sandbox, error) {
+	return c.sandboxCall(ctx, http.MethodPut, sbPath(ref, "/network"), api.NetworkUpdateRequest{Mode: p.Mode, Hosts: p.Hosts, CIDRs: p.CIDRs})
 }
 
 // Images lists the server's images.

@@ -29,11 +29,7 @@ func newNetManager(t testing.TB) (*testManager, *nettest.World) {
 	testenv.Runsc(t)
 	w := nettest.New(t)
 	helper := testenv.Smolvm(t)
-	var host *network.Host
-	m := newManager(t, func(o *Options) {
-		host = &network.Host{NetNS: w.HostNS, Resolver: w.Resolver, Dir: filepath.Join(o.DataDir, "net"), Store: o.Store, Helper: []string{helper, "net-helper"}}
-		o.Network = host
-	})
+	m := newManager(t, func(o *Options) { o.Network = w.Host(o.DataDir, o.Store, helper) })
 	return m, w
 }
 
@@ -340,6 +336,35 @@ print(s.recv(16).decode())"`, nettest.Internet4, nettest.SinkPort)
 	}
 }
 
+// TestNetHelperDeathFailsClosed: the rules are in the kernel, so with its
+// helper killed a sandbox gets no DNS answers and nothing new opens up.
+func TestNetHelperDeathFailsClosed(t *testing.T) {
+	m, _ := newNetManager(t)
+	ctx := context.Background()
+	sb := m.run(t, Config{Network: &network.Policy{Mode: network.ModeEgress, Hosts: []string{"allowed.test"}}})
+	expectFetch(t, m, sb, "internet", "http://allowed.test/")
+	st, err := m.NetStatus(ctx, sb.ID)
+	if err != nil || st.Helper == 0 {
+		t.Fatalf("helper: %+v, %v", st, err)
+	}
+	if err := unix.Kill(st.Helper, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	expectFetch(t, m, sb, "ERR", "http://other.test/")
+	expectFetch(t, m, sb, "ERR", "http://"+nettest.Other4+"/")
+	expectFetch(t, m, sb, "ERR", "http://"+nettest.Metadata4+"/")
+	if out, _, _ := m.sh(t, sb, "getent hosts allowed.test || echo unresolved"); out != "unresolved\n" {
+		t.Errorf("DNS without a helper: %q", out)
+	}
+	if err := m.Remove(ctx, sb.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	if left := m.net.Leftovers(ctx, sb.ID); len(left) > 0 {
+		t.Errorf("left after rm with a dead helper: %v", left)
+	}
+}
+
 func TestNetPublish(t *testing.T) {
 	m, w := newNetManager(t)
 	ctx := context.Background()
@@ -371,6 +396,9 @@ func TestNetPublish(t *testing.T) {
 	pinned := &network.Policy{Mode: network.ModeEgress, Ports: []network.Port{{HostPort: st.Ports[0].HostPort, Port: 80}}}
 	if _, err := m.Create(ctx, CreateOptions{Start: true, Config: Config{Network: pinned}}); err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Fatalf("second sandbox on a used host port: %v", err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(m.dir, "net")); len(ents) != 1 {
+		t.Errorf("a failed create left a network: %v", ents)
 	}
 	// A second sandbox with the same unpinned request gets its own port.
 	sb2, err := m.Create(ctx, CreateOptions{Start: true, Config: Config{Network: pol, Cmd: server}})

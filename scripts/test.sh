@@ -6,9 +6,18 @@ cd "$(dirname "$0")/.."
 scripts/install.sh
 # The SDK suites (go test ./sdk) run with the system python3 and node;
 # the E2B compatibility suite (go test ./e2b) drives the real e2b npm
-# package, pinned in sdk/e2b-compat/package-lock.json.
-if ! command -v python3 >/dev/null || ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-	apt-get update -qq && apt-get install -y -qq python3 nodejs npm
+# package, pinned in sdk/e2b-compat/package-lock.json. Network tests build
+# closed worlds with iproute2 and fetch with curl and python3 from inside
+# sandboxes (the host image shows the host's /usr).
+missing=()
+command -v ip >/dev/null || missing+=(iproute2)
+for p in curl python3; do
+	[[ -x /usr/bin/$p ]] || missing+=("$p")
+done
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
+if ((${#missing[@]})); then
+	apt-get update -qq && apt-get install -y -qq "${missing[@]}"
 fi
 export PATH=${PREFIX:-/usr/local}/bin:$PATH
 export SMOLVM_RUNSC=${SMOLVM_RUNSC:-$(command -v runsc)}

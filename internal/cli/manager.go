@@ -83,6 +83,9 @@ type sandboxes interface {
 	Pause(ctx context.Context, ref string) (*sandbox.Sandbox, error)
 	Resume(ctx context.Context, ref string) (*sandbox.Sandbox, error)
 	RemovePool(ctx context.Context, name string) error
+	NetStatus(ctx context.Context, ref string) (*network.State, error)
+	NetEvents(ctx context.Context, ref string) ([]network.Event, error)
+	NetUpdate(ctx context.Context, ref string, p network.Policy) (*sandbox.Sandbox, error)
 }
 
 // sandboxes returns the sandbox operations: through the server --host

@@ -44,12 +44,12 @@ func (a *app) netEventsCmd() *cobra.Command {
 		Short: "Print a sandbox's deny log: connections and DNS queries its policy refused",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			e, err := a.open(cmd.Context())
+			ops, done, err := a.sandboxes(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer e.Close()
-			evs, err := e.mgr.NetEvents(cmd.Context(), args[0])
+			defer done()
+			evs, err := ops.NetEvents(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -89,12 +89,12 @@ addresses admitted by earlier DNS answers are forgotten.`,
 			if !cmd.Flags().Changed("net") {
 				return fmt.Errorf("net update: --net is required (none, egress or full)")
 			}
-			e, err := a.open(cmd.Context())
+			ops, done, err := a.sandboxes(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer e.Close()
-			sb, err := e.mgr.NetUpdate(cmd.Context(), args[0], f.policy())
+			defer done()
+			sb, err := ops.NetUpdate(cmd.Context(), args[0], f.policy())
 			if err != nil {
 				return err
 			}

@@ -106,4 +106,23 @@ func TestCLINet(t *testing.T) {
 	if _, errOut, code := c.run("", "net", "events", "quiet"); code != 125 || !strings.Contains(errOut, "--net none") {
 		t.Errorf("net events of a --net none sandbox: %d %q", code, errOut)
 	}
+
+	// Through a server (SMOLVM_HOST), the same.
+	direct := c.must("net", "events", "web")
+	c.host = serveAPI(t, c)
+	t.Cleanup(func() { c.host = "" }) // before the server goes: cleanup removes sandboxes directly
+	if remote := c.must("net", "events", "web"); remote != direct {
+		t.Errorf("net events through the server:\n%s\ndirect:\n%s", remote, direct)
+	}
+	c.must("run", "-d", "--name", "remote", "--net", "egress", "--allow-host", "allowed.test")
+	if out, _, code := c.run("", "exec", "remote", "--", "sh", "-c", "curl -sS -m 3 http://allowed.test/"); out != "internet" || code != 0 {
+		t.Errorf("a sandbox created through the server reaches its allowed name: %q %d", out, code)
+	}
+	c.must("net", "update", "remote", "--net", "none")
+	if err := json.Unmarshal([]byte(c.must("inspect", "remote")), &views); err != nil || views[0].State.Policy.Mode != network.ModeNone {
+		t.Errorf("inspect through the server after net update: %+v, %v", views, err)
+	}
+	if _, errOut, code := c.run("", "net", "update", "quiet", "--net", "full"); code != 125 || !strings.Contains(errOut, "--net none") {
+		t.Errorf("net update of a --net none sandbox through the server: %d %q", code, errOut)
+	}
 }

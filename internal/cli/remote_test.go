@@ -17,7 +17,7 @@ import (
 // serve does, and returns its SMOLVM_HOST.
 func serveAPI(t *testing.T, c *sbCLI) string {
 	t.Helper()
-	a := &app{dataDir: c.dataDir, runsc: c.runsc}
+	a := &app{dataDir: c.dataDir, runsc: c.runsc, self: c.self}
 	e, err := a.open(context.Background())
 	if err != nil {
 		t.Fatal(err)

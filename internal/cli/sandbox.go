@@ -413,13 +413,10 @@ func (a *app) inspectCmd() *cobra.Command {
 				if sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused {
 					v.Stats, _ = ops.Stats(cmd.Context(), sb.ID)
 				}
-				// Only the manager knows network state; a server does not
-				// serve it yet. An orphan's network may be half made: show
-				// the record anyway.
-				if ns, ok := ops.(interface {
-					NetStatus(context.Context, string) (*network.State, error)
-				}); ok && sb.Config.Network != nil {
-					v.Network, _ = ns.NetStatus(cmd.Context(), sb.ID)
+				// An orphan's network may be half made: show the record
+				// anyway.
+				if sb.Config.Network != nil {
+					v.Network, _ = ops.NetStatus(cmd.Context(), sb.ID)
 				}
 				out = append(out, v)
 			}

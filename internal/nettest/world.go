@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/miekg/dns"
 
 	"smolvm.dev/smolvm/network"
+	"smolvm.dev/smolvm/store"
 )
 
 // Addresses of the world. The internet's are documentation ranges, which
@@ -149,6 +151,12 @@ func (w *World) close() {
 	for _, n := range w.names {
 		exec.Command("ip", "netns", "del", n).Run()
 	}
+}
+
+// Host is a sandbox network host for data dir dataDir that lives in this
+// world; helper is a smolvm binary (testenv.Smolvm) to run the helpers.
+func (w *World) Host(dataDir string, st *store.Store, helper string) *network.Host {
+	return &network.Host{NetNS: w.HostNS, Resolver: w.Resolver, Dir: filepath.Join(dataDir, "net"), Store: st, Helper: []string{helper, "net-helper"}}
 }
 
 // Listen opens a TCP listener in namespace ns.

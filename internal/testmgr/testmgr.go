@@ -28,14 +28,19 @@ type Env struct {
 
 // New returns an Env over a fresh data dir. It skips the test without
 // root or runsc (see testenv.Runsc), and removes every sandbox at cleanup.
-func New(t testing.TB) *Env { return Open(t, t.TempDir()) }
+// opts adjust the Manager's options (a network host, say).
+func New(t testing.TB, opts ...func(*sandbox.Options)) *Env { return Open(t, t.TempDir(), opts...) }
 
 // Open is New over dir, which other processes (a smolvm serve under test)
 // may use too: every sandbox in it is removed at cleanup.
-func Open(t testing.TB, dir string) *Env {
+func Open(t testing.TB, dir string, opts ...func(*sandbox.Options)) *Env {
 	t.Helper()
 	d := testdeps.Open(t, dir)
-	m, err := sandbox.New(context.Background(), sandbox.Options{DataDir: dir, Store: d.Store, Images: d.Images, Backend: d.Backend, AgentBinary: d.AgentBinary, Snapshots: d.Snapshots})
+	o := sandbox.Options{DataDir: dir, Store: d.Store, Images: d.Images, Backend: d.Backend, AgentBinary: d.AgentBinary, Snapshots: d.Snapshots}
+	for _, f := range opts {
+		f(&o)
+	}
+	m, err := sandbox.New(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
