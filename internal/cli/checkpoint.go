@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -99,29 +98,9 @@ func (a *app) forkCmd() *cobra.Command {
 }
 
 func (a *app) pauseCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "pause SANDBOX...",
-		Short: "Freeze running sandboxes: no CPU, state kept",
-		Args:  cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.eachSandbox(cmd, args, func(ctx context.Context, ops sandboxes, n string) error {
-				_, err := ops.Pause(ctx, n)
-				return err
-			})
-		},
-	}
+	return a.eachCmd("pause SANDBOX...", "Freeze running sandboxes: no CPU, state kept", sandboxes.Pause)
 }
 
 func (a *app) resumeCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "resume SANDBOX...",
-		Short: "Thaw paused sandboxes",
-		Args:  cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.eachSandbox(cmd, args, func(ctx context.Context, ops sandboxes, n string) error {
-				_, err := ops.Resume(ctx, n)
-				return err
-			})
-		},
-	}
+	return a.eachCmd("resume SANDBOX...", "Thaw paused sandboxes", sandboxes.Resume)
 }

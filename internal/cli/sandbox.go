@@ -257,13 +257,18 @@ func (a *app) eachSandbox(cmd *cobra.Command, names []string, fn func(ctx contex
 }
 
 func (a *app) startCmd() *cobra.Command {
+	return a.eachCmd("start SANDBOX...", "Start created or stopped sandboxes", sandboxes.Start)
+}
+
+// eachCmd is a command that applies op to every sandbox it names.
+func (a *app) eachCmd(use, short string, op func(sandboxes, context.Context, string) (*sandbox.Sandbox, error)) *cobra.Command {
 	return &cobra.Command{
-		Use:   "start SANDBOX...",
-		Short: "Start created or stopped sandboxes",
+		Use:   use,
+		Short: short,
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.eachSandbox(cmd, args, func(ctx context.Context, ops sandboxes, n string) error {
-				_, err := ops.Start(ctx, n)
+				_, err := op(ops, ctx, n)
 				return err
 			})
 		},
