@@ -12,7 +12,8 @@ import (
 type PoolRequest struct {
 	Name         string  `json:"name,omitempty"`
 	Image        string  `json:"image,omitempty"`
-	Size         int     `json:"size"`
+	Size         int     `json:"size,omitempty"`
+	Targets      int     `json:"targets,omitempty"`
 	MemoryBudget Bytes   `json:"memory_budget,omitempty"`
 	CPUs         float64 `json:"cpus,omitempty"`
 	Memory       Bytes   `json:"memory,omitempty"`
@@ -45,7 +46,7 @@ func (s *Server) createPool(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	p, err := s.o.Manager.CreatePool(r.Context(), sandbox.PoolOptions{Name: req.Name, Image: req.Image, Size: req.Size,
+	p, err := s.o.Manager.CreatePool(r.Context(), sandbox.PoolOptions{Name: req.Name, Image: req.Image, Size: req.Size, Targets: req.Targets,
 		MemoryBudget: int64(req.MemoryBudget),
 		Limits:       backend.Limits{CPUs: req.CPUs, Memory: int64(req.Memory), Pids: req.Pids, Disk: int64(req.Disk)}})
 	if err == nil && req.Fill {

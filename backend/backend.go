@@ -47,9 +47,9 @@ type Backend interface {
 // Snapshotter is implemented by backends that can save a running sandbox
 // (memory, processes, open files and its writable layer) and bring it back.
 type Snapshotter interface {
-	// Checkpoint writes spec's state into dir. With leaveRunning the
+	// Checkpoint writes spec's state into dir. With o.LeaveRunning the
 	// sandbox carries on unchanged afterwards; otherwise it is stopped.
-	Checkpoint(ctx context.Context, spec *Spec, dir string, leaveRunning bool) error
+	Checkpoint(ctx context.Context, spec *Spec, dir string, o CheckpointOptions) error
 	// Restore starts spec, a new sandbox, in the state saved in dir, and
 	// returns once it takes commands under spec's own identity (ID,
 	// hostname, machine ID, environment). spec may have been made with
@@ -58,6 +58,15 @@ type Snapshotter interface {
 	// Pause freezes every process; Resume thaws them.
 	Pause(ctx context.Context, spec *Spec) error
 	Resume(ctx context.Context, spec *Spec) error
+}
+
+// CheckpointOptions describe one checkpoint.
+type CheckpointOptions struct {
+	LeaveRunning bool
+	// Saved, if set, is called once dir holds the whole image, before a
+	// sandbox left running serves again: restores from dir may start
+	// while the source is still resuming.
+	Saved func()
 }
 
 // Spec is a sandbox as a backend sees it.

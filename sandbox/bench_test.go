@@ -161,40 +161,74 @@ func BenchmarkCheckpoint(b *testing.B) {
 	})
 }
 
+// withTargets runs bench twice: cold, and with a pool of n restore targets
+// that refill is to fill again (untimed) after each operation.
+func withTargets(b *testing.B, n int, bench func(b *testing.B, m *testManager, refill func())) {
+	for _, targets := range []bool{false, true} {
+		b.Run(fmt.Sprintf("targets=%t", targets), func(b *testing.B) {
+			m := newManager(b)
+			refill := func() {}
+			if targets {
+				if _, err := m.CreatePool(context.Background(), PoolOptions{Name: "t", Targets: n}); err != nil {
+					b.Fatal(err)
+				}
+				refill = func() {
+					if _, err := m.FillPool(context.Background(), "t"); err != nil {
+						b.Fatal(err)
+					}
+				}
+				refill()
+			}
+			bench(b, m, refill)
+		})
+	}
+}
+
 func BenchmarkRestore(b *testing.B) {
-	m := newManager(b)
-	ctx := context.Background()
-	sb, err := m.Create(ctx, CreateOptions{Start: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	snap, err := m.Checkpoint(ctx, sb.ID, CheckpointOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	timed(b, func() func() {
-		cp, err := m.Restore(ctx, snap.ID, RestoreOptions{})
+	withTargets(b, 1, func(b *testing.B, m *testManager, refill func()) {
+		ctx := context.Background()
+		sb, err := m.Create(ctx, CreateOptions{Start: true})
 		if err != nil {
 			b.Fatal(err)
 		}
-		return func() { m.Remove(ctx, cp.ID, true) }
+		snap, err := m.Checkpoint(ctx, sb.ID, CheckpointOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		timed(b, func() func() {
+			cp, err := m.Restore(ctx, snap.ID, RestoreOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return func() { m.Remove(ctx, cp.ID, true); refill() }
+		})
 	})
 }
 
 func BenchmarkFork(b *testing.B) {
-	m := newManager(b)
-	ctx := context.Background()
-	sb, err := m.Create(ctx, CreateOptions{Start: true})
-	if err != nil {
-		b.Fatal(err)
+	for _, n := range []int{1, 10} {
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			withTargets(b, n, func(b *testing.B, m *testManager, refill func()) {
+				ctx := context.Background()
+				sb, err := m.Create(ctx, CreateOptions{Start: true})
+				if err != nil {
+					b.Fatal(err)
+				}
+				timed(b, func() func() {
+					copies, err := m.Fork(ctx, sb.ID, ForkOptions{N: n})
+					if err != nil {
+						b.Fatal(err)
+					}
+					return func() {
+						for _, c := range copies {
+							m.Remove(ctx, c.ID, true)
+						}
+						refill()
+					}
+				})
+			})
+		})
 	}
-	timed(b, func() func() {
-		copies, err := m.Fork(ctx, sb.ID, ForkOptions{N: 1})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return func() { m.Remove(ctx, copies[0].ID, true) }
-	})
 }
 
 func BenchmarkCreateFromPool(b *testing.B) {

@@ -18,20 +18,27 @@ import (
 	"smolvm.dev/smolvm/store"
 )
 
-// Pool keeps started sandboxes of one image and one set of limits ready,
-// so that creating a sandbox from it skips every cold step: the sandbox
-// is already booted, and only takes on its new name and identity.
+// Pool keeps sandboxes of one image and one set of limits ready. Started
+// members make creating a sandbox skip every cold step: the sandbox is
+// already booted, and only takes on its new name and identity. Created,
+// never started members (restore targets) do the same for restores and
+// forks of sandboxes of that image and those limits: the copy is restored
+// into one, which leaves only the restore itself.
 type Pool struct {
 	Name  string `json:"name"`
 	Image string `json:"image"`
 	Size  int    `json:"size"`
+	// Targets is how many restore targets to keep.
+	Targets int `json:"targets"`
 	// MemoryBudget caps the memory the waiting sandboxes use together.
 	MemoryBudget int64          `json:"memory_budget"`
 	Limits       backend.Limits `json:"limits"`
 	CreatedAt    time.Time      `json:"created_at"`
-	// Ready counts the sandboxes waiting; MemoryUsed is what they use.
-	Ready      int   `json:"ready"`
-	MemoryUsed int64 `json:"memory_used"`
+	// Ready counts the started sandboxes waiting, TargetsReady the
+	// restore targets; MemoryUsed is what they all use.
+	Ready        int   `json:"ready"`
+	TargetsReady int   `json:"targets_ready"`
+	MemoryUsed   int64 `json:"memory_used"`
 }
 
 // Pool bounds.
@@ -50,8 +57,9 @@ var (
 type PoolOptions struct {
 	Name         string // default: the image reference, if it is a valid name
 	Image        string // default: the builtin host image
-	Size         int
-	MemoryBudget int64 // 0: DefaultMemoryBudget
+	Size         int    // started sandboxes
+	Targets      int    // restore targets for restores and forks
+	MemoryBudget int64  // 0: DefaultMemoryBudget
 	Limits       backend.Limits
 }
 
@@ -66,8 +74,9 @@ func (m *Manager) CreatePool(ctx context.Context, o PoolOptions) (*Pool, error) 
 	if err := validName(o.Name); err != nil {
 		return nil, fmt.Errorf("create pool: %w", err)
 	}
-	if o.Size < 1 || o.Size > MaxPoolSize {
-		return nil, fmt.Errorf("create pool %s: %w: --size %d: must be between 1 and %d", o.Name, ErrInvalid, o.Size, MaxPoolSize)
+	if o.Size < 0 || o.Size > MaxPoolSize || o.Targets < 0 || o.Targets > MaxPoolSize || o.Size+o.Targets == 0 {
+		return nil, fmt.Errorf("create pool %s: %w: --size %d --targets %d: each must be between 0 and %d, and one above 0",
+			o.Name, ErrInvalid, o.Size, o.Targets, MaxPoolSize)
 	}
 	if o.MemoryBudget < 0 {
 		return nil, fmt.Errorf("create pool %s: %w: --memory-budget must not be negative", o.Name, ErrInvalid)
@@ -82,13 +91,13 @@ func (m *Manager) CreatePool(ctx context.Context, o PoolOptions) (*Pool, error) 
 	if _, err := m.images.Get(ctx, o.Image); err != nil {
 		return nil, fmt.Errorf("create pool %s: image %w", o.Name, err)
 	}
-	p := &Pool{Name: o.Name, Image: o.Image, Size: o.Size, MemoryBudget: o.MemoryBudget, Limits: cfg.Limits, CreatedAt: store.Now()}
+	p := &Pool{Name: o.Name, Image: o.Image, Size: o.Size, Targets: o.Targets, MemoryBudget: o.MemoryBudget, Limits: cfg.Limits, CreatedAt: store.Now()}
 	limits, err := json.Marshal(p.Limits)
 	if err != nil {
 		return nil, err
 	}
-	_, err = m.st.DB().ExecContext(ctx, `INSERT INTO pools(name, image, size, memory_budget, config, created_at) VALUES(?,?,?,?,?,?)`,
-		p.Name, p.Image, p.Size, p.MemoryBudget, string(limits), p.CreatedAt.UnixMilli())
+	_, err = m.st.DB().ExecContext(ctx, `INSERT INTO pools(name, image, size, targets, memory_budget, config, created_at) VALUES(?,?,?,?,?,?,?)`,
+		p.Name, p.Image, p.Size, p.Targets, p.MemoryBudget, string(limits), p.CreatedAt.UnixMilli())
 	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed") {
 		return nil, fmt.Errorf("create pool: %w: pool %q exists", ErrNameInUse, p.Name)
 	}
@@ -105,8 +114,8 @@ func (m *Manager) loadPool(ctx context.Context, name string) (*Pool, error) {
 		limits  string
 		created int64
 	)
-	err := m.st.DB().QueryRowContext(ctx, `SELECT name, image, size, memory_budget, config, created_at FROM pools WHERE name = ?`, name).
-		Scan(&p.Name, &p.Image, &p.Size, &p.MemoryBudget, &limits, &created)
+	err := m.st.DB().QueryRowContext(ctx, `SELECT name, image, size, targets, memory_budget, config, created_at FROM pools WHERE name = ?`, name).
+		Scan(&p.Name, &p.Image, &p.Size, &p.Targets, &p.MemoryBudget, &limits, &created)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %q", ErrPoolNotFound, name)
 	}
@@ -138,11 +147,15 @@ func (m *Manager) Pool(ctx context.Context, name string) (*Pool, error) {
 		if err := m.reconcile(ctx, r); err != nil {
 			return nil, err
 		}
-		if r.State != StateRunning {
+		switch r.State {
+		case StateRunning:
+			p.Ready++
+		case StateCreated:
+			p.TargetsReady++
+		default:
 			m.discard(ctx, r)
 			continue
 		}
-		p.Ready++
 		if st, err := m.be.Stats(ctx, &r.spec); err == nil {
 			p.MemoryUsed += st.MemoryBytes
 		}
@@ -208,10 +221,11 @@ func (m *Manager) removeMembers(ctx context.Context, pool string) error {
 	return errors.Join(errs...)
 }
 
-// FillPool starts sandboxes until the pool holds Size of them, or until
-// one more would go over its memory budget (ErrPoolBudget). Only one
-// filler works on a pool at a time; another returns at once. It returns
-// how many sandboxes it started.
+// FillPool starts sandboxes until the pool holds Size of them, then
+// creates restore targets until it holds Targets, or stops where one more
+// would go over its memory budget (ErrPoolBudget). Only one filler works
+// on a pool at a time; another returns at once. It returns how many
+// sandboxes it made.
 func (m *Manager) FillPool(ctx context.Context, name string) (int, error) {
 	f, err := os.OpenFile(m.lockPath("pool-"+name), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
@@ -227,19 +241,20 @@ func (m *Manager) FillPool(ctx context.Context, name string) (int, error) {
 		if err != nil {
 			return made, fmt.Errorf("fill pool: %w", err)
 		}
-		if p.Ready >= p.Size {
+		start := p.Ready < p.Size
+		if !start && p.TargetsReady >= p.Targets {
 			return made, nil
 		}
 		// Judge the next sandbox by what the waiting ones use.
 		next := int64(64 << 20)
-		if p.Ready > 0 {
-			next = p.MemoryUsed / int64(p.Ready)
+		if n := p.Ready + p.TargetsReady; n > 0 {
+			next = p.MemoryUsed / int64(n)
 		}
 		if p.MemoryUsed+next > p.MemoryBudget {
-			return made, fmt.Errorf("fill pool %s: %w: %d of %d ready use %s of %s", name, ErrPoolBudget,
-				p.Ready, p.Size, units.FormatBytes(p.MemoryUsed), units.FormatBytes(p.MemoryBudget))
+			return made, fmt.Errorf("fill pool %s: %w: %d of %d ready and %d of %d targets use %s of %s", name, ErrPoolBudget,
+				p.Ready, p.Size, p.TargetsReady, p.Targets, units.FormatBytes(p.MemoryUsed), units.FormatBytes(p.MemoryBudget))
 		}
-		sb, err := m.create(ctx, CreateOptions{Image: p.Image, Config: Config{Limits: p.Limits}, Start: true}, name)
+		sb, err := m.create(ctx, CreateOptions{Image: p.Image, Config: Config{Limits: p.Limits}, Start: start}, name)
 		if err != nil {
 			return made, fmt.Errorf("fill pool %s: %w", name, err)
 		}
@@ -289,7 +304,7 @@ func (m *Manager) claim(ctx context.Context, o CreateOptions) (*Sandbox, error) 
 	}
 	// A member may have died while it waited: try the next one.
 	for range 3 {
-		r, unlock, err := m.take(ctx, p.Name, o.Name)
+		r, unlock, err := m.take(ctx, p.Name, o.Name, StateRunning)
 		if err != nil {
 			return nil, fmt.Errorf("create from pool %s: %w", p.Name, err)
 		}
@@ -315,13 +330,13 @@ func limitsFit(want, have backend.Limits) bool {
 		(want.Disk == 0 || want.Disk == have.Disk)
 }
 
-// take moves the oldest waiting member out of pool under name (kept if
-// ""), in one transaction, so two claimers never get the same one. It
-// returns nil if the pool is empty.
-func (m *Manager) take(ctx context.Context, pool, name string) (*record, func(), error) {
+// take moves the oldest waiting member in state out of pool under name
+// (kept if ""), in one transaction, so two claimers never get the same
+// one. It returns nil if the pool has none.
+func (m *Manager) take(ctx context.Context, pool, name string, state State) (*record, func(), error) {
 	var id string
 	err := m.st.Tx(ctx, func(tx *sql.Tx) error {
-		err := tx.QueryRowContext(ctx, `SELECT id FROM sandboxes WHERE pool = ? AND state = ? ORDER BY created_at LIMIT 1`, pool, StateRunning).Scan(&id)
+		err := tx.QueryRowContext(ctx, `SELECT id FROM sandboxes WHERE pool = ? AND state = ? ORDER BY created_at LIMIT 1`, pool, state).Scan(&id)
 		if errors.Is(err, sql.ErrNoRows) {
 			id = ""
 			return nil

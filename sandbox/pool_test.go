@@ -85,7 +85,8 @@ func TestPool(t *testing.T) {
 func TestPoolBadInput(t *testing.T) {
 	m := newManager(t)
 	ctx := context.Background()
-	for _, o := range []PoolOptions{{Size: 0}, {Size: MaxPoolSize + 1}, {Size: 1, Name: "../x"}, {Size: 1, MemoryBudget: -1}, {Size: 1, Image: "nope:1"}} {
+	for _, o := range []PoolOptions{{Size: 0}, {Size: MaxPoolSize + 1}, {Size: -1, Targets: 1}, {Targets: MaxPoolSize + 1},
+		{Size: 1, Name: "../x"}, {Size: 1, MemoryBudget: -1}, {Size: 1, Image: "nope:1"}} {
 		if _, err := m.CreatePool(ctx, o); err == nil {
 			t.Errorf("CreatePool(%+v) succeeded", o)
 		}
@@ -114,5 +115,160 @@ func TestPoolBadInput(t *testing.T) {
 	}
 	if err := m.RemovePool(ctx, "nope"); !errors.Is(err, ErrPoolNotFound) {
 		t.Errorf("remove a missing pool: %v", err)
+	}
+}
+
+// targetIDs lists the restore targets waiting in pool.
+func targetIDs(t *testing.T, m *testManager, pool string) map[string]bool {
+	t.Helper()
+	rs, err := listRecords(context.Background(), m.st, pool, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	for _, r := range rs {
+		if r.State == StateCreated {
+			ids[r.ID] = true
+		}
+	}
+	return ids
+}
+
+func TestRestoreTargets(t *testing.T) {
+	m := newManager(t)
+	ctx := context.Background()
+	if _, err := m.CreatePool(ctx, PoolOptions{Name: "t", Targets: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if made, err := m.FillPool(ctx, "t"); err != nil || made != 3 {
+		t.Fatalf("fill: %d, %v", made, err)
+	}
+	p, err := m.Pool(ctx, "t")
+	if err != nil || p.TargetsReady != 3 || p.Ready != 0 || p.MemoryUsed <= 0 {
+		t.Fatalf("pool after fill: %+v, %v", p, err)
+	}
+	if sbs, _ := m.List(ctx); len(sbs) != 0 {
+		t.Fatalf("restore targets are listed: %d", len(sbs))
+	}
+	// A target is no sandbox to take for create: the pool has no started
+	// members, so create falls back to a cold start.
+	plain, err := m.Create(ctx, CreateOptions{Pool: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if targetIDs(t, m, "t")[plain.ID] || len(targetIDs(t, m, "t")) != 3 {
+		t.Fatalf("create --pool took a restore target")
+	}
+
+	src := m.run(t, Config{Env: []string{"WHO=src"}})
+	if _, _, exit := m.sh(t, src, "echo state > /root/f"); exit.Code != 0 {
+		t.Fatal(exit)
+	}
+	waiting := targetIDs(t, m, "t")
+	copies, err := m.Fork(ctx, src.ID, ForkOptions{N: 1, NamePrefix: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := copies[0]
+	if !waiting[c.ID] || c.Name != "c-1" || c.ForkedFrom != src.ID || c.State != StateRunning {
+		t.Fatalf("fork into a target: %+v (targets %v)", c, waiting)
+	}
+	out, errOut, _ := m.sh(t, c, "cat /root/f; hostname; echo $WHO $SMOLVM_SANDBOX_NAME $SMOLVM_SANDBOX_ID")
+	if want := "state\nsb-" + c.ID + "\nsrc c-1 " + c.ID + "\n"; out != want {
+		t.Fatalf("copy in a target sees %q (%s), want %q", out, errOut, want)
+	}
+	if got, err := m.Get(ctx, "c-1"); err != nil || got.ForkedFrom != src.ID || got.Config.Hostname != "sb-"+c.ID {
+		t.Fatalf("stored copy: %+v, %v", got, err)
+	}
+	if p, _ := m.Pool(ctx, "t"); p.TargetsReady != 2 {
+		t.Fatalf("%d targets after a fork, want 2", p.TargetsReady)
+	}
+
+	// A restore takes one too, and its record names the snapshot, so the
+	// snapshot cannot be removed under it.
+	snap, err := m.Checkpoint(ctx, src.ID, CheckpointOptions{Name: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting = targetIDs(t, m, "t")
+	r, err := m.Restore(ctx, snap.ID, RestoreOptions{Name: "r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !waiting[r.ID] {
+		t.Fatalf("restore did not use a target")
+	}
+	if inUse, err := m.SnapshotInUse(ctx, snap.ID); err != nil || !inUse {
+		t.Fatalf("snapshot in use by a restored target: %v, %v", inUse, err)
+	}
+	if out, _, _ := m.sh(t, r, "cat /root/f; echo $SMOLVM_SANDBOX_NAME"); out != "state\nr\n" {
+		t.Fatalf("restored target sees %q", out)
+	}
+
+	// A target that died while it waited is skipped.
+	for id := range targetIDs(t, m, "t") {
+		rec, err := lookup(ctx, m.st, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.be.Delete(ctx, &rec.spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copies, err = m.Fork(ctx, src.ID, ForkOptions{N: 2})
+	if err != nil {
+		t.Fatalf("fork with a dead target: %v", err)
+	}
+	for _, c := range copies {
+		if out, _, _ := m.sh(t, c, "cat /root/f"); out != "state\n" {
+			t.Fatalf("copy %s sees %q", c.Name, out)
+		}
+	}
+	if n := len(targetIDs(t, m, "t")); n != 0 {
+		t.Fatalf("%d dead targets left in the pool", n)
+	}
+
+	if err := m.RemovePool(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRestoreTargetsFit: a target serves only copies of its own image and
+// limits, and a fork that fails gives back nothing it took.
+func TestRestoreTargetsFit(t *testing.T) {
+	m := newManager(t)
+	ctx := context.Background()
+	if _, err := m.CreatePool(ctx, PoolOptions{Name: "t", Targets: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.FillPool(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	other := m.run(t, Config{Limits: backend.Limits{Memory: 512 << 20}})
+	copies, err := m.Fork(ctx, other.ID, ForkOptions{N: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if targetIDs(t, m, "t")[copies[0].ID] || len(targetIDs(t, m, "t")) != 2 {
+		t.Fatalf("a copy with other limits went into a target")
+	}
+
+	// Copy 2 of 3 fails on a taken name: the targets copies 1 and 3 took
+	// are removed with them, not listed.
+	src := m.run(t, Config{})
+	taken, err := m.Create(ctx, CreateOptions{Name: "k-2", Start: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := m.List(ctx)
+	if _, err := m.Fork(ctx, src.ID, ForkOptions{N: 3, NamePrefix: "k"}); !errors.Is(err, ErrNameInUse) {
+		t.Fatalf("fork onto a taken name: %v", err)
+	}
+	after, _ := m.List(ctx)
+	if len(after) != len(before) {
+		t.Fatalf("a failed fork left %d sandboxes, had %d", len(after), len(before))
+	}
+	if _, err := m.Get(ctx, taken.ID); err != nil {
+		t.Fatalf("the sandbox whose name clashed: %v", err)
 	}
 }

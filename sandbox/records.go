@@ -55,6 +55,7 @@ var schema = []string{
 		removed_at INTEGER NOT NULL
 	)`,
 	`CREATE INDEX sandbox_tombstones_name ON sandbox_tombstones(name)`,
+	`ALTER TABLE pools ADD COLUMN targets INTEGER NOT NULL DEFAULT 0`,
 }
 
 const columns = `id, name, image, image_id, backend, state, config, spec, created_at, started_at, finished_at, expires_at, exit_code, reason, snapshot, forked_from, pool`
@@ -66,6 +67,8 @@ type record struct {
 	// pool names the pool a ready, unclaimed sandbox waits in; such
 	// sandboxes are not listed.
 	pool string
+	// target names the pool a restore target was taken from, to refill.
+	target string
 }
 
 type scanner interface{ Scan(...any) error }
@@ -153,8 +156,8 @@ func update(ctx context.Context, st *store.Store, r *record) error {
 	if err != nil {
 		return err
 	}
-	_, err = st.DB().ExecContext(ctx, `UPDATE sandboxes SET name=?, config=?, created_at=?, state=?, spec=?, started_at=?, finished_at=?, expires_at=?, exit_code=?, reason=?, pool=? WHERE id=?`,
-		r.Name, string(cfg), r.CreatedAt.UnixMilli(), r.State, string(spec), msVal(r.StartedAt), msVal(r.FinishedAt), msVal(r.ExpiresAt), exitVal(r.ExitCode), r.Reason, r.pool, r.ID)
+	_, err = st.DB().ExecContext(ctx, `UPDATE sandboxes SET name=?, image=?, config=?, created_at=?, state=?, spec=?, started_at=?, finished_at=?, expires_at=?, exit_code=?, reason=?, snapshot=?, forked_from=?, pool=? WHERE id=?`,
+		r.Name, r.Image, string(cfg), r.CreatedAt.UnixMilli(), r.State, string(spec), msVal(r.StartedAt), msVal(r.FinishedAt), msVal(r.ExpiresAt), exitVal(r.ExitCode), r.Reason, r.Snapshot, r.ForkedFrom, r.pool, r.ID)
 	return nameErr(r, err)
 }
 

@@ -59,7 +59,9 @@ func (b *Backend) Stats(ctx context.Context, s *backend.Spec) (*backend.Stats, e
 	}
 	out := &backend.Stats{ProcessesAlive: st == backend.StatusRunning || st == backend.StatusPaused}
 	out.OOMKills = oomKills(s.ID)
-	if !out.ProcessesAlive {
+	// A created sandbox runs nothing yet, but its sentry and gofer hold
+	// memory: a pool's restore targets count against its budget.
+	if st != backend.StatusRunning && st != backend.StatusPaused && st != backend.StatusCreated {
 		return out, nil
 	}
 	if cgroupV2() {

@@ -22,19 +22,22 @@ var logFiles = []string{"main.log", "main.log.1"}
 // Checkpoint implements backend.Snapshotter. The agent first drops its
 // host socket, which gVisor cannot save, then runsc saves the sandbox;
 // a sandbox left running gets its identity back and serves again.
-func (b *Backend) Checkpoint(ctx context.Context, s *backend.Spec, dir string, leaveRunning bool) error {
+func (b *Backend) Checkpoint(ctx context.Context, s *backend.Spec, dir string, o backend.CheckpointOptions) error {
 	if err := b.Agent(s).Quiesce(ctx); err != nil {
 		return fmt.Errorf("checkpoint %s: quiesce agent: %w", s.ID, err)
 	}
 	args := []string{"checkpoint", "--image-path", dir}
-	if leaveRunning {
+	if o.LeaveRunning {
 		args = append(args, "--leave-running")
 	}
 	err := b.runsc(ctx, s, append(args, s.ID)...)
 	if err == nil {
 		err = copyFiles(layout{s.Dir}.run(), dir, logFiles)
 	}
-	if leaveRunning || err != nil {
+	if err == nil && o.Saved != nil {
+		o.Saved()
+	}
+	if o.LeaveRunning || err != nil {
 		// Whatever happened, the source must serve again.
 		if rerr := b.resume(ctx, s, false); rerr != nil {
 			err = errors.Join(err, rerr)

@@ -2,7 +2,9 @@ package gvisor
 
 import (
 	"context"
+	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"smolvm.dev/smolvm/backend"
@@ -16,8 +18,22 @@ func TestCheckpointRestore(t *testing.T) {
 		t.Fatal(exit)
 	}
 	dir := t.TempDir()
-	if err := b.Checkpoint(ctx, s, dir, true); err != nil {
+	// Saved comes once the image is whole, before the source serves again.
+	var image []string
+	saved := func() {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			image = append(image, e.Name())
+		}
+		if b.Agent(s).Ping(ctx) == nil {
+			t.Error("the source serves before Saved")
+		}
+	}
+	if err := b.Checkpoint(ctx, s, dir, backend.CheckpointOptions{LeaveRunning: true, Saved: saved}); err != nil {
 		t.Fatal(err)
+	}
+	if !slices.Contains(image, "checkpoint.img") {
+		t.Fatalf("Saved saw the image as %q", image)
 	}
 	// The source still serves.
 	if out, _, _ := run(t, b, s, "", "cat", "/root/f"); out != "written\n" {

@@ -78,12 +78,13 @@ func (s *Stock) Checkpoint(ctx context.Context, dir string) error {
 	return s.cmd(ctx, "checkpoint", "--leave-running", "--image-path", dir, s.id)
 }
 
-// CreateRestore is `runsc create` then `runsc restore --detach` of the
-// image in dir, into this (not yet created) sandbox.
-func (s *Stock) CreateRestore(ctx context.Context, dir string) error {
-	b := layout{s.dir}.bundle()
-	if err := s.cmd(ctx, "create", "--bundle", b, s.id); err != nil {
-		return err
-	}
-	return s.cmd(ctx, "restore", "--detach", "--bundle", b, "--image-path", dir, s.id)
+// Create is `runsc create`.
+func (s *Stock) Create(ctx context.Context) error {
+	return s.cmd(ctx, "create", "--bundle", layout{s.dir}.bundle(), s.id)
+}
+
+// Restore is `runsc restore --detach` of the image in dir, into this
+// created sandbox.
+func (s *Stock) Restore(ctx context.Context, dir string) error {
+	return s.cmd(ctx, "restore", "--detach", "--bundle", layout{s.dir}.bundle(), "--image-path", dir, s.id)
 }

@@ -81,9 +81,11 @@ func Snapshots(ctx context.Context, o Options, snaps *snapshot.Store, n int) ([]
 		}
 		return s, nil
 	}
-	// stockFork is the stock pipeline for one copy: checkpoint the source,
-	// then create and restore a new sandbox from the image.
-	stockFork := func(src *gvisor.Stock, checkpoint bool, dir string) (time.Duration, error) {
+	// stockFork is the stock pipeline for one copy: checkpoint the source
+	// (none: dir holds an image already), then create and restore a new
+	// sandbox from the image. With precreated, the copy is created before
+	// the clock starts, as a restore target is.
+	stockFork := func(src *gvisor.Stock, dir string, precreated bool) (time.Duration, error) {
 		stockN++
 		id := fmt.Sprintf("stock-copy-%d", stockN)
 		cp, err := gvisor.NewStock(o.Runsc, rootfs, filepath.Join(o.Dir, id), id)
@@ -91,13 +93,23 @@ func Snapshots(ctx context.Context, o Options, snaps *snapshot.Store, n int) ([]
 			return 0, err
 		}
 		defer cp.Delete(bg)
+		if precreated {
+			if err := cp.Create(ctx); err != nil {
+				return 0, err
+			}
+		}
 		t := time.Now()
-		if checkpoint {
+		if src != nil {
 			if err := src.Checkpoint(ctx, dir); err != nil {
 				return 0, err
 			}
 		}
-		if err := cp.CreateRestore(ctx, dir); err != nil {
+		if !precreated {
+			if err := cp.Create(ctx); err != nil {
+				return 0, err
+			}
+		}
+		if err := cp.Restore(ctx, dir); err != nil {
 			return 0, err
 		}
 		if err := cp.Exec(ctx, "/usr/bin/true"); err != nil {
@@ -187,7 +199,7 @@ func Snapshots(ctx context.Context, o Options, snaps *snapshot.Store, n int) ([]
 		if err := stockIdle.Checkpoint(ctx, dir); err != nil {
 			return nil, nil, err
 		}
-		d, err := stockFork(nil, false, dir)
+		d, err := stockFork(nil, dir, false)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -202,7 +214,7 @@ func Snapshots(ctx context.Context, o Options, snaps *snapshot.Store, n int) ([]
 		if dir, err = scratch(); err != nil {
 			return nil, nil, err
 		}
-		d, err = stockFork(stockIdle, true, dir)
+		d, err = stockFork(stockIdle, dir, false)
 		os.RemoveAll(dir)
 		if err != nil {
 			return nil, nil, err
@@ -222,7 +234,7 @@ func Snapshots(ctx context.Context, o Options, snaps *snapshot.Store, n int) ([]
 			if err != nil {
 				return nil, nil, err
 			}
-			d, err := stockFork(stockIdle, true, dir)
+			d, err := stockFork(stockIdle, dir, false)
 			os.RemoveAll(dir)
 			if err != nil {
 				return nil, nil, err
@@ -230,6 +242,25 @@ func Snapshots(ctx context.Context, o Options, snaps *snapshot.Store, n int) ([]
 			total += d
 		}
 		stockFork10.Samples = append(stockFork10.Samples, total)
+	}
+
+	targets, err := targetSeries(ctx, m, snaps, n, func(fork bool) (time.Duration, error) {
+		dir, err := scratch()
+		if err != nil {
+			return 0, err
+		}
+		defer os.RemoveAll(dir)
+		src := stockIdle
+		if !fork {
+			if err := stockIdle.Checkpoint(ctx, dir); err != nil {
+				return 0, err
+			}
+			src = nil
+		}
+		return stockFork(src, dir, true)
+	}, idle.ID)
+	if err != nil {
+		return nil, nil, err
 	}
 
 	if _, err := m.CreatePool(ctx, sandbox.PoolOptions{Name: "bench", Size: 1}); err != nil {
@@ -262,8 +293,109 @@ func Snapshots(ctx context.Context, o Options, snaps *snapshot.Store, n int) ([]
 	if err != nil {
 		return nil, nil, err
 	}
-	series := []Series{ckIdle, stockCkIdle, ckBig, stockCkBig, restore, stockRestore, fork1, stockFork1, fork10, stockFork10, pool, cold}
-	return series, mem, nil
+	series := []Series{ckIdle, stockCkIdle, ckBig, stockCkBig, restore, stockRestore, fork1, stockFork1, fork10, stockFork10}
+	series = append(series, targets...)
+	return append(series, pool, cold), mem, nil
+}
+
+// targetSeries measures restore and fork into a pool's restore targets,
+// each beside stock runsc restoring into a sandbox it created beforehand
+// (stock(fork); without fork, from an image saved untimed). The pool is
+// full before each timed operation, ours or stock's, so that no refill
+// competes with it.
+func targetSeries(ctx context.Context, m *sandbox.Manager, snaps *snapshot.Store, n int, stock func(fork bool) (time.Duration, error), idle string) ([]Series, error) {
+	const pool = "bench-targets"
+	if _, err := m.CreatePool(ctx, sandbox.PoolOptions{Name: pool, Targets: 10}); err != nil {
+		return nil, err
+	}
+	defer m.RemovePool(context.WithoutCancel(ctx), pool)
+	var (
+		restore      = Series{Name: "restore into a restore target + exec true", Baseline: "runsc restore into a created sandbox + exec true"}
+		stockRestore = Series{Name: "runsc restore into a created sandbox + exec true"}
+		fork1        = Series{Name: "fork x1 into a restore target until it answers exec", Baseline: "runsc checkpoint + restore into a created sandbox + exec"}
+		stockFork1   = Series{Name: "runsc checkpoint + restore into a created sandbox + exec"}
+		fork10       = Series{Name: "fork x10 into restore targets until all answer exec", Baseline: "10 x (runsc checkpoint + restore into a created sandbox + exec)"}
+		stockFork10  = Series{Name: "10 x (runsc checkpoint + restore into a created sandbox + exec)"}
+	)
+	// timePair times ours, then stock's, each on a full pool.
+	timePair := func(mine, theirs *Series, ours func() (time.Duration, error), times int, fork bool) error {
+		if err := fillTargets(ctx, m, pool); err != nil {
+			return err
+		}
+		d, err := ours()
+		if err != nil {
+			return err
+		}
+		mine.Samples = append(mine.Samples, d)
+		if err := fillTargets(ctx, m, pool); err != nil {
+			return err
+		}
+		var total time.Duration
+		for range times {
+			d, err := stock(fork)
+			if err != nil {
+				return err
+			}
+			total += d
+		}
+		theirs.Samples = append(theirs.Samples, total)
+		return nil
+	}
+	restoreOnce := func() (time.Duration, error) {
+		snap, err := m.Checkpoint(ctx, idle, sandbox.CheckpointOptions{})
+		if err != nil {
+			return 0, err
+		}
+		defer snaps.Remove(context.WithoutCancel(ctx), snap.ID, nil)
+		t := time.Now()
+		cp, err := m.Restore(ctx, snap.ID, sandbox.RestoreOptions{})
+		if err != nil {
+			return 0, err
+		}
+		defer m.Remove(context.WithoutCancel(ctx), cp.ID, true)
+		if err := execTrue(ctx, m, cp.ID); err != nil {
+			return 0, err
+		}
+		return time.Since(t), nil
+	}
+	for range n {
+		if err := timePair(&restore, &stockRestore, restoreOnce, 1, false); err != nil {
+			return nil, err
+		}
+		if err := timePair(&fork1, &stockFork1, func() (time.Duration, error) { return timeFork(ctx, m, idle, 1) }, 1, true); err != nil {
+			return nil, err
+		}
+	}
+	for range max(1, n/3) {
+		if err := timePair(&fork10, &stockFork10, func() (time.Duration, error) { return timeFork(ctx, m, idle, 10) }, 10, true); err != nil {
+			return nil, err
+		}
+	}
+	return []Series{restore, stockRestore, fork1, stockFork1, fork10, stockFork10}, nil
+}
+
+// fillTargets returns once pool holds all its restore targets; a
+// background refill may be making them.
+func fillTargets(ctx context.Context, m *sandbox.Manager, pool string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		if _, err := m.FillPool(ctx, pool); err != nil {
+			return err
+		}
+		p, err := m.Pool(ctx, pool)
+		if err != nil {
+			return err
+		}
+		if p.TargetsReady >= p.Targets {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pool %s: %d of %d targets ready: %w", pool, p.TargetsReady, p.Targets, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 func execTrue(ctx context.Context, m *sandbox.Manager, id string) error {

@@ -20,6 +20,7 @@ func (a *app) benchCmd() *cobra.Command {
 				return fmt.Errorf("--cold, --exec, --snapshots and --api must be between 0 and 1000, 100000, 1000 and 100000")
 			}
 			ctx := cmd.Context()
+			a.noRefill = true
 			e, err := a.open(ctx)
 			if err != nil {
 				return err

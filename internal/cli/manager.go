@@ -159,7 +159,9 @@ func (a *app) openWith(ctx context.Context, st *store.Store) (*env, error) {
 		Dir: filepath.Join(a.dataDir, "net"), Store: st,
 	}
 	if a.self != "" {
-		o.Refill = func(pool string) { a.spawnFill(runsc, pool) }
+		if !a.noRefill {
+			o.Refill = func(pool string) { a.spawnFill(runsc, pool) }
+		}
 		o.Network.Helper = []string{a.self, "--data-dir", a.dataDir, "net-helper"}
 	}
 	mgr, err := sandbox.New(ctx, o)

@@ -20,7 +20,7 @@ import (
 func (a *app) poolCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "pool",
-		Short: "Keep started sandboxes ready, so that run/create --pool skips every cold step",
+		Short: "Keep sandboxes ready, so that run/create --pool, restore and fork skip every cold step",
 	}
 	c.AddCommand(a.poolCreateCmd(), a.poolLsCmd(), a.poolRmCmd(), a.poolFillCmd())
 	return c
@@ -54,11 +54,13 @@ func (a *app) poolCreateCmd() *cobra.Command {
 		wait   bool
 	)
 	cmd := &cobra.Command{
-		Use:   "create [IMAGE] --size N [--name P] [--memory-budget B] [--wait]",
-		Short: "Create a pool of started sandboxes of one image and set of limits",
-		Long: "Create a pool of started sandboxes of one image and set of limits. It fills in the background\n" +
-			"(or before returning, with --wait) and refills after each sandbox taken from it, as long as\n" +
-			"the waiting sandboxes' memory stays within the budget.",
+		Use:   "create [IMAGE] [--size N] [--targets N] [--name P] [--memory-budget B] [--wait]",
+		Short: "Create a pool of ready sandboxes of one image and set of limits",
+		Long: "Create a pool of ready sandboxes of one image and set of limits: --size started ones, which\n" +
+			"run/create --pool take, and --targets created, never started ones, which restores and forks of\n" +
+			"sandboxes with that image and those limits (and no network) restore into. It fills in the\n" +
+			"background (or before returning, with --wait) and refills after each sandbox taken from it,\n" +
+			"as long as the waiting sandboxes' memory stays within the budget.",
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
@@ -99,10 +101,10 @@ func (a *app) poolCreateCmd() *cobra.Command {
 	}
 	lf.register(cmd.Flags())
 	cmd.Flags().StringVar(&o.Name, "name", "", "pool name (default: the image)")
-	cmd.Flags().IntVar(&o.Size, "size", 0, fmt.Sprintf("sandboxes to keep ready (1 to %d)", sandbox.MaxPoolSize))
+	cmd.Flags().IntVar(&o.Size, "size", 0, fmt.Sprintf("started sandboxes to keep ready (0 to %d)", sandbox.MaxPoolSize))
+	cmd.Flags().IntVar(&o.Targets, "targets", 0, fmt.Sprintf("restore targets to keep ready for restore and fork (0 to %d)", sandbox.MaxPoolSize))
 	cmd.Flags().StringVar(&budget, "memory-budget", "", "memory the waiting sandboxes may use together (default "+units.FormatBytes(sandbox.DefaultMemoryBudget)+")")
 	cmd.Flags().BoolVar(&wait, "wait", false, "fill the pool before returning")
-	cmd.MarkFlagRequired("size")
 	return cmd
 }
 
@@ -154,10 +156,10 @@ func (a *app) poolLsCmd() *cobra.Command {
 				return writeJSON(a.stdout, pools)
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tIMAGE\tREADY\tMEMORY USED\tBUDGET\tCPUS\tMEMORY\tAGE")
+			fmt.Fprintln(tw, "NAME\tIMAGE\tREADY\tTARGETS\tMEMORY USED\tBUDGET\tCPUS\tMEMORY\tAGE")
 			now := time.Now()
 			for _, p := range pools {
-				fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\t%g\t%s\t%s\n", p.Name, p.Image, p.Ready, p.Size,
+				fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d/%d\t%s\t%s\t%g\t%s\t%s\n", p.Name, p.Image, p.Ready, p.Size, p.TargetsReady, p.Targets,
 					units.FormatBytes(p.MemoryUsed), units.FormatBytes(p.MemoryBudget), p.Limits.CPUs,
 					units.FormatBytes(p.Limits.Memory), age(now.Sub(p.CreatedAt)))
 			}

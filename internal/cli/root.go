@@ -50,6 +50,10 @@ type app struct {
 	// self is the smolvm binary, run in the background to refill pools;
 	// "" leaves pools to be refilled by hand (smolvm pool fill).
 	self string
+	// noRefill leaves pools to be refilled by hand even where self is set:
+	// the benchmark fills them itself, so that no detached filler competes
+	// with what it times.
+	noRefill bool
 
 	stdin          io.Reader
 	stdout, stderr io.Writer

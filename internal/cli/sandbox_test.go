@@ -217,16 +217,17 @@ func TestCLIPool(t *testing.T) {
 	c := newSandboxCLI(t)
 	c.self = testenv.Smolvm(t)
 	t.Cleanup(func() { c.run("", "pool", "rm", "p") })
-	c.must("pool", "create", "--size", "1", "--name", "p", "--memory", "512m", "--wait")
-	ready := func() int {
+	c.must("pool", "create", "--size", "1", "--targets", "1", "--name", "p", "--memory", "512m", "--wait")
+	pool := func() sandbox.Pool {
 		var pools []sandbox.Pool
 		if err := json.Unmarshal([]byte(c.must("pool", "ls", "--json")), &pools); err != nil || len(pools) != 1 {
 			t.Fatalf("pool ls --json: %v %+v", err, pools)
 		}
-		return pools[0].Ready
+		return pools[0]
 	}
-	if n := ready(); n != 1 {
-		t.Fatalf("%d ready after --wait, want 1", n)
+	ready := func() int { return pool().Ready }
+	if p := pool(); p.Ready != 1 || p.TargetsReady != 1 {
+		t.Fatalf("%d ready and %d targets after --wait, want 1 and 1", p.Ready, p.TargetsReady)
 	}
 	c.must("run", "-d", "--pool", "p", "--name", "x", "-e", "A=b")
 	if out := c.must("exec", "x", "--", "sh", "-c", "echo $SMOLVM_SANDBOX_NAME $A"); out != "x b\n" {
@@ -240,10 +241,24 @@ func TestCLIPool(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// A fork of a sandbox with the pool's image and limits goes into its
+	// restore target, which is then replaced in the background too.
+	c.must("exec", "x", "--", "sh", "-c", "echo forked > /root/f")
+	c.must("fork", "x", "--name-prefix", "y")
+	if out := c.must("exec", "y-1", "--", "sh", "-c", "cat /root/f; hostname"); !strings.HasPrefix(out, "forked\nsb-") {
+		t.Fatalf("fork into a target sees %q", out)
+	}
+	for pool().TargetsReady != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the pool's target was not replaced in the background")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	for _, bad := range [][]string{
 		{"run", "-d", "--pool", "nope"},
 		{"run", "-d", "--pool", "p", "--memory", "1g"},
 		{"pool", "create", "--size", "0"},
+		{"pool", "create", "--targets", "65"},
 		{"pool", "create", "--size", "1", "--name", "p"},
 	} {
 		if _, errOut, code := c.run("", bad...); code != exitFailure || errOut == "" {
