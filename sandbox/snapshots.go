@@ -362,34 +362,13 @@ func (m *Manager) Fork(ctx context.Context, ref string, o ForkOptions) ([]*Sandb
 	}
 	defer g.Abort()
 
-	copies := make([]*record, n)
-	unlocks := make([]func(), n)
-	defer func() { m.refillTargets(copies...) }()
-	for i := range copies {
-		r, unlock, err := m.newCopy(ctx, names[i], src.Image, src.ImageID, src.Config)
-		if err != nil {
-			for j := range i {
-				if copies[j].State == StateCreated {
-					m.discard(ctx, copies[j]) // a target taken from its pool
-				}
-				unlocks[j]()
-			}
-			return nil, fmt.Errorf("fork %s: %w", src.Name, err)
-		}
-		r.ForkedFrom, r.Snapshot = src.ID, src.Snapshot
-		copies[i], unlocks[i] = r, unlock
-	}
 	out := make([]*Sandbox, n)
 	// A failed copy, or a failed save, cancels the rest: they would be
 	// removed anyway.
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	eg, ectx := errgroup.WithContext(cctx)
-	// A copy's restore mostly waits (on runsc's start, its sentry, the
-	// agent's wake-up), so several per core finish sooner; measured with
-	// restore targets on 2 cores, ten at once beat two at a time.
-	eg.SetLimit(4 * runtime.NumCPU())
-	// The source is saved while the copies are being created, and the
+	// The source is saved while the copies are being made (records,
+	// targets taken from pools, runsc create of the others), and the
 	// copies restore as soon as the image is whole, while the source
 	// resumes. A failed copy does not interrupt the save: a checkpoint cut
 	// short could leave the source quiesced.
@@ -407,6 +386,9 @@ func (m *Manager) Fork(ctx context.Context, ref string, o ForkOptions) ([]*Sandb
 		// A save that failed before the image was whole fails every copy.
 		imageOnce.Do(func() { imageErr = saveErr; close(image) })
 	}()
+	// Whatever happens, the save ends before Fork returns: its staging
+	// directory goes with the fork, and the source serves again.
+	defer func() { <-saved }()
 	dir := func(ctx context.Context) (string, error) {
 		select {
 		case <-image:
@@ -415,6 +397,29 @@ func (m *Manager) Fork(ctx context.Context, ref string, o ForkOptions) ([]*Sandb
 			return "", ctx.Err()
 		}
 	}
+
+	copies := make([]*record, n)
+	unlocks := make([]func(), n)
+	defer func() { m.refillTargets(copies...) }()
+	for i := range copies {
+		r, unlock, err := m.newCopy(ctx, names[i], src.Image, src.ImageID, src.Config)
+		if err != nil {
+			for j := range i {
+				if copies[j].State == StateCreated {
+					m.discard(ctx, copies[j]) // a target taken from its pool
+				}
+				unlocks[j]()
+			}
+			return nil, fmt.Errorf("fork %s: %w", src.Name, err)
+		}
+		r.ForkedFrom, r.Snapshot = src.ID, src.Snapshot
+		copies[i], unlocks[i] = r, unlock
+	}
+	eg, ectx := errgroup.WithContext(cctx)
+	// A copy's restore mostly waits (on runsc's start, its sentry, the
+	// agent's wake-up), so several per core finish sooner; measured with
+	// restore targets on 2 cores, ten at once beat two at a time.
+	eg.SetLimit(4 * runtime.NumCPU())
 	for i, r := range copies {
 		eg.Go(func() error {
 			defer unlocks[i]()
