@@ -17,7 +17,7 @@ import (
 
 // startAgent runs the agent in-process on a temporary socket. It exercises
 // the same code as in a sandbox, minus the isolation.
-func startAgent(t *testing.T, main *Process) (*Client, Config) {
+func startAgent(t *testing.T, main *Process, opts ...func(*Config)) (*Client, Config) {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := Config{
@@ -27,6 +27,9 @@ func startAgent(t *testing.T, main *Process) (*Client, Config) {
 		LogFile:    filepath.Join(dir, "main.log"),
 		ExitFile:   filepath.Join(dir, "exit.json"),
 		ResumeFile: filepath.Join(dir, "resume.json"),
+	}
+	for _, o := range opts {
+		o(&cfg)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -94,6 +97,38 @@ func TestQuiesceResume(t *testing.T) {
 	}
 	if _, err := os.Stat(cfg.ResumeFile); !os.IsNotExist(err) {
 		t.Fatal("resume file not consumed")
+	}
+}
+
+// TestQuiesceTimeout: a host that quiesced the agent and died leaves it
+// serving again, as itself, after the timeout; an identity it left behind
+// does not end the next quiesce early.
+func TestQuiesceTimeout(t *testing.T) {
+	c, cfg := startAgent(t, nil, func(c *Config) { c.QuiesceTimeout = 300 * time.Millisecond })
+	ctx := context.Background()
+	id, _ := json.Marshal(Identity{Env: []string{"PATH=/usr/bin:/bin", "WHO=stale"}})
+	if err := os.WriteFile(cfg.ResumeFile, id, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := c.Quiesce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := c.Ping(ctx); err == nil {
+		t.Fatal("a stale identity ended the quiesce")
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := c.Wait(wctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Fatalf("served again after %v, before the timeout", d)
+	}
+	out, _, _ := execIO(t, c, "", Process{Args: []string{"sh", "-c", "echo $WHO $BASE"}})
+	if out != "1\n" {
+		t.Fatalf("after the timeout the env is %q, want the agent's own", out)
 	}
 }
 

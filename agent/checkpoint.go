@@ -35,6 +35,12 @@ const HooksDir = "/etc/smolvm/on-restore.d"
 // identity, so polling is cheap.
 const resumePoll = 2 * time.Millisecond
 
+// DefaultQuiesceTimeout is how long a quiesced agent waits for its
+// identity. The sandbox's tasks stand still while gVisor saves it, so
+// the wait covers only the host's steps around the save: starting runsc
+// and writing the identity back.
+const DefaultQuiesceTimeout = 10 * time.Second
+
 func (s *Server) isQuiesced() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -56,29 +62,41 @@ func (s *Server) quiesce(keep net.Conn, answer func()) {
 			c.Close()
 		}
 	}
+	timeout := s.cfg.QuiesceTimeout
 	s.mu.Unlock()
 	os.Remove(s.cfg.Socket)
+	// An identity left by a quiesce that timed out must not end this one
+	// before the checkpoint.
+	os.Remove(s.cfg.ResumeFile)
 	answer()
 	keep.Close()
-	go s.awaitResume()
+	if timeout <= 0 {
+		timeout = DefaultQuiesceTimeout
+	}
+	go s.awaitResume(time.Now().Add(timeout))
 }
 
-func (s *Server) awaitResume() {
+// awaitResume waits for the identity that ends a quiesce, or until
+// giveUp, when the agent serves again as itself.
+func (s *Server) awaitResume(giveUp time.Time) {
 	for {
 		p, err := os.ReadFile(s.cfg.ResumeFile)
 		var id Identity
 		if err == nil && json.Unmarshal(p, &id) == nil {
 			os.Remove(s.cfg.ResumeFile)
-			s.resume(id)
-			return
+			s.adopt(id)
+			break
+		}
+		if time.Now().After(giveUp) {
+			break
 		}
 		time.Sleep(resumePoll)
 	}
+	s.serveAgain()
 }
 
-// resume takes on id and serves again.
-func (s *Server) resume(id Identity) {
-	s.adopt(id)
+// serveAgain listens again after a quiesce.
+func (s *Server) serveAgain() {
 	if err := s.listen(); err != nil {
 		// Without a socket the host cannot reach us: record why.
 		os.WriteFile(filepath.Join(filepath.Dir(s.cfg.ResumeFile), "agent.err"), []byte(err.Error()+"\n"), 0o644)

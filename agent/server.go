@@ -54,6 +54,10 @@ type Config struct {
 	// ResumeFile is where the host leaves the Identity that ends a
 	// quiesce (see OpQuiesce).
 	ResumeFile string `json:"resume_file,omitempty"`
+	// QuiesceTimeout ends a quiesce that no identity ended: the agent
+	// serves again as itself, so a host that died mid-checkpoint does not
+	// leave the sandbox unreachable. 0 is DefaultQuiesceTimeout.
+	QuiesceTimeout time.Duration `json:"quiesce_timeout,omitempty"`
 	// MachineID is written to /etc/machine-id at boot.
 	MachineID string `json:"machine_id,omitempty"`
 }

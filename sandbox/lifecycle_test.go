@@ -394,6 +394,74 @@ func TestParallelCreate(t *testing.T) {
 	}
 }
 
+// TestCrashDuringForkIntoTargets kills real smolvm processes at points
+// through a fork into a pool's restore targets. The source keeps serving,
+// every copy listed running works, and gc removes the targets taken by a
+// fork that never finished.
+func TestCrashDuringForkIntoTargets(t *testing.T) {
+	m := newManager(t)
+	ctx := context.Background()
+	if _, err := m.CreatePool(ctx, PoolOptions{Name: "t", Targets: 12}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.FillPool(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	src := m.run(t, Config{})
+	bin := testenv.Smolvm(t)
+	for i, delay := range []time.Duration{5, 40, 80, 150} {
+		cmd := exec.Command(bin, "--data-dir", m.dir, "--runsc", testenv.Runsc(t), "fork", src.ID, "-n", "2", "--name-prefix", fmt.Sprintf("crash%d", i))
+		cmd.Env = append(os.Environ(), "SMOLVM_AGENT_BINARY="+testenv.Agent(t))
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(delay * time.Millisecond)
+		cmd.Process.Kill()
+		cmd.Wait()
+		// A fork killed between quiesce and resume leaves the source's
+		// agent waiting for an identity nobody writes: it serves again,
+		// as itself, after its quiesce timeout.
+		wctx, cancel := context.WithTimeout(ctx, agent.DefaultQuiesceTimeout+5*time.Second)
+		err := m.be.Agent(&lookupT(t, m, src.ID).spec).Wait(wctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("source after a fork killed at %v: %v", delay*time.Millisecond, err)
+		}
+		if out, errOut, exit := m.sh(t, src, "echo ok"); out != "ok\n" {
+			t.Fatalf("source after a fork killed at %v: %q %q %+v", delay*time.Millisecond, out, errOut, exit)
+		}
+	}
+	if _, err := m.GC(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sbs, err := m.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range sbs {
+		switch sb.State {
+		case StateRunning:
+			if out, _, _ := m.sh(t, sb, "echo ok"); out != "ok\n" {
+				t.Fatalf("%s listed running but unusable", sb.Name)
+			}
+		default:
+			t.Fatalf("after gc, %s is %s", sb.Name, sb.State)
+		}
+	}
+	if p, err := m.Pool(ctx, "t"); err != nil || p.TargetsReady+len(sbs)-1 > 12 {
+		t.Fatalf("pool after the crashes: %+v, %v", p, err)
+	}
+}
+
+func lookupT(t *testing.T, m *testManager, id string) *record {
+	t.Helper()
+	r, err := lookup(context.Background(), m.st, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // TestCrashDuringCreate kills real smolvm processes at points through a
 // create. Whatever the moment, the result is a usable sandbox or nothing,
 // ls never shows a ghost as running, and gc leaves no trace.

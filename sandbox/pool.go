@@ -332,7 +332,9 @@ func limitsFit(want, have backend.Limits) bool {
 
 // take moves the oldest waiting member in state out of pool under name
 // (kept if ""), in one transaction, so two claimers never get the same
-// one. It returns nil if the pool has none.
+// one. It returns nil if the pool has none. A restore target taken is a
+// copy being made: it is recorded as creating, so that a crash before its
+// restore ends leaves it to gc, as a crashed create.
 func (m *Manager) take(ctx context.Context, pool, name string, state State) (*record, func(), error) {
 	var id string
 	err := m.st.Tx(ctx, func(tx *sql.Tx) error {
@@ -347,7 +349,11 @@ func (m *Manager) take(ctx context.Context, pool, name string, state State) (*re
 		if name == "" {
 			name = "sb-" + id
 		}
-		_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET pool = '', name = ? WHERE id = ?`, name, id)
+		next := state
+		if state == StateCreated {
+			next = StateCreating
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET pool = '', name = ?, state = ? WHERE id = ?`, name, next, id)
 		return nameErr(&record{Sandbox: Sandbox{Name: name}}, err)
 	})
 	if err != nil || id == "" {

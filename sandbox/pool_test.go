@@ -207,11 +207,7 @@ func TestRestoreTargets(t *testing.T) {
 
 	// A target that died while it waited is skipped.
 	for id := range targetIDs(t, m, "t") {
-		rec, err := lookup(ctx, m.st, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := m.be.Delete(ctx, &rec.spec); err != nil {
+		if err := m.be.Delete(ctx, &lookupT(t, m, id).spec); err != nil {
 			t.Fatal(err)
 		}
 	}

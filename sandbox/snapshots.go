@@ -281,7 +281,7 @@ func (m *Manager) materialize(ctx context.Context, r *record, sn backend.Snapsho
 		m.discard(ctx, r)
 		return nil, err
 	}
-	if r.State == StateCreated {
+	if r.target != "" {
 		if err := update(ctx, m.st, r); err != nil {
 			return fail(err)
 		}
@@ -405,8 +405,8 @@ func (m *Manager) Fork(ctx context.Context, ref string, o ForkOptions) ([]*Sandb
 		r, unlock, err := m.newCopy(ctx, names[i], src.Image, src.ImageID, src.Config)
 		if err != nil {
 			for j := range i {
-				if copies[j].State == StateCreated {
-					m.discard(ctx, copies[j]) // a target taken from its pool
+				if copies[j].target != "" {
+					m.discard(ctx, copies[j]) // taken from its pool
 				}
 				unlocks[j]()
 			}
