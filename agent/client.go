@@ -36,6 +36,11 @@ func NewClient(d Dialer) *Client { return &Client{dial: d} }
 // running, or it died mid-operation.
 var ErrUnavailable = errors.New("sandbox agent unavailable")
 
+// ErrNotListening is the ErrUnavailable of an operation that never
+// reached the agent, so nothing of it ran: the agent is booting, closed
+// for a checkpoint, or gone.
+var ErrNotListening = fmt.Errorf("%w: not listening", ErrUnavailable)
+
 // OpError is an operation the agent refused or could not perform.
 type OpError struct{ Exit Exit }
 
@@ -121,7 +126,7 @@ func opErr(e Exit, err error) error {
 func (c *Client) do(ctx context.Context, req Request, stdio *Stdio) (Exit, error) {
 	nc, err := c.dial(ctx)
 	if err != nil {
-		return Exit{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return Exit{}, fmt.Errorf("%w: %v", ErrNotListening, err)
 	}
 	defer nc.Close()
 	// Cancelling ctx closes the connection, which the agent takes as the

@@ -591,7 +591,11 @@ func (m *Manager) Exec(ctx context.Context, ref string, p agent.Process, stdio a
 	if err := m.checkPolicy(ctx, r, p.Args); err != nil {
 		return agent.Exit{}, err
 	}
-	exit, err := m.be.Exec(ctx, &r.spec, p, stdio)
+	var exit agent.Exit
+	err = m.withAgent(ctx, r, func(c *agent.Client) (err error) {
+		exit, err = c.Exec(ctx, p, stdio)
+		return err
+	})
 	if err != nil && errors.Is(err, agent.ErrUnavailable) && ctx.Err() == nil {
 		if dead := m.awaitDeath(ctx, r.ID); dead != nil {
 			code := 137
@@ -602,6 +606,32 @@ func (m *Manager) Exec(ctx context.Context, ref string, p agent.Process, stdio a
 		}
 	}
 	return exit, err
+}
+
+// withAgent runs op against r's agent. An agent that is not listening
+// was closed for a checkpoint (tens of milliseconds), or after a host died
+// mid-checkpoint (until its quiesce timeout); nothing of op ran then, so
+// withAgent waits for the agent while the sandbox runs, and tries once
+// more.
+func (m *Manager) withAgent(ctx context.Context, r *record, op func(*agent.Client) error) error {
+	c := m.be.Agent(&r.spec)
+	err := op(c)
+	if !errors.Is(err, agent.ErrNotListening) {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, agent.DefaultQuiesceTimeout+2*time.Second)
+	defer cancel()
+	for delay := time.Millisecond; c.Ping(wctx) != nil; delay = min(2*delay, 50*time.Millisecond) {
+		if st, _ := m.be.State(wctx, &r.spec); st != backend.StatusRunning {
+			return err
+		}
+		select {
+		case <-wctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+	}
+	return op(c)
 }
 
 // awaitDeath is for a lost agent connection: when the sandbox is dying (an

@@ -1,9 +1,11 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +15,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"smolvm.dev/smolvm/agent"
+	"smolvm.dev/smolvm/backend"
 	"smolvm.dev/smolvm/snapshot"
 )
 
@@ -235,6 +239,53 @@ func TestForkUnderHeavyWrites(t *testing.T) {
 	b, _ := strconv.Atoi(strings.TrimSpace(second))
 	if a < 20 || b <= a {
 		t.Fatalf("journal in the copy went from %d to %d; want at least 20 and growing", a, b)
+	}
+}
+
+// TestExecDuringCheckpoint: a command or copy sent while the sandbox's
+// agent is closed for a checkpoint waits for it instead of failing.
+// (One already streaming when the checkpoint starts loses its stream; see
+// README.)
+func TestExecDuringCheckpoint(t *testing.T) {
+	m := newManager(t)
+	ctx := context.Background()
+	src := m.run(t, Config{})
+	sn := m.be.(backend.Snapshotter)
+	spec := lookupT(t, m, src.ID).spec
+	closed, release := make(chan struct{}), make(chan struct{})
+	saved := make(chan error, 1)
+	go func() {
+		saved <- sn.Checkpoint(ctx, &spec, t.TempDir(), backend.CheckpointOptions{LeaveRunning: true, Saved: func() {
+			close(closed)
+			<-release
+		}})
+	}()
+	<-closed
+	type result struct {
+		out string
+		err error
+	}
+	execd, copied := make(chan result, 1), make(chan error, 1)
+	go func() {
+		var out bytes.Buffer
+		_, err := m.Exec(ctx, src.ID, agent.Process{Args: []string{"echo", "ok"}}, agent.Stdio{Stdout: &out})
+		execd <- result{out.String(), err}
+	}()
+	go func() { copied <- m.GetArchive(ctx, src.ID, "/etc/machine-id", io.Discard) }()
+	select {
+	case r := <-execd:
+		t.Fatalf("exec returned while the agent was closed: %+v", r)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(release)
+	if err := <-saved; err != nil {
+		t.Fatal(err)
+	}
+	if r := <-execd; r.err != nil || r.out != "ok\n" {
+		t.Fatalf("exec sent during the checkpoint: %+v", r)
+	}
+	if err := <-copied; err != nil {
+		t.Fatalf("copy sent during the checkpoint: %v", err)
 	}
 }
 
