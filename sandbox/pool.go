@@ -163,22 +163,30 @@ func (m *Manager) Pool(ctx context.Context, name string) (*Pool, error) {
 	return p, nil
 }
 
-// Pools lists every pool.
-func (m *Manager) Pools(ctx context.Context) ([]*Pool, error) {
+// poolNames lists the pools' names.
+func (m *Manager) poolNames(ctx context.Context) ([]string, error) {
 	rows, err := m.st.DB().QueryContext(ctx, `SELECT name FROM pools ORDER BY name`)
 	if err != nil {
 		return nil, err
 	}
+	defer rows.Close()
 	var names []string
 	for rows.Next() {
 		var n string
 		if err := rows.Scan(&n); err != nil {
-			rows.Close()
 			return nil, err
 		}
 		names = append(names, n)
 	}
-	rows.Close()
+	return names, rows.Err()
+}
+
+// Pools lists every pool.
+func (m *Manager) Pools(ctx context.Context) ([]*Pool, error) {
+	names, err := m.poolNames(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]*Pool, 0, len(names))
 	for _, n := range names {
 		p, err := m.Pool(ctx, n)
