@@ -469,6 +469,27 @@ func TestServerPools(t *testing.T) {
 	if pools, err := f.c.Pools(ctx); err != nil || len(pools) != 1 {
 		t.Fatalf("pools: %+v %v", pools, err)
 	}
+	// Restore targets: a fork of the pooled sandbox goes into one.
+	if _, err := f.c.CreatePool(ctx, api.PoolRequest{Name: "none"}); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Fatalf("pool with no size and no targets: %v", err)
+	}
+	tp, err := f.c.CreatePool(ctx, api.PoolRequest{Name: "forks", Targets: 1, Fill: true})
+	if err != nil || tp.TargetsReady != 1 || tp.Ready != 0 {
+		t.Fatalf("targets pool: %+v %v", tp, err)
+	}
+	copies, err := f.c.Fork(ctx, "from-pool", sandbox.ForkOptions{N: 1, NamePrefix: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _, _ := f.sh("c-1", "hostname"); out != "sb-"+copies[0].ID+"\n" {
+		t.Fatalf("a fork into a target has hostname %q", out)
+	}
+	if tp, err := f.c.FillPool(ctx, "forks"); err != nil || tp.TargetsReady != 1 {
+		t.Fatalf("refill targets: %+v %v", tp, err)
+	}
+	if err := f.c.RemovePool(ctx, "forks"); err != nil {
+		t.Fatal(err)
+	}
 	if err := f.c.RemovePool(ctx, "warm"); err != nil {
 		t.Fatal(err)
 	}
