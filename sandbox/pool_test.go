@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -8,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"smolvm.dev/smolvm/agent"
 	"smolvm.dev/smolvm/backend"
+	"smolvm.dev/smolvm/image"
 )
 
 func TestPool(t *testing.T) {
@@ -226,6 +229,48 @@ func TestRestoreTargets(t *testing.T) {
 
 	if err := m.RemovePool(ctx, "t"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRestoreTargetsImageMoved: targets made before the pool's tag moved
+// hold the old image, so they serve no copy of the new one.
+func TestRestoreTargetsImageMoved(t *testing.T) {
+	m := newManager(t)
+	ctx := context.Background()
+	hello := buildHello(t)
+	version := func(v string) *image.Image {
+		return m.importImage(t, "smolvm.local/moving:1", nil, layer(t, file{"bin/", 0o755, nil}, file{"bin/hello", 0o755, hello},
+			file{"etc/", 0o755, nil}, file{"etc/msg", 0o644, []byte(v)}))
+	}
+	version("v1")
+	if _, err := m.CreatePool(ctx, PoolOptions{Name: "t", Image: "smolvm.local/moving:1", Targets: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.FillPool(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	stale := targetIDs(t, m, "t")
+	v2 := version("v2")
+	src, err := m.Create(ctx, CreateOptions{Image: "smolvm.local/moving:1", Start: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	copies, err := m.Fork(ctx, src.ID, ForkOptions{N: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := copies[0]
+	if stale[c.ID] || c.ImageID != v2.ID {
+		t.Fatalf("copy of a v2 sandbox: %+v, stale targets %v", c, stale)
+	}
+	var out bytes.Buffer
+	if exit, err := m.Exec(ctx, c.ID, agent.Process{Args: []string{"/bin/hello", "/etc/msg"}}, agent.Stdio{Stdout: &out}); err != nil || exit.Code != 0 || out.String() != "/etc/msg: v2\n" {
+		t.Fatalf("copy sees %q: %v %+v", out.String(), err, exit)
+	}
+	for id := range stale {
+		if _, err := lookup(ctx, m.st, id); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("the stale target is still there: %v", err)
+		}
 	}
 }
 

@@ -224,7 +224,9 @@ func (m *Manager) target(ctx context.Context, name, imageID string, cfg Config) 
 		if img, err := m.images.Get(ctx, p.Image); err != nil || img.ID != imageID {
 			continue
 		}
-		// A target may have died while it waited: try the next one.
+		// A target may have died while it waited, or hold the image the
+		// pool's tag named before it moved: such a one is removed, and
+		// the next one tried.
 		for range 3 {
 			r, unlock, err := m.take(ctx, p.Name, name, StateCreated)
 			if err != nil {
@@ -234,7 +236,7 @@ func (m *Manager) target(ctx context.Context, name, imageID string, cfg Config) 
 				break // empty
 			}
 			r.target = p.Name
-			if st, err := m.be.State(ctx, &r.spec); err == nil && st == backend.StatusCreated {
+			if st, err := m.be.State(ctx, &r.spec); err == nil && st == backend.StatusCreated && r.ImageID == imageID {
 				return r, unlock, nil
 			}
 			m.discard(ctx, r)
