@@ -252,6 +252,7 @@ func (b *Backend) waitAgent(ctx context.Context, s *backend.Spec) error {
 	defer cancel()
 	c := b.Agent(s)
 	delay, start := 500*time.Microsecond, time.Now()
+	var looked time.Time
 	for {
 		if c.Ping(ctx) == nil {
 			return nil
@@ -259,8 +260,14 @@ func (b *Backend) waitAgent(ctx context.Context, s *backend.Spec) error {
 		if _, err := os.Stat(layout{s.Dir}.ExitFile()); err == nil {
 			return nil
 		}
-		if st, _ := b.State(ctx, s); st == backend.StatusStopped || st == backend.StatusMissing {
-			return fmt.Errorf("%s: sandbox exited before its agent answered%s", s.ID, b.bootError(s))
+		// Whether the sandbox died is worth a look every few milliseconds,
+		// not at every poll: the state file holds the whole spec, and ten
+		// copies restoring at once would spend their host's CPU parsing it.
+		if time.Since(looked) >= 5*time.Millisecond {
+			looked = time.Now()
+			if st, _ := b.State(ctx, s); st == backend.StatusStopped || st == backend.StatusMissing {
+				return fmt.Errorf("%s: sandbox exited before its agent answered%s", s.ID, b.bootError(s))
+			}
 		}
 		select {
 		case <-ctx.Done():
