@@ -22,6 +22,7 @@ import (
 	"smolvm.dev/smolvm/agent"
 	"smolvm.dev/smolvm/image"
 	"smolvm.dev/smolvm/internal/testdeps"
+	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/snapshot"
 )
 
@@ -167,4 +168,18 @@ func holdMemory(mib int) string {
 b = bytearray(os.urandom(%d << 20))
 open("/tmp/held", "w").close()
 time.sleep(1e9)' >/dev/null 2>&1 & while [ ! -e /tmp/held ]; do sleep 0.05; done`, mib)
+}
+
+// killAfter starts a real smolvm over m's data dir with args (and env on
+// top of this process's), and kills it after delay: a crash at that point.
+func (m *testManager) killAfter(t *testing.T, delay time.Duration, env []string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(testenv.Smolvm(t), append([]string{"--data-dir", m.dir, "--runsc", testenv.Runsc(t)}, args...)...)
+	cmd.Env = append(append(os.Environ(), "SMOLVM_AGENT_BINARY="+testenv.Agent(t)), env...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(delay)
+	cmd.Process.Kill()
+	cmd.Wait()
 }

@@ -17,7 +17,6 @@ import (
 	"smolvm.dev/smolvm/agent"
 	"smolvm.dev/smolvm/backend"
 	"smolvm.dev/smolvm/image"
-	"smolvm.dev/smolvm/internal/testenv"
 )
 
 func TestMainCommandLifecycle(t *testing.T) {
@@ -408,16 +407,8 @@ func TestCrashDuringForkIntoTargets(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := m.run(t, Config{})
-	bin := testenv.Smolvm(t)
 	for i, delay := range []time.Duration{5, 40, 80, 150} {
-		cmd := exec.Command(bin, "--data-dir", m.dir, "--runsc", testenv.Runsc(t), "fork", src.ID, "-n", "2", "--name-prefix", fmt.Sprintf("crash%d", i))
-		cmd.Env = append(os.Environ(), "SMOLVM_AGENT_BINARY="+testenv.Agent(t))
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(delay * time.Millisecond)
-		cmd.Process.Kill()
-		cmd.Wait()
+		m.killAfter(t, delay*time.Millisecond, nil, "fork", src.ID, "-n", "2", "--name-prefix", fmt.Sprintf("crash%d", i))
 		// A fork killed between quiesce and resume leaves the source's
 		// agent waiting for an identity nobody writes: it serves again,
 		// as itself, after its quiesce timeout.
@@ -468,16 +459,8 @@ func lookupT(t *testing.T, m *testManager, id string) *record {
 func TestCrashDuringCreate(t *testing.T) {
 	m := newManager(t)
 	ctx := context.Background()
-	bin := testenv.Smolvm(t)
 	for i, delay := range []time.Duration{5, 30, 80, 150, 250, 400} {
-		cmd := exec.Command(bin, "--data-dir", m.dir, "--runsc", testenv.Runsc(t), "run", "-d", "--name", fmt.Sprintf("crash%d", i))
-		cmd.Env = append(os.Environ(), "SMOLVM_AGENT_BINARY="+testenv.Agent(t))
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(delay * time.Millisecond)
-		cmd.Process.Kill()
-		cmd.Wait()
+		m.killAfter(t, delay*time.Millisecond, nil, "run", "-d", "--name", fmt.Sprintf("crash%d", i))
 	}
 	sbs, err := m.List(ctx)
 	if err != nil {

@@ -430,17 +430,10 @@ func TestNetTeardown(t *testing.T) {
 	}
 
 	// Kill real CLIs at points through create, then gc.
-	bin := testenv.Smolvm(t)
+	env := []string{"SMOLVM_NET_NETNS=" + w.HostNS, "SMOLVM_NET_RESOLVER=" + w.Resolver}
 	for i, delay := range []time.Duration{30, 80, 150, 250, 400, 700} {
-		cmd := exec.Command(bin, "--data-dir", m.dir, "--runsc", testenv.Runsc(t), "run", "-d", "--name", fmt.Sprintf("crash%d", i),
+		m.killAfter(t, delay*time.Millisecond, env, "run", "-d", "--name", fmt.Sprintf("crash%d", i),
 			"--net", "egress", "--allow-host", "allowed.test", "-p", "80")
-		cmd.Env = append(os.Environ(), "SMOLVM_AGENT_BINARY="+testenv.Agent(t), "SMOLVM_NET_NETNS="+w.HostNS, "SMOLVM_NET_RESOLVER="+w.Resolver)
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(delay * time.Millisecond)
-		cmd.Process.Kill()
-		cmd.Wait()
 	}
 	if _, err := m.GC(ctx); err != nil {
 		t.Fatal(err)

@@ -49,7 +49,7 @@ func TestCheckpointRestore(t *testing.T) {
 	if err := b.Restore(ctx, &copy, dir); err != nil {
 		t.Fatal(err)
 	}
-	out, _, _ := run(t, b, &copy, "", "sh", "-c", "cat /root/f; hostname; cat /etc/machine-id; echo $WHO; a=$(cat /tmp/counter); sleep 0.3; b=$(cat /tmp/counter); [ $b -gt $a ] && echo counting")
+	out, _, _ := run(t, b, &copy, "", "sh", "-c", "cat /root/f; hostname; cat /etc/machine-id; echo $WHO; a=$(cat /tmp/counter); for i in $(seq 100); do sleep 0.1; b=$(cat /tmp/counter); [ $b -gt $a ] 2>/dev/null && echo counting && break; done")
 	want := "written\ncopy\n0123456789abcdef0123456789abcdef\ncopy\ncounting\n"
 	if out != want {
 		t.Fatalf("restored copy: %q, want %q", out, want)
