@@ -41,7 +41,7 @@ func (m *Manager) PutArchive(ctx context.Context, ref, dst string, r io.Reader) 
 	if err != nil {
 		return err
 	}
-	if err := m.withAgent(ctx, rec, func(c *agent.Client) error { return c.Put(ctx, dst, r) }); err != nil {
+	if err := m.withAgent(ctx, rec, func() error { return m.be.Agent(&rec.spec).Put(ctx, dst, r) }); err != nil {
 		return fmt.Errorf("cp to %s:%s: %w", rec.Name, dst, err)
 	}
 	return nil
@@ -75,7 +75,7 @@ func (m *Manager) GetArchive(ctx context.Context, ref, src string, w io.Writer) 
 	if err != nil {
 		return err
 	}
-	if err := m.withAgent(ctx, rec, func(c *agent.Client) error { return c.Get(ctx, src, w) }); err != nil {
+	if err := m.withAgent(ctx, rec, func() error { return m.be.Agent(&rec.spec).Get(ctx, src, w) }); err != nil {
 		return fmt.Errorf("cp from %s:%s: %w", rec.Name, src, err)
 	}
 	return nil

@@ -592,8 +592,8 @@ func (m *Manager) Exec(ctx context.Context, ref string, p agent.Process, stdio a
 		return agent.Exit{}, err
 	}
 	var exit agent.Exit
-	err = m.withAgent(ctx, r, func(c *agent.Client) (err error) {
-		exit, err = c.Exec(ctx, p, stdio)
+	err = m.withAgent(ctx, r, func() (err error) {
+		exit, err = m.be.Exec(ctx, &r.spec, p, stdio)
 		return err
 	})
 	if err != nil && errors.Is(err, agent.ErrUnavailable) && ctx.Err() == nil {
@@ -613,14 +613,14 @@ func (m *Manager) Exec(ctx context.Context, ref string, p agent.Process, stdio a
 // mid-checkpoint (until its quiesce timeout); nothing of op ran then, so
 // withAgent waits for the agent while the sandbox runs, and tries once
 // more.
-func (m *Manager) withAgent(ctx context.Context, r *record, op func(*agent.Client) error) error {
-	c := m.be.Agent(&r.spec)
-	err := op(c)
+func (m *Manager) withAgent(ctx context.Context, r *record, op func() error) error {
+	err := op()
 	if !errors.Is(err, agent.ErrNotListening) {
 		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, agent.DefaultQuiesceTimeout+2*time.Second)
 	defer cancel()
+	c := m.be.Agent(&r.spec)
 	for delay := time.Millisecond; c.Ping(wctx) != nil; delay = min(2*delay, 50*time.Millisecond) {
 		if st, _ := m.be.State(wctx, &r.spec); st != backend.StatusRunning {
 			return err
@@ -631,7 +631,7 @@ func (m *Manager) withAgent(ctx context.Context, r *record, op func(*agent.Clien
 		case <-time.After(delay):
 		}
 	}
-	return op(c)
+	return op()
 }
 
 // awaitDeath is for a lost agent connection: when the sandbox is dying (an
