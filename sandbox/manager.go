@@ -136,9 +136,6 @@ func (m *Manager) create(ctx context.Context, o CreateOptions, pool string) (*Sa
 		return nil, err
 	}
 	defer unlock()
-	if err := insert(ctx, m.st, r); err != nil {
-		return nil, fmt.Errorf("create %s: %w", name, err)
-	}
 	fail := func(err error) (*Sandbox, error) {
 		// Clean up with a fresh context: ctx may be why we failed.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -146,6 +143,11 @@ func (m *Manager) create(ctx context.Context, o CreateOptions, pool string) (*Sa
 		m.release(cctx, r)
 		deleteRecord(cctx, m.st.DB(), id)
 		return nil, fmt.Errorf("create %s: %w", name, err)
+	}
+	// The SQLite driver reports a statement whose context ended as it
+	// finished as failed, though it wrote the row: remove it either way.
+	if err := insert(ctx, m.st, r); err != nil {
+		return fail(err)
 	}
 	if err := m.setupNetwork(ctx, r); err != nil {
 		return fail(err)

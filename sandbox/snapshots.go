@@ -278,8 +278,9 @@ func (m *Manager) materialize(ctx context.Context, r *record, sn backend.Snapsho
 			return fail(err)
 		}
 	} else {
+		// A failed insert may still have written the row (see create).
 		if err := insert(ctx, m.st, r); err != nil {
-			return nil, err
+			return fail(err)
 		}
 		if err := m.setupNetwork(ctx, r); err != nil {
 			return fail(err)
