@@ -183,3 +183,17 @@ func (m *testManager) killAfter(t *testing.T, delay time.Duration, env []string,
 	cmd.Process.Kill()
 	cmd.Wait()
 }
+
+// afterGC runs gc, as after a crash, and lists what is left.
+func (m *testManager) afterGC(t *testing.T) []*Sandbox {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := m.GC(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sbs, err := m.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sbs
+}

@@ -435,13 +435,7 @@ func TestCrashDuringForkIntoTargets(t *testing.T) {
 			t.Fatalf("source after a fork killed at %v: %q %q %+v", delay*time.Millisecond, out, errOut, exit)
 		}
 	}
-	if _, err := m.GC(ctx); err != nil {
-		t.Fatal(err)
-	}
-	sbs, err := m.List(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sbs := m.afterGC(t)
 	for _, sb := range sbs {
 		switch sb.State {
 		case StateRunning:
@@ -488,11 +482,8 @@ func TestCrashDuringCreate(t *testing.T) {
 			}
 		}
 	}
-	if _, err := m.GC(ctx); err != nil {
-		t.Fatal(err)
-	}
 	keep := map[string]bool{}
-	sbs, _ = m.List(ctx)
+	sbs = m.afterGC(t)
 	for _, sb := range sbs {
 		if sb.State == StateCreating {
 			t.Fatalf("gc left orphan %s", sb.Name)

@@ -435,13 +435,7 @@ func TestNetTeardown(t *testing.T) {
 		m.killAfter(t, delay*time.Millisecond, env, "run", "-d", "--name", fmt.Sprintf("crash%d", i),
 			"--net", "egress", "--allow-host", "allowed.test", "-p", "80")
 	}
-	if _, err := m.GC(ctx); err != nil {
-		t.Fatal(err)
-	}
-	sbs, err := m.List(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sbs := m.afterGC(t)
 	for _, sb := range sbs {
 		if err := m.Remove(ctx, sb.ID, true); err != nil {
 			t.Fatal(err)
