@@ -169,15 +169,12 @@ func withTargets(b *testing.B, n int, bench func(b *testing.B, m *testManager, r
 			m := newManager(b)
 			refill := func() {}
 			if targets {
-				if _, err := m.CreatePool(context.Background(), PoolOptions{Name: "t", Targets: n}); err != nil {
-					b.Fatal(err)
-				}
+				m.filledPool(b, PoolOptions{Name: "t", Targets: n})
 				refill = func() {
 					if _, err := m.FillPool(context.Background(), "t"); err != nil {
 						b.Fatal(err)
 					}
 				}
-				refill()
 			}
 			bench(b, m, refill)
 		})

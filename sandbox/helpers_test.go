@@ -197,3 +197,15 @@ func (m *testManager) afterGC(t *testing.T) []*Sandbox {
 	}
 	return sbs
 }
+
+// filledPool creates the pool o and fills it.
+func (m *testManager) filledPool(t testing.TB, o PoolOptions) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := m.CreatePool(ctx, o); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.FillPool(ctx, o.Name); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -413,12 +413,7 @@ func TestParallelCreate(t *testing.T) {
 func TestCrashDuringForkIntoTargets(t *testing.T) {
 	m := newManager(t)
 	ctx := context.Background()
-	if _, err := m.CreatePool(ctx, PoolOptions{Name: "t", Targets: 12}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.FillPool(ctx, "t"); err != nil {
-		t.Fatal(err)
-	}
+	m.filledPool(t, PoolOptions{Name: "t", Targets: 12})
 	src := m.run(t, Config{})
 	for i, delay := range []time.Duration{5, 40, 80, 150} {
 		m.killAfter(t, delay*time.Millisecond, nil, "fork", src.ID, "-n", "2", "--name-prefix", fmt.Sprintf("crash%d", i))

@@ -243,12 +243,7 @@ func TestRestoreTargetsImageMoved(t *testing.T) {
 			file{"etc/", 0o755, nil}, file{"etc/msg", 0o644, []byte(v)}))
 	}
 	version("v1")
-	if _, err := m.CreatePool(ctx, PoolOptions{Name: "t", Image: "smolvm.local/moving:1", Targets: 1}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.FillPool(ctx, "t"); err != nil {
-		t.Fatal(err)
-	}
+	m.filledPool(t, PoolOptions{Name: "t", Image: "smolvm.local/moving:1", Targets: 1})
 	stale := targetIDs(t, m, "t")
 	v2 := version("v2")
 	src, err := m.Create(ctx, CreateOptions{Image: "smolvm.local/moving:1", Start: true})
@@ -279,12 +274,7 @@ func TestRestoreTargetsImageMoved(t *testing.T) {
 func TestRestoreTargetsFit(t *testing.T) {
 	m := newManager(t)
 	ctx := context.Background()
-	if _, err := m.CreatePool(ctx, PoolOptions{Name: "t", Targets: 2}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.FillPool(ctx, "t"); err != nil {
-		t.Fatal(err)
-	}
+	m.filledPool(t, PoolOptions{Name: "t", Targets: 2})
 	other := m.run(t, Config{Limits: backend.Limits{Memory: 512 << 20}})
 	copies, err := m.Fork(ctx, other.ID, ForkOptions{N: 1})
 	if err != nil {
