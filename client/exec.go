@@ -13,19 +13,19 @@ import (
 
 	"github.com/coder/websocket"
 
-	"smolvm.dev/smolvm/agent"
-	"smolvm.dev/smolvm/api"
+	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/server/httpapi"
 )
 
 // Exec runs p in a sandbox, streaming its output to stdio as it comes, and
-// returns its exit, with the same meaning as sandbox.Manager.Exec. Plain
+// returns its exit, with the same meaning as manager.Manager.Exec. Plain
 // commands go over one streamed POST; a TTY, streamed stdin, resizes or
 // signals use a WebSocket. Cancelling ctx (or losing the connection)
 // kills the command.
-func (c *Client) Exec(ctx context.Context, ref string, p agent.Process, stdio agent.Stdio) (agent.Exit, error) {
-	req := api.ExecRequest{Args: p.Args, Env: p.Env, WorkDir: p.Dir, User: p.User,
-		Timeout: api.Duration(time.Duration(p.TimeoutMS) * time.Millisecond), TTY: p.TTY}
+func (c *Client) Exec(ctx context.Context, ref string, p guest.Process, stdio guest.Stdio) (guest.Exit, error) {
+	req := httpapi.ExecRequest{Args: p.Args, Env: p.Env, WorkDir: p.Dir, User: p.User,
+		Timeout: httpapi.Duration(time.Duration(p.TimeoutMS) * time.Millisecond), TTY: p.TTY}
 	if p.Size != nil {
 		req.Rows, req.Cols = p.Size.Rows, p.Size.Cols
 	}
@@ -34,16 +34,16 @@ func (c *Client) Exec(ctx context.Context, ref string, p agent.Process, stdio ag
 	}
 	b, err := json.Marshal(req)
 	if err != nil {
-		return agent.Exit{}, err
+		return guest.Exit{}, err
 	}
 	resp, err := c.do(ctx, request{method: http.MethodPost, path: sbPath(ref, "/exec"), body: strings.NewReader(string(b)), contentType: "application/json"})
 	if err != nil {
-		return agent.Exit{}, err
+		return guest.Exit{}, err
 	}
 	defer resp.Body.Close()
-	var exit *agent.Exit
+	var exit *guest.Exit
 	err = eachLine(resp.Body, func(line []byte) error {
-		var ev api.ExecEvent
+		var ev httpapi.ExecEvent
 		if err := json.Unmarshal(line, &ev); err != nil {
 			return fmt.Errorf("smolvm server: bad exec event: %w", err)
 		}
@@ -68,9 +68,9 @@ func (c *Client) Exec(ctx context.Context, ref string, p agent.Process, stdio ag
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			return agent.Exit{}, ctx.Err()
+			return guest.Exit{}, ctx.Err()
 		}
-		return agent.Exit{}, err
+		return guest.Exit{}, err
 	}
 	return *exit, nil
 }
@@ -79,7 +79,7 @@ func writeData(w io.Writer, data, encoding string) error {
 	if w == nil {
 		return nil
 	}
-	p, err := (api.ExecEvent{Data: data, Encoding: encoding}).Bytes()
+	p, err := (httpapi.ExecEvent{Data: data, Encoding: encoding}).Bytes()
 	if err != nil {
 		return err
 	}
@@ -87,7 +87,7 @@ func writeData(w io.Writer, data, encoding string) error {
 	return err
 }
 
-func (c *Client) execWS(ctx context.Context, ref string, req api.ExecRequest, stdio agent.Stdio) (agent.Exit, error) {
+func (c *Client) execWS(ctx context.Context, ref string, req httpapi.ExecRequest, stdio guest.Stdio) (guest.Exit, error) {
 	u := "ws" + strings.TrimPrefix(c.base, "http") + sbPath(ref, "/exec/ws")
 	h := http.Header{}
 	if c.token != "" {
@@ -96,18 +96,18 @@ func (c *Client) execWS(ctx context.Context, ref string, req api.ExecRequest, st
 	conn, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: c.hc, HTTPHeader: h})
 	if err != nil {
 		if resp != nil && resp.StatusCode >= 300 {
-			return agent.Exit{}, readError(resp)
+			return guest.Exit{}, readError(resp)
 		}
-		return agent.Exit{}, fmt.Errorf("smolvm server: %w", err)
+		return guest.Exit{}, fmt.Errorf("smolvm server: %w", err)
 	}
 	defer conn.CloseNow()
 	conn.SetReadLimit(4 << 20)
 	first, err := json.Marshal(req)
 	if err != nil {
-		return agent.Exit{}, err
+		return guest.Exit{}, err
 	}
 	if err := conn.Write(ctx, websocket.MessageText, first); err != nil {
-		return agent.Exit{}, fmt.Errorf("smolvm server: %w", err)
+		return guest.Exit{}, fmt.Errorf("smolvm server: %w", err)
 	}
 	sendCtx, stopSending := context.WithCancel(ctx)
 	defer stopSending()
@@ -116,31 +116,31 @@ func (c *Client) execWS(ctx context.Context, ref string, req api.ExecRequest, st
 		typ, b, err := conn.Read(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				return agent.Exit{}, ctx.Err()
+				return guest.Exit{}, ctx.Err()
 			}
-			return agent.Exit{}, fmt.Errorf("smolvm server: exec connection lost: %w", err)
+			return guest.Exit{}, fmt.Errorf("smolvm server: exec connection lost: %w", err)
 		}
 		if typ == websocket.MessageBinary {
 			if len(b) == 0 {
 				continue
 			}
 			w := stdio.Stdout
-			if b[0] == api.StreamStderr {
+			if b[0] == httpapi.StreamStderr {
 				w = stdio.Stderr
 			}
 			if w != nil {
 				if _, err := w.Write(b[1:]); err != nil {
-					return agent.Exit{}, fmt.Errorf("write output: %w", err)
+					return guest.Exit{}, fmt.Errorf("write output: %w", err)
 				}
 			}
 			continue
 		}
-		var m api.WSControl
+		var m httpapi.WSControl
 		if err := json.Unmarshal(b, &m); err != nil {
-			return agent.Exit{}, fmt.Errorf("smolvm server: bad exec message: %w", err)
+			return guest.Exit{}, fmt.Errorf("smolvm server: bad exec message: %w", err)
 		}
 		if m.Error != nil {
-			return agent.Exit{}, fromAPI(0, m.Error)
+			return guest.Exit{}, fromAPI(0, m.Error)
 		}
 		if m.Exit != nil {
 			conn.Close(websocket.StatusNormalClosure, "")
@@ -150,8 +150,8 @@ func (c *Client) execWS(ctx context.Context, ref string, req api.ExecRequest, st
 }
 
 // pumpWS sends stdin, resizes and signals until they end or ctx does.
-func pumpWS(ctx context.Context, conn *websocket.Conn, stdio agent.Stdio) {
-	control := func(m api.WSControl) error {
+func pumpWS(ctx context.Context, conn *websocket.Conn, stdio guest.Stdio) {
+	control := func(m httpapi.WSControl) error {
 		b, _ := json.Marshal(m)
 		return conn.Write(ctx, websocket.MessageText, b)
 	}
@@ -164,13 +164,13 @@ func pumpWS(ctx context.Context, conn *websocket.Conn, stdio agent.Stdio) {
 			case sz, ok := <-resize:
 				if !ok {
 					resize = nil
-				} else if control(api.WSControl{Resize: &sz}) != nil {
+				} else if control(httpapi.WSControl{Resize: &sz}) != nil {
 					return
 				}
 			case sig, ok := <-sigs:
 				if !ok {
 					sigs = nil
-				} else if control(api.WSControl{Signal: int(sig)}) != nil {
+				} else if control(httpapi.WSControl{Signal: int(sig)}) != nil {
 					return
 				}
 			}
@@ -183,13 +183,13 @@ func pumpWS(ctx context.Context, conn *websocket.Conn, stdio agent.Stdio) {
 	for {
 		n, err := stdio.Stdin.Read(buf)
 		if n > 0 {
-			msg := append([]byte{api.StreamStdin}, buf[:n]...)
+			msg := append([]byte{httpapi.StreamStdin}, buf[:n]...)
 			if conn.Write(ctx, websocket.MessageBinary, msg) != nil {
 				return
 			}
 		}
 		if err != nil {
-			control(api.WSControl{EOF: true})
+			control(httpapi.WSControl{EOF: true})
 			return
 		}
 	}
@@ -209,9 +209,9 @@ func (c *Client) Logs(ctx context.Context, ref string, o sandbox.LogOptions) err
 	defer resp.Body.Close()
 	err = eachLine(resp.Body, func(line []byte) error {
 		var ev struct {
-			api.LogEvent
-			Type  string     `json:"type"`
-			Error *api.Error `json:"error"`
+			httpapi.LogEvent
+			Type  string         `json:"type"`
+			Error *httpapi.Error `json:"error"`
 		}
 		if err := json.Unmarshal(line, &ev); err != nil {
 			return fmt.Errorf("smolvm server: bad log event: %w", err)

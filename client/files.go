@@ -9,9 +9,9 @@ import (
 	"net/url"
 	"os"
 
-	"smolvm.dev/smolvm/agent"
-	"smolvm.dev/smolvm/api"
+	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/server/httpapi"
 )
 
 // WriteFile writes r as the file at path inside the sandbox. The server
@@ -41,14 +41,14 @@ func (c *Client) put(ctx context.Context, ref, path string, r io.Reader, content
 }
 
 // CopyIn copies the host path src (a file or a tree) to dst inside the
-// sandbox, with cp semantics, as sandbox.Manager.CopyIn does.
+// sandbox, with cp semantics, as manager.Manager.CopyIn does.
 func (c *Client) CopyIn(ctx context.Context, ref, src, dst string) error {
 	if _, err := os.Lstat(src); err != nil {
 		return fmt.Errorf("cp: %w", err)
 	}
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(agent.WriteTar(pw, src)) }()
-	err := c.put(ctx, ref, dst, pr, api.ContentTypeTar)
+	go func() { pw.CloseWithError(guest.WriteTar(pw, src)) }()
+	err := c.put(ctx, ref, dst, pr, httpapi.ContentTypeTar)
 	pr.CloseWithError(err)
 	return err
 }
@@ -62,8 +62,8 @@ func (c *Client) CopyOut(ctx context.Context, ref, src, dst string) error {
 		return err
 	}
 	defer resp.Body.Close()
-	if err := agent.ExtractTar(resp.Body, dst, sandbox.MaxCopyOut); err != nil {
-		if errors.Is(err, agent.ErrTooLarge) {
+	if err := guest.ExtractTar(resp.Body, dst, sandbox.MaxCopyOut); err != nil {
+		if errors.Is(err, guest.ErrTooLarge) {
 			return fmt.Errorf("cp from %s:%s: %w: %w", ref, src, ErrTooLarge, err)
 		}
 		return fmt.Errorf("cp from %s:%s: %w", ref, src, err)

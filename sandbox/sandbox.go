@@ -1,18 +1,11 @@
-// Package sandbox manages sandbox lifecycles: durable records, images, and
-// the backend that runs them.
 package sandbox
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"fmt"
-	"regexp"
-	"runtime"
 	"time"
 
-	"smolvm.dev/smolvm/backend"
-	"smolvm.dev/smolvm/network"
+	"smolvm.dev/smolvm/runtime/backend"
+	"smolvm.dev/smolvm/runtime/network"
 )
 
 // State is a sandbox's lifecycle state as users see it.
@@ -124,72 +117,3 @@ var (
 	ErrExpired    = errors.New("sandbox expired")
 	ErrNotRunning = backend.ErrNotRunning
 )
-
-// validate fills defaults and checks bounds.
-func (c *Config) validate() error {
-	l := &c.Limits
-	switch {
-	case l.CPUs < 0:
-		return fmt.Errorf("%w: --cpus %g: must be positive", ErrInvalid, l.CPUs)
-	case l.CPUs == 0:
-		l.CPUs = DefaultCPUs
-	case l.CPUs > float64(runtime.NumCPU()):
-		return fmt.Errorf("%w: --cpus %g: this host has %d CPUs", ErrInvalid, l.CPUs, runtime.NumCPU())
-	}
-	if l.Memory == 0 {
-		l.Memory = DefaultMemory
-	} else if l.Memory < MinMemory {
-		return fmt.Errorf("%w: --memory %d bytes: at least %d MiB is needed", ErrInvalid, l.Memory, MinMemory>>20)
-	}
-	if l.Pids == 0 {
-		l.Pids = DefaultPids
-	} else if l.Pids < MinPids || l.Pids > MaxPids {
-		return fmt.Errorf("%w: --pids %d: must be between %d and %d", ErrInvalid, l.Pids, MinPids, MaxPids)
-	}
-	if l.Disk == 0 {
-		l.Disk = DefaultDisk
-	} else if l.Disk < MinDisk {
-		return fmt.Errorf("%w: --disk %d bytes: at least %d MiB is needed", ErrInvalid, l.Disk, MinDisk>>20)
-	}
-	if c.TTL < 0 {
-		return fmt.Errorf("%w: --timeout %s: must not be negative", ErrInvalid, c.TTL)
-	}
-	if c.OnExpiry != "" && c.OnExpiry != ExpiryStop && c.OnExpiry != ExpiryPause {
-		return fmt.Errorf("%w: on expiry %q: want %q or %q", ErrInvalid, c.OnExpiry, ExpiryStop, ExpiryPause)
-	}
-	if c.IdleTimeout < 0 {
-		return fmt.Errorf("%w: --idle-timeout %s: must not be negative", ErrInvalid, c.IdleTimeout)
-	}
-	if c.Network != nil {
-		if err := c.Network.Validate(); err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalid, err)
-		}
-		if !c.Network.Enabled() {
-			c.Network = nil
-		}
-	}
-	return nil
-}
-
-var nameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
-
-func validName(name string) error {
-	if !nameRE.MatchString(name) {
-		return fmt.Errorf("%w: name %q: use 1-63 letters, digits, '_', '.', '-', starting with a letter or digit", ErrInvalid, name)
-	}
-	return nil
-}
-
-// newID returns a random 12-hex-digit ID, short enough to type.
-func newID() string {
-	var b [6]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-// newMachineID returns a random /etc/machine-id: 32 lowercase hex digits.
-func newMachineID() string {
-	var b [16]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs smolvm, smolvm-agent and the pinned runsc into $PREFIX/bin
+# Installs smolvm, smolvm-guest and the pinned runsc into $PREFIX/bin
 # (default /usr/local). Everything is built from source with the Go
 # toolchain; runsc is static (CGO_ENABLED=0) because a dynamically linked
 # runsc cannot re-execute itself inside its own chroot.
@@ -41,7 +41,7 @@ if [ ! -x "$BIN/runsc" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$recipe" ]; then
 fi
 
 go build -trimpath -o "$BIN/smolvm.new" ./cmd/smolvm
-go build -trimpath -ldflags="-s -w" -o "$BIN/smolvm-agent.new" ./cmd/smolvm-agent
+go build -trimpath -ldflags="-s -w" -o "$BIN/smolvm-guest.new" ./cmd/smolvm-guest
 mv "$BIN/smolvm.new" "$BIN/smolvm"
-mv "$BIN/smolvm-agent.new" "$BIN/smolvm-agent"
-echo "installed smolvm, smolvm-agent and runsc ($pin) in $BIN" >&2
+mv "$BIN/smolvm-guest.new" "$BIN/smolvm-guest"
+echo "installed smolvm, smolvm-guest and runsc ($pin) in $BIN" >&2

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install.sh
 # The SDK suites (go test ./sdk) run with the system python3 and node;
-# the E2B compatibility suite (go test ./e2b) drives the real e2b npm
+# the E2B compatibility suite (go test ./server/e2b) drives the real e2b npm
 # package, pinned in sdk/e2b-compat/package-lock.json. Network tests build
 # closed worlds with iproute2 and fetch with curl and python3 from inside
 # sandboxes (the host image shows the host's /usr).

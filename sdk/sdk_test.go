@@ -15,7 +15,7 @@ import (
 
 func sdkEnv(t *testing.T) []string {
 	runsc := testenv.Runsc(t)
-	return append(os.Environ(), "SMOLVM_BIN="+testenv.Smolvm(t), "SMOLVM_AGENT_BINARY="+testenv.Agent(t), "SMOLVM_RUNSC="+runsc,
+	return append(os.Environ(), "SMOLVM_BIN="+testenv.Smolvm(t), "SMOLVM_GUEST_BINARY="+testenv.Guest(t), "SMOLVM_RUNSC="+runsc,
 		"SMOLVM_HOST=", "SMOLVM_TOKEN=")
 }
 

@@ -11,16 +11,17 @@ import (
 	"sync"
 	"time"
 
-	"smolvm.dev/smolvm/agent"
-	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/client"
+	"smolvm.dev/smolvm/runtime/guest"
+	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/server/httpapi"
 )
 
 // StartAPI serves the HTTP API for m on a Unix socket in dir, with a
 // token, and returns a client for it and a function that stops it. The
 // load generator is the client, on the same machine, over loopback.
-func StartAPI(m *sandbox.Manager, dir string) (*client.Client, func(), error) {
+func StartAPI(m *manager.Manager, dir string) (*client.Client, func(), error) {
 	sock := filepath.Join(dir, "bench-api.sock")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
@@ -28,7 +29,7 @@ func StartAPI(m *sandbox.Manager, dir string) (*client.Client, func(), error) {
 	}
 	const token = "bench"
 	// The benchmark's own concurrency must not hit the limiter.
-	hs := &http.Server{Handler: api.New(api.Options{Manager: m, Token: token, TempDir: dir, MaxInFlight: 1024})}
+	hs := &http.Server{Handler: httpapi.New(httpapi.Options{Manager: m, Token: token, TempDir: dir, MaxInFlight: 1024})}
 	go hs.Serve(ln)
 	c, err := client.New("unix://"+sock, token)
 	if err != nil {
@@ -38,29 +39,29 @@ func StartAPI(m *sandbox.Manager, dir string) (*client.Client, func(), error) {
 	return c, func() { hs.Close() }, nil
 }
 
-var trueCmd = agent.Process{Args: []string{"true"}}
+var trueCmd = guest.Process{Args: []string{"true"}}
 
 // ExecPair times one `true` through the API and one through the Manager
 // directly, back to back, so that both see the same machine load.
-func ExecPair(ctx context.Context, c *client.Client, m *sandbox.Manager, id string) (viaAPI, direct time.Duration, err error) {
+func ExecPair(ctx context.Context, c *client.Client, m *manager.Manager, id string) (viaAPI, direct time.Duration, err error) {
 	t := time.Now()
-	if exit, err := c.Exec(ctx, id, trueCmd, agent.Stdio{}); err != nil || exit.Code != 0 {
+	if exit, err := c.Exec(ctx, id, trueCmd, guest.Stdio{}); err != nil || exit.Code != 0 {
 		return 0, 0, fmt.Errorf("exec through the API: %v %+v", err, exit)
 	}
 	viaAPI = time.Since(t)
 	t = time.Now()
-	if exit, err := m.Exec(ctx, id, trueCmd, agent.Stdio{}); err != nil || exit.Code != 0 {
+	if exit, err := m.Exec(ctx, id, trueCmd, guest.Stdio{}); err != nil || exit.Code != 0 {
 		return 0, 0, fmt.Errorf("exec: %v %+v", err, exit)
 	}
 	return viaAPI, time.Since(t), nil
 }
 
 // streamingCmd prints 100 lines, so each exec streams output events.
-var streamingCmd = agent.Process{Args: []string{"sh", "-c", "i=0; while [ $i -lt 100 ]; do echo line $i; i=$((i+1)); done"}}
+var streamingCmd = guest.Process{Args: []string{"sh", "-c", "i=0; while [ $i -lt 100 ]; do echo line $i; i=$((i+1)); done"}}
 
 // Execer runs a command in sandbox id: a *client.Client's or a
-// *sandbox.Manager's Exec.
-type Execer func(ctx context.Context, id string, p agent.Process, stdio agent.Stdio) (agent.Exit, error)
+// *manager.Manager's Exec.
+type Execer func(ctx context.Context, id string, p guest.Process, stdio guest.Stdio) (guest.Exit, error)
 
 // ConcurrentExecs starts n streaming execs at once with exec and returns
 // each one's latency and the wall time for all of them.
@@ -73,7 +74,7 @@ func ConcurrentExecs(ctx context.Context, exec Execer, id string, n int) ([]time
 		wg.Go(func() {
 			t := time.Now()
 			var out bytes.Buffer
-			exit, err := exec(ctx, id, streamingCmd, agent.Stdio{Stdout: &out})
+			exit, err := exec(ctx, id, streamingCmd, guest.Stdio{Stdout: &out})
 			lat[i] = time.Since(t)
 			if err == nil && (exit.Code != 0 || bytes.Count(out.Bytes(), []byte("\n")) != 100) {
 				err = fmt.Errorf("exit %+v, %d lines", exit, bytes.Count(out.Bytes(), []byte("\n")))
@@ -99,7 +100,7 @@ func CreateViaAPI(ctx context.Context, c *client.Client) (time.Duration, error) 
 
 // APIOptions configure RunAPI.
 type APIOptions struct {
-	Manager *sandbox.Manager
+	Manager *manager.Manager
 	Dir     string
 	// Exec is how many exec pairs; Creates how many creates; Concurrent
 	// how many streaming execs run at once (in 3 rounds).

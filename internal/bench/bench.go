@@ -12,15 +12,16 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"smolvm.dev/smolvm/agent"
-	"smolvm.dev/smolvm/backend"
-	"smolvm.dev/smolvm/backend/gvisor"
+	"smolvm.dev/smolvm/runtime/backend"
+	"smolvm.dev/smolvm/runtime/backend/gvisor"
+	"smolvm.dev/smolvm/runtime/guest"
+	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/sandbox"
 )
 
 // Options configure a run.
 type Options struct {
-	Manager *sandbox.Manager
+	Manager *manager.Manager
 	Runsc   string
 	// Dir holds the baseline's scratch sandboxes.
 	Dir string
@@ -85,7 +86,7 @@ func Run(ctx context.Context, o Options) ([]Series, error) {
 	}
 	for i := 0; i < o.Exec; i++ {
 		t := time.Now()
-		exit, err := o.Manager.Exec(ctx, sb.ID, agent.Process{Args: []string{"true"}}, agent.Stdio{})
+		exit, err := o.Manager.Exec(ctx, sb.ID, guest.Process{Args: []string{"true"}}, guest.Stdio{})
 		if err != nil || exit.Code != 0 {
 			return nil, fmt.Errorf("exec: %v %+v", err, exit)
 		}
@@ -102,14 +103,14 @@ func Run(ctx context.Context, o Options) ([]Series, error) {
 	return []Series{cold, stockCold, execS, stockExec}, nil
 }
 
-func coldStart(ctx context.Context, m *sandbox.Manager) (time.Duration, error) {
+func coldStart(ctx context.Context, m *manager.Manager) (time.Duration, error) {
 	t := time.Now()
 	sb, err := m.Create(ctx, sandbox.CreateOptions{Start: true})
 	if err != nil {
 		return 0, err
 	}
 	defer m.Remove(context.WithoutCancel(ctx), sb.ID, true)
-	exit, err := m.Exec(ctx, sb.ID, agent.Process{Args: []string{"true"}}, agent.Stdio{})
+	exit, err := m.Exec(ctx, sb.ID, guest.Process{Args: []string{"true"}}, guest.Stdio{})
 	if err != nil || exit.Code != 0 {
 		return 0, fmt.Errorf("first exec: %v %+v", err, exit)
 	}

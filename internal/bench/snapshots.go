@@ -10,12 +10,13 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"smolvm.dev/smolvm/agent"
-	"smolvm.dev/smolvm/backend"
-	"smolvm.dev/smolvm/backend/gvisor"
 	"smolvm.dev/smolvm/internal/units"
+	"smolvm.dev/smolvm/runtime/backend"
+	"smolvm.dev/smolvm/runtime/backend/gvisor"
+	"smolvm.dev/smolvm/runtime/guest"
+	"smolvm.dev/smolvm/runtime/manager"
+	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/sandbox"
-	"smolvm.dev/smolvm/snapshot"
 )
 
 // touch100MB leaves a process holding 100 MB of touched, incompressible
@@ -56,7 +57,7 @@ func Snapshots(ctx context.Context, o Options, snaps *snapshot.Store, n int) ([]
 		}
 		cleanup = append(cleanup, func() { m.Remove(bg, sb.ID, true) })
 		if touch {
-			if exit, err := m.Exec(ctx, sb.ID, agent.Process{Args: touch100MB}, agent.Stdio{}); err != nil || exit.Code != 0 {
+			if exit, err := m.Exec(ctx, sb.ID, guest.Process{Args: touch100MB}, guest.Stdio{}); err != nil || exit.Code != 0 {
 				return nil, fmt.Errorf("touch memory: %v %+v", err, exit)
 			}
 		}
@@ -303,7 +304,7 @@ func Snapshots(ctx context.Context, o Options, snaps *snapshot.Store, n int) ([]
 // (stock(fork); without fork, from an image saved untimed). The pool is
 // full before each timed operation, ours or stock's, so that no refill
 // competes with it.
-func targetSeries(ctx context.Context, m *sandbox.Manager, snaps *snapshot.Store, n int, stock func(fork bool) (time.Duration, error), idle string) ([]Series, error) {
+func targetSeries(ctx context.Context, m *manager.Manager, snaps *snapshot.Store, n int, stock func(fork bool) (time.Duration, error), idle string) ([]Series, error) {
 	const pool = "bench-targets"
 	if _, err := m.CreatePool(ctx, sandbox.PoolOptions{Name: pool, Targets: 10}); err != nil {
 		return nil, err
@@ -376,7 +377,7 @@ func targetSeries(ctx context.Context, m *sandbox.Manager, snaps *snapshot.Store
 
 // fillTargets returns once pool holds all its restore targets; a
 // background refill may be making them.
-func fillTargets(ctx context.Context, m *sandbox.Manager, pool string) error {
+func fillTargets(ctx context.Context, m *manager.Manager, pool string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for {
@@ -398,8 +399,8 @@ func fillTargets(ctx context.Context, m *sandbox.Manager, pool string) error {
 	}
 }
 
-func execTrue(ctx context.Context, m *sandbox.Manager, id string) error {
-	exit, err := m.Exec(ctx, id, agent.Process{Args: []string{"true"}}, agent.Stdio{})
+func execTrue(ctx context.Context, m *manager.Manager, id string) error {
+	exit, err := m.Exec(ctx, id, guest.Process{Args: []string{"true"}}, guest.Stdio{})
 	if err != nil || exit.Code != 0 {
 		return fmt.Errorf("exec true in %s: %v %+v", id, err, exit)
 	}
@@ -407,7 +408,7 @@ func execTrue(ctx context.Context, m *sandbox.Manager, id string) error {
 }
 
 // timeFork forks n copies of id and waits until each answers an exec.
-func timeFork(ctx context.Context, m *sandbox.Manager, id string, n int) (time.Duration, error) {
+func timeFork(ctx context.Context, m *manager.Manager, id string, n int) (time.Duration, error) {
 	t := time.Now()
 	copies, err := m.Fork(ctx, id, sandbox.ForkOptions{N: n})
 	if err != nil {
@@ -442,7 +443,7 @@ func timeFork(ctx context.Context, m *sandbox.Manager, id string, n int) (time.D
 // only that sandbox holds, and everything charged to it, page cache of the
 // files it read (the checkpoint, runsc) included, which the host shares
 // and can reclaim.
-func forkMemory(ctx context.Context, m *sandbox.Manager, id string) ([]Memory, error) {
+func forkMemory(ctx context.Context, m *manager.Manager, id string) ([]Memory, error) {
 	copies, err := m.Fork(ctx, id, sandbox.ForkOptions{N: 3})
 	if err != nil {
 		return nil, err

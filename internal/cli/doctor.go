@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
-	"smolvm.dev/smolvm/network"
+	"smolvm.dev/smolvm/runtime/network"
 )
 
 // check is one line of doctor's report.
@@ -65,12 +65,12 @@ func (a *app) doctorChecks() []check {
 	} else {
 		add("runsc (gVisor)", "ok", p+" (static, systrap platform: no KVM needed)")
 	}
-	if p, err := agentBinary(); err != nil {
-		add("smolvm-agent", "fail", err.Error())
+	if p, err := guestBinary(); err != nil {
+		add("smolvm-guest", "fail", err.Error())
 	} else if static, err := isStatic(p); err != nil || !static {
-		add("smolvm-agent", "fail", p+" must be a static binary (CGO_ENABLED=0)")
+		add("smolvm-guest", "fail", p+" must be a static binary (CGO_ENABLED=0)")
 	} else {
-		add("smolvm-agent", "ok", p)
+		add("smolvm-guest", "ok", p)
 	}
 
 	switch {

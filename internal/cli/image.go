@@ -13,9 +13,9 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
-	"smolvm.dev/smolvm/image"
-	"smolvm.dev/smolvm/sandbox"
-	"smolvm.dev/smolvm/store"
+	"smolvm.dev/smolvm/runtime/image"
+	"smolvm.dev/smolvm/runtime/manager"
+	"smolvm.dev/smolvm/runtime/store"
 )
 
 func (a *app) imageCmd() *cobra.Command {
@@ -36,7 +36,7 @@ func (a *app) imageInUse(ctx context.Context) func(string) (bool, error) {
 			return false, err
 		}
 		defer st.Close()
-		return sandbox.ImageInUse(ctx, st, id)
+		return manager.ImageInUse(ctx, st, id)
 	}
 }
 

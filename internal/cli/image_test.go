@@ -13,7 +13,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 
-	"smolvm.dev/smolvm/image"
+	"smolvm.dev/smolvm/runtime/image"
 )
 
 // imageRun runs smolvm with args against dataDir and returns its output and

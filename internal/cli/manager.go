@@ -9,15 +9,16 @@ import (
 	"path/filepath"
 	"time"
 
-	"smolvm.dev/smolvm/agent"
-	"smolvm.dev/smolvm/backend"
-	"smolvm.dev/smolvm/backend/gvisor"
 	"smolvm.dev/smolvm/client"
-	"smolvm.dev/smolvm/image"
-	"smolvm.dev/smolvm/network"
+	"smolvm.dev/smolvm/runtime/backend"
+	"smolvm.dev/smolvm/runtime/backend/gvisor"
+	"smolvm.dev/smolvm/runtime/guest"
+	"smolvm.dev/smolvm/runtime/image"
+	"smolvm.dev/smolvm/runtime/manager"
+	"smolvm.dev/smolvm/runtime/network"
+	"smolvm.dev/smolvm/runtime/snapshot"
+	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/sandbox"
-	"smolvm.dev/smolvm/snapshot"
-	"smolvm.dev/smolvm/store"
 )
 
 // runscPath finds runsc: the flag or $SMOLVM_RUNSC, then beside the smolvm
@@ -43,25 +44,25 @@ func (a *app) runscPath() (string, error) {
 
 const installHint = "install it with scripts/install.sh (builds the pinned gVisor runsc), or point --runsc / SMOLVM_RUNSC at one"
 
-// agentBinary finds smolvm-agent, the static binary that runs as PID 1 in
-// every sandbox: $SMOLVM_AGENT_BINARY, beside smolvm, then $PATH.
-func agentBinary() (string, error) {
-	if p := os.Getenv("SMOLVM_AGENT_BINARY"); p != "" {
+// guestBinary finds smolvm-guest, the static binary that runs as PID 1 in
+// every sandbox: $SMOLVM_GUEST_BINARY, beside smolvm, then $PATH.
+func guestBinary() (string, error) {
+	if p := os.Getenv("SMOLVM_GUEST_BINARY"); p != "" {
 		return p, nil
 	}
 	if exe, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(exe), "smolvm-agent")
+		p := filepath.Join(filepath.Dir(exe), "smolvm-guest")
 		if _, err := os.Stat(p); err == nil {
 			return p, nil
 		}
 	}
-	if p, err := exec.LookPath("smolvm-agent"); err == nil {
+	if p, err := exec.LookPath("smolvm-guest"); err == nil {
 		return p, nil
 	}
-	return "", errors.New("smolvm-agent not found: install it beside smolvm (scripts/install.sh does), or set SMOLVM_AGENT_BINARY")
+	return "", errors.New("smolvm-guest not found: install it beside smolvm (scripts/install.sh does), or set SMOLVM_GUEST_BINARY")
 }
 
-// sandboxes is what the sandbox commands need: a *sandbox.Manager in
+// sandboxes is what the sandbox commands need: a *manager.Manager in
 // direct mode, a *client.Client against a server. Both give the same
 // results, errors and messages (TestCLIRemoteMatchesDirect).
 type sandboxes interface {
@@ -73,7 +74,7 @@ type sandboxes interface {
 	List(ctx context.Context) ([]*sandbox.Sandbox, error)
 	SetTTL(ctx context.Context, ref string, ttl time.Duration) (*sandbox.Sandbox, error)
 	Stats(ctx context.Context, ref string) (*backend.Stats, error)
-	Exec(ctx context.Context, ref string, p agent.Process, stdio agent.Stdio) (agent.Exit, error)
+	Exec(ctx context.Context, ref string, p guest.Process, stdio guest.Stdio) (guest.Exit, error)
 	CopyIn(ctx context.Context, ref, src, dst string) error
 	CopyOut(ctx context.Context, ref, src, dst string) error
 	Logs(ctx context.Context, ref string, o sandbox.LogOptions) error
@@ -110,7 +111,7 @@ type env struct {
 	st     *store.Store
 	images *image.Store
 	snaps  *snapshot.Store
-	mgr    *sandbox.Manager
+	mgr    *manager.Manager
 }
 
 func (e *env) Close() error { return e.st.Close() }
@@ -147,11 +148,11 @@ func (a *app) openWith(ctx context.Context, st *store.Store) (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	bin, err := agentBinary()
+	bin, err := guestBinary()
 	if err != nil {
 		return nil, err
 	}
-	o := sandbox.Options{DataDir: a.dataDir, Store: st, Images: images, Backend: be, AgentBinary: bin, Snapshots: snaps}
+	o := manager.Options{DataDir: a.dataDir, Store: st, Images: images, Backend: be, GuestBinary: bin, Snapshots: snaps}
 	// The host namespace and upstream DNS are overridable for tests,
 	// which must never send traffic off the machine.
 	o.Network = &network.Host{
@@ -164,7 +165,7 @@ func (a *app) openWith(ctx context.Context, st *store.Store) (*env, error) {
 		}
 		o.Network.Helper = []string{a.self, "--data-dir", a.dataDir, "net-helper"}
 	}
-	mgr, err := sandbox.New(ctx, o)
+	mgr, err := manager.New(ctx, o)
 	if err != nil {
 		return nil, err
 	}

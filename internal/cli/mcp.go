@@ -7,7 +7,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
-	"smolvm.dev/smolvm/mcpserver"
+	"smolvm.dev/smolvm/server/mcpserver"
 )
 
 func (a *app) mcpCmd() *cobra.Command {

@@ -13,8 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"smolvm.dev/smolvm/memory"
-	"smolvm.dev/smolvm/policy"
+	"smolvm.dev/smolvm/workflow/memory"
+	"smolvm.dev/smolvm/workflow/trust"
 )
 
 // memoryProposed decides whether a new fact by author in the repository at
@@ -27,7 +27,7 @@ func memoryProposed(ctx context.Context, a *app, root, author string) (bool, err
 	if !strings.HasPrefix(author, "agent:") {
 		return false, nil
 	}
-	p, err := policy.Load(root)
+	p, err := trust.Load(root)
 	if err != nil {
 		return true, fmt.Errorf("trust policy: %w", err)
 	}
@@ -36,12 +36,12 @@ func memoryProposed(ctx context.Context, a *app, root, author string) (bool, err
 		return true, err
 	}
 	defer closeLedger()
-	gate := &policy.Gate{Policy: p, Ledger: l}
-	d, err := gate.Evaluate(ctx, policy.Action{Kind: policy.Memory}, author)
+	gate := &trust.Gate{Policy: p, Ledger: l}
+	d, err := gate.Evaluate(ctx, trust.Action{Kind: trust.Memory}, author)
 	if err != nil {
 		return true, fmt.Errorf("audit memory change: %w", err)
 	}
-	return d.Outcome != policy.Allow, nil
+	return d.Outcome != trust.Allow, nil
 }
 
 // memoryCLI holds the memory group's shared flag.

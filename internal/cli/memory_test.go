@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/policy"
-	"smolvm.dev/smolvm/store"
+	"smolvm.dev/smolvm/workflow/trust"
+	"smolvm.dev/smolvm/runtime/store"
 )
 
 // memoryRun runs smolvm with args and returns its output and exit status.
@@ -206,16 +206,16 @@ func TestMemoryCLI(t *testing.T) {
 func TestMemoryProposed(t *testing.T) {
 	for _, tc := range []struct {
 		name, policy string // policy file text; "" for none
-		outcome      policy.Outcome
+		outcome      trust.Outcome
 	}{
-		{"none", "", policy.Ask},
-		{"allow", "[memory]\nchange = \"allow\"\n", policy.Allow},
-		{"ask", "[memory]\nchange = \"ask\"\n", policy.Ask},
-		{"deny", "[memory]\nchange = \"deny\"\n", policy.Deny},
-		{"default allow", "default = \"allow\"\n", policy.Allow},
-		{"trusted", "preset = \"trusted\"\n", policy.Allow},
-		{"read-only", "preset = \"read-only\"\n", policy.Deny},
-		{"deny beats default", "default = \"allow\"\n[memory]\nchange = \"deny\"\n", policy.Deny},
+		{"none", "", trust.Ask},
+		{"allow", "[memory]\nchange = \"allow\"\n", trust.Allow},
+		{"ask", "[memory]\nchange = \"ask\"\n", trust.Ask},
+		{"deny", "[memory]\nchange = \"deny\"\n", trust.Deny},
+		{"default allow", "default = \"allow\"\n", trust.Allow},
+		{"trusted", "preset = \"trusted\"\n", trust.Allow},
+		{"read-only", "preset = \"read-only\"\n", trust.Deny},
+		{"deny beats default", "default = \"allow\"\n[memory]\nchange = \"deny\"\n", trust.Deny},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := memoryRepo(t)
@@ -226,7 +226,7 @@ func TestMemoryProposed(t *testing.T) {
 			// reading the policy from there would give the wrong answer.
 			other := memoryRepo(t)
 			opposite := "allow"
-			if tc.outcome == policy.Allow {
+			if tc.outcome == trust.Allow {
 				opposite = "deny"
 			}
 			memoryPolicy(t, other, "[memory]\nchange = \""+opposite+"\"\n")
@@ -234,7 +234,7 @@ func TestMemoryProposed(t *testing.T) {
 
 			data := t.TempDir()
 			want := "proposed"
-			if tc.outcome == policy.Allow {
+			if tc.outcome == trust.Allow {
 				want = "valid"
 			}
 			for _, extra := range [][]string{nil, {"--direct"}} {
@@ -260,7 +260,7 @@ func TestMemoryProposed(t *testing.T) {
 				t.Fatalf("%d audit records, want 2: %+v", len(recs), recs)
 			}
 			for _, r := range recs {
-				if r.Requester != "agent:claude-1" || r.Repo != dir || r.Action.Kind != policy.Memory ||
+				if r.Requester != "agent:claude-1" || r.Repo != dir || r.Action.Kind != trust.Memory ||
 					r.Outcome != tc.outcome || r.By != "policy" {
 					t.Errorf("audit record %+v, want agent:claude-1 %s in %s", r, tc.outcome, dir)
 				}
@@ -277,8 +277,8 @@ func TestMemoryProposedBadPolicy(t *testing.T) {
 	data := t.TempDir()
 	_, errOut, code := memoryRun(t, "--data-dir", data, "memory", "-C", dir,
 		"add", "x", "--kind", "gotcha", "--author", "agent:claude-1")
-	if code != exitFailure || !strings.Contains(errOut, policy.FileName+":2") {
-		t.Errorf("exit %d, stderr %q; want %d naming %s:2", code, errOut, exitFailure, policy.FileName)
+	if code != exitFailure || !strings.Contains(errOut, trust.FileName+":2") {
+		t.Errorf("exit %d, stderr %q; want %d naming %s:2", code, errOut, exitFailure, trust.FileName)
 	}
 	if out := memoryMust(t, 0, dir, "ls", "--all"); strings.Contains(out, "agent:claude-1") {
 		t.Errorf("fact written despite the invalid policy:\n%s", out)
@@ -290,7 +290,7 @@ func TestMemoryProposedBadPolicy(t *testing.T) {
 // memoryPolicy writes the trust policy of the repository at dir.
 func memoryPolicy(t *testing.T, dir, text string) {
 	t.Helper()
-	p := filepath.Join(dir, filepath.FromSlash(policy.FileName))
+	p := filepath.Join(dir, filepath.FromSlash(trust.FileName))
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -300,14 +300,14 @@ func memoryPolicy(t *testing.T, dir, text string) {
 }
 
 // memoryAudit returns the audit log in the data directory dir.
-func memoryAudit(t *testing.T, dir string) []policy.Record {
+func memoryAudit(t *testing.T, dir string) []trust.Record {
 	t.Helper()
 	st, err := store.Open(t.Context(), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	l, err := policy.OpenLedger(t.Context(), st)
+	l, err := trust.OpenLedger(t.Context(), st)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"smolvm.dev/smolvm/network"
+	"smolvm.dev/smolvm/runtime/network"
 )
 
 // netFlags are the policy flags of run, create and net update.

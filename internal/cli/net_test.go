@@ -10,7 +10,7 @@ import (
 
 	"smolvm.dev/smolvm/internal/nettest"
 	"smolvm.dev/smolvm/internal/testenv"
-	"smolvm.dev/smolvm/network"
+	"smolvm.dev/smolvm/runtime/network"
 )
 
 // TestCLINet drives network policy from the command line in a closed test

@@ -14,8 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"smolvm.dev/smolvm/policy"
-	"smolvm.dev/smolvm/store"
+	"smolvm.dev/smolvm/workflow/trust"
+	"smolvm.dev/smolvm/runtime/store"
 )
 
 // policyCmd groups the commands about the repository's trust policy.
@@ -38,15 +38,15 @@ Deny beats ask beats allow; actions no rule matches get the default (ask).`,
 // policyLoad loads the policy of the repository at root, found from the
 // current directory when root is empty. An invalid policy file is printed
 // as file:line errors and exits 1.
-func (a *app) policyLoad(root string) (*policy.Policy, error) {
+func (a *app) policyLoad(root string) (*trust.Policy, error) {
 	if root == "" {
 		var err error
 		if root, err = policyFindRoot(); err != nil {
 			return nil, err
 		}
 	}
-	p, err := policy.Load(root)
-	var errs policy.Errors
+	p, err := trust.Load(root)
+	var errs trust.Errors
 	if errors.As(err, &errs) {
 		for _, e := range errs {
 			fmt.Fprintln(a.stderr, e)
@@ -86,7 +86,7 @@ func (a *app) policyCheckCmd(root *string) *cobra.Command {
 				return err
 			}
 			if p.File == "" {
-				_, err = fmt.Fprintf(a.stdout, "no %s in %s: every action asks\n", policy.FileName, p.Root)
+				_, err = fmt.Fprintf(a.stdout, "no %s in %s: every action asks\n", trust.FileName, p.Root)
 				return err
 			}
 			preset := ""
@@ -114,7 +114,7 @@ redirections write.`,
   smolvm policy explain net example.com`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			act, err := policy.ParseAction(args)
+			act, err := trust.ParseAction(args)
 			if err != nil {
 				return err
 			}
@@ -135,7 +135,7 @@ redirections write.`,
 	return cmd
 }
 
-func (a *app) policyExplain(d policy.Decision) error {
+func (a *app) policyExplain(d trust.Decision) error {
 	fmt.Fprintf(a.stdout, "action:  %s\n", d.Action)
 	fmt.Fprintf(a.stdout, "outcome: %s\n", d.Outcome)
 	fmt.Fprintf(a.stdout, "rule:    %s\n", d.RuleText())
@@ -167,12 +167,12 @@ func (a *app) policyShowCmd(root *string) *cobra.Command {
 					Root      string         `json:"root"`
 					File      string         `json:"file,omitempty"`
 					Preset    string         `json:"preset,omitempty"`
-					Default   policy.Outcome `json:"default"`
-					Dynamic   policy.Outcome `json:"dynamic"`
+					Default   trust.Outcome `json:"default"`
+					Dynamic   trust.Outcome `json:"dynamic"`
 					Timeout   string         `json:"approval_timeout"`
 					TestGlobs []string       `json:"test_globs"`
-					Rules     []policy.Rule  `json:"rules"`
-				}{p.Root, p.File, p.Preset, p.Default, p.Dynamic, p.Timeout.String(), p.TestGlobs, append([]policy.Rule{}, p.Rules...)})
+					Rules     []trust.Rule  `json:"rules"`
+				}{p.Root, p.File, p.Preset, p.Default, p.Dynamic, p.Timeout.String(), p.TestGlobs, append([]trust.Rule{}, p.Rules...)})
 			}
 			fmt.Fprintf(a.stdout, "file:     %s\n", orNone(p.File))
 			fmt.Fprintf(a.stdout, "preset:   %s\n", orNone(p.Preset))
@@ -204,7 +204,7 @@ func (a *app) policyPresetsCmd() *cobra.Command {
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
-				text, err := policy.PresetText(args[0])
+				text, err := trust.PresetText(args[0])
 				if err != nil {
 					return err
 				}
@@ -212,8 +212,8 @@ func (a *app) policyPresetsCmd() *cobra.Command {
 				return err
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			for _, name := range policy.PresetNames() {
-				text, _ := policy.PresetText(name)
+			for _, name := range trust.PresetNames() {
+				text, _ := trust.PresetText(name)
 				first, _, _ := strings.Cut(text, "\n")
 				fmt.Fprintf(tw, "%s\t%s\n", name, strings.TrimSpace(strings.TrimPrefix(first, "#")))
 			}
@@ -223,12 +223,12 @@ func (a *app) policyPresetsCmd() *cobra.Command {
 }
 
 // policyLedger opens the approvals and audit ledger in the data directory.
-func (a *app) policyLedger(ctx context.Context) (*policy.Ledger, func() error, error) {
+func (a *app) policyLedger(ctx context.Context) (*trust.Ledger, func() error, error) {
 	st, err := store.Open(ctx, a.dataDir)
 	if err != nil {
 		return nil, nil, err
 	}
-	l, err := policy.OpenLedger(ctx, st)
+	l, err := trust.OpenLedger(ctx, st)
 	if err != nil {
 		st.Close()
 		return nil, nil, err
@@ -352,17 +352,17 @@ func (a *app) approvalsLsCmd() *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return a.policyJSON(append([]policy.Approval{}, aps...))
+				return a.policyJSON(append([]trust.Approval{}, aps...))
 			}
 			now := store.Now()
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tSTATE\tAGE\tREQUESTER\tACTION\tRULE")
 			for _, ap := range aps {
 				state := ap.State
-				if state == policy.Pending {
+				if state == trust.Pending {
 					state = "pending " + ap.Deadline.Sub(now).Round(time.Second).String() + " left"
 					if !ap.Deadline.After(now) {
-						state = policy.Expired // its requester is gone
+						state = trust.Expired // its requester is gone
 					}
 				} else if ap.By != "" && ap.By != ap.State {
 					state += " by " + ap.By
@@ -402,7 +402,7 @@ func (a *app) approvalsAnswerCmd(approve bool) *cobra.Command {
 				return &exitError{code: 1, err: err}
 			}
 			if err := l.Answer(cmd.Context(), ap.ID, approve, as, why); err != nil {
-				if errors.Is(err, policy.ErrAnswered) {
+				if errors.Is(err, trust.ErrAnswered) {
 					return &exitError{code: 1, err: err}
 				}
 				return err

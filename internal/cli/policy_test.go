@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/policy"
-	"smolvm.dev/smolvm/store"
+	"smolvm.dev/smolvm/workflow/trust"
+	"smolvm.dev/smolvm/runtime/store"
 )
 
 // policyRun runs smolvm with args and returns its output and exit status.
@@ -46,7 +46,7 @@ func policyRepo(t *testing.T, text string) string {
 	if err := os.MkdirAll(filepath.Join(root, ".smolvm"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(root, policy.FileName), []byte(text), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(root, trust.FileName), []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return root
@@ -104,19 +104,19 @@ func TestPolicyExplain(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		args []string
-		want policy.Outcome
+		want trust.Outcome
 	}{
-		{[]string{"write", "src/foo_test.go"}, policy.Allow},
-		{[]string{"write", "src/foo.go"}, policy.Ask},
-		{[]string{"git", "push"}, policy.Deny},
-		{[]string{"git", "commit"}, policy.Ask},
-		{[]string{"net", "example.com"}, policy.Ask},
-		{[]string{"net", "proxy.golang.org:443"}, policy.Allow},
-		{[]string{"run", "FOO=1 sh -c 'go test ./... 2>&1 | grep -v ok'"}, policy.Allow},
+		{[]string{"write", "src/foo_test.go"}, trust.Allow},
+		{[]string{"write", "src/foo.go"}, trust.Ask},
+		{[]string{"git", "push"}, trust.Deny},
+		{[]string{"git", "commit"}, trust.Ask},
+		{[]string{"net", "example.com"}, trust.Ask},
+		{[]string{"net", "proxy.golang.org:443"}, trust.Allow},
+		{[]string{"run", "FOO=1 sh -c 'go test ./... 2>&1 | grep -v ok'"}, trust.Allow},
 	} {
 		args := append([]string{"policy", "explain", "--root", root, "--json"}, tt.args...)
 		out, errOut, code := policyRun(t, args...)
-		var d policy.Decision
+		var d trust.Decision
 		if err := json.Unmarshal([]byte(out), &d); err != nil || code != 0 {
 			t.Fatalf("%q: code %d, %v: %s%s", tt.args, code, err, out, errOut)
 		}
@@ -137,13 +137,13 @@ func TestPolicyShowAndPresets(t *testing.T) {
 		t.Errorf("show:\n%s", out)
 	}
 	out, _, _ = policyRun(t, "policy", "presets")
-	for _, name := range policy.PresetNames() {
+	for _, name := range trust.PresetNames() {
 		if !strings.Contains(out, name) {
 			t.Errorf("presets list lacks %s:\n%s", name, out)
 		}
 	}
 	out, _, code = policyRun(t, "policy", "presets", "autofix-tests")
-	if text, _ := policy.PresetText("autofix-tests"); code != 0 || out != text {
+	if text, _ := trust.PresetText("autofix-tests"); code != 0 || out != text {
 		t.Errorf("preset text: code %d\n%s", code, out)
 	}
 }
@@ -157,22 +157,22 @@ func TestApprovalsCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	l, err := policy.OpenLedger(ctx, st)
+	l, err := trust.OpenLedger(ctx, st)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := policy.Load(root)
+	p, err := trust.Load(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &policy.Gate{Policy: p, Ledger: l, Poll: 10 * time.Millisecond}
+	g := &trust.Gate{Policy: p, Ledger: l, Poll: 10 * time.Millisecond}
 	done := make(chan error, 1)
-	go func() { done <- g.Check(ctx, policy.Action{Kind: policy.Commit}, "sandbox-7") }()
+	go func() { done <- g.Check(ctx, trust.Action{Kind: trust.Commit}, "sandbox-7") }()
 
 	var id string
 	for deadline := time.Now().Add(10 * time.Second); id == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		out, _, _ := policyRun(t, "--data-dir", dataDir, "approvals", "ls", "--json")
-		var aps []policy.Approval
+		var aps []trust.Approval
 		if err := json.Unmarshal([]byte(out), &aps); err != nil {
 			t.Fatalf("ls --json: %v: %s", err, out)
 		}
@@ -202,7 +202,7 @@ func TestApprovalsCLI(t *testing.T) {
 	}
 
 	// One more decision, then the audit log has both.
-	if err := g.Check(ctx, policy.Action{Kind: policy.Push}, "sandbox-7"); !errors.Is(err, policy.ErrDenied) {
+	if err := g.Check(ctx, trust.Action{Kind: trust.Push}, "sandbox-7"); !errors.Is(err, trust.ErrDenied) {
 		t.Fatalf("push: %v", err)
 	}
 	for _, args := range [][]string{{"policy", "audit", "--json"}, {"policy", "audit", "export"}} {
@@ -214,15 +214,15 @@ func TestApprovalsCLI(t *testing.T) {
 		if len(lines) != 2 {
 			t.Fatalf("%q: %d lines, want 2:\n%s", args, len(lines), out)
 		}
-		var first, second policy.Record
+		var first, second trust.Record
 		if err := errors.Join(json.Unmarshal([]byte(lines[0]), &first), json.Unmarshal([]byte(lines[1]), &second)); err != nil {
 			t.Fatal(err)
 		}
-		if first.Action.Kind != policy.Commit || first.Verdict != policy.Ask || first.Outcome != policy.Allow ||
+		if first.Action.Kind != trust.Commit || first.Verdict != trust.Ask || first.Outcome != trust.Allow ||
 			first.By != "alice" || first.Why != "tests pass" || first.Approval != id || first.Requester != "sandbox-7" {
 			t.Errorf("first record %+v", first)
 		}
-		if second.Action.Kind != policy.Push || second.Outcome != policy.Deny || second.By != "policy" || !strings.Contains(second.Rule, "preset:autofix-tests") {
+		if second.Action.Kind != trust.Push || second.Outcome != trust.Deny || second.By != "policy" || !strings.Contains(second.Rule, "preset:autofix-tests") {
 			t.Errorf("second record %+v", second)
 		}
 	}

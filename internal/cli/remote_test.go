@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"smolvm.dev/smolvm/api"
+	"smolvm.dev/smolvm/server/httpapi"
 )
 
 // serveAPI runs the API for c's data dir on a Unix socket, as smolvm
@@ -23,7 +23,7 @@ func serveAPI(t *testing.T, c *sbCLI) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close() })
-	tok, err := api.LoadToken(c.dataDir)
+	tok, err := httpapi.LoadToken(c.dataDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func serveAPI(t *testing.T, c *sbCLI) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := &http.Server{Handler: api.New(api.Options{Manager: e.mgr, Images: e.images, Snapshots: e.snaps, Token: tok, TempDir: t.TempDir()})}
+	hs := &http.Server{Handler: httpapi.New(httpapi.Options{Manager: e.mgr, Images: e.images, Snapshots: e.snaps, Token: tok, TempDir: t.TempDir()})}
 	go hs.Serve(ln)
 	t.Cleanup(func() { hs.Close() })
 	return "unix://" + sock

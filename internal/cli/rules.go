@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"smolvm.dev/smolvm/rules"
+	"smolvm.dev/smolvm/workflow/rules"
 )
 
 // rulesCmd groups the commands about agent instruction files.

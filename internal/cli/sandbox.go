@@ -18,12 +18,12 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
-	"smolvm.dev/smolvm/agent"
-	"smolvm.dev/smolvm/backend"
 	"smolvm.dev/smolvm/internal/units"
-	"smolvm.dev/smolvm/network"
-	"smolvm.dev/smolvm/policy"
+	"smolvm.dev/smolvm/runtime/backend"
+	"smolvm.dev/smolvm/runtime/guest"
+	"smolvm.dev/smolvm/runtime/network"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/workflow/trust"
 )
 
 // limitFlags are a sandbox's resource limits, for run, create and pools.
@@ -472,8 +472,8 @@ func (a *app) execCmd() *cobra.Command {
 				return err
 			}
 			defer done()
-			p := agent.Process{Args: args[1:], Env: envs, Dir: workdir, User: user, TTY: tty, TimeoutMS: timeout.Milliseconds()}
-			stdio := agent.Stdio{Stdout: a.stdout, Stderr: a.stderr}
+			p := guest.Process{Args: args[1:], Env: envs, Dir: workdir, User: user, TTY: tty, TimeoutMS: timeout.Milliseconds()}
+			stdio := guest.Stdio{Stdout: a.stdout, Stderr: a.stderr}
 			if interactive {
 				stdio.Stdin = a.stdin
 			}
@@ -485,7 +485,7 @@ func (a *app) execCmd() *cobra.Command {
 				defer restore()
 			}
 			exit, err := ops.Exec(ctx, args[0], p, stdio)
-			if errors.Is(err, policy.ErrDenied) {
+			if errors.Is(err, trust.ErrDenied) {
 				return &exitError{code: exitCannotRun, err: err}
 			}
 			if err != nil {
@@ -515,13 +515,13 @@ func startStatus(err error) error {
 }
 
 // execStatus maps an exec's exit onto smolvm's exit status.
-func execStatus(exit agent.Exit) error {
+func execStatus(exit guest.Exit) error {
 	switch {
-	case exit.Kind == agent.KindNotFound:
+	case exit.Kind == guest.KindNotFound:
 		return &exitError{code: exitNotFound, err: errors.New(exit.Error)}
-	case exit.Kind == agent.KindCannotRun:
+	case exit.Kind == guest.KindCannotRun:
 		return &exitError{code: exitCannotRun, err: errors.New(exit.Error)}
-	case exit.Kind == agent.KindInvalid:
+	case exit.Kind == guest.KindInvalid:
 		return &exitError{code: exitFailure, err: errors.New(exit.Error)}
 	case exit.Error != "":
 		return &exitError{code: exit.Code, err: errors.New(exit.Error)}
@@ -534,7 +534,7 @@ func execStatus(exit agent.Exit) error {
 
 // rawTerminal puts the local terminal in raw mode for a -t exec and
 // forwards window size changes.
-func (a *app) rawTerminal(p *agent.Process, stdio *agent.Stdio) (func(), error) {
+func (a *app) rawTerminal(p *guest.Process, stdio *guest.Stdio) (func(), error) {
 	in, ok := a.stdin.(*os.File)
 	if !ok || !term.IsTerminal(int(in.Fd())) {
 		// Not a terminal (a pipe, a test): the remote side still gets a
@@ -543,13 +543,13 @@ func (a *app) rawTerminal(p *agent.Process, stdio *agent.Stdio) (func(), error) 
 	}
 	fd := int(in.Fd())
 	if w, h, err := term.GetSize(fd); err == nil {
-		p.Size = &agent.Size{Rows: uint16(h), Cols: uint16(w)}
+		p.Size = &guest.Size{Rows: uint16(h), Cols: uint16(w)}
 	}
 	old, err := term.MakeRaw(fd)
 	if err != nil {
 		return nil, fmt.Errorf("terminal raw mode: %w", err)
 	}
-	resize := make(chan agent.Size, 1)
+	resize := make(chan guest.Size, 1)
 	winch := make(chan os.Signal, 1)
 	signal.Notify(winch, syscall.SIGWINCH)
 	done := make(chan struct{})
@@ -559,7 +559,7 @@ func (a *app) rawTerminal(p *agent.Process, stdio *agent.Stdio) (func(), error) 
 			case <-winch:
 				if w, h, err := term.GetSize(fd); err == nil {
 					select {
-					case resize <- agent.Size{Rows: uint16(h), Cols: uint16(w)}:
+					case resize <- guest.Size{Rows: uint16(h), Cols: uint16(w)}:
 					default:
 					}
 				}

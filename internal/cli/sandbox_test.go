@@ -27,7 +27,7 @@ type sbCLI struct {
 
 func newSandboxCLI(t *testing.T) *sbCLI {
 	c := &sbCLI{t: t, dataDir: t.TempDir(), runsc: testenv.Runsc(t)}
-	t.Setenv("SMOLVM_AGENT_BINARY", testenv.Agent(t))
+	t.Setenv("SMOLVM_GUEST_BINARY", testenv.Guest(t))
 	t.Setenv("SMOLVM_HOST", "") // direct, whatever the caller's shell says
 	t.Cleanup(func() {
 		ids, _, _ := c.run("", "ls", "-q")

@@ -15,10 +15,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"smolvm.dev/smolvm/api"
-	"smolvm.dev/smolvm/e2b"
 	"smolvm.dev/smolvm/internal/units"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/server/e2b"
+	"smolvm.dev/smolvm/server/httpapi"
 )
 
 // SocketName is the default API socket's name in the data dir.
@@ -70,7 +70,7 @@ set to the token.`,
 				if ln.Addr().Network() != "unix" {
 					return errors.New("--no-auth: only on a Unix socket, whose file mode guards it")
 				}
-			} else if token, err = api.LoadToken(a.dataDir); err != nil {
+			} else if token, err = httpapi.LoadToken(a.dataDir); err != nil {
 				return err
 			}
 			e, err := a.open(ctx)
@@ -87,17 +87,17 @@ set to the token.`,
 			// access token, not the API token, so it checks tokens itself.
 			e2bAPI, err := e2b.New(ctx, e2b.Options{
 				Manager: e.mgr, Store: e.st, Snapshots: e.snaps, MaxUpload: limit, DefaultTTL: defaultTTL,
-				Authorize: func(r *http.Request) bool { return api.CheckToken(r, token) },
+				Authorize: func(r *http.Request) bool { return httpapi.CheckToken(r, token) },
 			})
 			if err != nil {
 				return err
 			}
 			defer e2bAPI.Close()
-			srv := api.New(api.Options{
+			srv := httpapi.New(httpapi.Options{
 				Manager: e.mgr, Images: e.images, Snapshots: e.snaps, Token: token, TempDir: tmp,
 				MaxUpload: limit, MaxInFlight: inFlight, MaxQueue: queue,
 				DefaultTTL: defaultTTL, ExpiredGrace: grace, Logger: logger,
-				Mounts: []api.Mount{{Prefix: E2BPrefix + "/", Handler: http.StripPrefix(E2BPrefix, e2bAPI), Public: true}},
+				Mounts: []httpapi.Mount{{Prefix: E2BPrefix + "/", Handler: http.StripPrefix(E2BPrefix, e2bAPI), Public: true}},
 			})
 			hs := &http.Server{ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 			scheme := "http"
@@ -128,7 +128,7 @@ set to the token.`,
 		Short: "Print the API token (generated on first use)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			tok, err := api.LoadToken(a.dataDir)
+			tok, err := httpapi.LoadToken(a.dataDir)
 			if err != nil {
 				return err
 			}

@@ -10,9 +10,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"smolvm.dev/smolvm/internal/units"
-	"smolvm.dev/smolvm/sandbox"
-	"smolvm.dev/smolvm/snapshot"
-	"smolvm.dev/smolvm/store"
+	"smolvm.dev/smolvm/runtime/manager"
+	"smolvm.dev/smolvm/runtime/snapshot"
+	"smolvm.dev/smolvm/runtime/store"
 )
 
 func (a *app) snapshotCmd() *cobra.Command {
@@ -33,7 +33,7 @@ func (a *app) snapshotInUse(ctx context.Context) func(string) (bool, error) {
 			return false, err
 		}
 		defer st.Close()
-		return sandbox.SnapshotInUse(ctx, st, id)
+		return manager.SnapshotInUse(ctx, st, id)
 	}
 }
 

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"smolvm.dev/smolvm/snapshot"
-	"smolvm.dev/smolvm/store"
+	"smolvm.dev/smolvm/runtime/snapshot"
+	"smolvm.dev/smolvm/runtime/store"
 )
 
 // snapshotRun runs smolvm with args against dataDir as Main would.

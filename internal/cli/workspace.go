@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"smolvm.dev/smolvm/policy"
-	"smolvm.dev/smolvm/workspace"
+	"smolvm.dev/smolvm/workflow/trust"
+	"smolvm.dev/smolvm/workflow/workspace"
 )
 
 func (a *app) applyCmd() *cobra.Command {
@@ -49,7 +49,7 @@ rejected (the allowed ones are still applied), 125 on errors.`,
 			if err != nil {
 				return err
 			}
-			ledger, err := policy.OpenLedger(ctx, e.st)
+			ledger, err := trust.OpenLedger(ctx, e.st)
 			if err != nil {
 				return err
 			}
@@ -121,7 +121,7 @@ func (a *app) applyPrint(r workspace.Report, asJSON bool) error {
 func applyDetail(c workspace.Change) string {
 	switch {
 	case c.Outcome == workspace.Rejected, c.Outcome == workspace.Failed,
-		c.Outcome == workspace.Denied && c.Verdict == policy.Ask:
+		c.Outcome == workspace.Denied && c.Verdict == trust.Ask:
 		return c.Reason
 	}
 	return c.Rule
@@ -153,7 +153,7 @@ from git's configuration, or from $SMOLVM_AUTHOR ("NAME" or "NAME <EMAIL>").
 Exits 1 when there is nothing to commit.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.gitGated(cmd, *tree, policy.Action{Kind: policy.Commit}, func(g *policy.Gate, root, who string) error {
+			return a.gitGated(cmd, *tree, trust.Action{Kind: trust.Commit}, func(g *trust.Gate, root, who string) error {
 				hash, err := workspace.Commit(cmd.Context(), g, root, msg, who)
 				if errors.Is(err, workspace.ErrNothingToCommit) {
 					return &exitError{code: 1, err: err}
@@ -179,8 +179,8 @@ func (a *app) gitPushCmd(tree *string) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			args = append(args, "", "")
 			remote, branch := args[0], args[1]
-			act := policy.Action{Kind: policy.Push}
-			return a.gitGated(cmd, *tree, act, func(g *policy.Gate, root, who string) error {
+			act := trust.Action{Kind: trust.Push}
+			return a.gitGated(cmd, *tree, act, func(g *trust.Gate, root, who string) error {
 				if err := workspace.Push(cmd.Context(), g, root, remote, branch, who); err != nil {
 					return err
 				}
@@ -194,7 +194,7 @@ func (a *app) gitPushCmd(tree *string) *cobra.Command {
 // gitGated loads the tree's policy and the ledger, tells the person when
 // act will wait for an approval, and runs fn with a gate. A denial exits
 // 126 and names the deciding rule.
-func (a *app) gitGated(cmd *cobra.Command, tree string, act policy.Action, fn func(g *policy.Gate, root, who string) error) error {
+func (a *app) gitGated(cmd *cobra.Command, tree string, act trust.Action, fn func(g *trust.Gate, root, who string) error) error {
 	p, err := a.policyLoad(tree)
 	if err != nil {
 		return err
@@ -204,11 +204,11 @@ func (a *app) gitGated(cmd *cobra.Command, tree string, act policy.Action, fn fu
 		return err
 	}
 	defer closeDB()
-	if d := p.Evaluate(act); d.Outcome == policy.Ask {
+	if d := p.Evaluate(act); d.Outcome == trust.Ask {
 		fmt.Fprintf(a.stderr, "%s needs approval (%s): smolvm approvals ls, then approve|deny ID\n", act.Kind, d.RuleText())
 	}
-	err = fn(&policy.Gate{Policy: p, Ledger: ledger}, p.Root, envOr("SMOLVM_AUTHOR", policyWho()))
-	var de *policy.DeniedError
+	err = fn(&trust.Gate{Policy: p, Ledger: ledger}, p.Root, envOr("SMOLVM_AUTHOR", policyWho()))
+	var de *trust.DeniedError
 	if !errors.As(err, &de) {
 		return err
 	}

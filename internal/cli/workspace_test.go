@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/internal/testenv"
-	"smolvm.dev/smolvm/policy"
-	"smolvm.dev/smolvm/store"
-	"smolvm.dev/smolvm/workspace"
+	"smolvm.dev/smolvm/workflow/trust"
+	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/workflow/workspace"
 )
 
 // wsCLI runs smolvm command lines in-process against one data dir; runsc
@@ -58,7 +58,7 @@ func (c *wsCLI) approveNext(target string, approve bool) <-chan string {
 		defer close(done)
 		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(30 * time.Millisecond) {
 			out, _, code := c.run("approvals", "ls", "--json")
-			var aps []policy.Approval
+			var aps []trust.Approval
 			if code != 0 || json.Unmarshal([]byte(out), &aps) != nil {
 				continue
 			}
@@ -84,7 +84,7 @@ func (c *wsCLI) audit() []string {
 		c.t.Fatal(err)
 	}
 	defer st.Close()
-	l, err := policy.OpenLedger(ctx, st)
+	l, err := trust.OpenLedger(ctx, st)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func wsRead(t *testing.T, p string) string {
 // brings back what the repository's policy allows.
 func TestWorkspaceApply(t *testing.T) {
 	c := &wsCLI{t: t, dataDir: t.TempDir(), runsc: testenv.Runsc(t)}
-	t.Setenv("SMOLVM_AGENT_BINARY", testenv.Agent(t))
+	t.Setenv("SMOLVM_GUEST_BINARY", testenv.Guest(t))
 	const askSrc = "default = \"deny\"\n[approvals]\ntimeout = \"%s\"\n[tests]\nallow = [\"**\"]\n[write]\nask = [\"src/**\"]\n"
 	tree := wsRepo(t, map[string]string{
 		".smolvm/policy.toml": strings.Replace(askSrc, "%s", "1s", 1),

@@ -19,8 +19,8 @@ import (
 
 	"github.com/miekg/dns"
 
-	"smolvm.dev/smolvm/network"
-	"smolvm.dev/smolvm/store"
+	"smolvm.dev/smolvm/runtime/network"
+	"smolvm.dev/smolvm/runtime/store"
 )
 
 // Addresses of the world. The internet's are documentation ranges, which

@@ -6,11 +6,11 @@ import (
 	"context"
 	"testing"
 
-	"smolvm.dev/smolvm/backend/gvisor"
-	"smolvm.dev/smolvm/image"
+	"smolvm.dev/smolvm/runtime/backend/gvisor"
+	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/internal/testenv"
-	"smolvm.dev/smolvm/snapshot"
-	"smolvm.dev/smolvm/store"
+	"smolvm.dev/smolvm/runtime/snapshot"
+	"smolvm.dev/smolvm/runtime/store"
 )
 
 // Deps is a data dir with its stores, the real runsc backend and a fresh
@@ -22,7 +22,7 @@ type Deps struct {
 	Images      *image.Store
 	Snapshots   *snapshot.Store
 	Backend     *gvisor.Backend
-	AgentBinary string
+	GuestBinary string
 }
 
 // Open returns Deps over dir, with store handles of their own, skipping
@@ -49,5 +49,5 @@ func Open(t testing.TB, dir string) *Deps {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Deps{Dir: dir, Store: st, Images: images, Snapshots: snaps, Backend: be, AgentBinary: testenv.Agent(t)}
+	return &Deps{Dir: dir, Store: st, Images: images, Snapshots: snaps, Backend: be, GuestBinary: testenv.Guest(t)}
 }

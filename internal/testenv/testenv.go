@@ -32,9 +32,9 @@ func Runsc(t testing.TB) string {
 	return p
 }
 
-// Agent returns a freshly built smolvm-agent. It is static, so it can run
+// Guest returns a freshly built smolvm-guest. It is static, so it can run
 // as PID 1 inside any sandbox.
-func Agent(t testing.TB) string { return build(t, "smolvm-agent") }
+func Guest(t testing.TB) string { return build(t, "smolvm-guest") }
 
 // Smolvm returns a freshly built smolvm CLI, for tests that need a real
 // separate process (crashes, concurrent CLIs).

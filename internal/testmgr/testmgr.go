@@ -7,11 +7,11 @@ import (
 	"context"
 	"testing"
 
-	"smolvm.dev/smolvm/image"
 	"smolvm.dev/smolvm/internal/testdeps"
-	"smolvm.dev/smolvm/sandbox"
-	"smolvm.dev/smolvm/snapshot"
-	"smolvm.dev/smolvm/store"
+	"smolvm.dev/smolvm/runtime/image"
+	"smolvm.dev/smolvm/runtime/manager"
+	"smolvm.dev/smolvm/runtime/snapshot"
+	"smolvm.dev/smolvm/runtime/store"
 )
 
 // Env is a Manager and the stores it works with.
@@ -20,27 +20,27 @@ type Env struct {
 	Store     *store.Store
 	Images    *image.Store
 	Snapshots *snapshot.Store
-	Manager   *sandbox.Manager
-	// AgentBinary is the agent the Manager boots, for a smolvm process
-	// started over the same dir (SMOLVM_AGENT_BINARY).
-	AgentBinary string
+	Manager   *manager.Manager
+	// GuestBinary is the agent the Manager boots, for a smolvm process
+	// started over the same dir (SMOLVM_GUEST_BINARY).
+	GuestBinary string
 }
 
 // New returns an Env over a fresh data dir. It skips the test without
 // root or runsc (see testenv.Runsc), and removes every sandbox at cleanup.
 // opts adjust the Manager's options (a network host, say).
-func New(t testing.TB, opts ...func(*sandbox.Options)) *Env { return Open(t, t.TempDir(), opts...) }
+func New(t testing.TB, opts ...func(*manager.Options)) *Env { return Open(t, t.TempDir(), opts...) }
 
 // Open is New over dir, which other processes (a smolvm serve under test)
 // may use too: every sandbox in it is removed at cleanup.
-func Open(t testing.TB, dir string, opts ...func(*sandbox.Options)) *Env {
+func Open(t testing.TB, dir string, opts ...func(*manager.Options)) *Env {
 	t.Helper()
 	d := testdeps.Open(t, dir)
-	o := sandbox.Options{DataDir: dir, Store: d.Store, Images: d.Images, Backend: d.Backend, AgentBinary: d.AgentBinary, Snapshots: d.Snapshots}
+	o := manager.Options{DataDir: dir, Store: d.Store, Images: d.Images, Backend: d.Backend, GuestBinary: d.GuestBinary, Snapshots: d.Snapshots}
 	for _, f := range opts {
 		f(&o)
 	}
-	m, err := sandbox.New(context.Background(), o)
+	m, err := manager.New(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,5 +57,5 @@ func Open(t testing.TB, dir string, opts ...func(*sandbox.Options)) *Env {
 		}
 		m.GC(context.Background())
 	})
-	return &Env{Dir: dir, Store: d.Store, Images: d.Images, Snapshots: d.Snapshots, Manager: m, AgentBinary: d.AgentBinary}
+	return &Env{Dir: dir, Store: d.Store, Images: d.Images, Snapshots: d.Snapshots, Manager: m, GuestBinary: d.GuestBinary}
 }

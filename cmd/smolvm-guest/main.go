@@ -1,0 +1,40 @@
+// Command smolvm-guest is the init process and exec agent inside every
+// sandbox. It is kept apart from the smolvm CLI so that it stays small:
+// it starts on every sandbox boot, where each page of binary costs a fault.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"smolvm.dev/smolvm/runtime/guest"
+)
+
+func main() {
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: smolvm-guest CONFIG")
+		os.Exit(2)
+	}
+	code, err := run(os.Args[1])
+	if err != nil {
+		// The host reads this file when boot fails.
+		os.WriteFile(filepath.Join(filepath.Dir(os.Args[1]), "agent.err"), []byte(err.Error()+"\n"), 0o644)
+		fmt.Fprintln(os.Stderr, "smolvm-guest:", err)
+	}
+	os.Exit(code)
+}
+
+func run(path string) (int, error) {
+	p, err := os.ReadFile(path)
+	if err != nil {
+		return 1, err
+	}
+	var cfg guest.Config
+	if err := json.Unmarshal(p, &cfg); err != nil {
+		return 1, fmt.Errorf("agent config %s: %w", path, err)
+	}
+	return guest.Serve(context.Background(), cfg)
+}

@@ -1,0 +1,150 @@
+// Package backend defines what an isolation backend must do to run a
+// sandbox; each implementation lives in a subpackage.
+package backend
+
+import (
+	"context"
+	"errors"
+	"syscall"
+	"time"
+
+	"smolvm.dev/smolvm/runtime/guest"
+)
+
+// Backend runs sandboxes. Implementations keep all per-sandbox state under
+// Spec.Dir, so that a sandbox can be found again by a later process, and
+// must be safe for concurrent use on different sandboxes.
+//
+// Checkpoint, restore, fork and pause are added by a later interface
+// (Snapshotter) that backends able to do them also implement.
+type Backend interface {
+	// Name is the backend's short name, as shown to users ("gvisor").
+	Name() string
+	// Create prepares the sandbox without running anything in it.
+	Create(ctx context.Context, spec *Spec) error
+	// Start boots a created sandbox and returns once its agent answers.
+	Start(ctx context.Context, spec *Spec) error
+	// Run is Create and Start in one step, by the backend's fastest path.
+	Run(ctx context.Context, spec *Spec) error
+	// Exec runs a process in a running sandbox.
+	Exec(ctx context.Context, spec *Spec, p guest.Process, stdio guest.Stdio) (guest.Exit, error)
+	// Guest returns a client for the sandbox's guest supervisor (files, pings).
+	Guest(spec *Spec) *guest.Client
+	// Signal sends sig to the sandbox's main process, or to every process.
+	Signal(ctx context.Context, spec *Spec, sig syscall.Signal, all bool) error
+	// Stats reports resource usage of a running sandbox.
+	Stats(ctx context.Context, spec *Spec) (*Stats, error)
+	// State reports what is really running, independent of any record.
+	State(ctx context.Context, spec *Spec) (Status, error)
+	// Stop ends every process: SIGTERM, then SIGKILL after timeout.
+	Stop(ctx context.Context, spec *Spec, timeout time.Duration) error
+	// Delete releases everything Create and Start made. It is idempotent
+	// and works on a half-created sandbox, which is how crashes are
+	// cleaned up.
+	Delete(ctx context.Context, spec *Spec) error
+}
+
+// Snapshotter is implemented by backends that can save a running sandbox
+// (memory, processes, open files and its writable layer) and bring it back.
+type Snapshotter interface {
+	// Checkpoint writes spec's state into dir. With o.LeaveRunning the
+	// sandbox carries on unchanged afterwards; otherwise it is stopped.
+	Checkpoint(ctx context.Context, spec *Spec, dir string, o CheckpointOptions) error
+	// Restore starts spec, a new sandbox, in the state saved in dir, and
+	// returns once it takes commands under spec's own identity (ID,
+	// hostname, machine ID, environment). spec may have been made with
+	// Create beforehand, so that only the restore itself remains.
+	Restore(ctx context.Context, spec *Spec, dir string) error
+	// Pause freezes every process; Resume thaws them.
+	Pause(ctx context.Context, spec *Spec) error
+	Resume(ctx context.Context, spec *Spec) error
+}
+
+// CheckpointOptions describe one checkpoint.
+type CheckpointOptions struct {
+	LeaveRunning bool
+	// Saved, if set, is called once dir holds the whole image, before a
+	// sandbox left running serves again: restores from dir may start
+	// while the source is still resuming.
+	Saved func()
+}
+
+// Spec is a sandbox as a backend sees it.
+type Spec struct {
+	ID       string
+	Hostname string
+	// Dir is a private directory for this sandbox; the backend may put
+	// anything in it and Delete empties it.
+	Dir string
+	// Rootfs is the read-only image content the sandbox sees as /.
+	Rootfs Rootfs
+	// Main is the sandbox's main process; nil keeps the sandbox idle
+	// until stopped, ready for execs.
+	Main    *guest.Process
+	Env     []string
+	WorkDir string // default working directory
+	User    string // default user
+	Limits  Limits
+	// GuestBinary is the host path of the static smolvm-guest binary run
+	// as the sandbox's PID 1.
+	GuestBinary string
+	// Deadline ends the sandbox: everything in it is killed then.
+	Deadline *time.Time
+	// IdleTimeout ends the sandbox once no exec or file transfer has been
+	// open for that long; 0 is none.
+	IdleTimeout time.Duration
+	// MachineID is the sandbox's /etc/machine-id (32 hex digits).
+	MachineID string
+	// NetNS is the path of a network namespace whose interfaces (and their
+	// addresses and routes) the sandbox takes as its own; the policy is
+	// enforced outside it. Empty: no network but the sandbox's loopback.
+	NetNS string `json:",omitempty"`
+}
+
+// Rootfs is layered, read-only image content.
+type Rootfs struct {
+	LowerDirs []string // lowest first
+	Mounts    []Mount  // extra read-only bind mounts
+}
+
+// Mount is a read-only bind mount from the host.
+type Mount struct {
+	Source      string
+	Destination string
+}
+
+// Limits bound a sandbox's resources. Zero means the backend default.
+type Limits struct {
+	CPUs   float64 // cores
+	Memory int64   // bytes
+	Pids   int64
+	Disk   int64 // bytes of writable layer
+}
+
+// Stats is a snapshot of resource usage.
+type Stats struct {
+	// MemoryBytes is all memory charged to the sandbox, page cache of the
+	// files it read included; ResidentBytes is what only it holds and the
+	// host cannot reclaim: anonymous memory and gVisor's memory file.
+	MemoryBytes    int64
+	ResidentBytes  int64
+	MemoryLimit    int64
+	CPUNanos       int64
+	Pids           int64
+	OOMKills       int64
+	ProcessesAlive bool
+}
+
+// Status is what a backend observes.
+type Status string
+
+const (
+	StatusCreated Status = "created"
+	StatusRunning Status = "running"
+	StatusPaused  Status = "paused"
+	StatusStopped Status = "stopped"
+	StatusMissing Status = "missing" // nothing exists for this sandbox
+)
+
+// ErrNotRunning is returned for operations that need a running sandbox.
+var ErrNotRunning = errors.New("sandbox is not running")

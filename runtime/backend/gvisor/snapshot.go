@@ -1,0 +1,125 @@
+package gvisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"smolvm.dev/smolvm/runtime/guest"
+	"smolvm.dev/smolvm/runtime/backend"
+)
+
+var _ backend.Snapshotter = (*Backend)(nil)
+
+// logFiles are the run-dir files the agent may hold open across a
+// checkpoint; a restored copy must find them in its own run dir.
+var logFiles = []string{"main.log", "main.log.1"}
+
+// Checkpoint implements backend.Snapshotter. The agent first drops its
+// host socket, which gVisor cannot save, then runsc saves the sandbox;
+// a sandbox left running gets its identity back and serves again.
+func (b *Backend) Checkpoint(ctx context.Context, s *backend.Spec, dir string, o backend.CheckpointOptions) error {
+	if err := b.Guest(s).Quiesce(ctx); err != nil {
+		return fmt.Errorf("checkpoint %s: quiesce agent: %w", s.ID, err)
+	}
+	args := []string{"checkpoint", "--image-path", dir}
+	if o.LeaveRunning {
+		args = append(args, "--leave-running")
+	}
+	err := b.runsc(ctx, s, append(args, s.ID)...)
+	if err == nil {
+		err = copyFiles(layout{s.Dir}.run(), dir, logFiles)
+	}
+	if err == nil && o.Saved != nil {
+		o.Saved()
+	}
+	if o.LeaveRunning || err != nil {
+		// Whatever happened, the source must serve again.
+		if rerr := b.resume(ctx, s, false); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("checkpoint %s: %w", s.ID, err)
+	}
+	return nil
+}
+
+// Restore implements backend.Snapshotter. A sandbox already created (with
+// Create) is restored into, which leaves runsc only the restore itself:
+// fork creates its copies while the source is being saved.
+func (b *Backend) Restore(ctx context.Context, s *backend.Spec, dir string) error {
+	l := layout{s.Dir}
+	if st, _ := b.State(ctx, s); st != backend.StatusCreated {
+		if err := b.prepare(s); err != nil {
+			return fmt.Errorf("restore %s: %w", s.ID, err)
+		}
+	}
+	if err := copyFiles(dir, l.run(), logFiles); err != nil {
+		return fmt.Errorf("restore %s: %w", s.ID, err)
+	}
+	// The identity is in place before the copy runs: its agent finds it
+	// on its first look, and no time goes by between restore and serving.
+	if err := writeIdentity(s, true); err != nil {
+		return fmt.Errorf("restore %s: %w", s.ID, err)
+	}
+	if err := b.runsc(ctx, s, "restore", "--detach", "--bundle", l.bundle(), "--image-path", dir, s.ID); err != nil {
+		return fmt.Errorf("restore %s: %w", s.ID, err)
+	}
+	return b.booted(ctx, s)
+}
+
+// resume hands the quiesced agent its identity and waits until it serves.
+func (b *Backend) resume(ctx context.Context, s *backend.Spec, restored bool) error {
+	if err := writeIdentity(s, restored); err != nil {
+		return err
+	}
+	return b.waitAgent(ctx, s)
+}
+
+// writeIdentity leaves s's identity where its quiesced agent looks for it.
+func writeIdentity(s *backend.Spec, restored bool) error {
+	id := guest.Identity{Env: s.Env, MachineID: s.MachineID, Deadline: s.Deadline, Restored: restored}
+	return writeJSON(filepath.Join(layout{s.Dir}.run(), "resume.json"), id)
+}
+
+// Pause implements backend.Snapshotter.
+func (b *Backend) Pause(ctx context.Context, s *backend.Spec) error {
+	return b.runsc(ctx, s, "pause", s.ID)
+}
+
+// Resume implements backend.Snapshotter.
+func (b *Backend) Resume(ctx context.Context, s *backend.Spec) error {
+	return b.runsc(ctx, s, "resume", s.ID)
+}
+
+// copyFiles copies the named files that exist in src into dst.
+func copyFiles(src, dst string, names []string) error {
+	for _, n := range names {
+		in, err := os.Open(filepath.Join(src, n))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		out, err := os.OpenFile(filepath.Join(dst, n), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			in.Close()
+			return err
+		}
+		_, err = io.Copy(out, in)
+		in.Close()
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("copy %s: %w", n, err)
+		}
+	}
+	return nil
+}

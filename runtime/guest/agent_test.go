@@ -1,0 +1,155 @@
+package guest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// startAgent runs the agent in-process on a temporary socket. It exercises
+// the same code as in a sandbox, minus the isolation.
+func startAgent(t *testing.T, main *Process, opts ...func(*Config)) (*Client, Config) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := Config{
+		Socket:     filepath.Join(dir, "agent.sock"),
+		Env:        []string{"PATH=/usr/bin:/bin", "BASE=1"},
+		Main:       main,
+		LogFile:    filepath.Join(dir, "main.log"),
+		ExitFile:   filepath.Join(dir, "exit.json"),
+		ResumeFile: filepath.Join(dir, "resume.json"),
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go Serve(ctx, cfg)
+	c := NewClient(UnixDialer(cfg.Socket))
+	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer wcancel()
+	if err := c.Wait(wctx); err != nil {
+		t.Fatal(err)
+	}
+	return c, cfg
+}
+
+func execIO(t *testing.T, c *Client, stdin string, p Process) (string, string, Exit) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	io := Stdio{Stdout: &out, Stderr: &errb}
+	if stdin != "" {
+		io.Stdin = strings.NewReader(stdin)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	exit, err := c.Exec(ctx, p, io)
+	if err != nil {
+		t.Fatalf("exec %v: %v", p.Args, err)
+	}
+	return out.String(), errb.String(), exit
+}
+
+func TestExecSequence(t *testing.T) {
+	c, _ := startAgent(t, nil)
+	for i := 0; i < 20; i++ {
+		out, errOut, exit := execIO(t, c, "", Process{Args: []string{"sh", "-c", "echo a $BASE $X; echo b >&2; exit 3"}, Env: []string{"X=2"}})
+		if out != "a 1 2\n" || errOut != "b\n" || exit.Code != 3 {
+			t.Fatalf("run %d: out=%q err=%q exit=%+v", i, out, errOut, exit)
+		}
+		out, _, exit = execIO(t, c, "hello", Process{Args: []string{"cat"}})
+		if out != "hello" || exit.Code != 0 {
+			t.Fatalf("run %d: cat out=%q exit=%+v", i, out, exit)
+		}
+	}
+}
+
+func TestQuiesceResume(t *testing.T) {
+	c, cfg := startAgent(t, nil)
+	ctx := context.Background()
+	if err := c.Quiesce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ping(ctx); err == nil {
+		t.Fatal("agent still answers while quiesced")
+	}
+	id, _ := json.Marshal(Identity{Env: []string{"PATH=/usr/bin:/bin", "WHO=copy"}})
+	if err := os.WriteFile(cfg.ResumeFile, id, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := c.Wait(wctx); err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ := execIO(t, c, "", Process{Args: []string{"sh", "-c", "echo $WHO $BASE"}})
+	if out != "copy\n" {
+		t.Fatalf("after resume the env is %q, want the new identity's", out)
+	}
+	if _, err := os.Stat(cfg.ResumeFile); !os.IsNotExist(err) {
+		t.Fatal("resume file not consumed")
+	}
+}
+
+// TestQuiesceTimeout: a host that quiesced the agent and died leaves it
+// serving again, as itself, after the timeout; an identity it left behind
+// does not end the next quiesce early.
+func TestQuiesceTimeout(t *testing.T) {
+	c, cfg := startAgent(t, nil, func(c *Config) { c.QuiesceTimeout = 300 * time.Millisecond })
+	ctx := context.Background()
+	id, _ := json.Marshal(Identity{Env: []string{"PATH=/usr/bin:/bin", "WHO=stale"}})
+	if err := os.WriteFile(cfg.ResumeFile, id, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := c.Quiesce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := c.Ping(ctx); err == nil {
+		t.Fatal("a stale identity ended the quiesce")
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := c.Wait(wctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Fatalf("served again after %v, before the timeout", d)
+	}
+	out, _, _ := execIO(t, c, "", Process{Args: []string{"sh", "-c", "echo $WHO $BASE"}})
+	if out != "1\n" {
+		t.Fatalf("after the timeout the env is %q, want the agent's own", out)
+	}
+}
+
+func TestBackgroundJobOutlivesExec(t *testing.T) {
+	c, _ := startAgent(t, nil)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	// The job's output goes elsewhere, as a shell's background job's would.
+	execIO(t, c, "", Process{Args: []string{"sh", "-c", "sleep 30 >/dev/null 2>&1 & echo $! > " + pidFile}})
+	time.Sleep(100 * time.Millisecond) // past the exec's end and its connection's close
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Kill(pid, unix.SIGKILL)
+	// A killed job may linger as a zombie until its new parent reaps it.
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil || strings.Contains(string(stat), ") Z ") {
+		t.Fatalf("the background job died with its exec: %q %v", stat, err)
+	}
+}

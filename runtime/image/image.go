@@ -1,0 +1,398 @@
+// Package image stores OCI images as content-addressed layers shared by all sandboxes.
+package image
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"smolvm.dev/smolvm/runtime/store"
+)
+
+// Errors callers test with errors.Is; they are always wrapped with detail.
+var (
+	ErrNotFound   = errors.New("image not found")
+	ErrInvalidRef = errors.New("invalid image reference")
+	ErrCorrupt    = errors.New("corrupt image")
+)
+
+// Image is a stored image.
+type Image struct {
+	ID      string    `json:"id"`     // "sha256:<hex>" digest of the image config
+	Refs    []string  `json:"refs"`   // normalized names
+	Layers  []string  `json:"layers"` // layer diffIDs, lowest first
+	Config  Config    `json:"config"`
+	Size    int64     `json:"size"`    // unpacked bytes
+	Created time.Time `json:"created"` // when stored here
+	Source  string    `json:"source"`  // "pull <ref>", "import <path>", "builtin"
+	Builtin bool      `json:"builtin,omitempty"`
+}
+
+// Config is the part of the OCI image config that says how to run it.
+type Config struct {
+	Env        []string          `json:"env,omitempty"`
+	Entrypoint []string          `json:"entrypoint,omitempty"`
+	Cmd        []string          `json:"cmd,omitempty"`
+	WorkingDir string            `json:"workingDir,omitempty"`
+	User       string            `json:"user,omitempty"`
+	Labels     map[string]string `json:"labels,omitempty"`
+}
+
+// Rootfs is what a backend stacks to build a sandbox's root filesystem.
+type Rootfs struct {
+	LowerDirs []string `json:"lowerDirs"`        // extracted layer directories, lowest first (host paths)
+	Mounts    []Mount  `json:"mounts,omitempty"` // extra read-only bind mounts
+}
+
+// Mount is a read-only bind mount of a host path into the sandbox.
+type Mount struct {
+	Source      string `json:"source"`      // host path
+	Destination string `json:"destination"` // path inside the sandbox
+}
+
+// Progress reports the state of one layer during Import or Pull.
+type Progress struct {
+	Layer  string `json:"layer"` // diffID
+	Done   int64  `json:"done"`
+	Total  int64  `json:"total,omitempty"` // 0 when unknown
+	Status string `json:"status"`          // "downloading", "extracting", "exists", "done"
+}
+
+// Default limits on what one image may unpack to.
+const (
+	DefaultMaxSize    = 16 << 30
+	DefaultMaxEntries = 1 << 20
+)
+
+// Store is the image store of one data directory. It is safe for concurrent
+// use, also by several processes sharing the data directory.
+type Store struct {
+	st     *store.Store
+	images string // <dataDir>/images
+	layers string // <dataDir>/layers
+
+	// MaxSize and MaxEntries bound the unpacked bytes and the number of tar
+	// entries of one image, so a hostile image cannot fill the disk.
+	MaxSize    int64
+	MaxEntries int
+}
+
+var schema = []string{
+	`CREATE TABLE images (
+		id      TEXT PRIMARY KEY,
+		config  TEXT NOT NULL,
+		size    INTEGER NOT NULL,
+		created INTEGER NOT NULL,
+		source  TEXT NOT NULL
+	)`,
+	`CREATE TABLE image_layers (
+		image_id TEXT NOT NULL REFERENCES images(id) ON DELETE CASCADE,
+		position INTEGER NOT NULL,
+		diff_id  TEXT NOT NULL,
+		size     INTEGER NOT NULL,
+		PRIMARY KEY (image_id, position)
+	)`,
+	`CREATE INDEX image_layers_diff_id ON image_layers(diff_id)`,
+	`CREATE TABLE image_refs (
+		ref      TEXT PRIMARY KEY,
+		image_id TEXT NOT NULL REFERENCES images(id) ON DELETE CASCADE
+	)`,
+	`CREATE INDEX image_refs_image_id ON image_refs(image_id)`,
+}
+
+// Open opens the image store in dataDir, registering its tables in st and
+// generating the builtin host image if it is missing.
+func Open(ctx context.Context, dataDir string, st *store.Store) (*Store, error) {
+	s := &Store{
+		st:         st,
+		images:     filepath.Join(dataDir, "images"),
+		layers:     filepath.Join(dataDir, "layers"),
+		MaxSize:    DefaultMaxSize,
+		MaxEntries: DefaultMaxEntries,
+	}
+	for _, d := range []string{s.images, filepath.Join(s.layers, "sha256")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("open image store: %w", err)
+		}
+	}
+	if err := st.Migrate(ctx, "image", schema); err != nil {
+		return nil, fmt.Errorf("open image store: %w", err)
+	}
+	removeStaleTemps(filepath.Join(s.layers, "sha256"))
+	removeStaleTemps(filepath.Join(s.images, hostName))
+	if err := s.ensureHost(); err != nil {
+		return nil, fmt.Errorf("open image store: %w", err)
+	}
+	return s, nil
+}
+
+var idPattern = regexp.MustCompile(`^(sha256:)?[0-9a-f]{12,64}$`)
+
+// Get finds an image by reference ("alpine" means
+// docker.io/library/alpine:latest), by ID, or by a unique ID prefix of at
+// least 12 hex digits.
+func (s *Store) Get(ctx context.Context, nameOrID string) (*Image, error) {
+	if nameOrID == hostName {
+		return s.host()
+	}
+	if idPattern.MatchString(nameOrID) {
+		id, err := s.resolveID(ctx, nameOrID)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return nil, err
+		}
+		if err == nil {
+			return s.load(ctx, id)
+		}
+		// The builtin image is not stored, but records name it by ID too.
+		if h, err := s.host(); err == nil && strings.TrimPrefix(h.ID, "sha256:") == strings.TrimPrefix(nameOrID, "sha256:") {
+			return h, nil
+		}
+	}
+	ref, err := Normalize(nameOrID)
+	if err != nil {
+		return nil, err
+	}
+	var id string
+	err = s.st.DB().QueryRowContext(ctx, `SELECT image_id FROM image_refs WHERE ref = ?`, ref).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, nameOrID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get image %s: %w", nameOrID, err)
+	}
+	return s.load(ctx, id)
+}
+
+// resolveID expands a full ID or unique prefix to a stored image ID.
+func (s *Store) resolveID(ctx context.Context, prefix string) (string, error) {
+	if !strings.HasPrefix(prefix, "sha256:") {
+		prefix = "sha256:" + prefix
+	}
+	rows, err := s.st.DB().QueryContext(ctx, `SELECT id FROM images WHERE substr(id, 1, ?) = ? LIMIT 2`, len(prefix), prefix)
+	if err != nil {
+		return "", fmt.Errorf("get image %s: %w", prefix, err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return "", fmt.Errorf("get image %s: %w", prefix, err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return "", fmt.Errorf("get image %s: %w", prefix, err)
+	}
+	switch len(ids) {
+	case 0:
+		return "", fmt.Errorf("%w: %s", ErrNotFound, prefix)
+	case 1:
+		return ids[0], nil
+	}
+	return "", fmt.Errorf("%w: ID prefix %s matches several images", ErrInvalidRef, prefix)
+}
+
+// load reads one image row with its layers and refs.
+func (s *Store) load(ctx context.Context, id string) (*Image, error) {
+	db := s.st.DB()
+	img := &Image{ID: id}
+	var cfg string
+	var created int64
+	err := db.QueryRowContext(ctx, `SELECT config, size, created, source FROM images WHERE id = ?`, id).
+		Scan(&cfg, &img.Size, &created, &img.Source)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load image %s: %w", id, err)
+	}
+	img.Created = time.UnixMilli(created).UTC()
+	if err := json.Unmarshal([]byte(cfg), &img.Config); err != nil {
+		return nil, fmt.Errorf("load image %s config: %w", id, err)
+	}
+	if img.Layers, err = queryStrings(ctx, db, `SELECT diff_id FROM image_layers WHERE image_id = ? ORDER BY position`, id); err != nil {
+		return nil, fmt.Errorf("load image %s layers: %w", id, err)
+	}
+	if img.Refs, err = queryStrings(ctx, db, `SELECT ref FROM image_refs WHERE image_id = ? ORDER BY ref`, id); err != nil {
+		return nil, fmt.Errorf("load image %s refs: %w", id, err)
+	}
+	if img.Layers == nil {
+		img.Layers = []string{}
+	}
+	if img.Refs == nil {
+		img.Refs = []string{} // an untagged image, left when its ref moved to a newer one
+	}
+	return img, nil
+}
+
+// querier is a *sql.DB or a *sql.Tx.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func queryStrings(ctx context.Context, q querier, query string, args ...any) ([]string, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// List returns the builtin host image followed by all stored images, newest
+// first.
+func (s *Store) List(ctx context.Context) ([]Image, error) {
+	host, err := s.host()
+	if err != nil {
+		return nil, err
+	}
+	ids, err := queryStrings(ctx, s.st.DB(), `SELECT id FROM images ORDER BY created DESC, id`)
+	if err != nil {
+		return nil, fmt.Errorf("list images: %w", err)
+	}
+	out := []Image{*host}
+	for _, id := range ids {
+		img, err := s.load(ctx, id)
+		if errors.Is(err, ErrNotFound) {
+			continue // removed since the listing
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *img)
+	}
+	return out, nil
+}
+
+// Remove untags a reference; when an image loses its last reference, or is
+// named by ID, it is deleted with every layer no other image uses. inUse
+// reports whether a sandbox uses an image; such an image is not deleted.
+func (s *Store) Remove(ctx context.Context, nameOrID string, inUse func(id string) (bool, error)) error {
+	img, err := s.Get(ctx, nameOrID)
+	if err != nil {
+		return err
+	}
+	if img.Builtin {
+		return fmt.Errorf("remove %s: the builtin image cannot be removed", nameOrID)
+	}
+	// A name removes that ref, and the image only with its last one; an ID
+	// removes the image with all its refs.
+	var untag string
+	if ref, err := Normalize(nameOrID); err == nil && slices.Contains(img.Refs, ref) {
+		untag = ref
+	}
+	if untag != "" && len(img.Refs) > 1 {
+		_, err := s.st.DB().ExecContext(ctx, `DELETE FROM image_refs WHERE ref = ? AND image_id = ?`, untag, img.ID)
+		if err != nil {
+			return fmt.Errorf("untag %s: %w", untag, err)
+		}
+		return nil
+	}
+	if used, err := inUse(img.ID); err != nil {
+		return fmt.Errorf("remove %s: %w", nameOrID, err)
+	} else if used {
+		return fmt.Errorf("remove %s: image %s is in use by a sandbox", nameOrID, shortID(img.ID))
+	}
+
+	unlock, err := s.lock()
+	if err != nil {
+		return fmt.Errorf("remove %s: %w", nameOrID, err)
+	}
+	defer unlock()
+	var unused []string
+	err = s.st.Tx(ctx, func(tx *sql.Tx) error {
+		if untag != "" {
+			// A concurrent import may have tagged the image again meanwhile:
+			// then only our ref goes.
+			if _, err := tx.ExecContext(ctx, `DELETE FROM image_refs WHERE ref = ? AND image_id = ?`, untag, img.ID); err != nil {
+				return err
+			}
+			var n int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM image_refs WHERE image_id = ?`, img.ID).Scan(&n); err != nil {
+				return err
+			}
+			if n > 0 {
+				return nil
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM images WHERE id = ?`, img.ID); err != nil {
+			return err
+		}
+		var err error
+		unused, err = unusedLayers(ctx, tx, img.Layers)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("remove %s: %w", nameOrID, err)
+	}
+	for _, d := range unused {
+		if err := s.deleteLayer(d); err != nil {
+			return fmt.Errorf("remove %s: %w", nameOrID, err)
+		}
+	}
+	return nil
+}
+
+// unusedLayers returns those of diffIDs that no stored image references.
+func unusedLayers(ctx context.Context, q querier, diffIDs []string) ([]string, error) {
+	var out []string
+	seen := map[string]bool{}
+	for _, d := range diffIDs {
+		if seen[d] {
+			continue
+		}
+		seen[d] = true
+		var used bool
+		if err := q.QueryRowContext(ctx, `SELECT EXISTS(SELECT 1 FROM image_layers WHERE diff_id = ?)`, d).Scan(&used); err != nil {
+			return nil, err
+		}
+		if !used {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+// Rootfs returns the directories and mounts that make up img's root
+// filesystem.
+func (s *Store) Rootfs(img *Image) Rootfs {
+	if img.Builtin {
+		return s.hostRootfs()
+	}
+	var r Rootfs
+	// A layer repeated higher up is entirely shadowed by its upper copy, and
+	// overlayfs does not take the same lower directory twice.
+	for i, d := range img.Layers {
+		if !slices.Contains(img.Layers[i+1:], d) {
+			r.LowerDirs = append(r.LowerDirs, s.layerDir(d))
+		}
+	}
+	return r
+}
+
+// shortID is the 12-hex-digit form of an ID shown to users.
+func shortID(id string) string {
+	h := strings.TrimPrefix(id, "sha256:")
+	if len(h) > 12 {
+		h = h[:12]
+	}
+	return h
+}

@@ -1,0 +1,204 @@
+package manager
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"smolvm.dev/smolvm/runtime/backend"
+	"smolvm.dev/smolvm/runtime/guest"
+	"smolvm.dev/smolvm/sandbox"
+)
+
+// CopyIn copies the host path src to dst inside the sandbox.
+func (m *Manager) CopyIn(ctx context.Context, ref, src, dst string) error {
+	if _, err := os.Lstat(src); err != nil {
+		return fmt.Errorf("cp: %w", err)
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(guest.WriteTar(pw, src)) }()
+	err := m.PutArchive(ctx, ref, dst, pr)
+	pr.CloseWithError(err)
+	return err
+}
+
+// PutArchive extracts the tar stream r (as guest.WriteTar writes it) at
+// dst inside the sandbox, with cp semantics. The agent extracts through
+// os.Root, so no entry or symlink can write outside dst's directory, and
+// the sandbox's own view of the filesystem bounds everything else.
+func (m *Manager) PutArchive(ctx context.Context, ref, dst string, r io.Reader) error {
+	rec, err := m.running(ctx, ref)
+	if err != nil {
+		return err
+	}
+	if err := m.withGuest(ctx, rec, func() error { return m.be.Guest(&rec.spec).Put(ctx, dst, r) }); err != nil {
+		return fmt.Errorf("cp to %s:%s: %w", rec.Name, dst, err)
+	}
+	return nil
+}
+
+// CopyOut copies src inside the sandbox to the host path dst.
+func (m *Manager) CopyOut(ctx context.Context, ref, src, dst string) error {
+	pr, pw := io.Pipe()
+	errc := make(chan error, 1)
+	go func() {
+		err := guest.ExtractTar(pr, dst, sandbox.MaxCopyOut)
+		pr.CloseWithError(err)
+		// Drain so the agent side finishes even when extraction failed.
+		io.Copy(io.Discard, pr)
+		errc <- err
+	}()
+	gerr := m.GetArchive(ctx, ref, src, pw)
+	pw.CloseWithError(gerr)
+	xerr := <-errc
+	// A failed get also fails the extraction with the same error; an
+	// extraction that failed first (too large) fails the get instead.
+	if xerr != nil && (gerr == nil || !errors.Is(xerr, gerr)) {
+		return fmt.Errorf("cp from %s:%s: %w", ref, src, xerr)
+	}
+	return gerr
+}
+
+// GetArchive writes src from inside the sandbox to w as a tar stream.
+func (m *Manager) GetArchive(ctx context.Context, ref, src string, w io.Writer) error {
+	rec, err := m.running(ctx, ref)
+	if err != nil {
+		return err
+	}
+	if err := m.withGuest(ctx, rec, func() error { return m.be.Guest(&rec.spec).Get(ctx, src, w) }); err != nil {
+		return fmt.Errorf("cp from %s:%s: %w", rec.Name, src, err)
+	}
+	return nil
+}
+
+// Stats returns live resource usage.
+func (m *Manager) Stats(ctx context.Context, ref string) (*backend.Stats, error) {
+	r, err := m.get(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	return m.be.Stats(ctx, &r.spec)
+}
+
+// Logs writes the main process's output. With Follow it keeps going until
+// the sandbox stops or ctx ends.
+func (m *Manager) Logs(ctx context.Context, ref string, o sandbox.LogOptions) error {
+	r, err := m.get(ctx, ref)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(r.spec.Dir, "run", "main.log")
+	if err := copyLogFile(path+".1", o); err != nil {
+		return err
+	}
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) && !o.Follow {
+		return nil
+	}
+	for errors.Is(err, fs.ErrNotExist) {
+		// Not started yet: wait for the file while following.
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(50 * time.Millisecond):
+		}
+		f, err = os.Open(path)
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	lr := &logReader{r: f}
+	for {
+		if err := lr.copy(o); err != nil {
+			return err
+		}
+		if !o.Follow {
+			return nil
+		}
+		cur, err := m.get(ctx, r.ID)
+		if err != nil {
+			return err
+		}
+		if cur.State != sandbox.StateRunning && cur.State != sandbox.StatePaused && cur.State != sandbox.StateCreated {
+			return lr.copy(o) // what was written before it stopped
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func copyLogFile(path string, o sandbox.LogOptions) error {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return (&logReader{r: f}).copy(o)
+}
+
+// logReader decodes log entries from a file that may still be growing. A
+// partial last line is kept until the rest of it is written.
+type logReader struct {
+	r       io.Reader
+	pending []byte
+}
+
+func (lr *logReader) copy(o sandbox.LogOptions) error {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := lr.r.Read(buf)
+		lr.pending = append(lr.pending, buf[:n]...)
+		for {
+			i := bytes.IndexByte(lr.pending, '\n')
+			if i < 0 {
+				break
+			}
+			line := lr.pending[:i]
+			lr.pending = lr.pending[i+1:]
+			var e guest.LogEntry
+			if json.Unmarshal(line, &e) != nil {
+				continue
+			}
+			w := o.Stdout
+			if e.Stream == "stderr" {
+				w = o.Stderr
+			}
+			if w != nil {
+				if _, err := w.Write(e.Bytes()); err != nil {
+					return err
+				}
+			}
+		}
+		if errors.Is(err, io.EOF) || n == 0 {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// Agent returns a running sandbox's agent client, for API layers that
+// expose files piecemeal (stat, list, rename). Commands must go through
+// Exec, which applies the sandbox's policy.
+func (m *Manager) Agent(ctx context.Context, ref string) (*guest.Client, error) {
+	r, err := m.running(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	return m.be.Guest(&r.spec), nil
+}

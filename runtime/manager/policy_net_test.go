@@ -1,0 +1,52 @@
+package manager
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"smolvm.dev/smolvm/runtime/network"
+	"smolvm.dev/smolvm/sandbox"
+)
+
+// TestNetFromTrustPolicy: a sandbox under a trust policy gets the policy's
+// [net] allow-list as its network, enforced outside the sandbox, and a
+// wider network than the policy allows is refused.
+func TestNetFromTrustPolicy(t *testing.T) {
+	m, _ := newNetManager(t)
+	repo := t.TempDir()
+	os.MkdirAll(filepath.Join(repo, ".smolvm"), 0o755)
+	os.WriteFile(filepath.Join(repo, ".smolvm", "policy.toml"), []byte(`
+default = "deny"
+[run]
+allow = ["sh", "curl", "cat"]
+[net]
+allow = ["allowed.test", "*.allowed.test"]
+deny = ["evil.allowed.test"]
+`), 0o644)
+
+	sb := m.run(t, sandbox.Config{Policy: repo})
+	if sb.Config.Network == nil || sb.Config.Network.Mode != network.ModeEgress || strings.Join(sb.Config.Network.Hosts, ",") != "allowed.test" {
+		t.Fatalf("network from the policy: %+v; want egress to allowed.test only (the wildcard holds a deny)", sb.Config.Network)
+	}
+	expectFetch(t, m, sb, "internet", "http://allowed.test/")
+	expectFetch(t, m, sb, "ERR 6", "http://www.allowed.test/")
+	expectFetch(t, m, sb, "ERR 6", "http://other.test/")
+
+	for _, n := range []*network.Policy{
+		{Mode: network.ModeFull},
+		{Mode: network.ModeEgress, Hosts: []string{"other.test"}},
+		{Mode: network.ModeEgress, Hosts: []string{"*.allowed.test"}},
+	} {
+		_, err := m.Create(t.Context(), sandbox.CreateOptions{Config: sandbox.Config{Policy: repo, Network: n}})
+		if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "trust policy") {
+			t.Errorf("create with %+v under the policy: %v", n, err)
+		}
+	}
+	// Narrower is fine.
+	if _, err := m.Create(t.Context(), sandbox.CreateOptions{Config: sandbox.Config{Policy: repo, Network: &network.Policy{Mode: network.ModeNone}}}); err != nil {
+		t.Errorf("--net none under the policy: %v", err)
+	}
+}

@@ -1,0 +1,306 @@
+package manager
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"smolvm.dev/smolvm/runtime/backend"
+	"smolvm.dev/smolvm/runtime/guest"
+	"smolvm.dev/smolvm/runtime/image"
+	"smolvm.dev/smolvm/sandbox"
+)
+
+func TestPool(t *testing.T) {
+	m := newManager(t)
+	ctx := context.Background()
+	if _, err := m.CreatePool(ctx, sandbox.PoolOptions{Name: "p", Size: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if made, err := m.FillPool(ctx, "p"); err != nil || made != 2 {
+		t.Fatalf("fill: %d, %v", made, err)
+	}
+	if p, err := m.Pool(ctx, "p"); err != nil || p.Ready != 2 || p.MemoryUsed <= 0 {
+		t.Fatalf("pool after fill: %+v, %v", p, err)
+	}
+	if sbs, _ := m.List(ctx); len(sbs) != 0 {
+		t.Fatalf("waiting sandboxes are listed: %d", len(sbs))
+	}
+
+	sb, err := m.Create(ctx, sandbox.CreateOptions{Pool: "p", Name: "web1", Config: sandbox.Config{Env: []string{"A=1"}, WorkDir: "/tmp", TTL: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.State != sandbox.StateRunning || sb.Name != "web1" || sb.ExpiresAt == nil || time.Until(*sb.ExpiresAt) < 59*time.Minute {
+		t.Fatalf("claimed: %+v", sb)
+	}
+	out, errOut, _ := m.sh(t, sb, "hostname; echo $A $SMOLVM_SANDBOX_NAME $SMOLVM_SANDBOX_ID; pwd")
+	if want := "sb-" + sb.ID + "\n1 web1 " + sb.ID + "\n/tmp\n"; out != want {
+		t.Fatalf("claimed sandbox sees %q (%s), want %q", out, errOut, want)
+	}
+	if sbs, _ := m.List(ctx); len(sbs) != 1 || sbs[0].ID != sb.ID {
+		t.Fatalf("after the claim, ls shows %d sandboxes", len(sbs))
+	}
+	if p, _ := m.Pool(ctx, "p"); p.Ready != 1 {
+		t.Fatalf("%d ready after one claim, want 1", p.Ready)
+	}
+
+	// Two claimers at once never get the same sandbox; the second pool
+	// member runs out, and the other falls back to a cold start.
+	var wg sync.WaitGroup
+	got := make([]*sandbox.Sandbox, 2)
+	errs := make([]error, 2)
+	for i := range got {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i], errs[i] = m.Create(ctx, sandbox.CreateOptions{Pool: "p"})
+		}()
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil || got[0].ID == got[1].ID {
+		t.Fatalf("concurrent claims: %v %v", errs, got)
+	}
+	for _, s := range got {
+		if out, _, _ := m.sh(t, s, "echo $SMOLVM_SANDBOX_NAME"); out != s.Name+"\n" {
+			t.Fatalf("%s sees name %q", s.Name, out)
+		}
+	}
+	if made, err := m.FillPool(ctx, "p"); err != nil || made != 2 {
+		t.Fatalf("refill: %d, %v", made, err)
+	}
+
+	if err := m.RemovePool(ctx, "p"); err != nil {
+		t.Fatal(err)
+	}
+	rs, _ := listRecords(ctx, m.st, "p", false)
+	if len(rs) != 0 {
+		t.Fatalf("%d sandboxes of a removed pool remain", len(rs))
+	}
+	if _, err := m.Get(ctx, "web1"); err != nil {
+		t.Fatalf("a claimed sandbox went with its pool: %v", err)
+	}
+}
+
+func TestPoolBadInput(t *testing.T) {
+	m := newManager(t)
+	ctx := context.Background()
+	for _, o := range []sandbox.PoolOptions{{Size: 0}, {Size: sandbox.MaxPoolSize + 1}, {Size: -1, Targets: 1}, {Targets: sandbox.MaxPoolSize + 1},
+		{Size: 1, Name: "../x"}, {Size: 1, MemoryBudget: -1}, {Size: 1, Image: "nope:1"}} {
+		if _, err := m.CreatePool(ctx, o); err == nil {
+			t.Errorf("CreatePool(%+v) succeeded", o)
+		}
+	}
+	if _, err := m.CreatePool(ctx, sandbox.PoolOptions{Name: "tight", Size: 3, MemoryBudget: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.CreatePool(ctx, sandbox.PoolOptions{Name: "tight", Size: 1}); !errors.Is(err, sandbox.ErrNameInUse) {
+		t.Errorf("second pool named tight: %v", err)
+	}
+	if made, err := m.FillPool(ctx, "tight"); made != 0 || !errors.Is(err, sandbox.ErrPoolBudget) {
+		t.Errorf("fill over budget: %d, %v", made, err)
+	}
+	if _, err := m.Create(ctx, sandbox.CreateOptions{Pool: "nope"}); !errors.Is(err, sandbox.ErrPoolNotFound) {
+		t.Errorf("create from a missing pool: %v", err)
+	}
+	bad := []sandbox.CreateOptions{
+		{Pool: "tight", Config: sandbox.Config{Cmd: []string{"sleep", "1"}}},
+		{Pool: "tight", Config: sandbox.Config{Limits: backend.Limits{Memory: 512 << 20}}},
+		{Pool: "tight", Image: "other"},
+	}
+	for _, o := range bad {
+		if _, err := m.Create(ctx, o); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "pool") && !strings.Contains(err.Error(), "main command") {
+			t.Errorf("create %+v: %v", o, err)
+		}
+	}
+	if err := m.RemovePool(ctx, "nope"); !errors.Is(err, sandbox.ErrPoolNotFound) {
+		t.Errorf("remove a missing pool: %v", err)
+	}
+}
+
+// targetIDs lists the restore targets waiting in pool.
+func targetIDs(t *testing.T, m *testManager, pool string) map[string]bool {
+	t.Helper()
+	rs, err := listRecords(context.Background(), m.st, pool, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	for _, r := range rs {
+		if r.State == sandbox.StateCreated {
+			ids[r.ID] = true
+		}
+	}
+	return ids
+}
+
+func TestRestoreTargets(t *testing.T) {
+	m := newManager(t)
+	ctx := context.Background()
+	if _, err := m.CreatePool(ctx, sandbox.PoolOptions{Name: "t", Targets: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if made, err := m.FillPool(ctx, "t"); err != nil || made != 3 {
+		t.Fatalf("fill: %d, %v", made, err)
+	}
+	p, err := m.Pool(ctx, "t")
+	if err != nil || p.TargetsReady != 3 || p.Ready != 0 || p.MemoryUsed <= 0 {
+		t.Fatalf("pool after fill: %+v, %v", p, err)
+	}
+	if sbs, _ := m.List(ctx); len(sbs) != 0 {
+		t.Fatalf("restore targets are listed: %d", len(sbs))
+	}
+	// A target is no sandbox to take for create: the pool has no started
+	// members, so create falls back to a cold start.
+	plain, err := m.Create(ctx, sandbox.CreateOptions{Pool: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if targetIDs(t, m, "t")[plain.ID] || len(targetIDs(t, m, "t")) != 3 {
+		t.Fatalf("create --pool took a restore target")
+	}
+
+	src := m.run(t, sandbox.Config{Env: []string{"WHO=src"}})
+	if _, _, exit := m.sh(t, src, "echo state > /root/f"); exit.Code != 0 {
+		t.Fatal(exit)
+	}
+	waiting := targetIDs(t, m, "t")
+	copies, err := m.Fork(ctx, src.ID, sandbox.ForkOptions{N: 1, NamePrefix: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := copies[0]
+	if !waiting[c.ID] || c.Name != "c-1" || c.ForkedFrom != src.ID || c.State != sandbox.StateRunning {
+		t.Fatalf("fork into a target: %+v (targets %v)", c, waiting)
+	}
+	out, errOut, _ := m.sh(t, c, "cat /root/f; hostname; echo $WHO $SMOLVM_SANDBOX_NAME $SMOLVM_SANDBOX_ID")
+	if want := "state\nsb-" + c.ID + "\nsrc c-1 " + c.ID + "\n"; out != want {
+		t.Fatalf("copy in a target sees %q (%s), want %q", out, errOut, want)
+	}
+	if got, err := m.Get(ctx, "c-1"); err != nil || got.ForkedFrom != src.ID || got.Config.Hostname != "sb-"+c.ID {
+		t.Fatalf("stored copy: %+v, %v", got, err)
+	}
+	if p, _ := m.Pool(ctx, "t"); p.TargetsReady != 2 {
+		t.Fatalf("%d targets after a fork, want 2", p.TargetsReady)
+	}
+
+	// A restore takes one too, and its record names the snapshot, so the
+	// snapshot cannot be removed under it.
+	snap, err := m.Checkpoint(ctx, src.ID, sandbox.CheckpointOptions{Name: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting = targetIDs(t, m, "t")
+	r, err := m.Restore(ctx, snap.ID, sandbox.RestoreOptions{Name: "r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !waiting[r.ID] {
+		t.Fatalf("restore did not use a target")
+	}
+	if inUse, err := m.SnapshotInUse(ctx, snap.ID); err != nil || !inUse {
+		t.Fatalf("snapshot in use by a restored target: %v, %v", inUse, err)
+	}
+	if out, _, _ := m.sh(t, r, "cat /root/f; echo $SMOLVM_SANDBOX_NAME"); out != "state\nr\n" {
+		t.Fatalf("restored target sees %q", out)
+	}
+
+	// A target that died while it waited is skipped.
+	for id := range targetIDs(t, m, "t") {
+		if err := m.be.Delete(ctx, &lookupT(t, m, id).spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copies, err = m.Fork(ctx, src.ID, sandbox.ForkOptions{N: 2})
+	if err != nil {
+		t.Fatalf("fork with a dead target: %v", err)
+	}
+	for _, c := range copies {
+		if out, _, _ := m.sh(t, c, "cat /root/f"); out != "state\n" {
+			t.Fatalf("copy %s sees %q", c.Name, out)
+		}
+	}
+	if n := len(targetIDs(t, m, "t")); n != 0 {
+		t.Fatalf("%d dead targets left in the pool", n)
+	}
+
+	if err := m.RemovePool(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRestoreTargetsImageMoved: targets made before the pool's tag moved
+// hold the old image, so they serve no copy of the new one.
+func TestRestoreTargetsImageMoved(t *testing.T) {
+	m := newManager(t)
+	ctx := context.Background()
+	hello := buildHello(t)
+	version := func(v string) *image.Image {
+		return m.importImage(t, "smolvm.local/moving:1", nil, layer(t, file{"bin/", 0o755, nil}, file{"bin/hello", 0o755, hello},
+			file{"etc/", 0o755, nil}, file{"etc/msg", 0o644, []byte(v)}))
+	}
+	version("v1")
+	m.filledPool(t, sandbox.PoolOptions{Name: "t", Image: "smolvm.local/moving:1", Targets: 1})
+	stale := targetIDs(t, m, "t")
+	v2 := version("v2")
+	src, err := m.Create(ctx, sandbox.CreateOptions{Image: "smolvm.local/moving:1", Start: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	copies, err := m.Fork(ctx, src.ID, sandbox.ForkOptions{N: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := copies[0]
+	if stale[c.ID] || c.ImageID != v2.ID {
+		t.Fatalf("copy of a v2 sandbox: %+v, stale targets %v", c, stale)
+	}
+	var out bytes.Buffer
+	if exit, err := m.Exec(ctx, c.ID, guest.Process{Args: []string{"/bin/hello", "/etc/msg"}}, guest.Stdio{Stdout: &out}); err != nil || exit.Code != 0 || out.String() != "/etc/msg: v2\n" {
+		t.Fatalf("copy sees %q: %v %+v", out.String(), err, exit)
+	}
+	for id := range stale {
+		if _, err := lookup(ctx, m.st, id); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Fatalf("the stale target is still there: %v", err)
+		}
+	}
+}
+
+// TestRestoreTargetsFit: a target serves only copies of its own image and
+// limits, and a fork that fails gives back nothing it took.
+func TestRestoreTargetsFit(t *testing.T) {
+	m := newManager(t)
+	ctx := context.Background()
+	m.filledPool(t, sandbox.PoolOptions{Name: "t", Targets: 2})
+	other := m.run(t, sandbox.Config{Limits: backend.Limits{Memory: 512 << 20}})
+	copies, err := m.Fork(ctx, other.ID, sandbox.ForkOptions{N: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if targetIDs(t, m, "t")[copies[0].ID] || len(targetIDs(t, m, "t")) != 2 {
+		t.Fatalf("a copy with other limits went into a target")
+	}
+
+	// Copy 2 of 3 fails on a taken name: the targets copies 1 and 3 took
+	// are removed with them, not listed.
+	src := m.run(t, sandbox.Config{})
+	taken, err := m.Create(ctx, sandbox.CreateOptions{Name: "k-2", Start: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := m.List(ctx)
+	if _, err := m.Fork(ctx, src.ID, sandbox.ForkOptions{N: 3, NamePrefix: "k"}); !errors.Is(err, sandbox.ErrNameInUse) {
+		t.Fatalf("fork onto a taken name: %v", err)
+	}
+	after, _ := m.List(ctx)
+	if len(after) != len(before) {
+		t.Fatalf("a failed fork left %d sandboxes, had %d", len(after), len(before))
+	}
+	if _, err := m.Get(ctx, taken.ID); err != nil {
+		t.Fatalf("the sandbox whose name clashed: %v", err)
+	}
+}

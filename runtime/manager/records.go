@@ -1,0 +1,268 @@
+package manager
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"smolvm.dev/smolvm/runtime/backend"
+	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/sandbox"
+)
+
+var schema = []string{
+	`CREATE TABLE sandboxes (
+		id TEXT PRIMARY KEY,
+		name TEXT NOT NULL UNIQUE,
+		image TEXT NOT NULL,
+		image_id TEXT NOT NULL,
+		backend TEXT NOT NULL,
+		state TEXT NOT NULL,
+		config TEXT NOT NULL,
+		spec TEXT NOT NULL,
+		created_at INTEGER NOT NULL,
+		started_at INTEGER,
+		finished_at INTEGER,
+		expires_at INTEGER,
+		exit_code INTEGER,
+		reason TEXT NOT NULL DEFAULT ''
+	)`,
+	`CREATE INDEX sandboxes_image ON sandboxes(image_id)`,
+	`ALTER TABLE sandboxes ADD COLUMN snapshot TEXT NOT NULL DEFAULT ''`,
+	`ALTER TABLE sandboxes ADD COLUMN forked_from TEXT NOT NULL DEFAULT ''`,
+	`CREATE INDEX sandboxes_snapshot ON sandboxes(snapshot)`,
+	`ALTER TABLE sandboxes ADD COLUMN pool TEXT NOT NULL DEFAULT ''`,
+	`CREATE INDEX sandboxes_pool ON sandboxes(pool, state)`,
+	`CREATE TABLE pools (
+		name TEXT PRIMARY KEY,
+		image TEXT NOT NULL,
+		size INTEGER NOT NULL,
+		memory_budget INTEGER NOT NULL,
+		config TEXT NOT NULL,
+		created_at INTEGER NOT NULL
+	)`,
+	// Removed sandboxes, so lookups can say "expired at …" or "removed
+	// at …" rather than "never existed" (see notFound).
+	`CREATE TABLE sandbox_tombstones (
+		id TEXT PRIMARY KEY,
+		name TEXT NOT NULL,
+		expired INTEGER NOT NULL,
+		reason TEXT NOT NULL,
+		ended_at INTEGER NOT NULL,
+		removed_at INTEGER NOT NULL
+	)`,
+	`CREATE INDEX sandbox_tombstones_name ON sandbox_tombstones(name)`,
+	`ALTER TABLE pools ADD COLUMN targets INTEGER NOT NULL DEFAULT 0`,
+}
+
+const columns = `id, name, image, image_id, backend, state, config, spec, created_at, started_at, finished_at, expires_at, exit_code, reason, snapshot, forked_from, pool`
+
+// record is a Sandbox plus the backend spec needed to act on it.
+type record struct {
+	sandbox.Sandbox
+	spec backend.Spec
+	// pool names the pool a ready, unclaimed sandbox waits in; such
+	// sandboxes are not listed.
+	pool string
+	// target names the pool a restore target was taken from, to refill.
+	target string
+}
+
+type scanner interface{ Scan(...any) error }
+
+func scanRecord(row scanner) (*record, error) {
+	var (
+		r                      record
+		cfg, spec              string
+		created                int64
+		started, finished, exp sql.NullInt64
+		code                   sql.NullInt64
+	)
+	err := row.Scan(&r.ID, &r.Name, &r.Image, &r.ImageID, &r.Backend, &r.State, &cfg, &spec,
+		&created, &started, &finished, &exp, &code, &r.Reason, &r.Snapshot, &r.ForkedFrom, &r.pool)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal([]byte(cfg), &r.Config); err != nil {
+		return nil, fmt.Errorf("sandbox %s: config: %w", r.ID, err)
+	}
+	if err := json.Unmarshal([]byte(spec), &r.spec); err != nil {
+		return nil, fmt.Errorf("sandbox %s: spec: %w", r.ID, err)
+	}
+	r.CreatedAt = time.UnixMilli(created).UTC()
+	r.StartedAt, r.FinishedAt, r.ExpiresAt = msTime(started), msTime(finished), msTime(exp)
+	if code.Valid {
+		c := int(code.Int64)
+		r.ExitCode = &c
+	}
+	return &r, nil
+}
+
+func msTime(v sql.NullInt64) *time.Time {
+	if !v.Valid {
+		return nil
+	}
+	t := time.UnixMilli(v.Int64).UTC()
+	return &t
+}
+
+func msVal(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return t.UnixMilli()
+}
+
+func insert(ctx context.Context, st *store.Store, r *record) error {
+	cfg, err := json.Marshal(r.Config)
+	if err != nil {
+		return err
+	}
+	spec, err := json.Marshal(r.spec)
+	if err != nil {
+		return err
+	}
+	_, err = st.DB().ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		r.ID, r.Name, r.Image, r.ImageID, r.Backend, r.State, string(cfg), string(spec),
+		r.CreatedAt.UnixMilli(), msVal(r.StartedAt), msVal(r.FinishedAt), msVal(r.ExpiresAt), exitVal(r.ExitCode), r.Reason, r.Snapshot, r.ForkedFrom, r.pool)
+	return nameErr(r, err)
+}
+
+// nameErr tells a taken name from other failures to write r.
+func nameErr(r *record, err error) error {
+	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed: sandboxes.name") {
+		return fmt.Errorf("%w: %q", sandbox.ErrNameInUse, r.Name)
+	}
+	return err
+}
+
+func exitVal(c *int) any {
+	if c == nil {
+		return nil
+	}
+	return *c
+}
+
+// update writes the mutable fields of r.
+func update(ctx context.Context, st *store.Store, r *record) error {
+	cfg, err := json.Marshal(r.Config)
+	if err != nil {
+		return err
+	}
+	spec, err := json.Marshal(r.spec)
+	if err != nil {
+		return err
+	}
+	_, err = st.DB().ExecContext(ctx, `UPDATE sandboxes SET name=?, image=?, config=?, created_at=?, state=?, spec=?, started_at=?, finished_at=?, expires_at=?, exit_code=?, reason=?, snapshot=?, forked_from=?, pool=? WHERE id=?`,
+		r.Name, r.Image, string(cfg), r.CreatedAt.UnixMilli(), r.State, string(spec), msVal(r.StartedAt), msVal(r.FinishedAt), msVal(r.ExpiresAt), exitVal(r.ExitCode), r.Reason, r.Snapshot, r.ForkedFrom, r.pool, r.ID)
+	return nameErr(r, err)
+}
+
+// execer is a database or a transaction.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// deleteRecord forgets a sandbox record; removeRecord buries it first
+// when the sandbox really existed.
+func deleteRecord(ctx context.Context, db execer, id string) error {
+	_, err := db.ExecContext(ctx, `DELETE FROM sandboxes WHERE id=?`, id)
+	return err
+}
+
+// lookup finds a sandbox by exact name, exact ID, or unique ID prefix.
+func lookup(ctx context.Context, st *store.Store, ref string) (*record, error) {
+	if ref == "" {
+		return nil, fmt.Errorf("%w: empty name", sandbox.ErrNotFound)
+	}
+	r, err := scanRecord(st.DB().QueryRowContext(ctx, `SELECT `+columns+` FROM sandboxes WHERE name=? OR id=?`, ref, ref))
+	if err == nil {
+		return r, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return nil, err
+	}
+	if len(ref) >= 4 && isHex(ref) {
+		rows, err := st.DB().QueryContext(ctx, `SELECT `+columns+` FROM sandboxes WHERE id LIKE ? LIMIT 2`, ref+"%")
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		var found []*record
+		for rows.Next() {
+			r, err := scanRecord(rows)
+			if err != nil {
+				return nil, err
+			}
+			found = append(found, r)
+		}
+		if len(found) == 1 {
+			return found[0], nil
+		}
+		if len(found) > 1 {
+			return nil, fmt.Errorf("%w: %q matches more than one sandbox ID", sandbox.ErrNotFound, ref)
+		}
+	}
+	return nil, notFound(ctx, st, ref)
+}
+
+func isHex(s string) bool {
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// ImageInUse reports whether any sandbox, in any state, was made from the
+// image with this ID. Image removal asks before deleting layers.
+func ImageInUse(ctx context.Context, st *store.Store, imageID string) (bool, error) {
+	if err := st.Migrate(ctx, "sandbox", schema); err != nil {
+		return false, err
+	}
+	var n int
+	err := st.DB().QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes WHERE image_id = ?`, imageID).Scan(&n)
+	return n > 0, err
+}
+
+// SnapshotInUse reports whether a sandbox, in any state, was restored
+// from the snapshot with this ID; snapshot rm keeps such a snapshot so
+// that every sandbox's lineage stays resolvable.
+func SnapshotInUse(ctx context.Context, st *store.Store, snapshotID string) (bool, error) {
+	if err := st.Migrate(ctx, "sandbox", schema); err != nil {
+		return false, err
+	}
+	var n int
+	err := st.DB().QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes WHERE snapshot = ?`, snapshotID).Scan(&n)
+	return n > 0, err
+}
+
+// listRecords lists the sandboxes of pool ("" for those not in a pool), or
+// all of them when all is set.
+func listRecords(ctx context.Context, st *store.Store, pool string, all bool) ([]*record, error) {
+	rows, err := st.DB().QueryContext(ctx, `SELECT `+columns+` FROM sandboxes WHERE ? OR pool = ? ORDER BY created_at, id`, all, pool)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*record
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// SnapshotInUse reports whether a sandbox of this Manager's data dir
+// depends on the snapshot with this ID.
+func (m *Manager) SnapshotInUse(ctx context.Context, snapshotID string) (bool, error) {
+	return SnapshotInUse(ctx, m.st, snapshotID)
+}

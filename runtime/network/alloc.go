@@ -1,0 +1,128 @@
+package network
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"smolvm.dev/smolvm/runtime/store"
+)
+
+// Every sandbox with a network gets slot idx: 10.213.0.0/16 in /30s
+// (gateway .1, sandbox .2) and a ULA /64 (gateway ::1, sandbox ::2). The
+// slot is recorded before anything is made, so concurrent CLIs never share
+// one and a crash leaves a record that GC follows.
+const maxSlots = 1 << 14
+
+var (
+	base4 = netip.MustParseAddr("10.213.0.0")
+	base6 = netip.MustParseAddr("fd73:6d6f:6c76::")
+)
+
+var schema = []string{
+	`CREATE TABLE net_slots (
+		idx INTEGER PRIMARY KEY,
+		sandbox TEXT NOT NULL UNIQUE,
+		created_at INTEGER NOT NULL
+	)`,
+}
+
+// Addrs are a sandbox's addresses on its veth pair.
+type Addrs struct {
+	Slot     int        `json:"slot"`
+	Gateway4 netip.Addr `json:"gateway4"`
+	Sandbox4 netip.Addr `json:"sandbox4"`
+	Gateway6 netip.Addr `json:"gateway6"`
+	Sandbox6 netip.Addr `json:"sandbox6"`
+	HostVeth string     `json:"host_veth"`
+	LogGroup uint16     `json:"log_group"`
+}
+
+func addrsFor(idx int, id string) Addrs {
+	b4 := base4.As4()
+	n := uint32(b4[0])<<24 | uint32(b4[1])<<16 | uint32(idx)<<2
+	v4 := func(host uint32) netip.Addr {
+		x := n | host
+		return netip.AddrFrom4([4]byte{byte(x >> 24), byte(x >> 16), byte(x >> 8), byte(x)})
+	}
+	b6 := base6.As16()
+	b6[6], b6[7] = byte(idx>>8), byte(idx)
+	v6 := func(host byte) netip.Addr {
+		a := b6
+		a[15] = host
+		return netip.AddrFrom16(a)
+	}
+	return Addrs{
+		Slot: idx, Gateway4: v4(1), Sandbox4: v4(2), Gateway6: v6(1), Sandbox6: v6(2),
+		HostVeth: vethName(id), LogGroup: uint16(1<<15 + idx),
+	}
+}
+
+// vethName is the host end's name: "smv" and the 12-digit ID fit IFNAMSIZ.
+func vethName(id string) string { return "smv" + id }
+
+// prefix4 and prefix6 are the on-link prefixes of the pair.
+func (a Addrs) prefix4() netip.Prefix { return netip.PrefixFrom(a.Gateway4, 30) }
+func (a Addrs) prefix6() netip.Prefix { return netip.PrefixFrom(a.Gateway6, 64) }
+
+// allocate records a free slot for id, or returns the one it has.
+func allocate(ctx context.Context, st *store.Store, id string) (Addrs, error) {
+	if a, err := lookupSlot(ctx, st, id); err == nil || !errors.Is(err, sql.ErrNoRows) {
+		return a, err
+	}
+	// The lowest free slot, in one statement: SQLite runs it atomically,
+	// and a concurrent insert of the same slot fails the primary key.
+	var err error
+	for try := 0; try < 5; try++ {
+		_, err = st.DB().ExecContext(ctx, `INSERT INTO net_slots (idx, sandbox, created_at)
+			SELECT s, ?, ? FROM (
+				SELECT 0 AS s WHERE NOT EXISTS (SELECT 1 FROM net_slots WHERE idx = 0)
+				UNION ALL
+				SELECT idx + 1 FROM net_slots a WHERE NOT EXISTS (SELECT 1 FROM net_slots b WHERE b.idx = a.idx + 1)
+				ORDER BY s LIMIT 1)
+			WHERE s < ?`, id, store.Now().UnixMilli(), maxSlots)
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		return Addrs{}, fmt.Errorf("allocate addresses for %s: %w", id, err)
+	}
+	a, err := lookupSlot(ctx, st, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Addrs{}, fmt.Errorf("allocate addresses for %s: all %d slots in use", id, maxSlots)
+	}
+	return a, err
+}
+
+func lookupSlot(ctx context.Context, st *store.Store, id string) (Addrs, error) {
+	var idx int
+	if err := st.DB().QueryRowContext(ctx, `SELECT idx FROM net_slots WHERE sandbox = ?`, id).Scan(&idx); err != nil {
+		return Addrs{}, err
+	}
+	return addrsFor(idx, id), nil
+}
+
+func release(ctx context.Context, st *store.Store, id string) error {
+	_, err := st.DB().ExecContext(ctx, `DELETE FROM net_slots WHERE sandbox = ?`, id)
+	return err
+}
+
+func slotOwners(ctx context.Context, st *store.Store) ([]string, error) {
+	rows, err := st.DB().QueryContext(ctx, `SELECT sandbox FROM net_slots`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}

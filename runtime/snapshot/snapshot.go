@@ -1,0 +1,397 @@
+// Package snapshot stores sandbox checkpoints on disk, content-addressed, with their lineage.
+package snapshot
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"smolvm.dev/smolvm/runtime/store"
+)
+
+// Errors callers test with errors.Is; they are always wrapped with detail.
+var (
+	ErrNotFound    = errors.New("snapshot not found")
+	ErrCorrupt     = errors.New("corrupt snapshot")
+	ErrInUse       = errors.New("snapshot in use")
+	ErrNameInUse   = errors.New("snapshot name in use")
+	ErrInvalidName = errors.New("invalid snapshot name")
+)
+
+// File is one checkpoint file of a snapshot.
+type File struct {
+	Name   string `json:"name"` // slash-separated path inside the snapshot
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"` // hex
+	CRC32C uint32 `json:"crc32c"`
+}
+
+// Lineage says where a snapshot came from.
+type Lineage struct {
+	Sandbox     string `json:"sandbox"`
+	SandboxName string `json:"sandbox_name"`
+	Parent      string `json:"parent"` // snapshot ID the sandbox was itself restored from, "" if none
+}
+
+// Snapshot is a stored checkpoint.
+type Snapshot struct {
+	// ID is "sha256:<hex>", the digest of the sha256sum-style listing
+	// ("<sha256>  <name>\n" per file, sorted by name): identical content
+	// gives the same ID.
+	ID      string          `json:"id"`
+	Name    string          `json:"name,omitempty"`  // the first name given, "" if none
+	Names   []string        `json:"names,omitempty"` // every name, oldest first; unique among snapshots
+	Lineage Lineage         `json:"lineage"`
+	ImageID string          `json:"image_id"`
+	Created time.Time       `json:"created"`
+	Size    int64           `json:"size"` // bytes of its files
+	Files   []File          `json:"files"`
+	Meta    json.RawMessage `json:"meta,omitempty"` // opaque here: what the sandbox manager needs to restore
+}
+
+// Store is the snapshot store of one data directory. It is safe for
+// concurrent use, also by several processes sharing the data directory.
+type Store struct {
+	st  *store.Store
+	dir string // <dataDir>/snapshots
+}
+
+var schema = []string{
+	`CREATE TABLE snapshots (
+		id           TEXT PRIMARY KEY,
+		sandbox      TEXT NOT NULL,
+		sandbox_name TEXT NOT NULL,
+		parent       TEXT NOT NULL,
+		image_id     TEXT NOT NULL,
+		created      INTEGER NOT NULL,
+		size         INTEGER NOT NULL,
+		files        TEXT NOT NULL,
+		meta         TEXT NOT NULL
+	)`,
+	`CREATE TABLE snapshot_names (
+		name        TEXT PRIMARY KEY,
+		snapshot_id TEXT NOT NULL REFERENCES snapshots(id) ON DELETE CASCADE,
+		created     INTEGER NOT NULL
+	)`,
+	`CREATE INDEX snapshot_names_snapshot_id ON snapshot_names(snapshot_id)`,
+}
+
+const (
+	lockName      = ".lock"
+	stagingPrefix = ".staging-"
+)
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli) // hardware-accelerated on amd64 and arm64
+
+// Open opens the snapshot store in dataDir, registering its tables in st.
+func Open(ctx context.Context, dataDir string, st *store.Store) (*Store, error) {
+	s := &Store{st: st, dir: filepath.Join(dataDir, "snapshots")}
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("open snapshot store: %w", err)
+	}
+	if err := st.Migrate(ctx, "snapshot", schema); err != nil {
+		return nil, fmt.Errorf("open snapshot store: %w", err)
+	}
+	return s, nil
+}
+
+// lock serializes the steps that make a snapshot directory and its row
+// agree (Commit's rename and insert, Remove, GC) across processes. flock
+// is released by the kernel when a process dies, so a crash never leaves
+// the store locked.
+func (s *Store) lock() (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(s.dir, lockName), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock snapshots: %w", err)
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock snapshots: %w", err)
+	}
+	return func() { f.Close() }, nil
+}
+
+// path is the directory of a committed snapshot.
+func (s *Store) path(id string) string {
+	return filepath.Join(s.dir, strings.TrimPrefix(id, "sha256:"))
+}
+
+var (
+	hexDir    = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	idPattern = regexp.MustCompile(`^(sha256:)?[0-9a-f]{6,64}$`)
+	namePat   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+)
+
+// checkName rejects names that could not be typed on a command line or
+// that would shadow an ID prefix.
+func checkName(name string) error {
+	if !namePat.MatchString(name) {
+		return fmt.Errorf("%w %q: use up to 128 letters, digits, '_', '.' or '-', starting with a letter or digit", ErrInvalidName, name)
+	}
+	if idPattern.MatchString(name) {
+		return fmt.Errorf("%w %q: it looks like a snapshot ID", ErrInvalidName, name)
+	}
+	return nil
+}
+
+// Get finds a snapshot by name, full ID, or unique ID prefix of at least 6
+// hex digits.
+func (s *Store) Get(ctx context.Context, nameOrID string) (*Snapshot, error) {
+	id, err := s.resolve(ctx, nameOrID)
+	if err != nil {
+		return nil, err
+	}
+	return s.load(ctx, id)
+}
+
+func (s *Store) resolve(ctx context.Context, nameOrID string) (string, error) {
+	db := s.st.DB()
+	var id string
+	err := db.QueryRowContext(ctx, `SELECT snapshot_id FROM snapshot_names WHERE name = ?`, nameOrID).Scan(&id)
+	if err == nil {
+		return id, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return "", fmt.Errorf("get snapshot %s: %w", nameOrID, err)
+	}
+	if !idPattern.MatchString(nameOrID) {
+		return "", fmt.Errorf("%w: %s", ErrNotFound, nameOrID)
+	}
+	prefix := nameOrID
+	if !strings.HasPrefix(prefix, "sha256:") {
+		prefix = "sha256:" + prefix
+	}
+	ids, err := queryStrings(ctx, db, `SELECT id FROM snapshots WHERE substr(id, 1, ?) = ? LIMIT 2`, len(prefix), prefix)
+	if err != nil {
+		return "", fmt.Errorf("get snapshot %s: %w", nameOrID, err)
+	}
+	switch len(ids) {
+	case 0:
+		return "", fmt.Errorf("%w: %s", ErrNotFound, nameOrID)
+	case 1:
+		return ids[0], nil
+	}
+	return "", fmt.Errorf("get snapshot %s: the ID prefix matches several snapshots: give more digits", nameOrID)
+}
+
+// load reads one snapshot row with its names.
+func (s *Store) load(ctx context.Context, id string) (*Snapshot, error) {
+	db := s.st.DB()
+	snap := &Snapshot{ID: id}
+	var created int64
+	var files, meta string
+	err := db.QueryRowContext(ctx, `SELECT sandbox, sandbox_name, parent, image_id, created, size, files, meta FROM snapshots WHERE id = ?`, id).
+		Scan(&snap.Lineage.Sandbox, &snap.Lineage.SandboxName, &snap.Lineage.Parent, &snap.ImageID, &created, &snap.Size, &files, &meta)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load snapshot %s: %w", id, err)
+	}
+	snap.Created = time.UnixMilli(created).UTC()
+	if err := json.Unmarshal([]byte(files), &snap.Files); err != nil {
+		return nil, fmt.Errorf("load snapshot %s files: %w", id, err)
+	}
+	if meta != "" {
+		snap.Meta = json.RawMessage(meta)
+	}
+	if snap.Names, err = queryStrings(ctx, db, `SELECT name FROM snapshot_names WHERE snapshot_id = ? ORDER BY created, name`, id); err != nil {
+		return nil, fmt.Errorf("load snapshot %s names: %w", id, err)
+	}
+	if len(snap.Names) > 0 {
+		snap.Name = snap.Names[0]
+	}
+	return snap, nil
+}
+
+func queryStrings(ctx context.Context, db *sql.DB, query string, args ...any) ([]string, error) {
+	rows, err := db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// List returns all snapshots, newest first.
+func (s *Store) List(ctx context.Context) ([]Snapshot, error) {
+	ids, err := queryStrings(ctx, s.st.DB(), `SELECT id FROM snapshots ORDER BY created DESC, id`)
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots: %w", err)
+	}
+	out := []Snapshot{}
+	for _, id := range ids {
+		snap, err := s.load(ctx, id)
+		if errors.Is(err, ErrNotFound) {
+			continue // removed since the listing
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *snap)
+	}
+	return out, nil
+}
+
+// Verify checks that every file of snap is in place with its recorded size
+// and CRC32C, and returns the snapshot's directory. It reads every byte but
+// uses the hardware CRC rather than SHA-256, so it is cheap enough to run
+// before each restore.
+func (s *Store) Verify(ctx context.Context, snap *Snapshot) (string, error) {
+	dir := s.path(snap.ID)
+	buf := make([]byte, 1<<20)
+	for _, f := range snap.Files {
+		if err := ctx.Err(); err != nil {
+			return "", err
+		}
+		if err := verifyFile(filepath.Join(dir, filepath.FromSlash(f.Name)), f, buf); err != nil {
+			return "", fmt.Errorf("%w: %s: %s: %w", ErrCorrupt, shortID(snap.ID), f.Name, err)
+		}
+	}
+	return dir, nil
+}
+
+func verifyFile(path string, want File, buf []byte) error {
+	fh, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer fh.Close()
+	fi, err := fh.Stat()
+	if err != nil {
+		return err
+	}
+	if fi.Size() != want.Size {
+		return fmt.Errorf("size %d, want %d", fi.Size(), want.Size)
+	}
+	crc := crc32.New(crcTable)
+	if _, err := io.CopyBuffer(crc, fh, buf); err != nil {
+		return err
+	}
+	if got := crc.Sum32(); got != want.CRC32C {
+		return fmt.Errorf("crc32c %08x, want %08x", got, want.CRC32C)
+	}
+	return nil
+}
+
+// Remove deletes a snapshot given by ID, or by its only name; given one of
+// several names, it removes just that name. inUse reports whether a
+// sandbox depends on a snapshot (nil means none does); such a snapshot is
+// kept and Remove returns ErrInUse.
+func (s *Store) Remove(ctx context.Context, nameOrID string, inUse func(id string) (bool, error)) error {
+	snap, err := s.Get(ctx, nameOrID)
+	if err != nil {
+		return err
+	}
+	if len(snap.Names) > 1 && snap.ID != nameOrID && slices.Contains(snap.Names, nameOrID) {
+		if _, err := s.st.DB().ExecContext(ctx, `DELETE FROM snapshot_names WHERE name = ?`, nameOrID); err != nil {
+			return fmt.Errorf("remove snapshot name %s: %w", nameOrID, err)
+		}
+		return nil
+	}
+	unlock, err := s.lock()
+	if err != nil {
+		return fmt.Errorf("remove snapshot %s: %w", nameOrID, err)
+	}
+	defer unlock()
+	// Asked under the lock: a restore registers its sandbox before it
+	// verifies the files, so either it sees the snapshot gone or this
+	// sees its sandbox.
+	if inUse != nil {
+		used, err := inUse(snap.ID)
+		if err != nil {
+			return fmt.Errorf("remove snapshot %s: %w", nameOrID, err)
+		}
+		if used {
+			return fmt.Errorf("remove snapshot %s: %w: a sandbox was restored from it", nameOrID, ErrInUse)
+		}
+	}
+	// Row first: a crash in between leaves a directory without a row,
+	// which GC removes, never a listed snapshot without files.
+	if _, err := s.st.DB().ExecContext(ctx, `DELETE FROM snapshots WHERE id = ?`, snap.ID); err != nil {
+		return fmt.Errorf("remove snapshot %s: %w", nameOrID, err)
+	}
+	if err := os.RemoveAll(s.path(snap.ID)); err != nil {
+		return fmt.Errorf("remove snapshot %s: %w", nameOrID, err)
+	}
+	return nil
+}
+
+// GC removes what crashed processes left behind: staging directories whose
+// creator is gone, and snapshot directories without a row. It returns the
+// paths it removed.
+func (s *Store) GC(ctx context.Context) ([]string, error) {
+	unlock, err := s.lock()
+	if err != nil {
+		return nil, fmt.Errorf("snapshot gc: %w", err)
+	}
+	defer unlock()
+	ids, err := queryStrings(ctx, s.st.DB(), `SELECT id FROM snapshots`)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot gc: %w", err)
+	}
+	known := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		known[strings.TrimPrefix(id, "sha256:")] = true
+	}
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot gc: %w", err)
+	}
+	var removed []string
+	for _, e := range entries {
+		p := filepath.Join(s.dir, e.Name())
+		switch {
+		case strings.HasPrefix(e.Name(), stagingPrefix):
+			if !abandoned(p, time.Now()) {
+				continue
+			}
+		case hexDir.MatchString(e.Name()):
+			if known[e.Name()] {
+				continue
+			}
+		default:
+			continue
+		}
+		if err := os.RemoveAll(p); err != nil {
+			return removed, fmt.Errorf("snapshot gc: %w", err)
+		}
+		removed = append(removed, p)
+	}
+	return removed, nil
+}
+
+// shortID is the 12-hex-digit form of an ID shown to users.
+func shortID(id string) string {
+	h := strings.TrimPrefix(id, "sha256:")
+	if len(h) > 12 {
+		h = h[:12]
+	}
+	return h
+}

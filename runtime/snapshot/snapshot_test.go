@@ -1,0 +1,588 @@
+package snapshot
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"smolvm.dev/smolvm/runtime/store"
+)
+
+// TestMain doubles as the crashing process of TestGCAfterCrash.
+func TestMain(m *testing.M) {
+	if dataDir := os.Getenv("SNAPSHOT_TEST_CRASH_IN"); dataDir != "" {
+		crashWhileStaging(dataDir)
+	}
+	os.Exit(m.Run())
+}
+
+// crashWhileStaging begins a snapshot, writes part of it, prints the
+// staging directory and dies without cleaning up.
+func crashWhileStaging(dataDir string) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, dataDir)
+	if err != nil {
+		panic(err)
+	}
+	s, err := Open(ctx, dataDir, st)
+	if err != nil {
+		panic(err)
+	}
+	g, err := s.Begin(ctx)
+	if err != nil {
+		panic(err)
+	}
+	if err := os.WriteFile(filepath.Join(g.Dir(), "pages.img"), make([]byte, 4096), 0o600); err != nil {
+		panic(err)
+	}
+	fmt.Println(g.Dir())
+	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {}
+}
+
+func openStore(t *testing.T, dataDir string) *Store {
+	t.Helper()
+	st, err := store.Open(t.Context(), dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	s, err := Open(t.Context(), dataDir, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// stage begins a snapshot holding files (name → content).
+func stage(t *testing.T, s *Store, files map[string]string) *Staging {
+	t.Helper()
+	g, err := s.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range files {
+		p := filepath.Join(g.Dir(), name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return g
+}
+
+func commit(t *testing.T, s *Store, name string, files map[string]string) *Snapshot {
+	t.Helper()
+	snap, err := stage(t, s, files).Commit(t.Context(), name, "sha256:img", Lineage{Sandbox: "sb1", SandboxName: "dev"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap
+}
+
+// entries lists the snapshots directory, so tests see every leftover.
+func entries(t *testing.T, dataDir string) []string {
+	t.Helper()
+	des, err := os.ReadDir(filepath.Join(dataDir, "snapshots"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, de := range des {
+		if de.Name() != lockName {
+			out = append(out, de.Name())
+		}
+	}
+	return out
+}
+
+func TestCommitGetList(t *testing.T) {
+	dataDir := t.TempDir()
+	s := openStore(t, dataDir)
+	ctx := t.Context()
+	files := map[string]string{"checkpoint.img": "state", "pages.img": strings.Repeat("page", 5000), "sub/x": "x", "a.b": "dot"}
+	g := stage(t, s, files)
+	lin := Lineage{Sandbox: "0123abcd", SandboxName: "dev", Parent: "sha256:feed"}
+	meta := map[string]any{"cmd": []string{"sh"}, "cpus": 2.0}
+	snap, err := g.Commit(ctx, "first", "sha256:img1", lin, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Abort() // a no-op after Commit
+
+	// The ID is the digest of the sha256sum listing of the files, by name.
+	list := exec.Command("sh", "-c", "sha256sum a.b checkpoint.img pages.img sub/x | sha256sum")
+	list.Dir = filepath.Join(dataDir, "snapshots", strings.TrimPrefix(snap.ID, "sha256:"))
+	out, err := list.Output()
+	if err != nil {
+		t.Fatalf("sha256sum in the snapshot dir: %v", err)
+	}
+	if want := "sha256:" + strings.Fields(string(out))[0]; snap.ID != want {
+		t.Errorf("ID = %s, want %s", snap.ID, want)
+	}
+	var names []string
+	var size int64
+	for _, f := range snap.Files {
+		names = append(names, f.Name)
+		content := files[f.Name]
+		sum := sha256.Sum256([]byte(content))
+		if f.Size != int64(len(content)) || f.SHA256 != hex.EncodeToString(sum[:]) || f.CRC32C != crc32.Checksum([]byte(content), crcTable) {
+			t.Errorf("file %+v, want content %q", f, content)
+		}
+		size += f.Size
+	}
+	if want := []string{"a.b", "checkpoint.img", "pages.img", "sub/x"}; !slices.Equal(names, want) {
+		t.Errorf("files %v, want %v", names, want)
+	}
+	if snap.Size != size || snap.Name != "first" || snap.Lineage != lin || snap.ImageID != "sha256:img1" || time.Since(snap.Created) > time.Minute {
+		t.Errorf("snapshot %+v", snap)
+	}
+	var gotMeta map[string]any
+	if err := json.Unmarshal(snap.Meta, &gotMeta); err != nil || gotMeta["cpus"] != 2.0 {
+		t.Errorf("meta %s: %v", snap.Meta, err)
+	}
+	if e := entries(t, dataDir); !slices.Equal(e, []string{strings.TrimPrefix(snap.ID, "sha256:")}) {
+		t.Errorf("snapshots dir holds %v, want only the snapshot", e)
+	}
+
+	second := commit(t, s, "", map[string]string{"checkpoint.img": "other"})
+	hexID := strings.TrimPrefix(snap.ID, "sha256:")
+	for _, q := range []string{"first", snap.ID, hexID, hexID[:12], hexID[:6], "sha256:" + hexID[:8]} {
+		got, err := s.Get(ctx, q)
+		if err != nil {
+			t.Errorf("Get(%s): %v", q, err)
+			continue
+		}
+		if got.ID != snap.ID || !bytes.Equal(got.Meta, snap.Meta) || len(got.Files) != 4 {
+			t.Errorf("Get(%s) = %+v", q, got)
+		}
+	}
+	for _, q := range []string{"missing", hexID[:5], "sha256:" + strings.Repeat("0", 64), ""} {
+		if _, err := s.Get(ctx, q); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), q) {
+			t.Errorf("Get(%q) = %v, want ErrNotFound naming it", q, err)
+		}
+	}
+	all, err := s.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 2 || all[0].ID != second.ID || all[1].ID != snap.ID {
+		t.Errorf("List = %+v, want the two snapshots, newest first", all)
+	}
+	if second.Name != "" || second.Names != nil || second.Meta != nil {
+		t.Errorf("unnamed snapshot without meta: %+v", second)
+	}
+}
+
+func TestSameContentSameID(t *testing.T) {
+	dataDir := t.TempDir()
+	s := openStore(t, dataDir)
+	files := map[string]string{"pages.img": "same pages", "checkpoint.img": "same state"}
+	a := commit(t, s, "a", files)
+	b := commit(t, s, "b", files)
+	c := commit(t, s, "", files)
+	if b.ID != a.ID || c.ID != a.ID {
+		t.Fatalf("IDs %s %s %s differ for identical content", a.ID, b.ID, c.ID)
+	}
+	if !slices.Equal(c.Names, []string{"a", "b"}) || c.Name != "a" {
+		t.Errorf("names %v (%s), want [a b]", c.Names, c.Name)
+	}
+	renamed := commit(t, s, "", map[string]string{"pages2.img": "same pages", "checkpoint.img": "same state"})
+	changed := commit(t, s, "", map[string]string{"pages.img": "same pages", "checkpoint.img": "same statE"})
+	if renamed.ID == a.ID || changed.ID == a.ID || renamed.ID == changed.ID {
+		t.Errorf("different content shares an ID: %s %s %s", a.ID, renamed.ID, changed.ID)
+	}
+	if e := entries(t, dataDir); len(e) != 3 {
+		t.Errorf("snapshots dir holds %v, want 3 snapshot dirs and no staging", e)
+	}
+}
+
+func TestNames(t *testing.T) {
+	dataDir := t.TempDir()
+	s := openStore(t, dataDir)
+	ctx := t.Context()
+	first := commit(t, s, "taken", map[string]string{"f": "1"})
+	_, err := stage(t, s, map[string]string{"f": "2"}).Commit(ctx, "taken", "", Lineage{}, nil)
+	if !errors.Is(err, ErrNameInUse) || !strings.Contains(err.Error(), "taken") {
+		t.Errorf("commit with a taken name: %v, want ErrNameInUse", err)
+	}
+	for _, name := range []string{"has space", "-dash", "a/b", "abcdef12", strings.Repeat("n", 129)} {
+		_, err := stage(t, s, map[string]string{"f": "3"}).Commit(ctx, name, "", Lineage{}, nil)
+		if !errors.Is(err, ErrInvalidName) {
+			t.Errorf("commit named %q: %v, want ErrInvalidName", name, err)
+		}
+	}
+	all, err := s.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 1 || all[0].ID != first.ID {
+		t.Errorf("List = %+v, want only the first snapshot", all)
+	}
+	if e := entries(t, dataDir); len(e) != 1 {
+		t.Errorf("failed commits left %v", e)
+	}
+	// Empty checkpoints are refused, and a finished staging stays finished.
+	g := stage(t, s, nil)
+	if _, err := g.Commit(ctx, "", "", Lineage{}, nil); err == nil {
+		t.Error("committed an empty checkpoint")
+	}
+	if _, err := g.Commit(ctx, "", "", Lineage{}, nil); err == nil {
+		t.Error("committed a staging twice")
+	}
+}
+
+func TestVerify(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	ctx := t.Context()
+	snap := commit(t, s, "v", map[string]string{"pages.img": strings.Repeat("p", 10000), "checkpoint.img": "state"})
+	dir, err := s.Verify(ctx, snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages := filepath.Join(dir, "pages.img")
+	orig, err := os.ReadFile(pages)
+	if err != nil {
+		t.Fatalf("Verify returned %s, which does not hold the files: %v", dir, err)
+	}
+	damage := []struct {
+		name string
+		do   func() error
+		want string
+	}{
+		{"truncated", func() error { return os.Truncate(pages, 9999) }, "size 9999, want 10000"},
+		{"flipped byte", func() error {
+			b := slices.Clone(orig)
+			b[5000] ^= 1
+			return os.WriteFile(pages, b, 0o600)
+		}, "crc32c"},
+		{"missing", func() error { return os.Remove(pages) }, "no such file"},
+	}
+	for _, d := range damage {
+		if err := d.do(); err != nil {
+			t.Fatal(err)
+		}
+		_, err := s.Verify(ctx, snap)
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "pages.img") || !strings.Contains(err.Error(), d.want) {
+			t.Errorf("%s: Verify = %v, want ErrCorrupt naming pages.img and %q", d.name, err, d.want)
+		}
+		if err := os.WriteFile(pages, orig, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Verify(ctx, snap); err != nil {
+			t.Fatalf("%s: repaired snapshot: %v", d.name, err)
+		}
+	}
+}
+
+func TestRemove(t *testing.T) {
+	dataDir := t.TempDir()
+	s := openStore(t, dataDir)
+	ctx := t.Context()
+	snap := commit(t, s, "keep", map[string]string{"f": "1"})
+	dir := filepath.Join(dataDir, "snapshots", strings.TrimPrefix(snap.ID, "sha256:"))
+	var asked []string
+	used := func(id string) (bool, error) { asked = append(asked, id); return true, nil }
+	if err := s.Remove(ctx, "keep", used); !errors.Is(err, ErrInUse) {
+		t.Errorf("Remove of a snapshot in use: %v, want ErrInUse", err)
+	}
+	if !slices.Equal(asked, []string{snap.ID}) {
+		t.Errorf("inUse asked about %v, want [%s]", asked, snap.ID)
+	}
+	boom := errors.New("boom")
+	if err := s.Remove(ctx, "keep", func(string) (bool, error) { return false, boom }); !errors.Is(err, boom) {
+		t.Errorf("Remove with a failing inUse: %v", err)
+	}
+	if _, err := s.Verify(ctx, snap); err != nil {
+		t.Fatalf("refused removals damaged the snapshot: %v", err)
+	}
+
+	// A second name goes alone; the last one takes the snapshot.
+	commit(t, s, "alias", map[string]string{"f": "1"})
+	if err := s.Remove(ctx, "alias", used); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get(ctx, snap.ID); err != nil || !slices.Equal(got.Names, []string{"keep"}) {
+		t.Fatalf("after removing a name: %+v, %v", got, err)
+	}
+	notUsed := func(string) (bool, error) { return false, nil }
+	if err := s.Remove(ctx, "keep", notUsed); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, snap.ID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get after Remove: %v", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("snapshot dir after Remove: %v", err)
+	}
+	if err := s.Remove(ctx, "keep", notUsed); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Remove of a removed snapshot: %v, want ErrNotFound", err)
+	}
+	// By ID, even one with several names.
+	other := commit(t, s, "x", map[string]string{"g": "2"})
+	commit(t, s, "y", map[string]string{"g": "2"})
+	if err := s.Remove(ctx, other.ID[:14], nil); err != nil {
+		t.Fatal(err)
+	}
+	if all, _ := s.List(ctx); len(all) != 0 {
+		t.Errorf("List after removing all: %+v", all)
+	}
+}
+
+func TestGCAfterCrash(t *testing.T) {
+	dataDir := t.TempDir()
+	s := openStore(t, dataDir)
+	ctx := t.Context()
+	kept := commit(t, s, "kept", map[string]string{"f": "1"})
+
+	// A process killed while writing a checkpoint.
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), "SNAPSHOT_TEST_CRASH_IN="+dataDir)
+	out, err := child.Output()
+	if ws, ok := child.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("crashing process: %v, %s", err, out)
+	}
+	crashed := filepath.Dir(strings.TrimSpace(string(out)))
+	if _, err := os.Stat(filepath.Join(crashed, filesName, "pages.img")); err != nil {
+		t.Fatalf("the crash left no staging: %v", err)
+	}
+
+	// A live staging, however old, stays.
+	live := stage(t, s, map[string]string{"f": "live"})
+	defer live.Abort()
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(live.root, old, old); err != nil {
+		t.Fatal(err)
+	}
+	// A creator that died before writing its pid file: kept for a minute.
+	young := filepath.Join(dataDir, "snapshots", stagingPrefix+"young")
+	stale := filepath.Join(dataDir, "snapshots", stagingPrefix+"stale")
+	for _, d := range []string{young, stale} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chtimes(stale, old, old); err != nil {
+		t.Fatal(err)
+	}
+	// A Commit that crashed between its rename and its row.
+	orphan := commit(t, s, "", map[string]string{"f": "orphan"})
+	if _, err := s.st.DB().ExecContext(ctx, `DELETE FROM snapshots WHERE id = ?`, orphan.ID); err != nil {
+		t.Fatal(err)
+	}
+	orphanDir := filepath.Join(dataDir, "snapshots", strings.TrimPrefix(orphan.ID, "sha256:"))
+
+	removed, err := s.GC(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(removed)
+	want := []string{orphanDir, crashed, stale}
+	slices.Sort(want)
+	if !slices.Equal(removed, want) {
+		t.Errorf("GC removed %v, want %v", removed, want)
+	}
+	for _, p := range want {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s after GC: %v", p, err)
+		}
+	}
+	if _, err := s.Verify(ctx, kept); err != nil {
+		t.Errorf("GC damaged a snapshot: %v", err)
+	}
+	if _, err := os.Stat(live.Dir()); err != nil {
+		t.Errorf("GC removed a live staging: %v", err)
+	}
+	if _, err := os.Stat(young); err != nil {
+		t.Errorf("GC removed a fresh staging: %v", err)
+	}
+	if _, err := live.Commit(ctx, "live", "", Lineage{}, nil); err != nil {
+		t.Errorf("commit after GC: %v", err)
+	}
+}
+
+// TestCommitOverOrphan: a directory left by a crashed Commit does not stop
+// the same content from being stored again.
+func TestCommitOverOrphan(t *testing.T) {
+	dataDir := t.TempDir()
+	s := openStore(t, dataDir)
+	files := map[string]string{"f": "content"}
+	first := commit(t, s, "", files)
+	if _, err := s.st.DB().ExecContext(t.Context(), `DELETE FROM snapshots WHERE id = ?`, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(dataDir, "snapshots", strings.TrimPrefix(first.ID, "sha256:"))
+	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("half"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	again := commit(t, s, "again", files)
+	if again.ID != first.ID {
+		t.Fatalf("ID %s, want %s", again.ID, first.ID)
+	}
+	if _, err := s.Verify(t.Context(), again); err != nil {
+		t.Errorf("recommitted over an orphan: %v", err)
+	}
+}
+
+func TestConcurrentCommits(t *testing.T) {
+	dataDir := t.TempDir()
+	openStore(t, dataDir) // migrate once, as the first smolvm process would
+	const n = 4
+	var wg sync.WaitGroup
+	shared := make([]string, n)
+	errs := make([]error, n)
+	for i := range n {
+		// Each worker has its own database handle, as a process would.
+		s := openStore(t, dataDir)
+		wg.Go(func() {
+			for round := range 3 {
+				g, err := s.Begin(t.Context())
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				content, name := fmt.Sprintf("worker %d round %d", i, round), ""
+				if round == 0 {
+					content, name = "shared", fmt.Sprintf("w%d", i)
+				}
+				if err := os.WriteFile(filepath.Join(g.Dir(), "pages.img"), []byte(content), 0o600); err != nil {
+					errs[i] = err
+					return
+				}
+				snap, err := g.Commit(t.Context(), name, "", Lineage{}, nil)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				if round == 0 {
+					shared[i] = snap.ID
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range shared {
+		if id != shared[0] {
+			t.Fatalf("identical content got IDs %v", shared)
+		}
+	}
+	s := openStore(t, dataDir)
+	all, err := s.List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 1+n*2 {
+		t.Errorf("%d snapshots, want %d", len(all), 1+n*2)
+	}
+	got, err := s.Get(t.Context(), shared[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Names) != n {
+		t.Errorf("shared snapshot names %v, want one per worker", got.Names)
+	}
+	if e := entries(t, dataDir); len(e) != len(all) {
+		t.Errorf("snapshots dir holds %v for %d snapshots", e, len(all))
+	}
+	for _, snap := range all {
+		if _, err := s.Verify(t.Context(), &snap); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// tinyDataDir mounts a 1 MiB tmpfs as a data directory.
+func tinyDataDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+		if errors.Is(err, unix.EPERM) {
+			t.Skip("cannot mount a tmpfs:", err)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+func freeBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		t.Fatal(err)
+	}
+	return int64(fs.Bavail) * fs.Bsize
+}
+
+func TestDiskFull(t *testing.T) {
+	dataDir := tinyDataDir(t)
+	s := openStore(t, dataDir)
+	ctx := t.Context()
+	free := freeBytes(t, dataDir)
+
+	// The checkpoint does not fit: the backend fails and aborts.
+	g, err := s.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = os.WriteFile(filepath.Join(g.Dir(), "pages.img"), make([]byte, 2<<20), 0o600)
+	if !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("writing 2 MiB into 1 MiB: %v", err)
+	}
+	g.Abort()
+	if got := freeBytes(t, dataDir); got != free {
+		t.Errorf("%d bytes free after Abort, %d before", got, free)
+	}
+
+	// The checkpoint fits, but its record does not: Commit fails.
+	g = stage(t, s, map[string]string{"pages.img": strings.Repeat("p", 256<<10)})
+	meta := map[string]string{"config": strings.Repeat("m", 1<<20)}
+	if _, err := g.Commit(ctx, "full", "", Lineage{}, meta); err == nil {
+		t.Fatal("Commit succeeded on a full disk")
+	} else if !strings.Contains(err.Error(), "full") {
+		t.Errorf("Commit error %q does not say the disk is full", err)
+	}
+	all, err := s.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 0 {
+		t.Errorf("List after failed commits: %+v", all)
+	}
+	if e := entries(t, dataDir); len(e) != 0 {
+		t.Errorf("failed commit left %v", e)
+	}
+	// SQLite may keep its journal grown; the checkpoint's bytes are back.
+	if got := freeBytes(t, dataDir); got < 256<<10 {
+		t.Errorf("%d bytes free after the failed Commit, want the checkpoint's 256 KiB back", got)
+	}
+	// And the store still works once there is room.
+	commit(t, s, "fits", map[string]string{"pages.img": "small"})
+}

@@ -1,0 +1,148 @@
+// Package sandbox is the sandbox service contract: the types, the Service
+// interface and the errors shared by every implementation and client.
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"smolvm.dev/smolvm/runtime/backend"
+	"smolvm.dev/smolvm/runtime/guest"
+)
+
+// Event is one lifecycle change of a sandbox, as this Manager made or
+// observed it. Changes made by another process sharing the data dir show
+// up once this Manager reads the sandbox again.
+type Event struct {
+	// Type is what happened: "created", "started", "stopped", "expired",
+	// "removed", "ttl" (time to live changed), or a state a sandbox was
+	// found in ("paused", "running").
+	Type      string     `json:"type"`
+	ID        string     `json:"id"`
+	Name      string     `json:"name"`
+	State     State      `json:"state,omitempty"`
+	Reason    string     `json:"reason,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	Time      time.Time  `json:"time"`
+}
+
+// MaxCopyOut bounds what a copy out of a sandbox may write on the host, so
+// a hostile sandbox cannot fill the host's disk through cp.
+const MaxCopyOut = 8 << 30
+
+// LogOptions select what Logs prints.
+type LogOptions struct {
+	Follow bool
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
+// ExpiredError is the answer to a lookup of a sandbox that expired.
+type ExpiredError struct {
+	ID, Name string
+	// At is when it expired; Reason says why ("time to live (15m0s) ended").
+	At     time.Time
+	Reason string
+	// Sandbox is the record while it is still listed; nil once removed.
+	Sandbox *Sandbox
+}
+
+func (e *ExpiredError) Error() string {
+	msg := fmt.Sprintf("sandbox %q expired at %s: %s", e.Name, e.At.UTC().Format(time.RFC3339), e.Reason)
+	if e.Sandbox == nil {
+		msg += " (since removed)"
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, ErrExpired) match.
+func (e *ExpiredError) Is(target error) bool { return target == ErrExpired }
+
+// CreateOptions describe a new sandbox.
+type CreateOptions struct {
+	Name   string
+	Image  string // empty: the builtin host image, or the pool's
+	Config Config
+	Start  bool
+	// Pool takes a ready sandbox from this pool (see CreatePool), which
+	// skips every cold step; it implies Start.
+	Pool string
+}
+
+// StartError is a sandbox whose main command could not be started.
+type StartError struct{ Exit guest.Exit }
+
+func (e *StartError) Error() string {
+	return fmt.Sprintf("main command: %s (exit %d)", e.Exit.Error, e.Exit.Code)
+}
+
+// Pool keeps sandboxes of one image and one set of limits ready. Started
+// members make creating a sandbox skip every cold step: the sandbox is
+// already booted, and only takes on its new name and identity. Created,
+// never started members (restore targets) do the same for restores and
+// forks of sandboxes of that image and those limits: the copy is restored
+// into one, which leaves only the restore itself.
+type Pool struct {
+	Name  string `json:"name"`
+	Image string `json:"image"`
+	Size  int    `json:"size"`
+	// Targets is how many restore targets to keep.
+	Targets int `json:"targets"`
+	// MemoryBudget caps the memory the waiting sandboxes use together.
+	MemoryBudget int64          `json:"memory_budget"`
+	Limits       backend.Limits `json:"limits"`
+	CreatedAt    time.Time      `json:"created_at"`
+	// Ready counts the started sandboxes waiting, TargetsReady the
+	// restore targets; MemoryUsed is what they all use.
+	Ready        int   `json:"ready"`
+	TargetsReady int   `json:"targets_ready"`
+	MemoryUsed   int64 `json:"memory_used"`
+}
+
+// Pool bounds.
+const (
+	MaxPoolSize         = 64
+	DefaultMemoryBudget = 4 << 30
+)
+
+// Errors callers match with errors.Is.
+var (
+	ErrPoolNotFound = errors.New("no such pool")
+	ErrPoolBudget   = errors.New("pool memory budget reached")
+)
+
+// PoolOptions describe a new pool.
+type PoolOptions struct {
+	Name         string // default: the image reference, if it is a valid name
+	Image        string // default: the builtin host image
+	Size         int    // started sandboxes
+	Targets      int    // restore targets for restores and forks
+	MemoryBudget int64  // 0: DefaultMemoryBudget
+	Limits       backend.Limits
+}
+
+// MaxFork bounds one fork: each copy is a whole sandbox.
+const MaxFork = 64
+
+// ErrUnsupported is returned when the backend cannot snapshot.
+var ErrUnsupported = errors.New("not supported by this backend")
+
+// CheckpointOptions describe a checkpoint.
+type CheckpointOptions struct {
+	Name string // snapshot name, "" for none
+	Stop bool   // stop the sandbox once saved; by default it keeps running
+}
+
+// RestoreOptions describe a restore.
+type RestoreOptions struct {
+	Name string // name of the new sandbox, "" for a generated one
+}
+
+// ForkOptions describe a fork.
+type ForkOptions struct {
+	N int // copies, 1 to MaxFork; 0 means 1
+	// NamePrefix names the copies P-1 … P-N; "" gives generated names.
+	NamePrefix string
+}

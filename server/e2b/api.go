@@ -1,0 +1,610 @@
+package e2b
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"time"
+
+	"smolvm.dev/smolvm/runtime/image"
+	"smolvm.dev/smolvm/runtime/network"
+	"smolvm.dev/smolvm/sandbox"
+)
+
+// defaultTemplate is the SDK's default template name; it means the
+// builtin image unless an image or snapshot of that name exists.
+const defaultTemplate = "base"
+
+// noEnd stands in for the end of a sandbox without a time to live: the
+// SDK parses endAt as a date and has no way to say "never".
+var noEnd = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+
+func (h *Handler) apiRoutes() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /sandboxes", h.create)
+	mux.HandleFunc("POST /v2/sandboxes", h.create)
+	mux.HandleFunc("GET /sandboxes", h.list)
+	mux.HandleFunc("GET /v2/sandboxes", h.list)
+	mux.HandleFunc("GET /sandboxes/{id}", h.getInfo)
+	mux.HandleFunc("DELETE /sandboxes/{id}", h.kill)
+	mux.HandleFunc("POST /sandboxes/{id}/timeout", h.setTimeout)
+	mux.HandleFunc("POST /sandboxes/{id}/connect", h.connect)
+	mux.HandleFunc("POST /v2/sandboxes/{id}/connect", h.connect)
+	mux.HandleFunc("POST /sandboxes/{id}/resume", h.connect)
+	mux.HandleFunc("POST /sandboxes/{id}/pause", h.pause)
+	mux.HandleFunc("PUT /sandboxes/{id}/network", h.updateNetwork)
+	mux.HandleFunc("POST /sandboxes/{id}/fork", h.fork)
+	mux.HandleFunc("GET /sandboxes/{id}/metrics", h.metrics)
+	mux.HandleFunc("POST /sandboxes/{id}/snapshots", h.createSnapshot)
+	mux.HandleFunc("GET /snapshots", h.listSnapshots)
+	mux.HandleFunc("DELETE /templates/{id}", h.deleteTemplate)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeAPIError(w, http.StatusNotImplemented, fmt.Sprintf("%s %s is not part of the E2B API served by smolvm", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+// apiError is E2B's error body; the SDK reads code and message.
+type apiError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+func writeAPIError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, apiError{Code: status, Message: msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+// decodeBody decodes a JSON request body into v; an empty body leaves v
+// as it is. The error names the field at fault.
+func decodeBody(r *http.Request, v any) error {
+	b, err := io.ReadAll(io.LimitReader(r.Body, maxRequest+1))
+	if err != nil {
+		return fmt.Errorf("read body: %w", err)
+	}
+	if len(b) > maxRequest {
+		return fmt.Errorf("body larger than %d bytes", maxRequest)
+	}
+	if len(strings.TrimSpace(string(b))) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("malformed JSON body: %s", describeJSONError(err))
+	}
+	return nil
+}
+
+// sandboxJSON is E2B's Sandbox: the reply to create, connect and fork.
+type sandboxJSON struct {
+	TemplateID      string `json:"templateID"`
+	SandboxID       string `json:"sandboxID"`
+	Alias           string `json:"alias,omitempty"`
+	ClientID        string `json:"clientID"`
+	EnvdVersion     string `json:"envdVersion"`
+	EnvdAccessToken string `json:"envdAccessToken"`
+}
+
+// detailJSON is E2B's SandboxDetail and ListedSandbox.
+type detailJSON struct {
+	TemplateID  string            `json:"templateID"`
+	SandboxID   string            `json:"sandboxID"`
+	Alias       string            `json:"alias,omitempty"`
+	ClientID    string            `json:"clientID"`
+	StartedAt   time.Time         `json:"startedAt"`
+	EndAt       time.Time         `json:"endAt"`
+	CPUCount    int               `json:"cpuCount"`
+	MemoryMB    int64             `json:"memoryMB"`
+	DiskSizeMB  int64             `json:"diskSizeMB"`
+	Metadata    map[string]string `json:"metadata"`
+	State       string            `json:"state"`
+	EnvdVersion string            `json:"envdVersion"`
+	// AllowInternetAccess and Network say what the sandbox may reach.
+	AllowInternetAccess bool         `json:"allowInternetAccess"`
+	Network             *networkJSON `json:"network,omitempty"`
+}
+
+func newSandboxJSON(sb *sandbox.Sandbox, token string) sandboxJSON {
+	return sandboxJSON{
+		TemplateID: sb.Image, SandboxID: sb.ID, Alias: sb.Name, ClientID: "smolvm",
+		EnvdVersion: EnvdVersion, EnvdAccessToken: token,
+	}
+}
+
+func newDetailJSON(sb *sandbox.Sandbox, md map[string]string) detailJSON {
+	d := detailJSON{
+		TemplateID: sb.Image, SandboxID: sb.ID, Alias: sb.Name, ClientID: "smolvm",
+		StartedAt: sb.CreatedAt, EndAt: noEnd,
+		CPUCount:   int(math.Ceil(sb.Config.Limits.CPUs)),
+		MemoryMB:   sb.Config.Limits.Memory >> 20,
+		DiskSizeMB: sb.Config.Limits.Disk >> 20,
+		Metadata:   md, State: string(sb.State), EnvdVersion: EnvdVersion,
+	}
+	if sb.StartedAt != nil {
+		d.StartedAt = *sb.StartedAt
+	}
+	if sb.ExpiresAt != nil {
+		d.EndAt = *sb.ExpiresAt
+	}
+	if d.Metadata == nil {
+		d.Metadata = map[string]string{}
+	}
+	if p := sb.Config.Network; p != nil {
+		d.AllowInternetAccess = p.Mode == network.ModeFull
+		if p.Mode == network.ModeEgress {
+			d.Network = &networkJSON{AllowOut: append(append([]string{}, p.Hosts...), p.CIDRs...)}
+		}
+	}
+	return d
+}
+
+// live reports whether E2B would call sb a sandbox at all: E2B knows only
+// running and paused sandboxes; a stopped one is gone.
+func live(sb *sandbox.Sandbox) bool {
+	return sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused
+}
+
+type createRequest struct {
+	TemplateID      string            `json:"templateID"`
+	Timeout         *int64            `json:"timeout"` // seconds
+	Metadata        map[string]string `json:"metadata"`
+	EnvVars         map[string]string `json:"envVars"`
+	AutoPause       *bool             `json:"autoPause"`
+	AutoPauseMemory *bool             `json:"autoPauseMemory"`
+	AutoResume      *struct {
+		Enabled bool `json:"enabled"`
+	} `json:"autoResume"`
+	AllowInternetAccess *bool           `json:"allow_internet_access"`
+	Network             *networkRequest `json:"network"`
+}
+
+// networkRequest is the part of E2B's network settings smolvm can honour:
+// an allow-list of destinations, or all of them. allow_internet_access is
+// here only in an update; a create has it beside.
+type networkRequest struct {
+	AllowOut            []string `json:"allowOut"`
+	DenyOut             []string `json:"denyOut"`
+	AllowInternetAccess *bool    `json:"allow_internet_access"`
+}
+
+// policy maps E2B's network settings to smolvm's policy; nil when they ask
+// for nothing. internet is allow_internet_access; off is how "false" maps
+// (no network at create; an empty allow-list on a sandbox that has one).
+func (n *networkRequest) policy(internet *bool, off *network.Policy) (*network.Policy, error) {
+	switch {
+	case len(n.DenyOut) > 0:
+		return nil, errors.New("network.denyOut: not supported; smolvm allows listed destinations (network.allowOut) and denies the rest")
+	case len(n.AllowOut) > 0:
+		if internet != nil && *internet {
+			return nil, errors.New("network.allowOut: conflicts with allow_internet_access: true")
+		}
+		p := &network.Policy{Mode: network.ModeEgress}
+		for _, d := range n.AllowOut {
+			if _, err := netip.ParsePrefix(d); err == nil {
+				p.CIDRs = append(p.CIDRs, d)
+			} else if a, err := netip.ParseAddr(d); err == nil {
+				p.CIDRs = append(p.CIDRs, netip.PrefixFrom(a, a.BitLen()).String())
+			} else {
+				p.Hosts = append(p.Hosts, d)
+			}
+		}
+		return p, nil
+	case internet != nil && *internet:
+		return &network.Policy{Mode: network.ModeFull}, nil
+	case internet != nil:
+		return off, nil
+	}
+	return nil, nil
+}
+
+// networkJSON reports a sandbox's policy the way E2B's SandboxDetail does.
+type networkJSON struct {
+	AllowOut []string `json:"allowOut"`
+}
+
+// Create returns only once the sandbox's agent answers: the SDK does not
+// poll for readiness and sends its first command straight away.
+func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
+	var req createRequest
+	if err := decodeBody(r, &req); err != nil {
+		writeAPIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if req.TemplateID == "" {
+		writeAPIError(w, http.StatusBadRequest, "templateID: required (a smolvm image name)")
+		return
+	}
+	if req.Timeout != nil && *req.Timeout < 0 {
+		writeAPIError(w, http.StatusBadRequest, "timeout: must not be negative")
+		return
+	}
+	if req.AutoPauseMemory != nil && !*req.AutoPauseMemory {
+		writeAPIError(w, http.StatusBadRequest, "autoPauseMemory: false is not supported; a paused smolvm sandbox keeps its memory")
+		return
+	}
+	if req.AutoResume != nil && req.AutoResume.Enabled {
+		writeAPIError(w, http.StatusBadRequest, "autoResume: not supported; resume a paused sandbox with Sandbox.connect")
+		return
+	}
+	var netReq networkRequest
+	if req.Network != nil {
+		netReq = *req.Network
+	}
+	// E2B sandboxes reach the internet unless told not to; smolvm's have
+	// no network unless asked.
+	netPolicy, err := netReq.policy(req.AllowInternetAccess, nil)
+	if err != nil {
+		writeAPIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	opts := sandbox.CreateOptions{Start: true, Config: sandbox.Config{TTL: h.ttl, Network: netPolicy}}
+	if req.AutoPause != nil && *req.AutoPause {
+		// lifecycle.onTimeout: 'pause'; smolvm serve's reaper pauses it.
+		opts.Config.OnExpiry = sandbox.ExpiryPause
+	}
+	// A warm pool of that name wins: it holds started sandboxes of an
+	// image (by default it is named after it), so create skips the boot.
+	if _, err := h.m.Pool(r.Context(), req.TemplateID); err == nil {
+		opts.Pool = req.TemplateID
+	} else {
+		opts.Image = req.TemplateID
+	}
+	if req.Timeout != nil {
+		opts.Config.TTL = time.Duration(*req.Timeout) * time.Second
+	}
+	for k, v := range req.EnvVars {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			writeAPIError(w, http.StatusBadRequest, fmt.Sprintf("envVars: invalid name %q", k))
+			return
+		}
+		opts.Config.Env = append(opts.Config.Env, k+"="+v)
+	}
+	sb, err := h.m.Create(r.Context(), opts)
+	if errors.Is(err, image.ErrNotFound) {
+		sb, err = h.fromTemplate(r.Context(), req.TemplateID, opts)
+	}
+	if err != nil {
+		status := statusOf(err)
+		if errors.Is(err, image.ErrNotFound) || errors.Is(err, image.ErrInvalidRef) {
+			status = http.StatusBadRequest
+			err = fmt.Errorf("templateID: %w", err)
+		}
+		writeAPIError(w, status, err.Error())
+		return
+	}
+	in := info{Metadata: req.Metadata, Token: newToken()}
+	if in.Metadata == nil {
+		in.Metadata = map[string]string{}
+	}
+	if err := h.saveInfo(r.Context(), sb.ID, in); err != nil {
+		h.m.Remove(r.Context(), sb.ID, true)
+		writeAPIError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusCreated, newSandboxJSON(sb, in.Token))
+}
+
+// lookup returns the live sandbox id names, or writes E2B's 404 (which
+// the SDK turns into NotFoundError). The manager's message says whether the
+// sandbox never existed, expired or was removed, and when.
+func (h *Handler) lookup(w http.ResponseWriter, r *http.Request, id string) (*sandbox.Sandbox, bool) {
+	sb, err := h.m.Get(r.Context(), id)
+	switch {
+	case err != nil:
+		writeAPIError(w, statusOf(err), err.Error())
+		return nil, false
+	case !live(sb):
+		writeAPIError(w, http.StatusNotFound, notLive(sb))
+		return nil, false
+	}
+	return sb, true
+}
+
+func (h *Handler) getInfo(w http.ResponseWriter, r *http.Request) {
+	sb, ok := h.lookup(w, r, r.PathValue("id"))
+	if !ok {
+		return
+	}
+	in, err := h.loadInfo(r.Context(), sb.ID)
+	if err != nil {
+		writeAPIError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, newDetailJSON(sb, in.Metadata))
+}
+
+// list answers GET /v2/sandboxes: running and paused sandboxes, filtered
+// by state=running,paused and metadata=k%3Dv%26k2%3Dv2 as the SDK sends.
+func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	states := map[string]bool{}
+	for _, s := range strings.Split(q.Get("state"), ",") {
+		switch s {
+		case "":
+		case "running", "paused":
+			states[s] = true
+		default:
+			writeAPIError(w, http.StatusBadRequest, fmt.Sprintf("state: %q is not running or paused", s))
+			return
+		}
+	}
+	want, err := url.ParseQuery(q.Get("metadata"))
+	if err != nil {
+		writeAPIError(w, http.StatusBadRequest, "metadata: "+err.Error())
+		return
+	}
+	// E2B state first: a row is saved only after its sandbox's record
+	// exists, so any row the later List lacks belongs to a sandbox that
+	// is gone (removed by the CLI, reaped after expiry) and can go too.
+	mds, err := h.allInfo(r.Context())
+	if err != nil {
+		writeAPIError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	sbs, err := h.m.List(r.Context())
+	if err != nil {
+		writeAPIError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	out := []detailJSON{}
+	for _, sb := range sbs {
+		md := mds[sb.ID]
+		delete(mds, sb.ID)
+		if live(sb) && (len(states) == 0 || states[string(sb.State)]) && matches(md, want) {
+			out = append(out, newDetailJSON(sb, md))
+		}
+	}
+	for id := range mds {
+		h.deleteInfo(r.Context(), id)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func matches(md map[string]string, want url.Values) bool {
+	for k := range want {
+		if md[k] != want.Get(k) {
+			return false
+		}
+	}
+	return true
+}
+
+func (h *Handler) kill(w http.ResponseWriter, r *http.Request) {
+	sb, ok := h.lookup(w, r, r.PathValue("id"))
+	if !ok {
+		return
+	}
+	h.procs.forget(sb.ID)
+	if err := h.m.Remove(r.Context(), sb.ID, true); err != nil {
+		writeAPIError(w, statusOf(err), err.Error())
+		return
+	}
+	if err := h.deleteInfo(r.Context(), sb.ID); err != nil {
+		writeAPIError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+type timeoutRequest struct {
+	Timeout *int64 `json:"timeout"` // seconds
+}
+
+// parseTimeout decodes a {timeout: seconds} body; required says whether
+// the field must be present.
+func parseTimeout(r *http.Request, required bool) (*time.Duration, error) {
+	var req timeoutRequest
+	if err := decodeBody(r, &req); err != nil {
+		return nil, err
+	}
+	if req.Timeout == nil {
+		if required {
+			return nil, errors.New("timeout: required (seconds)")
+		}
+		return nil, nil
+	}
+	if *req.Timeout < 0 {
+		return nil, errors.New("timeout: must not be negative")
+	}
+	d := time.Duration(*req.Timeout) * time.Second
+	return &d, nil
+}
+
+func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request) {
+	ttl, err := parseTimeout(r, true)
+	if err != nil {
+		writeAPIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	sb, ok := h.lookup(w, r, r.PathValue("id"))
+	if !ok {
+		return
+	}
+	if _, err := h.m.SetTTL(r.Context(), sb.ID, *ttl); err != nil {
+		writeAPIError(w, statusOf(err), err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// connect answers Sandbox.connect: a paused sandbox is resumed (201), a
+// running one is returned as it is (200), with its timeout reset if asked.
+func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
+	ttl, err := parseTimeout(r, false)
+	if err != nil {
+		writeAPIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	sb, ok := h.lookup(w, r, r.PathValue("id"))
+	if !ok {
+		return
+	}
+	status := http.StatusOK
+	if sb.State == sandbox.StatePaused {
+		if sb, err = h.m.Resume(r.Context(), sb.ID); err != nil {
+			writeAPIError(w, statusOf(err), err.Error())
+			return
+		}
+		status = http.StatusCreated
+	}
+	if ttl != nil {
+		if sb, err = h.m.SetTTL(r.Context(), sb.ID, *ttl); err != nil {
+			writeAPIError(w, statusOf(err), err.Error())
+			return
+		}
+	}
+	in, err := h.loadInfo(r.Context(), sb.ID)
+	if err != nil {
+		writeAPIError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	writeJSON(w, status, newSandboxJSON(sb, in.Token))
+}
+
+func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
+	sb, ok := h.lookup(w, r, r.PathValue("id"))
+	if !ok {
+		return
+	}
+	if sb.State == sandbox.StatePaused {
+		writeAPIError(w, http.StatusConflict, fmt.Sprintf("sandbox %q is already paused", sb.ID))
+		return
+	}
+	if _, err := h.m.Pause(r.Context(), sb.ID); err != nil {
+		writeAPIError(w, statusOf(err), err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+type forkRequest struct {
+	Timeout *int64 `json:"timeout"`
+	Count   *int   `json:"count"`
+}
+
+// forkResult is one element of E2B's fork reply: a sandbox or an error.
+type forkResult struct {
+	Sandbox *sandboxJSON `json:"sandbox,omitempty"`
+	Error   *apiError    `json:"error,omitempty"`
+}
+
+func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
+	var req forkRequest
+	if err := decodeBody(r, &req); err != nil {
+		writeAPIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	n := 1
+	if req.Count != nil {
+		n = *req.Count
+	}
+	if n < 1 || n > sandbox.MaxFork {
+		writeAPIError(w, http.StatusBadRequest, fmt.Sprintf("count: must be between 1 and %d", sandbox.MaxFork))
+		return
+	}
+	if req.Timeout != nil && *req.Timeout < 0 {
+		writeAPIError(w, http.StatusBadRequest, "timeout: must not be negative")
+		return
+	}
+	sb, ok := h.lookup(w, r, r.PathValue("id"))
+	if !ok {
+		return
+	}
+	src, err := h.loadInfo(r.Context(), sb.ID)
+	if err != nil {
+		writeAPIError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	forks, err := h.m.Fork(r.Context(), sb.ID, sandbox.ForkOptions{N: n})
+	if err != nil {
+		writeAPIError(w, statusOf(err), err.Error())
+		return
+	}
+	out := make([]forkResult, 0, len(forks))
+	for _, f := range forks {
+		in := info{Metadata: src.Metadata, Token: newToken()}
+		err := h.saveInfo(r.Context(), f.ID, in)
+		if err == nil && req.Timeout != nil {
+			f, err = h.m.SetTTL(r.Context(), f.ID, time.Duration(*req.Timeout)*time.Second)
+		}
+		if err != nil {
+			out = append(out, forkResult{Error: &apiError{Code: statusOf(err), Message: err.Error()}})
+			continue
+		}
+		sj := newSandboxJSON(f, in.Token)
+		out = append(out, forkResult{Sandbox: &sj})
+	}
+	writeJSON(w, http.StatusCreated, out)
+}
+
+// metricJSON is one of E2B's SandboxMetric samples. Disk use is not
+// measured (the writable layer lives in gVisor's overlay file), so it is
+// left out rather than reported as zero.
+type metricJSON struct {
+	Timestamp  time.Time `json:"timestamp"`
+	CPUCount   int       `json:"cpuCount"`
+	CPUUsedPct float64   `json:"cpuUsedPct"`
+	MemUsed    int64     `json:"memUsed"`
+	MemTotal   int64     `json:"memTotal"`
+	DiskTotal  int64     `json:"diskTotal"`
+}
+
+// metrics answers getMetrics with one sample, taken now: smolvm keeps no
+// history. CPU use is the average since the sandbox started.
+func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) {
+	sb, ok := h.lookup(w, r, r.PathValue("id"))
+	if !ok {
+		return
+	}
+	st, err := h.m.Stats(r.Context(), sb.ID)
+	if err != nil {
+		writeAPIError(w, statusOf(err), err.Error())
+		return
+	}
+	now := time.Now()
+	m := metricJSON{
+		Timestamp: now, CPUCount: int(math.Ceil(sb.Config.Limits.CPUs)),
+		MemUsed: st.MemoryBytes, MemTotal: sb.Config.Limits.Memory, DiskTotal: sb.Config.Limits.Disk,
+	}
+	if sb.StartedAt != nil && now.After(*sb.StartedAt) && m.CPUCount > 0 {
+		m.CPUUsedPct = 100 * float64(st.CPUNanos) / float64(now.Sub(*sb.StartedAt).Nanoseconds()) / float64(m.CPUCount)
+	}
+	writeJSON(w, http.StatusOK, []metricJSON{m})
+}
+
+// updateNetwork answers Sandbox.updateNetwork: a sandbox created with a
+// network gets a new allow-list (false: an empty one); one created without
+// cannot get one later (409).
+func (h *Handler) updateNetwork(w http.ResponseWriter, r *http.Request) {
+	var req networkRequest
+	if err := decodeBody(r, &req); err != nil {
+		writeAPIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	p, err := req.policy(req.AllowInternetAccess, &network.Policy{Mode: network.ModeEgress})
+	if err != nil {
+		writeAPIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	sb, ok := h.lookup(w, r, r.PathValue("id"))
+	if !ok {
+		return
+	}
+	if p != nil {
+		if _, err := h.m.NetUpdate(r.Context(), sb.ID, *p); err != nil {
+			writeAPIError(w, statusOf(err), err.Error())
+			return
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,93 @@
+package e2b
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"smolvm.dev/smolvm/internal/bench"
+	"smolvm.dev/smolvm/internal/testmgr"
+	"smolvm.dev/smolvm/runtime/guest"
+	"smolvm.dev/smolvm/sandbox"
+)
+
+// sdkCommand is what the SDK's commands.run(cmd) asks envd to start.
+var sdkCommand = guest.Process{Args: []string{"/bin/bash", "-l", "-c", "true"}}
+
+// BenchmarkSDK measures create + commands.run('true'), and
+// commands.run('true') alone, through the real e2b SDK against the E2B
+// handler on a loopback listener, and the same operations on the Manager
+// directly, in one run. b.N is the sample count of each series:
+//
+//	go test -run X -bench SDK -benchtime 20x ./e2b
+func BenchmarkSDK(b *testing.B) {
+	node, npm := nodeTools(b)
+	installSDK(b, npm)
+	env := testmgr.New(b)
+	m := env.Manager
+	s := newServerOn(b, env)
+	ctx := context.Background()
+	n := b.N
+
+	direct := bench.Series{Name: "direct: Manager.Create + Exec(bash -l -c true)"}
+	directExec := bench.Series{Name: "direct: Manager.Exec(bash -l -c true)"}
+	// Half the direct samples before the SDK's, half after, so that the
+	// machine's drifting load weighs on both paths alike.
+	measureDirect := func(n int) {
+		for range n {
+			t := time.Now()
+			sb, err := m.Create(ctx, sandbox.CreateOptions{Image: sandbox.DefaultImage, Start: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := m.Exec(ctx, sb.ID, sdkCommand, guest.Stdio{}); err != nil {
+				b.Fatal(err)
+			}
+			direct.Samples = append(direct.Samples, time.Since(t))
+			t = time.Now() // and again, on the sandbox now warm
+			if _, err := m.Exec(ctx, sb.ID, sdkCommand, guest.Stdio{}); err != nil {
+				b.Fatal(err)
+			}
+			directExec.Samples = append(directExec.Samples, time.Since(t))
+			m.Remove(ctx, sb.ID, true)
+		}
+	}
+	measureDirect(n / 2)
+
+	cmd := exec.Command(node, "bench.mjs")
+	cmd.Dir = compatDir()
+	cmd.Env = append(s.sdkEnv(), "SMOLVM_BENCH_N="+strconv.Itoa(n))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		b.Fatalf("bench.mjs: %v", err)
+	}
+	measureDirect(n - n/2)
+	var res struct{ CreateRun, Exec []float64 }
+	if err := json.Unmarshal(out, &res); err != nil {
+		b.Fatalf("bench.mjs printed %q: %v", out, err)
+	}
+	viaSDK := bench.Series{Name: "e2b SDK: Sandbox.create + commands.run('true')", Samples: millis(res.CreateRun)}
+	sdkExec := bench.Series{Name: "e2b SDK: commands.run('true')", Samples: millis(res.Exec)}
+	bench.Print(os.Stdout, []bench.Series{direct, viaSDK, directExec, sdkExec})
+	for _, p := range [][2]bench.Series{{viaSDK, direct}, {sdkExec, directExec}} {
+		fmt.Printf("SDK overhead at p50, %s: %+.2fms\n", p[0].Name, float64((p[0].Quantile(0.5)-p[1].Quantile(0.5)).Microseconds())/1000)
+	}
+	b.ReportMetric(float64(viaSDK.Quantile(0.5).Microseconds())/1000, "sdk-create-run-p50-ms")
+	b.ReportMetric(float64(viaSDK.Quantile(0.99).Microseconds())/1000, "sdk-create-run-p99-ms")
+	b.ReportMetric(float64(sdkExec.Quantile(0.5).Microseconds())/1000, "sdk-run-p50-ms")
+	b.ReportMetric(float64(sdkExec.Quantile(0.99).Microseconds())/1000, "sdk-run-p99-ms")
+}
+
+func millis(ms []float64) []time.Duration {
+	out := make([]time.Duration, len(ms))
+	for i, v := range ms {
+		out[i] = time.Duration(v * float64(time.Millisecond))
+	}
+	return out
+}

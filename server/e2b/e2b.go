@@ -1,0 +1,149 @@
+// Package e2b serves E2B's public API (control plane and in-sandbox envd) over smolvm sandboxes, so the official E2B SDKs work unmodified.
+package e2b
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"smolvm.dev/smolvm/runtime/manager"
+	"smolvm.dev/smolvm/runtime/snapshot"
+	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/sandbox"
+)
+
+// EnvdVersion is the envd version reported for every sandbox. The SDK
+// switches behaviour on it: from 0.4.0 it stops sending a default user
+// ("user") with every call, from 0.5.2 it offers closeStdin, and from
+// 0.5.7 it may upload files as application/octet-stream. 0.6.2 and later
+// would ask for file metadata and watch features not served here.
+const EnvdVersion = "0.5.7"
+
+// Headers the SDK sends with every envd request. One server serves every
+// sandbox's envd and routes by them.
+const (
+	headerSandboxID   = "E2b-Sandbox-Id"
+	headerSandboxPort = "E2b-Sandbox-Port"
+	headerAccessToken = "X-Access-Token"
+)
+
+// Options configure a Handler.
+type Options struct {
+	Manager *manager.Manager
+	// Store holds E2B's own durable state (metadata, envd tokens); it is
+	// the Manager's store.
+	Store *store.Store
+	// Snapshots, when set, serves E2B's sandbox snapshots (checkpoints).
+	Snapshots *snapshot.Store
+	// Authorize checks the API key of a control-plane request (the SDK
+	// sends it as X-API-KEY). envd requests carry no API key: they are
+	// checked against the per-sandbox access token handed out at create
+	// and connect. Required.
+	Authorize func(*http.Request) bool
+	// MaxUpload caps one uploaded file (default 1 GiB); larger uploads get
+	// 413 and leave nothing behind.
+	MaxUpload int64
+	// DefaultTTL is the time to live of a sandbox created without a
+	// timeout (the SDK sends none unless timeoutMs is given); 0 is none.
+	DefaultTTL time.Duration
+}
+
+// Handler serves both E2B APIs: requests with an E2b-Sandbox-Id header
+// go to the envd emulation, all others to the control plane. Mount it
+// under a prefix with http.StripPrefix and point E2B_API_URL and
+// E2B_SANDBOX_URL at that prefix.
+type Handler struct {
+	m         *manager.Manager
+	st        *store.Store
+	snaps     *snapshot.Store
+	authorize func(*http.Request) bool
+	maxUpload int64
+	ttl       time.Duration
+	procs     *procTable
+	api       *http.ServeMux
+	envdMux   *http.ServeMux
+}
+
+// New returns a Handler.
+func New(ctx context.Context, o Options) (*Handler, error) {
+	if o.Manager == nil || o.Store == nil {
+		return nil, errors.New("e2b: Manager and Store are required")
+	}
+	if o.Authorize == nil {
+		return nil, errors.New("e2b: Authorize is required")
+	}
+	if err := o.Store.Migrate(ctx, "e2b", schema); err != nil {
+		return nil, fmt.Errorf("e2b: %w", err)
+	}
+	h := &Handler{
+		m: o.Manager, st: o.Store, snaps: o.Snapshots, authorize: o.Authorize, maxUpload: o.MaxUpload, ttl: o.DefaultTTL,
+		procs: newProcTable(),
+	}
+	if h.maxUpload <= 0 {
+		h.maxUpload = 1 << 30
+	}
+	h.api = h.apiRoutes()
+	h.envdMux = h.envdRoutes()
+	return h, nil
+}
+
+// ServeHTTP routes a request to envd or to the control plane.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get(headerSandboxID) != "" {
+		h.envdMux.ServeHTTP(w, r)
+		return
+	}
+	if !h.authorize(r) {
+		writeAPIError(w, http.StatusUnauthorized, "missing or invalid API key (X-API-KEY)")
+		return
+	}
+	h.api.ServeHTTP(w, r)
+}
+
+// Close ends every command the handler started. Commands survive their
+// clients, not the server: the agent kills a command whose host
+// connection closes.
+func (h *Handler) Close() { h.procs.killAll() }
+
+func newToken() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func tokenEqual(a, b string) bool {
+	return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
+}
+
+// statusOf maps a manager error to an HTTP status.
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, sandbox.ErrExpired):
+		return http.StatusNotFound
+	case errors.Is(err, sandbox.ErrInvalid):
+		return http.StatusBadRequest
+	case errors.Is(err, sandbox.ErrNotRunning), errors.Is(err, sandbox.ErrState):
+		return http.StatusConflict
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusInternalServerError
+}
+
+// notLive says why a sandbox E2B cannot use (stopped, created, not yet
+// reaped) is not running, and since when.
+func notLive(sb *sandbox.Sandbox) string {
+	what := string(sb.State)
+	if sb.Reason != "" {
+		what += " (" + sb.Reason + ")"
+	}
+	if sb.FinishedAt != nil {
+		return fmt.Sprintf("sandbox %q is not running: %s at %s", sb.ID, what, sb.FinishedAt.Format(time.RFC3339))
+	}
+	return fmt.Sprintf("sandbox %q is not running: %s", sb.ID, what)
+}

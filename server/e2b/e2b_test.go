@@ -1,0 +1,289 @@
+package e2b
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"smolvm.dev/smolvm/runtime/guest"
+	"smolvm.dev/smolvm/sandbox"
+)
+
+// call sends one request and returns the status and decoded JSON body.
+func (s *server) call(t *testing.T, method, path string, hdr map[string]string, body string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(method, s.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	json.Unmarshal(b, &out)
+	return resp.StatusCode, out
+}
+
+var apiKey = map[string]string{"X-API-KEY": testKey}
+
+// create makes a sandbox through the API and returns its ID and envd token.
+func (s *server) create(t *testing.T) (id, token string) {
+	t.Helper()
+	status, body := s.call(t, "POST", "/v2/sandboxes", apiKey, `{"templateID":"base","timeout":300}`)
+	if status != http.StatusCreated {
+		t.Fatalf("create: %d %v", status, body)
+	}
+	return body["sandboxID"].(string), body["envdAccessToken"].(string)
+}
+
+// wantError checks an error reply: its status, and that the message names
+// what it is about.
+func wantError(t *testing.T, what string, status int, body map[string]any, wantStatus int, mentions string) {
+	t.Helper()
+	msg, _ := body["message"].(string)
+	if status != wantStatus || !strings.Contains(msg, mentions) {
+		t.Errorf("%s: got %d %v, want %d mentioning %q", what, status, body, wantStatus, mentions)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	s := newServer(t)
+	id, token := s.create(t)
+	envd := map[string]string{headerSandboxID: id, headerAccessToken: token}
+
+	t.Run("api key", func(t *testing.T) {
+		for _, hdr := range []map[string]string{nil, {"X-API-KEY": "wrong"}, {"X-API-KEY": testKey + "x"}} {
+			status, body := s.call(t, "GET", "/v2/sandboxes", hdr, "")
+			wantError(t, "list", status, body, http.StatusUnauthorized, "API key")
+			if body["code"] != float64(401) {
+				t.Errorf("error body %v lacks E2B's numeric code", body)
+			}
+		}
+	})
+
+	t.Run("malformed create", func(t *testing.T) {
+		for _, c := range []struct{ body, field string }{
+			{`{"templateID": 5}`, "templateID"},
+			{`{"templateID": "base", "timeout": "soon"}`, "timeout"},
+			{`{"templateID": "base", "metadata": ["x"]}`, "metadata"},
+			{`{"timeout": 10}`, "templateID"},
+			{`{"templateID": "base", "timeout": -1}`, "timeout"},
+			{`{"templateID": "no-such-image"}`, "templateID"},
+			{`{"templateID": "base", "envVars": {"A=B": "c"}}`, "envVars"},
+			{`{"templateID":`, "malformed"},
+			{`{"templateID": "base", "allow_internet_access": "yes"}`, "allow_internet_access"},
+			{`{"templateID": "base", "autoPause": true, "autoResume": {"enabled": true}}`, "autoResume"},
+			{`{"templateID": "base", "autoPause": true, "autoPauseMemory": false}`, "autoPauseMemory"},
+			{`{"templateID": "base", "network": {"denyOut": ["0.0.0.0/0"]}}`, "network.denyOut"},
+			{`{"templateID": "base", "network": {"allowOut": ["a.com"]}, "allow_internet_access": true}`, "network.allowOut"},
+		} {
+			status, body := s.call(t, "POST", "/v2/sandboxes", apiKey, c.body)
+			wantError(t, c.body, status, body, http.StatusBadRequest, c.field)
+		}
+	})
+
+	t.Run("malformed lifecycle", func(t *testing.T) {
+		status, body := s.call(t, "POST", "/sandboxes/"+id+"/timeout", apiKey, `{"timeout": "x"}`)
+		wantError(t, "timeout", status, body, http.StatusBadRequest, "timeout")
+		status, body = s.call(t, "POST", "/sandboxes/"+id+"/timeout", apiKey, `{}`)
+		wantError(t, "timeout", status, body, http.StatusBadRequest, "timeout")
+		status, body = s.call(t, "POST", "/sandboxes/"+id+"/fork", apiKey, `{"count": 0}`)
+		wantError(t, "fork", status, body, http.StatusBadRequest, "count")
+		status, body = s.call(t, "PUT", "/sandboxes/"+id+"/network", apiKey, `{"allowOut": "pypi.org"}`)
+		wantError(t, "network", status, body, http.StatusBadRequest, "allowOut")
+		status, body = s.call(t, "PUT", "/sandboxes/"+id+"/network", apiKey, `{"allowOut": ["pypi.org"]}`)
+		wantError(t, "network of a sandbox made without", status, body, http.StatusConflict, "net none")
+		status, body = s.call(t, "GET", "/v2/sandboxes?state=dead", apiKey, "")
+		wantError(t, "list", status, body, http.StatusBadRequest, "state")
+		status, body = s.call(t, "POST", "/sandboxes/"+id+"/snapshots", apiKey, `{"name": "has space"}`)
+		wantError(t, "snapshot", status, body, http.StatusBadRequest, "name")
+		status, body = s.call(t, "DELETE", "/templates/sha256:0000", apiKey, "")
+		wantError(t, "delete snapshot", status, body, http.StatusNotFound, "not found")
+	})
+
+	t.Run("unknown sandbox", func(t *testing.T) {
+		status, body := s.call(t, "GET", "/sandboxes/000000000000", apiKey, "")
+		wantError(t, "get", status, body, http.StatusNotFound, "never existed")
+		status, body = s.call(t, "POST", "/v2/sandboxes/000000000000/connect", apiKey, `{}`)
+		wantError(t, "connect", status, body, http.StatusNotFound, "never existed")
+
+		gone, _ := s.create(t)
+		if status, body := s.call(t, "DELETE", "/sandboxes/"+gone, apiKey, ""); status != http.StatusNoContent {
+			t.Fatalf("kill: %d %v", status, body)
+		}
+		status, body = s.call(t, "GET", "/sandboxes/"+gone, apiKey, "")
+		wantError(t, "get removed", status, body, http.StatusNotFound, "removed at")
+
+		// envd speaks Connect: the code is a string the SDK maps.
+		status, body = s.call(t, "POST", "/filesystem.Filesystem/Stat", map[string]string{headerSandboxID: "000000000000"}, `{"path":"/"}`)
+		if status != http.StatusNotFound || body["code"] != codeNotFound {
+			t.Errorf("envd of an unknown sandbox: %d %v", status, body)
+		}
+	})
+
+	t.Run("envd token", func(t *testing.T) {
+		for _, tok := range []string{"", "wrong", token + "0"} {
+			hdr := map[string]string{headerSandboxID: id, headerAccessToken: tok}
+			status, body := s.call(t, "POST", "/filesystem.Filesystem/Stat", hdr, `{"path":"/"}`)
+			if status != http.StatusUnauthorized || body["code"] != codeUnauthenticated {
+				t.Errorf("token %q: %d %v", tok, status, body)
+			}
+		}
+		// The API key is not an envd credential.
+		status, _ := s.call(t, "GET", "/files?path=/etc/hostname", map[string]string{headerSandboxID: id, "X-API-KEY": testKey}, "")
+		if status != http.StatusUnauthorized {
+			t.Errorf("API key accepted by envd: %d", status)
+		}
+	})
+
+	t.Run("path escapes", func(t *testing.T) {
+		for _, c := range []struct{ method, body, field string }{
+			{"Stat", `{"path":"../../etc/passwd"}`, "path"},
+			{"ListDir", `{"path":"/tmp/../.."}`, "path"},
+			{"Remove", `{"path":"/work/.."}`, "path"},
+			{"Move", `{"source":"/tmp/a","destination":"/tmp/../../x"}`, "destination"},
+			{"MakeDir", `{"path":""}`, "path"},
+		} {
+			status, body := s.call(t, "POST", "/filesystem.Filesystem/"+c.method, envd, c.body)
+			if status != http.StatusBadRequest || body["code"] != codeInvalidArgument || !strings.Contains(body["message"].(string), c.field) {
+				t.Errorf("%s %s: %d %v", c.method, c.body, status, body)
+			}
+		}
+		status, body := s.call(t, "GET", "/files?path=../../etc/passwd", envd, "")
+		wantError(t, "read", status, body, http.StatusBadRequest, "path")
+	})
+
+	t.Run("malformed envd", func(t *testing.T) {
+		status, body := s.call(t, "POST", "/filesystem.Filesystem/Stat", envd, `{"path": 3}`)
+		if status != http.StatusBadRequest || !strings.Contains(body["message"].(string), `"path"`) {
+			t.Errorf("stat with a numeric path: %d %v", status, body)
+		}
+		status, body = s.call(t, "POST", "/process.Process/SendSignal", envd, `{"process":{"pid":1},"signal":"SIGNAL_SIGHUP"}`)
+		if status != http.StatusBadRequest {
+			t.Errorf("unknown signal: %d %v", status, body)
+		}
+		status, body = s.call(t, "POST", "/process.Process/SendInput", envd, `{"process":{"pid":4242},"input":{"stdin":"eA=="}}`)
+		if status != http.StatusNotFound || body["code"] != codeNotFound {
+			t.Errorf("input to an unknown pid: %d %v", status, body)
+		}
+		status, body = s.call(t, "POST", "/process.Process/StreamInput", envd, `{}`)
+		if status != http.StatusNotImplemented || body["code"] != codeUnimplemented {
+			t.Errorf("an unserved method: %d %v", status, body)
+		}
+	})
+
+	t.Run("oversized upload", func(t *testing.T) {
+		req, _ := http.NewRequest("POST", s.URL+"/files?path=/tmp/big/file", bytes.NewReader(make([]byte, 1<<20+1)))
+		req.Header.Set("Content-Type", "application/octet-stream")
+		req.Header.Set(headerSandboxID, id)
+		req.Header.Set(headerAccessToken, token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Fatalf("upload over the limit: %d", resp.StatusCode)
+		}
+		// Nothing half-written: neither the file nor a temporary.
+		status, body := s.call(t, "POST", "/filesystem.Filesystem/ListDir", envd, `{"path":"/tmp/big"}`)
+		if status != http.StatusOK || len(body["entries"].([]any)) != 0 {
+			t.Errorf("after a refused upload /tmp/big holds %d %v", status, body)
+		}
+	})
+}
+
+// FuzzDecoders feeds arbitrary bodies to every request decoder: they must
+// fail with an error, never panic.
+func FuzzDecoders(f *testing.F) {
+	for _, s := range []string{`{"templateID":"base","timeout":5,"metadata":{"a":"b"}}`, `{"process":{"cmd":"/bin/bash","args":["-c","x"],"envs":{"A":"1"}},"stdin":true}`,
+		`{"process":{"pid":1},"signal":"SIGNAL_SIGKILL"}`, `{"path":"/a/../b","depth":3}`, `{"count":2}`, `[`, `null`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, v := range []any{&createRequest{}, &forkRequest{}, &timeoutRequest{}} {
+			r := httptest.NewRequest("POST", "/", bytes.NewReader(b))
+			decodeBody(r, v)
+		}
+		for _, v := range []any{&startRequest{}, &sendInputRequest{}, &sendSignalRequest{}, &listDirRequest{}, &moveRequest{}, &updateRequest{}} {
+			decodeMessage(b, v)
+		}
+		env := append([]byte{0, 0, 0, 0, byte(len(b))}, b...)
+		readEnveloped(httptest.NewRequest("POST", "/", bytes.NewReader(env)), &startRequest{})
+		checkPath("path", string(b))
+	})
+}
+
+// TestStateSurvives checks that E2B's own state (metadata, envd tokens)
+// outlives the handler, as it must a server restart, and follows the
+// sandboxes when they go by other paths than the E2B API.
+func TestStateSurvives(t *testing.T) {
+	s := newServer(t)
+	status, body := s.call(t, "POST", "/v2/sandboxes", apiKey, `{"templateID":"base","metadata":{"owner":"ci"}}`)
+	if status != http.StatusCreated {
+		t.Fatalf("create: %d %v", status, body)
+	}
+	id, token := body["sandboxID"].(string), body["envdAccessToken"].(string)
+
+	// A second handler over the same store: what a restarted server is.
+	again := newServerOn(t, s.env)
+	status, body = again.call(t, "GET", "/sandboxes/"+id, apiKey, "")
+	if md, _ := body["metadata"].(map[string]any); status != http.StatusOK || md["owner"] != "ci" {
+		t.Fatalf("after a restart: %d %v", status, body)
+	}
+	status, body = again.call(t, "POST", "/filesystem.Filesystem/Stat", map[string]string{headerSandboxID: id, headerAccessToken: token}, `{"path":"/"}`)
+	if status != http.StatusOK {
+		t.Fatalf("the envd token after a restart: %d %v", status, body)
+	}
+
+	// Removed behind E2B's back (smolvm rm): the next list forgets it.
+	if err := s.env.Manager.Remove(context.Background(), id, true); err != nil {
+		t.Fatal(err)
+	}
+	if status, body := s.call(t, "GET", "/v2/sandboxes", apiKey, ""); status != http.StatusOK {
+		t.Fatalf("list: %d %v", status, body)
+	}
+	var n int
+	if err := s.env.Store.DB().QueryRow(`SELECT count(*) FROM e2b_sandboxes WHERE id = ?`, id).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("E2B state of a removed sandbox: %d rows, %v", n, err)
+	}
+}
+
+// TestTemplateFromPool checks that a template naming a warm pool takes a
+// started sandbox from it.
+func TestTemplateFromPool(t *testing.T) {
+	s := newServer(t)
+	ctx := context.Background()
+	m := s.env.Manager
+	if _, err := m.CreatePool(ctx, sandbox.PoolOptions{Name: "warm", Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := m.FillPool(ctx, "warm"); err != nil || n != 1 {
+		t.Fatalf("fill: %d %v", n, err)
+	}
+	status, body := s.call(t, "POST", "/v2/sandboxes", apiKey, `{"templateID":"warm","metadata":{"k":"v"},"envVars":{"FROM":"pool"}}`)
+	if status != http.StatusCreated {
+		t.Fatalf("create from the pool: %d %v", status, body)
+	}
+	p, err := m.Pool(ctx, "warm")
+	if err != nil || p.Ready != 0 {
+		t.Fatalf("pool after the create: %+v %v (want its one sandbox taken)", p, err)
+	}
+	id := body["sandboxID"].(string)
+	var out bytes.Buffer
+	if _, err := m.Exec(ctx, id, guest.Process{Args: []string{"sh", "-c", "echo $FROM"}}, guest.Stdio{Stdout: &out}); err != nil || out.String() != "pool\n" {
+		t.Fatalf("envVars in the pooled sandbox: %q %v", out.String(), err)
+	}
+}

@@ -1,0 +1,517 @@
+package e2b
+
+import (
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"smolvm.dev/smolvm/runtime/guest"
+	"smolvm.dev/smolvm/sandbox"
+)
+
+func (h *Handler) envdRoutes() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", h.health)
+	mux.HandleFunc("GET /files", h.withSandbox(h.readFile))
+	mux.HandleFunc("POST /files", h.withSandbox(h.writeFiles))
+	rpc := func(method string, fn func(context.Context, *envdCall, []byte) (any, *rpcError)) {
+		mux.HandleFunc("POST /"+method, h.withSandbox(h.unary(fn)))
+	}
+	rpc("filesystem.Filesystem/Stat", h.stat)
+	rpc("filesystem.Filesystem/ListDir", h.listDir)
+	rpc("filesystem.Filesystem/MakeDir", h.makeDir)
+	rpc("filesystem.Filesystem/Move", h.move)
+	rpc("filesystem.Filesystem/Remove", h.remove)
+	// Start and Connect stream; the rest are unary.
+	mux.HandleFunc("POST /process.Process/Start", h.withSandbox(h.start))
+	mux.HandleFunc("POST /process.Process/Connect", h.withSandbox(h.connectProcess))
+	rpc("process.Process/List", h.listProcesses)
+	rpc("process.Process/SendInput", h.sendInput)
+	rpc("process.Process/SendSignal", h.sendSignal)
+	rpc("process.Process/CloseStdin", h.closeStdin)
+	rpc("process.Process/Update", h.update)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeUnary(w, nil, rpcErrorf(codeUnimplemented, "%s %s is not served by smolvm's envd", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+// envdCall is an authenticated envd request for one running sandbox.
+type envdCall struct {
+	w  http.ResponseWriter
+	r  *http.Request
+	sb *sandbox.Sandbox
+	// user is the account named by the request's Basic authorization,
+	// "" for the sandbox's default.
+	user string
+}
+
+// withSandbox checks a request's sandbox and access token before fn runs.
+// Failures take the shape the SDK's client for that route expects (see
+// envdError).
+func (h *Handler) withSandbox(fn func(*envdCall)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get(headerSandboxID)
+		if p := r.Header.Get(headerSandboxPort); p != "" && p != envdPort {
+			envdError(w, r, http.StatusBadGateway, fmt.Sprintf("port %s of sandbox %q: only envd (%s) is served here; publish other ports with smolvm run --publish", p, id, envdPort))
+			return
+		}
+		sb, err := h.m.Get(r.Context(), id)
+		if err != nil {
+			envdError(w, r, statusOf(err), err.Error())
+			return
+		}
+		in, err := h.loadInfo(r.Context(), sb.ID)
+		if err != nil {
+			envdError(w, r, http.StatusInternalServerError, err.Error())
+			return
+		}
+		if !tokenEqual(r.Header.Get(headerAccessToken), in.Token) {
+			envdError(w, r, http.StatusUnauthorized, "missing or invalid envd access token (X-Access-Token)")
+			return
+		}
+		if sb.State != sandbox.StateRunning {
+			// 502 is what E2B's proxy answers for a sandbox that is not
+			// running; the SDK reads it as "not running".
+			envdError(w, r, http.StatusBadGateway, notLive(sb))
+			return
+		}
+		fn(&envdCall{w: w, r: r, sb: sb, user: basicUser(r)})
+	}
+}
+
+// envdPort is envd's port, which the SDK names in E2b-Sandbox-Port.
+const envdPort = "49983"
+
+// envdError answers a failed envd request: envd's {code, message} for its
+// HTTP routes (/files, /health), a Connect error for the RPC services,
+// whose client reads the code from the body.
+func envdError(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	if r.URL.Path == "/health" || r.URL.Path == "/files" {
+		writeAPIError(w, status, msg)
+		return
+	}
+	code := codeInternal
+	switch status {
+	case http.StatusBadRequest:
+		code = codeInvalidArgument
+	case http.StatusUnauthorized:
+		code = codeUnauthenticated
+	case http.StatusNotFound:
+		code = codeNotFound
+	case http.StatusBadGateway, http.StatusConflict:
+		code = codeUnavailable
+	}
+	writeUnary(w, nil, &rpcError{Code: code, Message: msg})
+}
+
+// basicUser returns the user of "Authorization: Basic base64(user:)",
+// which is how the SDK names the account a command or file belongs to.
+func basicUser(r *http.Request) string {
+	u, _, ok := r.BasicAuth()
+	if !ok {
+		return ""
+	}
+	return u
+}
+
+func (h *Handler) health(w http.ResponseWriter, r *http.Request) {
+	h.withSandbox(func(c *envdCall) { w.WriteHeader(http.StatusNoContent) })(w, r)
+}
+
+// unary adapts a unary Connect method. fn gets the raw request message and
+// decodes it itself, into its own type.
+func (h *Handler) unary(fn func(context.Context, *envdCall, []byte) (any, *rpcError)) func(*envdCall) {
+	return func(c *envdCall) {
+		var raw rawMessage
+		if rerr := readUnary(c.r, &raw); rerr != nil {
+			writeUnary(c.w, nil, rerr)
+			return
+		}
+		out, rerr := fn(c.r.Context(), c, raw)
+		writeUnary(c.w, out, rerr)
+	}
+}
+
+// rawMessage keeps a request message for the method to decode.
+type rawMessage []byte
+
+func (m *rawMessage) UnmarshalJSON(b []byte) error {
+	*m = append((*m)[:0], b...)
+	return nil
+}
+
+// checkPath refuses what is not a plain path. Paths resolve inside the
+// sandbox's own file system (the agent runs in the sandbox), so nothing
+// can reach the host; ".." is refused anyway so that a path means what it
+// says and the API never walks above where a caller pointed it.
+func checkPath(field, p string) error {
+	if p == "" {
+		return fmt.Errorf("%s: required", field)
+	}
+	if strings.ContainsRune(p, 0) {
+		return fmt.Errorf("%s: contains a NUL byte", field)
+	}
+	for _, el := range strings.Split(p, "/") {
+		if el == ".." {
+			return fmt.Errorf("%s: %q: '..' elements are not allowed", field, p)
+		}
+	}
+	return nil
+}
+
+// fsError maps an agent failure to a Connect error.
+func fsError(op, p string, err error) *rpcError {
+	switch guest.ErrorKind(err) {
+	case guest.KindNotFound:
+		return rpcErrorf(codeNotFound, "%s %s: no such file or directory", op, p)
+	case guest.KindExists:
+		return rpcErrorf(codeAlreadyExists, "%s %s: already exists", op, p)
+	case guest.KindInvalid:
+		return rpcErrorf(codeInvalidArgument, "%s %s: %v", op, p, err)
+	case "":
+		return rpcErrorf(codeUnavailable, "%s %s: %v", op, p, err)
+	}
+	return rpcErrorf(codeInternal, "%s %s: %v", op, p, err)
+}
+
+// httpFSError maps an agent failure to envd's HTTP error.
+func httpFSError(w http.ResponseWriter, op, p string, err error) {
+	rerr := fsError(op, p, err)
+	writeAPIError(w, rerr.httpStatus(), rerr.Message)
+}
+
+// The filesystem service's messages, with protobuf's JSON names.
+
+type entryInfo struct {
+	Name          string `json:"name"`
+	Type          string `json:"type"`
+	Path          string `json:"path"`
+	Size          string `json:"size"` // int64: a string in protobuf JSON
+	Mode          uint32 `json:"mode"`
+	Permissions   string `json:"permissions"`
+	Owner         string `json:"owner"`
+	Group         string `json:"group"`
+	ModifiedTime  string `json:"modifiedTime"`
+	SymlinkTarget string `json:"symlinkTarget,omitempty"`
+}
+
+var fileTypes = map[string]string{"file": "FILE_TYPE_FILE", "dir": "FILE_TYPE_DIRECTORY", "symlink": "FILE_TYPE_SYMLINK"}
+
+func newEntryInfo(fi guest.FileInfo) entryInfo {
+	t, ok := fileTypes[fi.Type]
+	if !ok {
+		t = "FILE_TYPE_UNSPECIFIED" // the SDK skips these in listings
+	}
+	return entryInfo{
+		Name: fi.Name, Type: t, Path: fi.Path, Size: strconv.FormatInt(fi.Size, 10),
+		Mode: fi.Mode, Permissions: fi.Perm,
+		Owner: idName(fi.UID), Group: idName(fi.GID),
+		ModifiedTime:  fi.ModTime.UTC().Format(time.RFC3339Nano),
+		SymlinkTarget: fi.Target,
+	}
+}
+
+// idName names a uid or gid. The sandbox's account names live in its own
+// /etc, which the host does not read; root is the one name every image has.
+func idName(id uint32) string {
+	if id == 0 {
+		return "root"
+	}
+	return strconv.FormatUint(uint64(id), 10)
+}
+
+type pathRequest struct {
+	Path string `json:"path"`
+}
+
+func (r *pathRequest) paths() map[string]string { return map[string]string{"path": r.Path} }
+
+type entryResponse struct {
+	Entry entryInfo `json:"entry"`
+}
+
+// fsBegin decodes a filesystem request into req, checks its paths and
+// returns the sandbox's agent.
+func (h *Handler) fsBegin(ctx context.Context, c *envdCall, raw []byte, req any, paths func() map[string]string) (*guest.Client, *rpcError) {
+	if rerr := decodeMessage(raw, req); rerr != nil {
+		return nil, rerr
+	}
+	for field, p := range paths() {
+		if err := checkPath(field, p); err != nil {
+			return nil, rpcErrorf(codeInvalidArgument, "%v", err)
+		}
+	}
+	ac, err := h.m.Agent(ctx, c.sb.ID)
+	if err != nil {
+		return nil, rpcErrorf(codeUnavailable, "%v", err)
+	}
+	return ac, nil
+}
+
+func (h *Handler) stat(ctx context.Context, c *envdCall, raw []byte) (any, *rpcError) {
+	var req pathRequest
+	ac, rerr := h.fsBegin(ctx, c, raw, &req, req.paths)
+	if rerr != nil {
+		return nil, rerr
+	}
+	fi, err := ac.Stat(ctx, req.Path)
+	if err != nil {
+		return nil, fsError("stat", req.Path, err)
+	}
+	return entryResponse{newEntryInfo(fi)}, nil
+}
+
+type listDirRequest struct {
+	Path  string `json:"path"`
+	Depth uint32 `json:"depth"`
+}
+
+func (h *Handler) listDir(ctx context.Context, c *envdCall, raw []byte) (any, *rpcError) {
+	var req listDirRequest
+	ac, rerr := h.fsBegin(ctx, c, raw, &req, func() map[string]string { return map[string]string{"path": req.Path} })
+	if rerr != nil {
+		return nil, rerr
+	}
+	fis, err := ac.List(ctx, req.Path, int(req.Depth))
+	if err != nil {
+		return nil, fsError("list", req.Path, err)
+	}
+	out := struct {
+		Entries []entryInfo `json:"entries"`
+	}{Entries: []entryInfo{}}
+	for _, fi := range fis {
+		out.Entries = append(out.Entries, newEntryInfo(fi))
+	}
+	return out, nil
+}
+
+func (h *Handler) makeDir(ctx context.Context, c *envdCall, raw []byte) (any, *rpcError) {
+	var req pathRequest
+	ac, rerr := h.fsBegin(ctx, c, raw, &req, req.paths)
+	if rerr != nil {
+		return nil, rerr
+	}
+	fi, err := ac.Mkdir(ctx, req.Path)
+	if err != nil {
+		return nil, fsError("make directory", req.Path, err)
+	}
+	return entryResponse{newEntryInfo(fi)}, nil
+}
+
+type moveRequest struct {
+	Source      string `json:"source"`
+	Destination string `json:"destination"`
+}
+
+func (h *Handler) move(ctx context.Context, c *envdCall, raw []byte) (any, *rpcError) {
+	var req moveRequest
+	ac, rerr := h.fsBegin(ctx, c, raw, &req, func() map[string]string {
+		return map[string]string{"source": req.Source, "destination": req.Destination}
+	})
+	if rerr != nil {
+		return nil, rerr
+	}
+	fi, err := ac.Rename(ctx, req.Source, req.Destination)
+	if err != nil {
+		return nil, fsError("move", req.Source, err)
+	}
+	return entryResponse{newEntryInfo(fi)}, nil
+}
+
+func (h *Handler) remove(ctx context.Context, c *envdCall, raw []byte) (any, *rpcError) {
+	var req pathRequest
+	ac, rerr := h.fsBegin(ctx, c, raw, &req, req.paths)
+	if rerr != nil {
+		return nil, rerr
+	}
+	if err := ac.Remove(ctx, req.Path); err != nil {
+		return nil, fsError("remove", req.Path, err)
+	}
+	return struct{}{}, nil
+}
+
+// readFile answers GET /files?path=: the file's bytes.
+func (h *Handler) readFile(c *envdCall) {
+	p := c.r.URL.Query().Get("path")
+	if err := checkPath("path", p); err != nil {
+		writeAPIError(c.w, http.StatusBadRequest, err.Error())
+		return
+	}
+	ac, err := h.m.Agent(c.r.Context(), c.sb.ID)
+	if err != nil {
+		writeAPIError(c.w, http.StatusBadGateway, err.Error())
+		return
+	}
+	lw := &lazyWriter{w: c.w}
+	if err := ac.ReadFile(c.r.Context(), p, lw); err != nil {
+		if !lw.started {
+			httpFSError(c.w, "read", p, err)
+		}
+		return
+	}
+	lw.start()
+}
+
+// lazyWriter commits a 200 with the first byte, so a failure before any
+// byte can still be answered with an error status.
+type lazyWriter struct {
+	w       http.ResponseWriter
+	started bool
+}
+
+func (l *lazyWriter) start() {
+	if !l.started {
+		l.started = true
+		l.w.Header().Set("Content-Type", "application/octet-stream")
+		l.w.WriteHeader(http.StatusOK)
+	}
+}
+
+func (l *lazyWriter) Write(p []byte) (int, error) {
+	l.start()
+	return l.w.Write(p)
+}
+
+// writtenEntry is envd's reply element for an upload.
+type writtenEntry struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+	Path string `json:"path"`
+}
+
+// writeFiles answers POST /files: a multipart form of "file" parts (each
+// part's file name is its path when the query names none), or, from envd
+// 0.5.7, one application/octet-stream body, optionally gzip-encoded.
+func (h *Handler) writeFiles(c *envdCall) {
+	qpath := c.r.URL.Query().Get("path")
+	ac, err := h.m.Agent(c.r.Context(), c.sb.ID)
+	if err != nil {
+		writeAPIError(c.w, http.StatusBadGateway, err.Error())
+		return
+	}
+	ct, _, _ := mime.ParseMediaType(c.r.Header.Get("Content-Type"))
+	var out []writtenEntry
+	write := func(p string, body io.Reader) bool {
+		if err := checkPath("path", p); err != nil {
+			writeAPIError(c.w, http.StatusBadRequest, err.Error())
+			return false
+		}
+		fi, status, err := h.upload(c.r.Context(), ac, p, body)
+		if err != nil {
+			writeAPIError(c.w, status, err.Error())
+			return false
+		}
+		out = append(out, writtenEntry{Name: fi.Name, Type: fi.Type, Path: fi.Path})
+		return true
+	}
+	switch ct {
+	case "application/octet-stream":
+		var body io.Reader = c.r.Body
+		if c.r.Header.Get("Content-Encoding") == "gzip" {
+			zr, err := gzip.NewReader(c.r.Body)
+			if err != nil {
+				writeAPIError(c.w, http.StatusBadRequest, "body: not gzip: "+err.Error())
+				return
+			}
+			body = zr
+		}
+		if !write(qpath, body) {
+			return
+		}
+	case "multipart/form-data":
+		mr, err := c.r.MultipartReader()
+		if err != nil {
+			writeAPIError(c.w, http.StatusBadRequest, "body: "+err.Error())
+			return
+		}
+		for {
+			part, err := mr.NextPart()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				writeAPIError(c.w, http.StatusBadRequest, "body: "+err.Error())
+				return
+			}
+			if part.FormName() != "file" {
+				continue
+			}
+			p := qpath
+			if p == "" {
+				p = partPath(part.Header.Get("Content-Disposition"))
+			}
+			if !write(p, part) {
+				return
+			}
+		}
+		if len(out) == 0 {
+			writeAPIError(c.w, http.StatusBadRequest, "body: no \"file\" part")
+			return
+		}
+	default:
+		writeAPIError(c.w, http.StatusBadRequest, fmt.Sprintf("Content-Type: %q is neither multipart/form-data nor application/octet-stream", ct))
+		return
+	}
+	writeJSON(c.w, http.StatusOK, out)
+}
+
+// partPath reads a part's file name unaltered. multipart.Part.FileName
+// keeps only the base name, but the SDK puts the whole path there.
+func partPath(disposition string) string {
+	_, params, err := mime.ParseMediaType(disposition)
+	if err != nil {
+		return ""
+	}
+	return path.Clean(params["filename"])
+}
+
+// upload streams body into p inside the sandbox, at most h.maxUpload
+// bytes. Past the limit the reader fails, which aborts the upload: the
+// agent writes to a temporary file and renames it only when complete, so
+// nothing is left behind.
+func (h *Handler) upload(ctx context.Context, ac *guest.Client, p string, body io.Reader) (guest.FileInfo, int, error) {
+	lr := &limitReader{r: body, n: h.maxUpload}
+	fi, err := ac.WriteFile(ctx, p, lr)
+	if lr.over {
+		return fi, http.StatusRequestEntityTooLarge, fmt.Errorf("%s: upload larger than %d bytes", p, h.maxUpload)
+	}
+	if err != nil {
+		rerr := fsError("write", p, err)
+		return fi, rerr.httpStatus(), errors.New(rerr.Message)
+	}
+	return fi, http.StatusOK, nil
+}
+
+// limitReader fails once more than n bytes come.
+type limitReader struct {
+	r    io.Reader
+	n    int64
+	over bool
+}
+
+func (l *limitReader) Read(p []byte) (int, error) {
+	if l.over {
+		return 0, errTooLarge
+	}
+	if int64(len(p)) > l.n+1 {
+		p = p[:l.n+1]
+	}
+	n, err := l.r.Read(p)
+	l.n -= int64(n)
+	if l.n < 0 {
+		l.over = true
+		return 0, errTooLarge
+	}
+	return n, err
+}
+
+var errTooLarge = errors.New("upload too large")

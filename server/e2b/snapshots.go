@@ -1,0 +1,130 @@
+package e2b
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+
+	"smolvm.dev/smolvm/runtime/image"
+	"smolvm.dev/smolvm/runtime/snapshot"
+	"smolvm.dev/smolvm/sandbox"
+)
+
+// E2B's sandbox snapshots are smolvm checkpoints: createSnapshot
+// checkpoints a running sandbox (which keeps running), and
+// Sandbox.create(snapshotId) restores one into a new sandbox, memory and
+// processes included.
+
+type snapshotJSON struct {
+	SnapshotID string   `json:"snapshotID"`
+	Names      []string `json:"names"`
+}
+
+func newSnapshotJSON(sn *snapshot.Snapshot) snapshotJSON {
+	names := sn.Names
+	if names == nil {
+		names = []string{}
+	}
+	return snapshotJSON{SnapshotID: sn.ID, Names: names}
+}
+
+// fromTemplate makes a sandbox for a template that names no image: a
+// snapshot to restore, or the SDK's default template.
+func (h *Handler) fromTemplate(ctx context.Context, template string, o sandbox.CreateOptions) (*sandbox.Sandbox, error) {
+	if h.snaps != nil {
+		sb, err := h.m.Restore(ctx, template, sandbox.RestoreOptions{})
+		if err == nil {
+			// The copy carries its source's lifetime; this request's wins.
+			return h.m.SetTTL(ctx, sb.ID, o.Config.TTL)
+		}
+		if !errors.Is(err, snapshot.ErrNotFound) && !errors.Is(err, snapshot.ErrInvalidName) {
+			return nil, err
+		}
+	}
+	if template == defaultTemplate {
+		o.Image = sandbox.DefaultImage
+		return h.m.Create(ctx, o)
+	}
+	return nil, fmt.Errorf("%w: %q is neither an image nor a snapshot", image.ErrNotFound, template)
+}
+
+type snapshotRequest struct {
+	Name string `json:"name"`
+}
+
+func (h *Handler) createSnapshot(w http.ResponseWriter, r *http.Request) {
+	var req snapshotRequest
+	if err := decodeBody(r, &req); err != nil {
+		writeAPIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if h.snaps == nil {
+		writeAPIError(w, http.StatusNotImplemented, "snapshots: this server has no snapshot store")
+		return
+	}
+	sb, ok := h.lookup(w, r, r.PathValue("id"))
+	if !ok {
+		return
+	}
+	sn, err := h.m.Checkpoint(r.Context(), sb.ID, sandbox.CheckpointOptions{Name: req.Name})
+	switch {
+	case errors.Is(err, snapshot.ErrInvalidName):
+		writeAPIError(w, http.StatusBadRequest, "name: "+err.Error())
+	case errors.Is(err, snapshot.ErrNameInUse):
+		writeAPIError(w, http.StatusConflict, "name: "+err.Error())
+	case err != nil:
+		writeAPIError(w, statusOf(err), err.Error())
+	default:
+		writeJSON(w, http.StatusCreated, newSnapshotJSON(sn))
+	}
+}
+
+// listSnapshots answers GET /snapshots, filtered by the sandbox they were
+// taken of (sandboxID) and by name.
+func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request) {
+	out := []snapshotJSON{}
+	if h.snaps == nil {
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	sns, err := h.snaps.List(r.Context())
+	if err != nil {
+		writeAPIError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	q := r.URL.Query()
+	for _, sn := range sns {
+		if id := q.Get("sandboxID"); id != "" && sn.Lineage.Sandbox != id {
+			continue
+		}
+		if name := q.Get("name"); name != "" && !slices.Contains(sn.Names, name) {
+			continue
+		}
+		out = append(out, newSnapshotJSON(&sn))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// deleteTemplate answers DELETE /templates/{id}, which the SDK's
+// deleteSnapshot calls. Only snapshots are templates that can be deleted
+// here; a snapshot a sandbox was restored from is kept (409).
+func (h *Handler) deleteTemplate(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if h.snaps == nil {
+		writeAPIError(w, http.StatusNotFound, fmt.Sprintf("snapshot %q not found", id))
+		return
+	}
+	err := h.snaps.Remove(r.Context(), id, func(id string) (bool, error) { return h.m.SnapshotInUse(r.Context(), id) })
+	switch {
+	case errors.Is(err, snapshot.ErrNotFound), errors.Is(err, snapshot.ErrInvalidName):
+		writeAPIError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, snapshot.ErrInUse):
+		writeAPIError(w, http.StatusConflict, err.Error())
+	case err != nil:
+		writeAPIError(w, http.StatusInternalServerError, err.Error())
+	default:
+		w.WriteHeader(http.StatusNoContent)
+	}
+}

@@ -1,0 +1,213 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// These tests need no sandbox: every request here is refused before the
+// Manager is consulted, so the server runs without one.
+
+func call(t *testing.T, s http.Handler, method, path, body string, hdr map[string]string) (*httptest.ResponseRecorder, Error) {
+	t.Helper()
+	r := httptest.NewRequest(method, path, strings.NewReader(body))
+	for k, v := range hdr {
+		r.Header.Set(k, v)
+	}
+	w := httptest.NewRecorder()
+	s.ServeHTTP(w, r)
+	var e Error
+	if w.Code >= 400 && w.Header().Get("Content-Type") == "application/json" {
+		if err := json.Unmarshal(w.Body.Bytes(), &e); err != nil {
+			t.Fatalf("%s %s: status %d with a body that is not a JSON error: %q", method, path, w.Code, w.Body)
+		}
+	}
+	return w, e
+}
+
+var auth = map[string]string{"Authorization": "Bearer t0ken"}
+
+func TestBadRequestsNameTheField(t *testing.T) {
+	s := New(Options{Token: "t0ken"})
+	for _, c := range []struct {
+		path, body, field, msg string
+	}{
+		{"/v1/sandboxes", `{"name": 5}`, "name", `want a string, got number`},
+		{"/v1/sandboxes", `{"memory": "lots"}`, "memory", `want a size`},
+		{"/v1/sandboxes", `{"timeout": "soon"}`, "timeout", `want a duration`},
+		{"/v1/sandboxes", `{"timeout": -3}`, "timeout", `want a duration`},
+		{"/v1/sandboxes", `{"cmd": "ls"}`, "cmd", `want an array`},
+		{"/v1/sandboxes", `{"nmae": "x"}`, "nmae", `unknown field`},
+		{"/v1/sandboxes", `{"env": ["NOEQUALS"]}`, "env", `want KEY=VALUE`},
+		{"/v1/sandboxes", `{"name": "x"`, "", `truncated JSON`},
+		{"/v1/sandboxes", `{"name": x}`, "", `malformed JSON at byte`},
+		{"/v1/sandboxes", `[]`, "", `want a JSON object`},
+		{"/v1/sandboxes", ``, "", `empty`},
+		{"/v1/sandboxes", `{} {}`, "", `unexpected data after`},
+		{"/v1/sandboxes/x/exec", `{"args": []}`, "args", `required`},
+		{"/v1/sandboxes/x/exec", `{"args": ["ls"], "tty": true}`, "tty", `WebSocket`},
+		{"/v1/sandboxes/x/exec", `{"args": ["ls"], "timeout": {}}`, "timeout", `want a duration`},
+		{"/v1/sandboxes/x/timeout", `{}`, "timeout", `required`},
+		{"/v1/sandboxes/x/stop", `{"timeout": true}`, "timeout", `want a duration`},
+		{"/v1/sandboxes/x/fork", `{"n": "two"}`, "n", `want a number`},
+	} {
+		w, e := call(t, s, http.MethodPost, c.path, c.body, auth)
+		if w.Code != http.StatusBadRequest || e.Code != CodeInvalid || e.Field != c.field || !strings.Contains(e.Message, c.msg) {
+			t.Errorf("POST %s %s: %d %+v, want 400 naming field %q with %q", c.path, c.body, w.Code, e, c.field, c.msg)
+		}
+	}
+	for _, c := range []struct{ method, path, field string }{
+		{http.MethodPut, "/v1/sandboxes/x/files?path=../../etc/passwd", "path"},
+		{http.MethodPut, "/v1/sandboxes/x/files?path=/tmp/../../etc/passwd", "path"},
+		{http.MethodGet, "/v1/sandboxes/x/files?path=etc/passwd", "path"},
+		{http.MethodGet, "/v1/sandboxes/x/files", "path"},
+		{http.MethodGet, "/v1/sandboxes/x/files?path=/a&format=zip", "format"},
+		{http.MethodDelete, "/v1/sandboxes/x?force=maybe", "force"},
+		{http.MethodGet, "/v1/sandboxes/x/logs?follow=2", "follow"},
+	} {
+		w, e := call(t, s, c.method, c.path, "", auth)
+		if w.Code != http.StatusBadRequest || e.Field != c.field {
+			t.Errorf("%s %s: %d %+v, want 400 naming %q", c.method, c.path, w.Code, e, c.field)
+		}
+	}
+}
+
+func TestAuth(t *testing.T) {
+	s := New(Options{Token: "t0ken"})
+	for _, hdr := range []map[string]string{
+		nil,
+		{"Authorization": "Bearer wrong"},
+		{"Authorization": "Bearer t0ke"},
+		{"Authorization": "Basic t0ken"},
+		{"X-API-KEY": "t0ken0"},
+	} {
+		w, e := call(t, s, http.MethodGet, "/v1/sandboxes/x/logs?follow=2", "", hdr)
+		if w.Code != http.StatusUnauthorized || e.Code != CodeUnauthorized || w.Header().Get("WWW-Authenticate") == "" || e.Message == "" {
+			t.Errorf("headers %v: %d %+v, want 401", hdr, w.Code, e)
+		}
+	}
+	// The right token, either way, gets through to the handler (which
+	// then refuses the bad parameter).
+	for _, hdr := range []map[string]string{auth, {"X-API-KEY": "t0ken"}, {"authorization": "bearer t0ken"}} {
+		if w, _ := call(t, s, http.MethodGet, "/v1/sandboxes/x/logs?follow=2", "", hdr); w.Code != http.StatusBadRequest {
+			t.Errorf("headers %v: %d, want the handler's 400", hdr, w.Code)
+		}
+	}
+	for _, p := range []string{"/healthz", "/openapi.json"} {
+		if w, _ := call(t, s, http.MethodGet, p, "", nil); w.Code != http.StatusOK {
+			t.Errorf("%s without a token: %d", p, w.Code)
+		}
+	}
+}
+
+func TestMountSharesAuthAndMetrics(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.URL.Path)
+		mu.Unlock()
+		w.WriteHeader(http.StatusMultiStatus)
+	})
+	self := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !CheckToken(r, "t0ken") {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+	})
+	s := New(Options{Token: "t0ken", Mounts: []Mount{{Prefix: "/e2b/", Handler: h}, {Prefix: "/envd/", Handler: self, Public: true}}})
+	if w, _ := call(t, s, http.MethodGet, "/e2b/sandboxes", "", nil); w.Code != http.StatusUnauthorized {
+		t.Fatalf("mounted handler without a token: %d", w.Code)
+	}
+	if w, _ := call(t, s, http.MethodPost, "/e2b/sandboxes", "", map[string]string{"X-API-KEY": "t0ken"}); w.Code != http.StatusMultiStatus {
+		t.Fatalf("mounted handler with X-API-KEY: %d", w.Code)
+	}
+	if !slices.Equal(seen, []string{"/e2b/sandboxes"}) {
+		t.Fatalf("handler saw %v, want the full path once", seen)
+	}
+	if w, _ := call(t, s, http.MethodGet, "/envd/files", "", nil); w.Code != http.StatusUnauthorized {
+		t.Fatalf("public mount doing its own check: %d", w.Code)
+	}
+	if w, _ := call(t, s, http.MethodGet, "/envd/files", "", auth); w.Code != http.StatusAccepted {
+		t.Fatalf("public mount with the token: %d", w.Code)
+	}
+	var out strings.Builder
+	s.metrics.write(&out, nil, 0)
+	if !strings.Contains(out.String(), `smolvm_api_requests_total{route="/e2b/",code="207"} 1`) {
+		t.Fatalf("mounted route missing from metrics:\n%s", out.String())
+	}
+}
+
+func TestLoadToken(t *testing.T) {
+	dir := t.TempDir()
+	tok, err := LoadToken(dir)
+	if err != nil || len(tok) != 64 {
+		t.Fatalf("first load: %q %v", tok, err)
+	}
+	fi, err := os.Stat(filepath.Join(dir, TokenFile))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("token file: %v %v", fi.Mode(), err)
+	}
+	if again, err := LoadToken(dir); err != nil || again != tok {
+		t.Fatalf("second load: %q %v, want the same token", again, err)
+	}
+	os.Chmod(filepath.Join(dir, TokenFile), 0o644)
+	if _, err := LoadToken(dir); err == nil || !strings.Contains(err.Error(), "others can read it") {
+		t.Fatalf("world-readable token: %v", err)
+	}
+	// Concurrent first starts agree on one token.
+	dir = t.TempDir()
+	toks := make([]string, 8)
+	var wg sync.WaitGroup
+	for i := range toks {
+		wg.Go(func() { toks[i], _ = LoadToken(dir) })
+	}
+	wg.Wait()
+	for _, x := range toks {
+		if x == "" || x != toks[0] {
+			t.Fatalf("concurrent first loads: %q", toks)
+		}
+	}
+}
+
+func TestLimiterQueuesThenRefuses(t *testing.T) {
+	l := newLimiter(1, 1)
+	release, err := l.acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		r, err := l.acquire(t.Context())
+		if err == nil {
+			r()
+		}
+		got <- err
+	}()
+	// Wait until the second request is queued, then a third is refused.
+	for len(l.queue) == 0 {
+		select {
+		case err := <-got:
+			t.Fatalf("second request did not queue: %v", err)
+		default:
+		}
+	}
+	_, err = l.acquire(t.Context())
+	var ae *Error
+	if !errors.As(err, &ae) || ae.Status != http.StatusTooManyRequests {
+		t.Fatalf("third request: %v, want 429", err)
+	}
+	release()
+	if err := <-got; err != nil {
+		t.Fatalf("queued request: %v", err)
+	}
+}

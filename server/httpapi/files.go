@@ -1,0 +1,215 @@
+package httpapi
+
+import (
+	"archive/tar"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	"smolvm.dev/smolvm/runtime/guest"
+	"smolvm.dev/smolvm/sandbox"
+)
+
+// Files move as tar streams between the server and the sandbox's agent,
+// which extracts them inside the sandbox through os.Root: no archive entry
+// or symlink can write outside the target directory, and the agent itself
+// sees only the sandbox's filesystem, never the host's. The server adds:
+// absolute, clean paths only, and uploads spooled whole (up to MaxUpload)
+// before anything reaches the sandbox, so a rejected or broken upload
+// leaves nothing half-written.
+
+// CodeNoSuchFile is a 404 for a path inside a sandbox.
+const CodeNoSuchFile = "no_such_file"
+
+// ContentTypeTar marks a tar upload or asks for a tar download.
+const ContentTypeTar = "application/x-tar"
+
+// sandboxPath checks the path query parameter.
+func sandboxPath(r *http.Request) (string, error) {
+	p := r.URL.Query().Get("path")
+	switch {
+	case p == "":
+		return "", invalid("path", `query parameter "path": required`)
+	case !strings.HasPrefix(p, "/"):
+		return "", invalid("path", fmt.Sprintf(`query parameter "path": %q: must be absolute`, p))
+	case slices.Contains(strings.Split(p, "/"), ".."):
+		return "", invalid("path", fmt.Sprintf(`query parameter "path": %q: ".." is not allowed`, p))
+	}
+	return path.Clean(p), nil
+}
+
+// fileError maps the agent's refusal of a file operation.
+func fileError(err error) error {
+	var oe *guest.OpError
+	if !errors.As(err, &oe) {
+		return err
+	}
+	if oe.Exit.Kind == guest.KindNotFound {
+		return &Error{Status: http.StatusNotFound, Code: CodeNoSuchFile, Message: err.Error()}
+	}
+	return &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "path", Message: err.Error()}
+}
+
+// upload writes the body at path: the file itself, or with Content-Type
+// application/x-tar an archive extracted there with cp semantics.
+func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
+	dst, err := sandboxPath(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	id := r.PathValue("id")
+	// Refuse before reading the body when the sandbox cannot take it.
+	sb, err := s.o.Manager.Get(r.Context(), id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if sb.State != sandbox.StateRunning {
+		writeError(w, fmt.Errorf("%s: %w: sandbox is %s", sb.Name, sandbox.ErrNotRunning, sb.State))
+		return
+	}
+	tooLarge := &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge,
+		Message: fmt.Sprintf("upload exceeds the limit of %d bytes", s.o.MaxUpload)}
+	if r.ContentLength > s.o.MaxUpload {
+		writeError(w, tooLarge)
+		return
+	}
+	spool, err := os.CreateTemp(s.o.TempDir, "upload-*")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer os.Remove(spool.Name())
+	defer spool.Close()
+	n, err := io.Copy(spool, io.LimitReader(r.Body, s.o.MaxUpload+1))
+	if err != nil {
+		writeError(w, invalid("", "reading the upload: "+err.Error()))
+		return
+	}
+	if n > s.o.MaxUpload {
+		writeError(w, tooLarge)
+		return
+	}
+	if _, err := spool.Seek(0, io.SeekStart); err != nil {
+		writeError(w, err)
+		return
+	}
+	var archive io.Reader = spool
+	if !isTar(r.Header.Get("Content-Type")) {
+		archive = singleFile(path.Base(dst), n, spool)
+	}
+	if err := s.o.Manager.PutArchive(r.Context(), id, dst, archive); err != nil {
+		writeError(w, fileError(err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func isTar(contentType string) bool {
+	return strings.HasPrefix(contentType, ContentTypeTar)
+}
+
+// singleFile is a tar stream of one regular file.
+func singleFile(name string, size int64, body io.Reader) io.Reader {
+	pr, pw := io.Pipe()
+	go func() {
+		tw := tar.NewWriter(pw)
+		err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: size, Typeflag: tar.TypeReg})
+		if err == nil {
+			_, err = io.CopyN(tw, body, size)
+		}
+		if err == nil {
+			err = tw.Close()
+		}
+		pw.CloseWithError(err)
+	}()
+	return pr
+}
+
+// download sends the file at path, or with ?format=tar (or Accept:
+// application/x-tar) the path as a tar archive, which suits directories.
+func (s *Server) download(w http.ResponseWriter, r *http.Request) {
+	src, err := sandboxPath(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	format := r.URL.Query().Get("format")
+	if format == "" && isTar(r.Header.Get("Accept")) {
+		format = "tar"
+	}
+	if format != "" && format != "tar" && format != "raw" {
+		writeError(w, invalid("format", `query parameter "format": want "raw" or "tar"`))
+		return
+	}
+	id := r.PathValue("id")
+	pr, pw := io.Pipe()
+	errc := make(chan error, 1)
+	go func() {
+		err := s.o.Manager.GetArchive(r.Context(), id, src, pw)
+		pw.CloseWithError(err)
+		errc <- err
+	}()
+	defer func() {
+		pr.CloseWithError(errors.New("response ended"))
+		<-errc
+	}()
+	if format == "tar" {
+		s.sendTar(w, pr)
+		return
+	}
+	tr := tar.NewReader(pr)
+	hdr, err := tr.Next()
+	if err != nil {
+		// The agent's own error (no such file, not running) ended the pipe.
+		writeError(w, fileError(unwrapPipe(err)))
+		return
+	}
+	if hdr.Typeflag != tar.TypeReg {
+		writeError(w, invalid("path", fmt.Sprintf("%s is not a regular file: download it with format=tar", src)))
+		return
+	}
+	if hdr.Size > s.o.MaxDownload {
+		writeError(w, &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge,
+			Message: fmt.Sprintf("%s has %d bytes, over the download limit of %d", src, hdr.Size, s.o.MaxDownload)})
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(hdr.Size, 10))
+	w.WriteHeader(http.StatusOK)
+	io.Copy(w, tr)
+}
+
+// sendTar streams an archive. Its size is unknown up front, so a stream
+// past the limit is cut off mid-way, which the client sees as a broken
+// response rather than a complete but truncated archive.
+func (s *Server) sendTar(w http.ResponseWriter, pr *io.PipeReader) {
+	var first [512]byte
+	n, err := io.ReadFull(pr, first[:])
+	if n == 0 && err != nil {
+		writeError(w, fileError(unwrapPipe(err)))
+		return
+	}
+	w.Header().Set("Content-Type", ContentTypeTar)
+	w.WriteHeader(http.StatusOK)
+	w.Write(first[:n])
+	written, _ := io.Copy(w, io.LimitReader(pr, s.o.MaxDownload-int64(n)+1))
+	if int64(n)+written > s.o.MaxDownload {
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// unwrapPipe recovers the error a pipe's writer closed it with.
+func unwrapPipe(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return errors.New("no data from the sandbox")
+	}
+	return err
+}

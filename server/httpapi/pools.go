@@ -1,0 +1,78 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+
+	"smolvm.dev/smolvm/runtime/backend"
+	"smolvm.dev/smolvm/sandbox"
+)
+
+// PoolRequest is the body of POST /v1/pools.
+type PoolRequest struct {
+	Name         string  `json:"name,omitempty"`
+	Image        string  `json:"image,omitempty"`
+	Size         int     `json:"size,omitempty"`
+	Targets      int     `json:"targets,omitempty"`
+	MemoryBudget Bytes   `json:"memory_budget,omitempty"`
+	CPUs         float64 `json:"cpus,omitempty"`
+	Memory       Bytes   `json:"memory,omitempty"`
+	Pids         int64   `json:"pids,omitempty"`
+	Disk         Bytes   `json:"disk,omitempty"`
+	// Fill starts the pool's sandboxes before answering; otherwise the
+	// pool fills when POST /v1/pools/{pool}/fill is called, or as
+	// sandboxes are taken from it.
+	Fill bool `json:"fill,omitempty"`
+}
+
+func (s *Server) registerPoolRoutes(route func(string, http.HandlerFunc)) {
+	route("GET /v1/pools", s.listPools)
+	route("POST /v1/pools", s.createPool)
+	route("DELETE /v1/pools/{pool}", s.removePool)
+	route("POST /v1/pools/{pool}/fill", s.fillPool)
+}
+
+func (s *Server) listPools(w http.ResponseWriter, r *http.Request) {
+	pools, err := s.o.Manager.Pools(r.Context())
+	if pools == nil && err == nil {
+		pools = []*sandbox.Pool{}
+	}
+	reply(w, pools, err)
+}
+
+func (s *Server) createPool(w http.ResponseWriter, r *http.Request) {
+	var req PoolRequest
+	if err := decode(r.Body, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	p, err := s.o.Manager.CreatePool(r.Context(), sandbox.PoolOptions{Name: req.Name, Image: req.Image, Size: req.Size, Targets: req.Targets,
+		MemoryBudget: int64(req.MemoryBudget),
+		Limits:       backend.Limits{CPUs: req.CPUs, Memory: int64(req.Memory), Pids: req.Pids, Disk: int64(req.Disk)}})
+	if err == nil && req.Fill {
+		p, err = s.fill(r, p.Name)
+	}
+	created(w, p, err)
+}
+
+func (s *Server) fillPool(w http.ResponseWriter, r *http.Request) {
+	p, err := s.fill(r, r.PathValue("pool"))
+	reply(w, p, err)
+}
+
+// fill fills a pool and returns it; a full memory budget is not a
+// failure, the pool just holds fewer.
+func (s *Server) fill(r *http.Request, name string) (*sandbox.Pool, error) {
+	if _, err := s.o.Manager.FillPool(r.Context(), name); err != nil && !errors.Is(err, sandbox.ErrPoolBudget) {
+		return nil, err
+	}
+	return s.o.Manager.Pool(r.Context(), name)
+}
+
+func (s *Server) removePool(w http.ResponseWriter, r *http.Request) {
+	if err := s.o.Manager.RemovePool(r.Context(), r.PathValue("pool")); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

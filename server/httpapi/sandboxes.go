@@ -1,0 +1,206 @@
+package httpapi
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"smolvm.dev/smolvm/runtime/backend"
+	"smolvm.dev/smolvm/sandbox"
+)
+
+// registerRoutes registers every route; openapi.json must list each one
+// (TestOpenAPIMatchesRoutes checks both ways).
+func (s *Server) registerRoutes() {
+	public := func(pattern string, h http.HandlerFunc) { s.handle(pattern, false, false, h) }
+	unlimited := func(pattern string, h http.HandlerFunc) { s.handle(pattern, true, false, h) }
+	route := func(pattern string, h http.HandlerFunc) { s.handle(pattern, true, true, h) }
+
+	public("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	public("GET /openapi.json", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(openapiJSON)
+	})
+	// Scrapes and event streams are cheap and long-lived: they must not
+	// take the slots that sandbox work needs.
+	unlimited("GET /metrics", s.serveMetrics)
+	unlimited("GET /v1/events", s.events)
+
+	route("GET /v1/sandboxes", s.list)
+	route("POST /v1/sandboxes", s.create)
+	route("GET /v1/sandboxes/{id}", s.get)
+	route("DELETE /v1/sandboxes/{id}", s.remove)
+	route("POST /v1/sandboxes/{id}/start", s.start)
+	route("POST /v1/sandboxes/{id}/stop", s.stop)
+	route("POST /v1/sandboxes/{id}/timeout", s.setTimeout)
+	route("POST /v1/sandboxes/{id}/exec", s.exec)
+	route("GET /v1/sandboxes/{id}/exec/ws", s.execWS)
+	route("PUT /v1/sandboxes/{id}/files", s.upload)
+	route("GET /v1/sandboxes/{id}/files", s.download)
+	route("GET /v1/sandboxes/{id}/logs", s.logs)
+	route("GET /v1/sandboxes/{id}/stats", s.stats)
+	route("GET /v1/images", s.images)
+	s.registerSnapshotRoutes(route)
+	s.registerPoolRoutes(route)
+	s.registerNetworkRoutes(route)
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	sbs, err := s.o.Manager.List(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sbs)
+}
+
+// createOptions turns a request into the Manager's options, applying the
+// server's defaults.
+func (s *Server) createOptions(req *CreateRequest) (sandbox.CreateOptions, error) {
+	if err := checkEnv("env", req.Env); err != nil {
+		return sandbox.CreateOptions{}, err
+	}
+	ttl := s.o.DefaultTTL
+	if req.Timeout != nil {
+		ttl = time.Duration(*req.Timeout)
+	}
+	start := req.Start == nil || *req.Start
+	return sandbox.CreateOptions{Name: req.Name, Image: req.Image, Start: start, Pool: req.Pool, Config: sandbox.Config{
+		Cmd: req.Cmd, Env: req.Env, WorkDir: req.WorkDir, User: req.User, Hostname: req.Hostname,
+		TTL: ttl, IdleTimeout: time.Duration(req.IdleTimeout), OnExpiry: req.OnExpiry, Policy: req.Policy, Network: req.Network,
+		Limits: backend.Limits{CPUs: req.CPUs, Memory: int64(req.Memory), Pids: req.Pids, Disk: int64(req.Disk)},
+	}}, nil
+}
+
+func checkEnv(field string, env []string) error {
+	for _, kv := range env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return invalid(field, "field "+strconv.Quote(field)+": "+strconv.Quote(kv)+": want KEY=VALUE")
+		}
+	}
+	return nil
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request) {
+	var req CreateRequest
+	if err := decode(r.Body, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	opts, err := s.createOptions(&req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	sb, err := s.o.Manager.Create(r.Context(), opts)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, sb)
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.o.Manager.Get(r.Context(), r.PathValue("id"))
+	reply(w, sb, err)
+}
+
+func (s *Server) start(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.o.Manager.Start(r.Context(), r.PathValue("id"))
+	reply(w, sb, err)
+}
+
+func (s *Server) stop(w http.ResponseWriter, r *http.Request) {
+	var req StopRequest
+	if err := decodeOptional(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	grace := 10 * time.Second
+	if req.Timeout != nil {
+		grace = time.Duration(*req.Timeout)
+	}
+	sb, err := s.o.Manager.Stop(r.Context(), r.PathValue("id"), grace)
+	reply(w, sb, err)
+}
+
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
+	var req TimeoutRequest
+	if err := decode(r.Body, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if req.Timeout == nil {
+		writeError(w, invalid("timeout", `field "timeout": required (0 removes the time to live)`))
+		return
+	}
+	sb, err := s.o.Manager.SetTTL(r.Context(), r.PathValue("id"), time.Duration(*req.Timeout))
+	reply(w, sb, err)
+}
+
+func (s *Server) remove(w http.ResponseWriter, r *http.Request) {
+	force, err := boolParam(r, "force")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := s.o.Manager.Remove(r.Context(), r.PathValue("id"), force); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
+	st, err := s.o.Manager.Stats(r.Context(), r.PathValue("id"))
+	reply(w, st, err)
+}
+
+func (s *Server) images(w http.ResponseWriter, r *http.Request) {
+	imgs, err := s.o.Images.List(r.Context())
+	reply(w, imgs, err)
+}
+
+func reply(w http.ResponseWriter, v any, err error) {
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// decodeOptional decodes a body that may be absent.
+func decodeOptional(r *http.Request, v any) error {
+	if r.ContentLength == 0 {
+		return nil
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		return invalid("", "request body: "+err.Error())
+	}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return nil
+	}
+	return decode(strings.NewReader(string(body)), v)
+}
+
+func boolParam(r *http.Request, name string) (bool, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, invalid(name, "query parameter "+strconv.Quote(name)+": want true or false")
+	}
+	return b, nil
+}
+
+// errMissing is a required query parameter that is absent.
+func errMissing(name string) error {
+	return invalid(name, "query parameter "+strconv.Quote(name)+": required")
+}

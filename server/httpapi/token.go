@@ -1,0 +1,84 @@
+package httpapi
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// TokenFile is the token's file name in the data dir.
+const TokenFile = "api-token"
+
+// LoadToken returns the API token stored in dataDir, generating it on
+// first use. The file is 0600; one readable by others is refused, since
+// the token would no longer be a secret.
+func LoadToken(dataDir string) (string, error) {
+	path := filepath.Join(dataDir, TokenFile)
+	for {
+		b, err := os.ReadFile(path)
+		if err == nil {
+			fi, err := os.Stat(path)
+			if err != nil {
+				return "", err
+			}
+			if fi.Mode().Perm()&0o077 != 0 {
+				return "", fmt.Errorf("API token %s has mode %v: others can read it; chmod 600 it or remove it for a new one", path, fi.Mode().Perm())
+			}
+			tok := strings.TrimSpace(string(b))
+			if tok == "" {
+				return "", fmt.Errorf("API token %s is empty: remove it for a new one", path)
+			}
+			return tok, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("API token: %w", err)
+		}
+		if err := os.MkdirAll(dataDir, 0o700); err != nil {
+			return "", err
+		}
+		var raw [32]byte
+		rand.Read(raw[:])
+		// Write a temp file and link it into place: a concurrent first
+		// start either wins or reads the winner's token, never half of one.
+		tmp, err := os.CreateTemp(dataDir, TokenFile+".*")
+		if err != nil {
+			return "", err
+		}
+		_, werr := tmp.WriteString(hex.EncodeToString(raw[:]) + "\n")
+		cerr := tmp.Close()
+		if err := errors.Join(werr, cerr); err != nil {
+			os.Remove(tmp.Name())
+			return "", err
+		}
+		lerr := os.Link(tmp.Name(), path)
+		os.Remove(tmp.Name())
+		if lerr != nil && !errors.Is(lerr, fs.ErrExist) {
+			return "", fmt.Errorf("API token: %w", lerr)
+		}
+	}
+}
+
+// CheckToken reports whether r carries token, as "Authorization: Bearer
+// <token>" or as "X-API-KEY: <token>" (what E2B clients send). The
+// comparison takes the same time wherever a wrong token differs. An empty
+// token means auth is off.
+func CheckToken(r *http.Request, token string) bool {
+	if token == "" {
+		return true
+	}
+	got := r.Header.Get("X-API-KEY")
+	if h := r.Header.Get("Authorization"); h != "" {
+		scheme, rest, _ := strings.Cut(h, " ")
+		if strings.EqualFold(scheme, "Bearer") {
+			got = strings.TrimSpace(rest)
+		}
+	}
+	return subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+}

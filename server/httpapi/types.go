@@ -1,0 +1,205 @@
+package httpapi
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"math"
+	"reflect"
+	"time"
+	"unicode/utf8"
+
+	"smolvm.dev/smolvm/runtime/guest"
+	"smolvm.dev/smolvm/internal/units"
+	"smolvm.dev/smolvm/runtime/network"
+)
+
+// Wire types shared by the server and the Go client.
+
+// CreateRequest is the body of POST /v1/sandboxes.
+type CreateRequest struct {
+	Name  string `json:"name,omitempty"`
+	Image string `json:"image,omitempty"`
+	// Pool takes a ready sandbox from this pool (it implies start).
+	Pool     string   `json:"pool,omitempty"`
+	Cmd      []string `json:"cmd,omitempty"`
+	Env      []string `json:"env,omitempty"`
+	WorkDir  string   `json:"workdir,omitempty"`
+	User     string   `json:"user,omitempty"`
+	Hostname string   `json:"hostname,omitempty"`
+	CPUs     float64  `json:"cpus,omitempty"`
+	Memory   Bytes    `json:"memory,omitempty"`
+	Pids     int64    `json:"pids,omitempty"`
+	Disk     Bytes    `json:"disk,omitempty"`
+	// Timeout is the time to live; absent means the server's default
+	// (15m), 0 means none.
+	Timeout     *Duration `json:"timeout,omitempty"`
+	IdleTimeout Duration  `json:"idle_timeout,omitempty"`
+	// OnExpiry is "stop" (the default) or "pause".
+	OnExpiry string `json:"on_expiry,omitempty"`
+	// Policy is a repository root on the server whose trust policy every
+	// command in the sandbox must pass.
+	Policy string `json:"policy,omitempty"`
+	// Network is what the sandbox may reach; absent is mode none.
+	Network *network.Policy `json:"network,omitempty"`
+	// Start defaults to true.
+	Start *bool `json:"start,omitempty"`
+}
+
+// StopRequest is the optional body of POST /v1/sandboxes/{id}/stop.
+type StopRequest struct {
+	// Timeout is the grace period before SIGKILL (default 10s).
+	Timeout *Duration `json:"timeout,omitempty"`
+}
+
+// TimeoutRequest is the body of POST /v1/sandboxes/{id}/timeout.
+type TimeoutRequest struct {
+	// Timeout is the new time to live, from now; 0 removes it.
+	Timeout *Duration `json:"timeout"`
+}
+
+// ExecRequest is the body of POST /v1/sandboxes/{id}/exec and the first
+// message of an exec WebSocket.
+type ExecRequest struct {
+	Args    []string `json:"args"`
+	Env     []string `json:"env,omitempty"`
+	WorkDir string   `json:"workdir,omitempty"`
+	User    string   `json:"user,omitempty"`
+	// Timeout kills the command after that long.
+	Timeout Duration `json:"timeout,omitempty"`
+	// Stdin is the command's whole input, for plain exec; a WebSocket
+	// streams it instead.
+	Stdin *string `json:"stdin,omitempty"`
+	// TTY, Rows and Cols ask for a pseudo-terminal (WebSocket only).
+	TTY  bool   `json:"tty,omitempty"`
+	Rows uint16 `json:"rows,omitempty"`
+	Cols uint16 `json:"cols,omitempty"`
+}
+
+// ExecEvent is one line of an exec stream (or one SSE event's data).
+type ExecEvent struct {
+	// Type is "stdout", "stderr", "exit" or "error".
+	Type string `json:"type"`
+	// Data is the output; Encoding is "base64" when it is not UTF-8.
+	Data     string      `json:"data,omitempty"`
+	Encoding string      `json:"encoding,omitempty"`
+	Exit     *guest.Exit `json:"exit,omitempty"`
+	// Error is a failure after the stream began.
+	Error *Error `json:"error,omitempty"`
+}
+
+// Bytes returns the event's output bytes.
+func (e ExecEvent) Bytes() ([]byte, error) { return decodeData(e.Data, e.Encoding) }
+
+// LogEvent is one line of GET /v1/sandboxes/{id}/logs.
+type LogEvent struct {
+	Stream   string `json:"stream"`
+	Data     string `json:"data"`
+	Encoding string `json:"encoding,omitempty"`
+}
+
+// Bytes returns the entry's bytes.
+func (e LogEvent) Bytes() ([]byte, error) { return decodeData(e.Data, e.Encoding) }
+
+// WebSocket exec messages: binary messages carry a one-byte stream tag
+// then the bytes; text messages carry JSON control.
+const (
+	StreamStdin  = 0
+	StreamStdout = 1
+	StreamStderr = 2
+)
+
+// WSControl is a text message on an exec WebSocket: from the client, a
+// resize, a signal or stdin's end; from the server, the exit or an error.
+type WSControl struct {
+	Resize *guest.Size `json:"resize,omitempty"`
+	Signal int         `json:"signal,omitempty"`
+	EOF    bool        `json:"eof,omitempty"`
+	Exit   *guest.Exit `json:"exit,omitempty"`
+	Error  *Error      `json:"error,omitempty"`
+}
+
+// Duration is a time.Duration on the wire: a Go duration string ("90s")
+// or a number of seconds; it is written as a string.
+type Duration time.Duration
+
+var (
+	durationType = reflect.TypeFor[Duration]()
+	bytesType    = reflect.TypeFor[Bytes]()
+)
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	bad := &json.UnmarshalTypeError{Value: string(b), Type: durationType}
+	switch v := v.(type) {
+	case float64:
+		if v < 0 || v > math.MaxInt64/float64(time.Second) {
+			return bad
+		}
+		*d = Duration(v * float64(time.Second))
+	case string:
+		p, err := time.ParseDuration(v)
+		if err != nil || p < 0 {
+			return bad
+		}
+		*d = Duration(p)
+	default:
+		return bad
+	}
+	return nil
+}
+
+// MarshalJSON implements json.Marshaler.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// Bytes is a size on the wire: a number of bytes or a string with a unit
+// ("512m").
+type Bytes int64
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (n *Bytes) UnmarshalJSON(b []byte) error {
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	bad := &json.UnmarshalTypeError{Value: string(b), Type: bytesType}
+	switch v := v.(type) {
+	case float64:
+		if v < 0 || v > math.MaxInt64 || v != math.Trunc(v) {
+			return bad
+		}
+		*n = Bytes(v)
+	case string:
+		p, err := units.ParseBytes(v)
+		if err != nil {
+			return bad
+		}
+		*n = Bytes(p)
+	default:
+		return bad
+	}
+	return nil
+}
+
+// encodeData renders output bytes as a string field, base64 when they are
+// not valid UTF-8 (a chunk may split a character).
+func encodeData(p []byte) (data, encoding string) {
+	if utf8.Valid(p) {
+		return string(p), ""
+	}
+	return base64.StdEncoding.EncodeToString(p), "base64"
+}
+
+func decodeData(data, encoding string) ([]byte, error) {
+	switch encoding {
+	case "":
+		return []byte(data), nil
+	case "base64":
+		return base64.StdEncoding.DecodeString(data)
+	}
+	return nil, fmt.Errorf("unknown encoding %q", encoding)
+}

@@ -1,0 +1,317 @@
+// Package mcpserver exposes smolvm sandboxes to AI agents as Model Context Protocol tools.
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"smolvm.dev/smolvm/runtime/guest"
+	"smolvm.dev/smolvm/runtime/manager"
+	"smolvm.dev/smolvm/sandbox"
+)
+
+// MaxOutput bounds what one exec or file read returns to the model: a tool
+// result lands in a context window, so more is cut and said to be cut.
+const MaxOutput = 1 << 20
+
+// New returns an MCP server whose tools drive m. version is smolvm's.
+func New(m *manager.Manager, version string) *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "smolvm", Version: version}, &mcp.ServerOptions{
+		Instructions: "smolvm sandboxes are isolated machines (gVisor); those made here have no network. Create one, " +
+			"run commands and move files in it; checkpoint, restore and fork it to branch work. " +
+			"Sandboxes are named by ID or name.",
+	})
+	t := &tools{m: m}
+	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_create", Description: "Create and start a sandbox. Returns its ID."}, t.create)
+	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_list", Description: "List sandboxes and their states."}, t.list)
+	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_remove", Description: "Stop and remove a sandbox."}, t.remove)
+	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_exec", Description: "Run a shell command (sh -c) in a running sandbox; returns exit code, stdout and stderr."}, t.exec)
+	mcp.AddTool(s, &mcp.Tool{Name: "file_read", Description: "Read a file from a sandbox. Text comes back as is, other bytes as base64."}, t.readFile)
+	mcp.AddTool(s, &mcp.Tool{Name: "file_write", Description: "Write a file in a sandbox, creating parent directories."}, t.writeFile)
+	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_checkpoint", Description: "Save a running sandbox (memory, processes, files) as a snapshot; it keeps running."}, t.checkpoint)
+	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_restore", Description: "Start a new sandbox from a snapshot."}, t.restore)
+	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_fork", Description: "Make running copies of a running sandbox."}, t.fork)
+	return s
+}
+
+type tools struct {
+	m *manager.Manager
+}
+
+// sandboxInfo is how a sandbox is shown to the model.
+type sandboxInfo struct {
+	ID        string     `json:"id"`
+	Name      string     `json:"name"`
+	Image     string     `json:"image"`
+	State     string     `json:"state"`
+	Reason    string     `json:"reason,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+func info(sb *sandbox.Sandbox) sandboxInfo {
+	return sandboxInfo{ID: sb.ID, Name: sb.Name, Image: sb.Image, State: string(sb.State), Reason: sb.Reason, ExpiresAt: sb.ExpiresAt}
+}
+
+type createIn struct {
+	Image          string            `json:"image,omitempty" jsonschema:"image name; default: the builtin host image"`
+	Name           string            `json:"name,omitempty" jsonschema:"sandbox name; default: generated"`
+	TimeoutSeconds int64             `json:"timeout_seconds,omitempty" jsonschema:"time to live in seconds; default 900 (smolvm's default), so a forgotten sandbox ends"`
+	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables for every command"`
+}
+
+func (t *tools) create(ctx context.Context, _ *mcp.CallToolRequest, in createIn) (*mcp.CallToolResult, sandboxInfo, error) {
+	if in.TimeoutSeconds < 0 {
+		return nil, sandboxInfo{}, errors.New("timeout_seconds: must not be negative")
+	}
+	o := sandbox.CreateOptions{Name: in.Name, Image: in.Image, Start: true}
+	o.Config.TTL = sandbox.DefaultTTL
+	if in.TimeoutSeconds > 0 {
+		o.Config.TTL = time.Duration(in.TimeoutSeconds) * time.Second
+	}
+	for _, k := range slices.Sorted(maps.Keys(in.Env)) {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return nil, sandboxInfo{}, fmt.Errorf("env: invalid name %q", k)
+		}
+		o.Config.Env = append(o.Config.Env, k+"="+in.Env[k])
+	}
+	sb, err := t.m.Create(ctx, o)
+	if err != nil {
+		return nil, sandboxInfo{}, err
+	}
+	return nil, info(sb), nil
+}
+
+type listOut struct {
+	Sandboxes []sandboxInfo `json:"sandboxes"`
+}
+
+func listOf(sbs []*sandbox.Sandbox) listOut {
+	out := listOut{Sandboxes: []sandboxInfo{}}
+	for _, sb := range sbs {
+		out.Sandboxes = append(out.Sandboxes, info(sb))
+	}
+	return out
+}
+
+func (t *tools) list(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, listOut, error) {
+	sbs, err := t.m.List(ctx)
+	if err != nil {
+		return nil, listOut{}, err
+	}
+	return nil, listOf(sbs), nil
+}
+
+type sandboxRef struct {
+	Sandbox string `json:"sandbox" jsonschema:"sandbox ID or name"`
+}
+
+type removeOut struct {
+	Removed string `json:"removed"`
+}
+
+func (t *tools) remove(ctx context.Context, _ *mcp.CallToolRequest, in sandboxRef) (*mcp.CallToolResult, removeOut, error) {
+	if err := t.m.Remove(ctx, in.Sandbox, true); err != nil {
+		return nil, removeOut{}, err
+	}
+	return nil, removeOut{Removed: in.Sandbox}, nil
+}
+
+type execIn struct {
+	Sandbox        string            `json:"sandbox" jsonschema:"sandbox ID or name"`
+	Command        string            `json:"command" jsonschema:"shell command, run with sh -c"`
+	Cwd            string            `json:"cwd,omitempty" jsonschema:"working directory"`
+	Env            map[string]string `json:"env,omitempty" jsonschema:"extra environment variables"`
+	Stdin          string            `json:"stdin,omitempty" jsonschema:"text given to the command on standard input"`
+	TimeoutSeconds int64             `json:"timeout_seconds,omitempty" jsonschema:"kill the command after this long; default 300"`
+}
+
+type execOut struct {
+	ExitCode  int    `json:"exit_code"`
+	Stdout    string `json:"stdout"`
+	Stderr    string `json:"stderr"`
+	Truncated bool   `json:"truncated,omitempty"`
+	Error     string `json:"error,omitempty"`
+}
+
+// defaultExecTimeout keeps a forgotten command from holding a tool call
+// (and the model) forever.
+const defaultExecTimeout = 5 * time.Minute
+
+func (t *tools) exec(ctx context.Context, _ *mcp.CallToolRequest, in execIn) (*mcp.CallToolResult, execOut, error) {
+	if in.Sandbox == "" || in.Command == "" {
+		return nil, execOut{}, errors.New("sandbox and command are required")
+	}
+	timeout := defaultExecTimeout
+	if in.TimeoutSeconds > 0 {
+		timeout = time.Duration(in.TimeoutSeconds) * time.Second
+	}
+	p := guest.Process{Args: []string{"sh", "-c", in.Command}, Dir: in.Cwd, TimeoutMS: timeout.Milliseconds()}
+	for _, k := range slices.Sorted(maps.Keys(in.Env)) {
+		p.Env = append(p.Env, k+"="+in.Env[k])
+	}
+	stdout, stderr := &capped{max: MaxOutput}, &capped{max: MaxOutput}
+	stdio := guest.Stdio{Stdout: stdout, Stderr: stderr}
+	if in.Stdin != "" {
+		stdio.Stdin = strings.NewReader(in.Stdin)
+	}
+	exit, err := t.m.Exec(ctx, in.Sandbox, p, stdio)
+	if err != nil {
+		return nil, execOut{}, err
+	}
+	return nil, execOut{
+		ExitCode: exit.Code, Stdout: stdout.String(), Stderr: stderr.String(),
+		Truncated: stdout.cut || stderr.cut, Error: exit.Error,
+	}, nil
+}
+
+// capped keeps the first max bytes written to it and notes the rest.
+type capped struct {
+	bytes.Buffer
+	max int
+	cut bool
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if room := c.max - c.Len(); len(p) > room {
+		c.cut = true
+		c.Buffer.Write(p[:max(room, 0)])
+		return len(p), nil
+	}
+	return c.Buffer.Write(p)
+}
+
+type pathIn struct {
+	Sandbox string `json:"sandbox" jsonschema:"sandbox ID or name"`
+	Path    string `json:"path" jsonschema:"absolute path inside the sandbox"`
+}
+
+type readOut struct {
+	Content   string `json:"content"`
+	Encoding  string `json:"encoding" jsonschema:"utf-8 or base64"`
+	Truncated bool   `json:"truncated,omitempty"`
+}
+
+func (t *tools) readFile(ctx context.Context, _ *mcp.CallToolRequest, in pathIn) (*mcp.CallToolResult, readOut, error) {
+	if err := checkPath(in.Path); err != nil {
+		return nil, readOut{}, err
+	}
+	ac, err := t.m.Agent(ctx, in.Sandbox)
+	if err != nil {
+		return nil, readOut{}, err
+	}
+	buf := &capped{max: MaxOutput}
+	if err := ac.ReadFile(ctx, in.Path, buf); err != nil {
+		return nil, readOut{}, fmt.Errorf("read %s: %w", in.Path, err)
+	}
+	out := readOut{Content: buf.String(), Encoding: "utf-8", Truncated: buf.cut}
+	if !utf8.Valid(buf.Bytes()) {
+		out.Content, out.Encoding = base64.StdEncoding.EncodeToString(buf.Bytes()), "base64"
+	}
+	return nil, out, nil
+}
+
+type writeIn struct {
+	Sandbox  string `json:"sandbox" jsonschema:"sandbox ID or name"`
+	Path     string `json:"path" jsonschema:"absolute path inside the sandbox"`
+	Content  string `json:"content" jsonschema:"the file's content"`
+	Encoding string `json:"encoding,omitempty" jsonschema:"utf-8 (default) or base64"`
+}
+
+type writeOut struct {
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+}
+
+func (t *tools) writeFile(ctx context.Context, _ *mcp.CallToolRequest, in writeIn) (*mcp.CallToolResult, writeOut, error) {
+	if err := checkPath(in.Path); err != nil {
+		return nil, writeOut{}, err
+	}
+	var r io.Reader = strings.NewReader(in.Content)
+	switch in.Encoding {
+	case "", "utf-8":
+	case "base64":
+		r = base64.NewDecoder(base64.StdEncoding, r)
+	default:
+		return nil, writeOut{}, fmt.Errorf("encoding: %q is not utf-8 or base64", in.Encoding)
+	}
+	ac, err := t.m.Agent(ctx, in.Sandbox)
+	if err != nil {
+		return nil, writeOut{}, err
+	}
+	fi, err := ac.WriteFile(ctx, in.Path, r)
+	if err != nil {
+		return nil, writeOut{}, fmt.Errorf("write %s: %w", in.Path, err)
+	}
+	return nil, writeOut{Path: fi.Path, Size: fi.Size}, nil
+}
+
+// checkPath wants absolute paths without "..": a model's path should mean
+// what it says, not depend on a working directory it cannot see.
+func checkPath(p string) error {
+	if !strings.HasPrefix(p, "/") {
+		return fmt.Errorf("path %q: must be absolute", p)
+	}
+	if slices.Contains(strings.Split(p, "/"), "..") {
+		return fmt.Errorf("path %q: '..' elements are not allowed", p)
+	}
+	return nil
+}
+
+type checkpointIn struct {
+	Sandbox string `json:"sandbox" jsonschema:"sandbox ID or name"`
+	Name    string `json:"name,omitempty" jsonschema:"a name for the snapshot"`
+}
+
+type snapshotOut struct {
+	Snapshot string `json:"snapshot" jsonschema:"snapshot ID, for sandbox_restore"`
+	Name     string `json:"name,omitempty"`
+	Size     int64  `json:"size"`
+}
+
+func (t *tools) checkpoint(ctx context.Context, _ *mcp.CallToolRequest, in checkpointIn) (*mcp.CallToolResult, snapshotOut, error) {
+	sn, err := t.m.Checkpoint(ctx, in.Sandbox, sandbox.CheckpointOptions{Name: in.Name})
+	if err != nil {
+		return nil, snapshotOut{}, err
+	}
+	return nil, snapshotOut{Snapshot: sn.ID, Name: sn.Name, Size: sn.Size}, nil
+}
+
+type restoreIn struct {
+	Snapshot string `json:"snapshot" jsonschema:"snapshot ID or name"`
+	Name     string `json:"name,omitempty" jsonschema:"name of the new sandbox"`
+}
+
+func (t *tools) restore(ctx context.Context, _ *mcp.CallToolRequest, in restoreIn) (*mcp.CallToolResult, sandboxInfo, error) {
+	sb, err := t.m.Restore(ctx, in.Snapshot, sandbox.RestoreOptions{Name: in.Name})
+	if err != nil {
+		return nil, sandboxInfo{}, err
+	}
+	return nil, info(sb), nil
+}
+
+type forkIn struct {
+	Sandbox string `json:"sandbox" jsonschema:"sandbox ID or name"`
+	Count   int    `json:"count,omitempty" jsonschema:"number of copies; default 1"`
+}
+
+func (t *tools) fork(ctx context.Context, _ *mcp.CallToolRequest, in forkIn) (*mcp.CallToolResult, listOut, error) {
+	if in.Count < 0 || in.Count > sandbox.MaxFork {
+		return nil, listOut{}, fmt.Errorf("count: must be between 1 and %d", sandbox.MaxFork)
+	}
+	sbs, err := t.m.Fork(ctx, in.Sandbox, sandbox.ForkOptions{N: in.Count})
+	if err != nil {
+		return nil, listOut{}, err
+	}
+	return nil, listOf(sbs), nil
+}
