@@ -18,11 +18,7 @@ import (
 	"strings"
 	"time"
 
-	"smolvm.dev/smolvm/runtime/backend"
-	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/runtime/image"
-	"smolvm.dev/smolvm/runtime/network"
-	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/server/httpapi"
 	"smolvm.dev/smolvm/workflow/trust"
@@ -47,7 +43,7 @@ type Error struct {
 	Code, Message, Field string
 	ExpiredAt            *time.Time
 	// Exit is why a sandbox's main command could not start.
-	Exit *guest.Exit
+	Exit *sandbox.Exit
 }
 
 // As makes errors.As find a *sandbox.StartError in a "cannot_start"
@@ -280,24 +276,24 @@ func (c *Client) SetTTL(ctx context.Context, ref string, ttl time.Duration) (*sa
 }
 
 // Stats returns live resource usage.
-func (c *Client) Stats(ctx context.Context, ref string) (*backend.Stats, error) {
-	return callFor[backend.Stats](ctx, c, http.MethodGet, sbPath(ref, "/stats"), nil)
+func (c *Client) Stats(ctx context.Context, ref string) (*sandbox.Stats, error) {
+	return callFor[sandbox.Stats](ctx, c, http.MethodGet, sbPath(ref, "/stats"), nil)
 }
 
 // NetStatus reports a sandbox's network: policy, addresses, published
 // ports as bound, byte counters.
-func (c *Client) NetStatus(ctx context.Context, ref string) (*network.State, error) {
-	return callFor[network.State](ctx, c, http.MethodGet, sbPath(ref, "/network"), nil)
+func (c *Client) NetStatus(ctx context.Context, ref string) (*sandbox.NetworkState, error) {
+	return callFor[sandbox.NetworkState](ctx, c, http.MethodGet, sbPath(ref, "/network"), nil)
 }
 
 // NetEvents returns a sandbox's deny log, oldest first.
-func (c *Client) NetEvents(ctx context.Context, ref string) ([]network.Event, error) {
-	var evs []network.Event
+func (c *Client) NetEvents(ctx context.Context, ref string) ([]sandbox.NetworkEvent, error) {
+	var evs []sandbox.NetworkEvent
 	return evs, c.call(ctx, http.MethodGet, sbPath(ref, "/network/events"), nil, &evs)
 }
 
 // NetUpdate replaces a running sandbox's policy (published ports stay).
-func (c *Client) NetUpdate(ctx context.Context, ref string, p network.Policy) (*sandbox.Sandbox, error) {
+func (c *Client) NetUpdate(ctx context.Context, ref string, p sandbox.Network) (*sandbox.Sandbox, error) {
 	return c.sandboxCall(ctx, http.MethodPut, sbPath(ref, "/network"), httpapi.NetworkUpdateRequest{Mode: p.Mode, Hosts: p.Hosts, CIDRs: p.CIDRs})
 }
 
@@ -308,8 +304,8 @@ func (c *Client) Images(ctx context.Context) ([]image.Image, error) {
 }
 
 // Checkpoint saves a running sandbox as a snapshot.
-func (c *Client) Checkpoint(ctx context.Context, ref string, o sandbox.CheckpointOptions) (*snapshot.Snapshot, error) {
-	return callFor[snapshot.Snapshot](ctx, c, http.MethodPost, sbPath(ref, "/checkpoint"), httpapi.CheckpointRequest{Name: o.Name, Stop: o.Stop})
+func (c *Client) Checkpoint(ctx context.Context, ref string, o sandbox.CheckpointOptions) (*sandbox.Snapshot, error) {
+	return callFor[sandbox.Snapshot](ctx, c, http.MethodPost, sbPath(ref, "/checkpoint"), httpapi.CheckpointRequest{Name: o.Name, Stop: o.Stop})
 }
 
 // Restore starts a new sandbox from a snapshot.
@@ -355,8 +351,8 @@ func (c *Client) RemovePool(ctx context.Context, name string) error {
 }
 
 // Snapshots lists stored snapshots.
-func (c *Client) Snapshots(ctx context.Context) ([]snapshot.Snapshot, error) {
-	var snaps []snapshot.Snapshot
+func (c *Client) Snapshots(ctx context.Context) ([]sandbox.Snapshot, error) {
+	var snaps []sandbox.Snapshot
 	return snaps, c.call(ctx, http.MethodGet, "/v1/snapshots", nil, &snaps)
 }
 

@@ -13,7 +13,6 @@ import (
 
 	"github.com/coder/websocket"
 
-	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/server/httpapi"
 )
@@ -23,7 +22,7 @@ import (
 // commands go over one streamed POST; a TTY, streamed stdin, resizes or
 // signals use a WebSocket. Cancelling ctx (or losing the connection)
 // kills the command.
-func (c *Client) Exec(ctx context.Context, ref string, p guest.Process, stdio guest.Stdio) (guest.Exit, error) {
+func (c *Client) Exec(ctx context.Context, ref string, p sandbox.Process, stdio sandbox.Stdio) (sandbox.Exit, error) {
 	req := httpapi.ExecRequest{Args: p.Args, Env: p.Env, WorkDir: p.Dir, User: p.User,
 		Timeout: httpapi.Duration(time.Duration(p.TimeoutMS) * time.Millisecond), TTY: p.TTY}
 	if p.Size != nil {
@@ -34,14 +33,14 @@ func (c *Client) Exec(ctx context.Context, ref string, p guest.Process, stdio gu
 	}
 	b, err := json.Marshal(req)
 	if err != nil {
-		return guest.Exit{}, err
+		return sandbox.Exit{}, err
 	}
 	resp, err := c.do(ctx, request{method: http.MethodPost, path: sbPath(ref, "/exec"), body: strings.NewReader(string(b)), contentType: "application/json"})
 	if err != nil {
-		return guest.Exit{}, err
+		return sandbox.Exit{}, err
 	}
 	defer resp.Body.Close()
-	var exit *guest.Exit
+	var exit *sandbox.Exit
 	err = eachLine(resp.Body, func(line []byte) error {
 		var ev httpapi.ExecEvent
 		if err := json.Unmarshal(line, &ev); err != nil {
@@ -68,9 +67,9 @@ func (c *Client) Exec(ctx context.Context, ref string, p guest.Process, stdio gu
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			return guest.Exit{}, ctx.Err()
+			return sandbox.Exit{}, ctx.Err()
 		}
-		return guest.Exit{}, err
+		return sandbox.Exit{}, err
 	}
 	return *exit, nil
 }
@@ -87,7 +86,7 @@ func writeData(w io.Writer, data, encoding string) error {
 	return err
 }
 
-func (c *Client) execWS(ctx context.Context, ref string, req httpapi.ExecRequest, stdio guest.Stdio) (guest.Exit, error) {
+func (c *Client) execWS(ctx context.Context, ref string, req httpapi.ExecRequest, stdio sandbox.Stdio) (sandbox.Exit, error) {
 	u := "ws" + strings.TrimPrefix(c.base, "http") + sbPath(ref, "/exec/ws")
 	h := http.Header{}
 	if c.token != "" {
@@ -96,18 +95,18 @@ func (c *Client) execWS(ctx context.Context, ref string, req httpapi.ExecRequest
 	conn, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: c.hc, HTTPHeader: h})
 	if err != nil {
 		if resp != nil && resp.StatusCode >= 300 {
-			return guest.Exit{}, readError(resp)
+			return sandbox.Exit{}, readError(resp)
 		}
-		return guest.Exit{}, fmt.Errorf("smolvm server: %w", err)
+		return sandbox.Exit{}, fmt.Errorf("smolvm server: %w", err)
 	}
 	defer conn.CloseNow()
 	conn.SetReadLimit(4 << 20)
 	first, err := json.Marshal(req)
 	if err != nil {
-		return guest.Exit{}, err
+		return sandbox.Exit{}, err
 	}
 	if err := conn.Write(ctx, websocket.MessageText, first); err != nil {
-		return guest.Exit{}, fmt.Errorf("smolvm server: %w", err)
+		return sandbox.Exit{}, fmt.Errorf("smolvm server: %w", err)
 	}
 	sendCtx, stopSending := context.WithCancel(ctx)
 	defer stopSending()
@@ -116,9 +115,9 @@ func (c *Client) execWS(ctx context.Context, ref string, req httpapi.ExecRequest
 		typ, b, err := conn.Read(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				return guest.Exit{}, ctx.Err()
+				return sandbox.Exit{}, ctx.Err()
 			}
-			return guest.Exit{}, fmt.Errorf("smolvm server: exec connection lost: %w", err)
+			return sandbox.Exit{}, fmt.Errorf("smolvm server: exec connection lost: %w", err)
 		}
 		if typ == websocket.MessageBinary {
 			if len(b) == 0 {
@@ -130,17 +129,17 @@ func (c *Client) execWS(ctx context.Context, ref string, req httpapi.ExecRequest
 			}
 			if w != nil {
 				if _, err := w.Write(b[1:]); err != nil {
-					return guest.Exit{}, fmt.Errorf("write output: %w", err)
+					return sandbox.Exit{}, fmt.Errorf("write output: %w", err)
 				}
 			}
 			continue
 		}
 		var m httpapi.WSControl
 		if err := json.Unmarshal(b, &m); err != nil {
-			return guest.Exit{}, fmt.Errorf("smolvm server: bad exec message: %w", err)
+			return sandbox.Exit{}, fmt.Errorf("smolvm server: bad exec message: %w", err)
 		}
 		if m.Error != nil {
-			return guest.Exit{}, fromAPI(0, m.Error)
+			return sandbox.Exit{}, fromAPI(0, m.Error)
 		}
 		if m.Exit != nil {
 			conn.Close(websocket.StatusNormalClosure, "")
@@ -150,7 +149,7 @@ func (c *Client) execWS(ctx context.Context, ref string, req httpapi.ExecRequest
 }
 
 // pumpWS sends stdin, resizes and signals until they end or ctx does.
-func pumpWS(ctx context.Context, conn *websocket.Conn, stdio guest.Stdio) {
+func pumpWS(ctx context.Context, conn *websocket.Conn, stdio sandbox.Stdio) {
 	control := func(m httpapi.WSControl) error {
 		b, _ := json.Marshal(m)
 		return conn.Write(ctx, websocket.MessageText, b)

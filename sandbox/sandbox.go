@@ -3,9 +3,6 @@ package sandbox
 import (
 	"errors"
 	"time"
-
-	"smolvm.dev/smolvm/runtime/backend"
-	"smolvm.dev/smolvm/runtime/network"
 )
 
 // State is a sandbox's lifecycle state as users see it.
@@ -53,12 +50,12 @@ type Sandbox struct {
 
 // Config is what the user asked for at creation.
 type Config struct {
-	Cmd      []string       `json:"cmd,omitempty"`
-	Env      []string       `json:"env,omitempty"`
-	WorkDir  string         `json:"workdir,omitempty"`
-	User     string         `json:"user,omitempty"`
-	Hostname string         `json:"hostname"`
-	Limits   backend.Limits `json:"limits"`
+	Cmd      []string `json:"cmd,omitempty"`
+	Env      []string `json:"env,omitempty"`
+	WorkDir  string   `json:"workdir,omitempty"`
+	User     string   `json:"user,omitempty"`
+	Hostname string   `json:"hostname"`
+	Limits   Limits   `json:"limits"`
 	// TTL is how long the sandbox may run after each start; 0 is forever.
 	// SetTTL changes it, and the current deadline, later.
 	TTL time.Duration `json:"ttl,omitempty"`
@@ -73,7 +70,7 @@ type Config struct {
 	// command run in the sandbox, checked before it starts.
 	Policy string `json:"policy,omitempty"`
 	// Network is what the sandbox may reach; nil is mode none.
-	Network *network.Policy `json:"network,omitempty"`
+	Network *Network `json:"network,omitempty"`
 }
 
 // What the end of a TTL does (Config.OnExpiry).
@@ -115,5 +112,5 @@ var (
 	ErrOrphan    = errors.New("orphaned by a crashed create")
 	// ErrExpired matches an *ExpiredError.
 	ErrExpired    = errors.New("sandbox expired")
-	ErrNotRunning = backend.ErrNotRunning
+	ErrNotRunning = errors.New("sandbox is not running")
 )

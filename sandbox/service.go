@@ -7,9 +7,6 @@ import (
 	"fmt"
 	"io"
 	"time"
-
-	"smolvm.dev/smolvm/runtime/backend"
-	"smolvm.dev/smolvm/runtime/guest"
 )
 
 // Event is one lifecycle change of a sandbox, as this Manager made or
@@ -72,7 +69,7 @@ type CreateOptions struct {
 }
 
 // StartError is a sandbox whose main command could not be started.
-type StartError struct{ Exit guest.Exit }
+type StartError struct{ Exit Exit }
 
 func (e *StartError) Error() string {
 	return fmt.Sprintf("main command: %s (exit %d)", e.Exit.Error, e.Exit.Code)
@@ -91,9 +88,9 @@ type Pool struct {
 	// Targets is how many restore targets to keep.
 	Targets int `json:"targets"`
 	// MemoryBudget caps the memory the waiting sandboxes use together.
-	MemoryBudget int64          `json:"memory_budget"`
-	Limits       backend.Limits `json:"limits"`
-	CreatedAt    time.Time      `json:"created_at"`
+	MemoryBudget int64     `json:"memory_budget"`
+	Limits       Limits    `json:"limits"`
+	CreatedAt    time.Time `json:"created_at"`
 	// Ready counts the started sandboxes waiting, TargetsReady the
 	// restore targets; MemoryUsed is what they all use.
 	Ready        int   `json:"ready"`
@@ -120,7 +117,7 @@ type PoolOptions struct {
 	Size         int    // started sandboxes
 	Targets      int    // restore targets for restores and forks
 	MemoryBudget int64  // 0: DefaultMemoryBudget
-	Limits       backend.Limits
+	Limits       Limits
 }
 
 // MaxFork bounds one fork: each copy is a whole sandbox.

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/client"
-	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/server/httpapi"
@@ -39,29 +38,29 @@ func StartAPI(m *manager.Manager, dir string) (*client.Client, func(), error) {
 	return c, func() { hs.Close() }, nil
 }
 
-var trueCmd = guest.Process{Args: []string{"true"}}
+var trueCmd = sandbox.Process{Args: []string{"true"}}
 
 // ExecPair times one `true` through the API and one through the Manager
 // directly, back to back, so that both see the same machine load.
 func ExecPair(ctx context.Context, c *client.Client, m *manager.Manager, id string) (viaAPI, direct time.Duration, err error) {
 	t := time.Now()
-	if exit, err := c.Exec(ctx, id, trueCmd, guest.Stdio{}); err != nil || exit.Code != 0 {
+	if exit, err := c.Exec(ctx, id, trueCmd, sandbox.Stdio{}); err != nil || exit.Code != 0 {
 		return 0, 0, fmt.Errorf("exec through the API: %v %+v", err, exit)
 	}
 	viaAPI = time.Since(t)
 	t = time.Now()
-	if exit, err := m.Exec(ctx, id, trueCmd, guest.Stdio{}); err != nil || exit.Code != 0 {
+	if exit, err := m.Exec(ctx, id, trueCmd, sandbox.Stdio{}); err != nil || exit.Code != 0 {
 		return 0, 0, fmt.Errorf("exec: %v %+v", err, exit)
 	}
 	return viaAPI, time.Since(t), nil
 }
 
 // streamingCmd prints 100 lines, so each exec streams output events.
-var streamingCmd = guest.Process{Args: []string{"sh", "-c", "i=0; while [ $i -lt 100 ]; do echo line $i; i=$((i+1)); done"}}
+var streamingCmd = sandbox.Process{Args: []string{"sh", "-c", "i=0; while [ $i -lt 100 ]; do echo line $i; i=$((i+1)); done"}}
 
 // Execer runs a command in sandbox id: a *client.Client's or a
 // *manager.Manager's Exec.
-type Execer func(ctx context.Context, id string, p guest.Process, stdio guest.Stdio) (guest.Exit, error)
+type Execer func(ctx context.Context, id string, p sandbox.Process, stdio sandbox.Stdio) (sandbox.Exit, error)
 
 // ConcurrentExecs starts n streaming execs at once with exec and returns
 // each one's latency and the wall time for all of them.
@@ -74,7 +73,7 @@ func ConcurrentExecs(ctx context.Context, exec Execer, id string, n int) ([]time
 		wg.Go(func() {
 			t := time.Now()
 			var out bytes.Buffer
-			exit, err := exec(ctx, id, streamingCmd, guest.Stdio{Stdout: &out})
+			exit, err := exec(ctx, id, streamingCmd, sandbox.Stdio{Stdout: &out})
 			lat[i] = time.Since(t)
 			if err == nil && (exit.Code != 0 || bytes.Count(out.Bytes(), []byte("\n")) != 100) {
 				err = fmt.Errorf("exit %+v, %d lines", exit, bytes.Count(out.Bytes(), []byte("\n")))

@@ -14,7 +14,6 @@ import (
 
 	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/runtime/backend/gvisor"
-	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -86,7 +85,7 @@ func Run(ctx context.Context, o Options) ([]Series, error) {
 	}
 	for i := 0; i < o.Exec; i++ {
 		t := time.Now()
-		exit, err := o.Manager.Exec(ctx, sb.ID, guest.Process{Args: []string{"true"}}, guest.Stdio{})
+		exit, err := o.Manager.Exec(ctx, sb.ID, sandbox.Process{Args: []string{"true"}}, sandbox.Stdio{})
 		if err != nil || exit.Code != 0 {
 			return nil, fmt.Errorf("exec: %v %+v", err, exit)
 		}
@@ -110,7 +109,7 @@ func coldStart(ctx context.Context, m *manager.Manager) (time.Duration, error) {
 		return 0, err
 	}
 	defer m.Remove(context.WithoutCancel(ctx), sb.ID, true)
-	exit, err := m.Exec(ctx, sb.ID, guest.Process{Args: []string{"true"}}, guest.Stdio{})
+	exit, err := m.Exec(ctx, sb.ID, sandbox.Process{Args: []string{"true"}}, sandbox.Stdio{})
 	if err != nil || exit.Code != 0 {
 		return 0, fmt.Errorf("first exec: %v %+v", err, exit)
 	}

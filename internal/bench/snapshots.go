@@ -11,9 +11,7 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/internal/units"
-	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/runtime/backend/gvisor"
-	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/sandbox"
@@ -57,7 +55,7 @@ func Snapshots(ctx context.Context, o Options, snaps *snapshot.Store, n int) ([]
 		}
 		cleanup = append(cleanup, func() { m.Remove(bg, sb.ID, true) })
 		if touch {
-			if exit, err := m.Exec(ctx, sb.ID, guest.Process{Args: touch100MB}, guest.Stdio{}); err != nil || exit.Code != 0 {
+			if exit, err := m.Exec(ctx, sb.ID, sandbox.Process{Args: touch100MB}, sandbox.Stdio{}); err != nil || exit.Code != 0 {
 				return nil, fmt.Errorf("touch memory: %v %+v", err, exit)
 			}
 		}
@@ -151,7 +149,7 @@ func Snapshots(ctx context.Context, o Options, snaps *snapshot.Store, n int) ([]
 		pool         = Series{Name: "create from warm pool + exec true", Baseline: "cold create + exec true"}
 		cold         = Series{Name: "cold create + exec true"}
 	)
-	timeCheckpoint := func(sb *sandbox.Sandbox, s *gvisor.Stock, mine, theirs *Series) (*snapshot.Snapshot, error) {
+	timeCheckpoint := func(sb *sandbox.Sandbox, s *gvisor.Stock, mine, theirs *Series) (*sandbox.Snapshot, error) {
 		t := time.Now()
 		snap, err := m.Checkpoint(ctx, sb.ID, sandbox.CheckpointOptions{})
 		if err != nil {
@@ -400,7 +398,7 @@ func fillTargets(ctx context.Context, m *manager.Manager, pool string) error {
 }
 
 func execTrue(ctx context.Context, m *manager.Manager, id string) error {
-	exit, err := m.Exec(ctx, id, guest.Process{Args: []string{"true"}}, guest.Stdio{})
+	exit, err := m.Exec(ctx, id, sandbox.Process{Args: []string{"true"}}, sandbox.Stdio{})
 	if err != nil || exit.Code != 0 {
 		return fmt.Errorf("exec true in %s: %v %+v", id, err, exit)
 	}
@@ -454,7 +452,7 @@ func forkMemory(ctx context.Context, m *manager.Manager, id string) ([]Memory, e
 		}
 	}()
 	time.Sleep(time.Second) // let the copies settle
-	stats := func(id string) (*backend.Stats, error) { return m.Stats(ctx, id) }
+	stats := func(id string) (*sandbox.Stats, error) { return m.Stats(ctx, id) }
 	src, err := stats(id)
 	if err != nil {
 		return nil, err

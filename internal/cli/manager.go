@@ -10,9 +10,7 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/client"
-	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/runtime/backend/gvisor"
-	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/runtime/network"
@@ -73,20 +71,20 @@ type sandboxes interface {
 	Get(ctx context.Context, ref string) (*sandbox.Sandbox, error)
 	List(ctx context.Context) ([]*sandbox.Sandbox, error)
 	SetTTL(ctx context.Context, ref string, ttl time.Duration) (*sandbox.Sandbox, error)
-	Stats(ctx context.Context, ref string) (*backend.Stats, error)
-	Exec(ctx context.Context, ref string, p guest.Process, stdio guest.Stdio) (guest.Exit, error)
+	Stats(ctx context.Context, ref string) (*sandbox.Stats, error)
+	Exec(ctx context.Context, ref string, p sandbox.Process, stdio sandbox.Stdio) (sandbox.Exit, error)
 	CopyIn(ctx context.Context, ref, src, dst string) error
 	CopyOut(ctx context.Context, ref, src, dst string) error
 	Logs(ctx context.Context, ref string, o sandbox.LogOptions) error
-	Checkpoint(ctx context.Context, ref string, o sandbox.CheckpointOptions) (*snapshot.Snapshot, error)
+	Checkpoint(ctx context.Context, ref string, o sandbox.CheckpointOptions) (*sandbox.Snapshot, error)
 	Restore(ctx context.Context, snap string, o sandbox.RestoreOptions) (*sandbox.Sandbox, error)
 	Fork(ctx context.Context, ref string, o sandbox.ForkOptions) ([]*sandbox.Sandbox, error)
 	Pause(ctx context.Context, ref string) (*sandbox.Sandbox, error)
 	Resume(ctx context.Context, ref string) (*sandbox.Sandbox, error)
 	RemovePool(ctx context.Context, name string) error
-	NetStatus(ctx context.Context, ref string) (*network.State, error)
-	NetEvents(ctx context.Context, ref string) ([]network.Event, error)
-	NetUpdate(ctx context.Context, ref string, p network.Policy) (*sandbox.Sandbox, error)
+	NetStatus(ctx context.Context, ref string) (*sandbox.NetworkState, error)
+	NetEvents(ctx context.Context, ref string) ([]sandbox.NetworkEvent, error)
+	NetUpdate(ctx context.Context, ref string, p sandbox.Network) (*sandbox.Sandbox, error)
 }
 
 // sandboxes returns the sandbox operations: through the server --host

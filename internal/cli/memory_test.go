@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/workflow/trust"
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/workflow/trust"
 )
 
 // memoryRun runs smolvm with args and returns its output and exit status.

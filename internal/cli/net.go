@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"smolvm.dev/smolvm/runtime/network"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // netFlags are the policy flags of run, create and net update.
@@ -24,8 +25,8 @@ func (f *netFlags) register(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&f.cidrs, "allow-cidr", nil, "a CIDR or address the sandbox may reach, even a denied one such as the host (repeatable)")
 }
 
-func (f *netFlags) policy() network.Policy {
-	return network.Policy{Mode: network.Mode(f.mode), Hosts: f.hosts, CIDRs: f.cidrs}
+func (f *netFlags) policy() sandbox.Network {
+	return sandbox.Network{Mode: sandbox.NetworkMode(f.mode), Hosts: f.hosts, CIDRs: f.cidrs}
 }
 
 func (a *app) netCmd() *cobra.Command {
@@ -55,7 +56,7 @@ func (a *app) netEventsCmd() *cobra.Command {
 			}
 			if asJSON {
 				if evs == nil {
-					evs = []network.Event{}
+					evs = []sandbox.NetworkEvent{}
 				}
 				return writeJSON(a.stdout, evs)
 			}

@@ -11,6 +11,7 @@ import (
 	"smolvm.dev/smolvm/internal/nettest"
 	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/runtime/network"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // TestCLINet drives network policy from the command line in a closed test
@@ -39,15 +40,15 @@ func TestCLINet(t *testing.T) {
 
 	var views []struct {
 		Config struct {
-			Network network.Policy `json:"network"`
+			Network sandbox.Network `json:"network"`
 		} `json:"config"`
-		State network.State `json:"network_state"`
+		State sandbox.NetworkState `json:"network_state"`
 	}
 	if err := json.Unmarshal([]byte(c.must("inspect", "web")), &views); err != nil {
 		t.Fatal(err)
 	}
 	v := views[0]
-	if v.Config.Network.Mode != network.ModeEgress || len(v.State.Ports) != 1 || v.State.Ports[0].Port != 8000 || v.State.Ports[0].HostPort == 0 ||
+	if v.Config.Network.Mode != sandbox.NetEgress || len(v.State.Ports) != 1 || v.State.Ports[0].Port != 8000 || v.State.Ports[0].HostPort == 0 ||
 		!v.State.Addrs.Sandbox4.IsValid() || v.State.Counters == nil || v.State.Counters.RxBytes == 0 {
 		t.Errorf("inspect: %+v", v)
 	}
@@ -60,7 +61,7 @@ func TestCLINet(t *testing.T) {
 		t.Errorf("after net update, no longer allowed name: %q", got)
 	}
 
-	var evs []network.Event
+	var evs []sandbox.NetworkEvent
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && len(evs) == 0; time.Sleep(100 * time.Millisecond) {
 		if err := json.Unmarshal([]byte(c.must("net", "events", "--json", "web")), &evs); err != nil {
 			t.Fatal(err)
@@ -119,7 +120,7 @@ func TestCLINet(t *testing.T) {
 		t.Errorf("a sandbox created through the server reaches its allowed name: %q %d", out, code)
 	}
 	c.must("net", "update", "remote", "--net", "none")
-	if err := json.Unmarshal([]byte(c.must("inspect", "remote")), &views); err != nil || views[0].State.Policy.Mode != network.ModeNone {
+	if err := json.Unmarshal([]byte(c.must("inspect", "remote")), &views); err != nil || views[0].State.Network.Mode != sandbox.NetNone {
 		t.Errorf("inspect through the server after net update: %+v, %v", views, err)
 	}
 	if _, errOut, code := c.run("", "net", "update", "quiet", "--net", "full"); code != 125 || !strings.Contains(errOut, "--net none") {

@@ -14,8 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"smolvm.dev/smolvm/workflow/trust"
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/workflow/trust"
 )
 
 // policyCmd groups the commands about the repository's trust policy.
@@ -164,13 +164,13 @@ func (a *app) policyShowCmd(root *string) *cobra.Command {
 			}
 			if asJSON {
 				return a.policyJSON(struct {
-					Root      string         `json:"root"`
-					File      string         `json:"file,omitempty"`
-					Preset    string         `json:"preset,omitempty"`
+					Root      string        `json:"root"`
+					File      string        `json:"file,omitempty"`
+					Preset    string        `json:"preset,omitempty"`
 					Default   trust.Outcome `json:"default"`
 					Dynamic   trust.Outcome `json:"dynamic"`
-					Timeout   string         `json:"approval_timeout"`
-					TestGlobs []string       `json:"test_globs"`
+					Timeout   string        `json:"approval_timeout"`
+					TestGlobs []string      `json:"test_globs"`
 					Rules     []trust.Rule  `json:"rules"`
 				}{p.Root, p.File, p.Preset, p.Default, p.Dynamic, p.Timeout.String(), p.TestGlobs, append([]trust.Rule{}, p.Rules...)})
 			}

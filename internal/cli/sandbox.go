@@ -19,9 +19,6 @@ import (
 	"golang.org/x/term"
 
 	"smolvm.dev/smolvm/internal/units"
-	"smolvm.dev/smolvm/runtime/backend"
-	"smolvm.dev/smolvm/runtime/guest"
-	"smolvm.dev/smolvm/runtime/network"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/workflow/trust"
 )
@@ -40,8 +37,8 @@ func (f *limitFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.disk, "disk", "", "writable layer size, e.g. 1g (default "+units.FormatBytes(sandbox.DefaultDisk)+")")
 }
 
-func (f *limitFlags) limits(fs *pflag.FlagSet) (backend.Limits, error) {
-	l := backend.Limits{CPUs: f.cpus, Pids: f.pids}
+func (f *limitFlags) limits(fs *pflag.FlagSet) (sandbox.Limits, error) {
+	l := sandbox.Limits{CPUs: f.cpus, Pids: f.pids}
 	// Zero means "default" inside; typed explicitly it is impossible.
 	if fs.Changed("cpus") && f.cpus <= 0 {
 		return l, fmt.Errorf("--cpus %g: must be positive", f.cpus)
@@ -114,7 +111,7 @@ func (f *createFlags) options(fs *pflag.FlagSet, cmd []string, start bool) (sand
 	}
 	pol := f.net.policy()
 	for _, p := range f.publish {
-		pt, err := network.ParsePort(p)
+		pt, err := sandbox.ParsePort(p)
 		if err != nil {
 			return o, err
 		}
@@ -405,8 +402,8 @@ func (a *app) inspectCmd() *cobra.Command {
 			defer done()
 			type view struct {
 				*sandbox.Sandbox
-				Stats   *backend.Stats `json:"stats,omitempty"`
-				Network *network.State `json:"network_state,omitempty"`
+				Stats   *sandbox.Stats        `json:"stats,omitempty"`
+				Network *sandbox.NetworkState `json:"network_state,omitempty"`
 			}
 			var out []view
 			for _, n := range args {
@@ -472,8 +469,8 @@ func (a *app) execCmd() *cobra.Command {
 				return err
 			}
 			defer done()
-			p := guest.Process{Args: args[1:], Env: envs, Dir: workdir, User: user, TTY: tty, TimeoutMS: timeout.Milliseconds()}
-			stdio := guest.Stdio{Stdout: a.stdout, Stderr: a.stderr}
+			p := sandbox.Process{Args: args[1:], Env: envs, Dir: workdir, User: user, TTY: tty, TimeoutMS: timeout.Milliseconds()}
+			stdio := sandbox.Stdio{Stdout: a.stdout, Stderr: a.stderr}
 			if interactive {
 				stdio.Stdin = a.stdin
 			}
@@ -515,13 +512,13 @@ func startStatus(err error) error {
 }
 
 // execStatus maps an exec's exit onto smolvm's exit status.
-func execStatus(exit guest.Exit) error {
+func execStatus(exit sandbox.Exit) error {
 	switch {
-	case exit.Kind == guest.KindNotFound:
+	case exit.Kind == sandbox.KindNotFound:
 		return &exitError{code: exitNotFound, err: errors.New(exit.Error)}
-	case exit.Kind == guest.KindCannotRun:
+	case exit.Kind == sandbox.KindCannotRun:
 		return &exitError{code: exitCannotRun, err: errors.New(exit.Error)}
-	case exit.Kind == guest.KindInvalid:
+	case exit.Kind == sandbox.KindInvalid:
 		return &exitError{code: exitFailure, err: errors.New(exit.Error)}
 	case exit.Error != "":
 		return &exitError{code: exit.Code, err: errors.New(exit.Error)}
@@ -534,7 +531,7 @@ func execStatus(exit guest.Exit) error {
 
 // rawTerminal puts the local terminal in raw mode for a -t exec and
 // forwards window size changes.
-func (a *app) rawTerminal(p *guest.Process, stdio *guest.Stdio) (func(), error) {
+func (a *app) rawTerminal(p *sandbox.Process, stdio *sandbox.Stdio) (func(), error) {
 	in, ok := a.stdin.(*os.File)
 	if !ok || !term.IsTerminal(int(in.Fd())) {
 		// Not a terminal (a pipe, a test): the remote side still gets a
@@ -543,13 +540,13 @@ func (a *app) rawTerminal(p *guest.Process, stdio *guest.Stdio) (func(), error) 
 	}
 	fd := int(in.Fd())
 	if w, h, err := term.GetSize(fd); err == nil {
-		p.Size = &guest.Size{Rows: uint16(h), Cols: uint16(w)}
+		p.Size = &sandbox.Size{Rows: uint16(h), Cols: uint16(w)}
 	}
 	old, err := term.MakeRaw(fd)
 	if err != nil {
 		return nil, fmt.Errorf("terminal raw mode: %w", err)
 	}
-	resize := make(chan guest.Size, 1)
+	resize := make(chan sandbox.Size, 1)
 	winch := make(chan os.Signal, 1)
 	signal.Notify(winch, syscall.SIGWINCH)
 	done := make(chan struct{})
@@ -559,7 +556,7 @@ func (a *app) rawTerminal(p *guest.Process, stdio *guest.Stdio) (func(), error) 
 			case <-winch:
 				if w, h, err := term.GetSize(fd); err == nil {
 					select {
-					case resize <- guest.Size{Rows: uint16(h), Cols: uint16(w)}:
+					case resize <- sandbox.Size{Rows: uint16(h), Cols: uint16(w)}:
 					default:
 					}
 				}

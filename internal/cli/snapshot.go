@@ -13,6 +13,7 @@ import (
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 func (a *app) snapshotCmd() *cobra.Command {
@@ -87,7 +88,7 @@ func (a *app) snapshotLsCmd() *cobra.Command {
 }
 
 // snapshotSource names the sandbox a snapshot was taken from.
-func snapshotSource(l snapshot.Lineage) string {
+func snapshotSource(l sandbox.Lineage) string {
 	if l.SandboxName != "" {
 		return l.SandboxName
 	}

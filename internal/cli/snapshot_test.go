@@ -10,6 +10,7 @@ import (
 
 	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // snapshotRun runs smolvm with args against dataDir as Main would.
@@ -23,7 +24,7 @@ func snapshotRun(t *testing.T, dataDir string, args ...string) (stdout, stderr s
 
 // snapshotCommit stores a snapshot of one file in dataDir, as a checkpoint
 // would.
-func snapshotCommit(t *testing.T, dataDir, name, content string, lin snapshot.Lineage) *snapshot.Snapshot {
+func snapshotCommit(t *testing.T, dataDir, name, content string, lin sandbox.Lineage) *sandbox.Snapshot {
 	t.Helper()
 	st, err := store.Open(t.Context(), dataDir)
 	if err != nil {
@@ -51,14 +52,14 @@ func snapshotCommit(t *testing.T, dataDir, name, content string, lin snapshot.Li
 
 func TestSnapshotLsInspect(t *testing.T) {
 	dataDir := t.TempDir()
-	base := snapshotCommit(t, dataDir, "base", "base pages", snapshot.Lineage{Sandbox: "aaaa1111", SandboxName: "dev"})
-	child := snapshotCommit(t, dataDir, "", "child pages", snapshot.Lineage{Sandbox: "bbbb2222", Parent: base.ID})
+	base := snapshotCommit(t, dataDir, "base", "base pages", sandbox.Lineage{Sandbox: "aaaa1111", SandboxName: "dev"})
+	child := snapshotCommit(t, dataDir, "", "child pages", sandbox.Lineage{Sandbox: "bbbb2222", Parent: base.ID})
 
 	out, errOut, code := snapshotRun(t, dataDir, "snapshot", "ls", "--json")
 	if code != 0 {
 		t.Fatalf("ls --json: exit %d: %s", code, errOut)
 	}
-	var listed []snapshot.Snapshot
+	var listed []sandbox.Snapshot
 	if err := json.Unmarshal([]byte(out), &listed); err != nil {
 		t.Fatalf("ls --json output %q: %v", out, err)
 	}
@@ -91,7 +92,7 @@ func TestSnapshotLsInspect(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("inspect %s: exit %d: %s", q, code, errOut)
 		}
-		var got snapshot.Snapshot
+		var got sandbox.Snapshot
 		if err := json.Unmarshal([]byte(out), &got); err != nil {
 			t.Fatalf("inspect output %q: %v", out, err)
 		}
@@ -110,7 +111,7 @@ func TestSnapshotLsInspect(t *testing.T) {
 
 func TestSnapshotRm(t *testing.T) {
 	dataDir := t.TempDir()
-	snap := snapshotCommit(t, dataDir, "gone", "pages", snapshot.Lineage{})
+	snap := snapshotCommit(t, dataDir, "gone", "pages", sandbox.Lineage{})
 	out, errOut, code := snapshotRun(t, dataDir, "snapshot", "rm", "missing")
 	if code != exitFailure || out != "" || errOut != "smolvm: snapshot not found: missing\n" {
 		t.Errorf("rm missing: exit %d, stdout %q, stderr %q; want 125 and one line", code, out, errOut)

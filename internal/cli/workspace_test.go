@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/internal/testenv"
-	"smolvm.dev/smolvm/workflow/trust"
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/workflow/trust"
 	"smolvm.dev/smolvm/workflow/workspace"
 )
 

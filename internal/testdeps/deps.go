@@ -6,9 +6,9 @@ import (
 	"context"
 	"testing"
 
+	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/runtime/backend/gvisor"
 	"smolvm.dev/smolvm/runtime/image"
-	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/runtime/store"
 )

@@ -4,11 +4,11 @@ package backend
 
 import (
 	"context"
-	"errors"
 	"syscall"
 	"time"
 
 	"smolvm.dev/smolvm/runtime/guest"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // Backend runs sandboxes. Implementations keep all per-sandbox state under
@@ -27,13 +27,13 @@ type Backend interface {
 	// Run is Create and Start in one step, by the backend's fastest path.
 	Run(ctx context.Context, spec *Spec) error
 	// Exec runs a process in a running sandbox.
-	Exec(ctx context.Context, spec *Spec, p guest.Process, stdio guest.Stdio) (guest.Exit, error)
+	Exec(ctx context.Context, spec *Spec, p sandbox.Process, stdio sandbox.Stdio) (sandbox.Exit, error)
 	// Guest returns a client for the sandbox's guest supervisor (files, pings).
 	Guest(spec *Spec) *guest.Client
 	// Signal sends sig to the sandbox's main process, or to every process.
 	Signal(ctx context.Context, spec *Spec, sig syscall.Signal, all bool) error
 	// Stats reports resource usage of a running sandbox.
-	Stats(ctx context.Context, spec *Spec) (*Stats, error)
+	Stats(ctx context.Context, spec *Spec) (*sandbox.Stats, error)
 	// State reports what is really running, independent of any record.
 	State(ctx context.Context, spec *Spec) (Status, error)
 	// Stop ends every process: SIGTERM, then SIGKILL after timeout.
@@ -80,11 +80,11 @@ type Spec struct {
 	Rootfs Rootfs
 	// Main is the sandbox's main process; nil keeps the sandbox idle
 	// until stopped, ready for execs.
-	Main    *guest.Process
+	Main    *sandbox.Process
 	Env     []string
 	WorkDir string // default working directory
 	User    string // default user
-	Limits  Limits
+	Limits  sandbox.Limits
 	// GuestBinary is the host path of the static smolvm-guest binary run
 	// as the sandbox's PID 1.
 	GuestBinary string
@@ -113,28 +113,6 @@ type Mount struct {
 	Destination string
 }
 
-// Limits bound a sandbox's resources. Zero means the backend default.
-type Limits struct {
-	CPUs   float64 // cores
-	Memory int64   // bytes
-	Pids   int64
-	Disk   int64 // bytes of writable layer
-}
-
-// Stats is a snapshot of resource usage.
-type Stats struct {
-	// MemoryBytes is all memory charged to the sandbox, page cache of the
-	// files it read included; ResidentBytes is what only it holds and the
-	// host cannot reclaim: anonymous memory and gVisor's memory file.
-	MemoryBytes    int64
-	ResidentBytes  int64
-	MemoryLimit    int64
-	CPUNanos       int64
-	Pids           int64
-	OOMKills       int64
-	ProcessesAlive bool
-}
-
 // Status is what a backend observes.
 type Status string
 
@@ -147,4 +125,4 @@ const (
 )
 
 // ErrNotRunning is returned for operations that need a running sandbox.
-var ErrNotRunning = errors.New("sandbox is not running")
+var ErrNotRunning = sandbox.ErrNotRunning

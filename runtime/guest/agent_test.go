@@ -13,11 +13,12 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // startAgent runs the agent in-process on a temporary socket. It exercises
 // the same code as in a sandbox, minus the isolation.
-func startAgent(t *testing.T, main *Process, opts ...func(*Config)) (*Client, Config) {
+func startAgent(t *testing.T, main *sandbox.Process, opts ...func(*Config)) (*Client, Config) {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := Config{
@@ -43,10 +44,10 @@ func startAgent(t *testing.T, main *Process, opts ...func(*Config)) (*Client, Co
 	return c, cfg
 }
 
-func execIO(t *testing.T, c *Client, stdin string, p Process) (string, string, Exit) {
+func execIO(t *testing.T, c *Client, stdin string, p sandbox.Process) (string, string, sandbox.Exit) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	io := Stdio{Stdout: &out, Stderr: &errb}
+	io := sandbox.Stdio{Stdout: &out, Stderr: &errb}
 	if stdin != "" {
 		io.Stdin = strings.NewReader(stdin)
 	}
@@ -62,11 +63,11 @@ func execIO(t *testing.T, c *Client, stdin string, p Process) (string, string, E
 func TestExecSequence(t *testing.T) {
 	c, _ := startAgent(t, nil)
 	for i := 0; i < 20; i++ {
-		out, errOut, exit := execIO(t, c, "", Process{Args: []string{"sh", "-c", "echo a $BASE $X; echo b >&2; exit 3"}, Env: []string{"X=2"}})
+		out, errOut, exit := execIO(t, c, "", sandbox.Process{Args: []string{"sh", "-c", "echo a $BASE $X; echo b >&2; exit 3"}, Env: []string{"X=2"}})
 		if out != "a 1 2\n" || errOut != "b\n" || exit.Code != 3 {
 			t.Fatalf("run %d: out=%q err=%q exit=%+v", i, out, errOut, exit)
 		}
-		out, _, exit = execIO(t, c, "hello", Process{Args: []string{"cat"}})
+		out, _, exit = execIO(t, c, "hello", sandbox.Process{Args: []string{"cat"}})
 		if out != "hello" || exit.Code != 0 {
 			t.Fatalf("run %d: cat out=%q exit=%+v", i, out, exit)
 		}
@@ -91,7 +92,7 @@ func TestQuiesceResume(t *testing.T) {
 	if err := c.Wait(wctx); err != nil {
 		t.Fatal(err)
 	}
-	out, _, _ := execIO(t, c, "", Process{Args: []string{"sh", "-c", "echo $WHO $BASE"}})
+	out, _, _ := execIO(t, c, "", sandbox.Process{Args: []string{"sh", "-c", "echo $WHO $BASE"}})
 	if out != "copy\n" {
 		t.Fatalf("after resume the env is %q, want the new identity's", out)
 	}
@@ -126,7 +127,7 @@ func TestQuiesceTimeout(t *testing.T) {
 	if d := time.Since(start); d < 300*time.Millisecond {
 		t.Fatalf("served again after %v, before the timeout", d)
 	}
-	out, _, _ := execIO(t, c, "", Process{Args: []string{"sh", "-c", "echo $WHO $BASE"}})
+	out, _, _ := execIO(t, c, "", sandbox.Process{Args: []string{"sh", "-c", "echo $WHO $BASE"}})
 	if out != "1\n" {
 		t.Fatalf("after the timeout the env is %q, want the agent's own", out)
 	}
@@ -136,7 +137,7 @@ func TestBackgroundJobOutlivesExec(t *testing.T) {
 	c, _ := startAgent(t, nil)
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	// The job's output goes elsewhere, as a shell's background job's would.
-	execIO(t, c, "", Process{Args: []string{"sh", "-c", "sleep 30 >/dev/null 2>&1 & echo $! > " + pidFile}})
+	execIO(t, c, "", sandbox.Process{Args: []string{"sh", "-c", "sleep 30 >/dev/null 2>&1 & echo $! > " + pidFile}})
 	time.Sleep(100 * time.Millisecond) // past the exec's end and its connection's close
 	b, err := os.ReadFile(pidFile)
 	if err != nil {

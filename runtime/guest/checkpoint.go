@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // Identity is what makes a sandbox itself. The host hands a new one to
@@ -152,7 +153,7 @@ func (s *Server) runHooks() {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		cmd, err := s.command(Process{Args: []string{filepath.Join(HooksDir, n)}})
+		cmd, err := s.command(sandbox.Process{Args: []string{filepath.Join(HooksDir, n)}})
 		if err != nil {
 			continue
 		}

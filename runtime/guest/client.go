@@ -9,8 +9,9 @@ import (
 	"io"
 	"net"
 	"os"
-	"syscall"
 	"time"
+
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // Dialer opens a fresh stream to the agent.
@@ -42,7 +43,7 @@ var ErrUnavailable = errors.New("sandbox agent unavailable")
 var ErrNotListening = fmt.Errorf("%w: not listening", ErrUnavailable)
 
 // OpError is an operation the agent refused or could not perform.
-type OpError struct{ Exit Exit }
+type OpError struct{ Exit sandbox.Exit }
 
 func (e *OpError) Error() string { return e.Exit.Error }
 
@@ -85,35 +86,25 @@ func (c *Client) SetIdentity(ctx context.Context, id Identity) error {
 	return opErr(c.do(ctx, Request{Op: OpIdentity, Identity: &id}, nil))
 }
 
-// Stdio is where an exec's streams come from and go to. Resize, when set,
-// delivers window changes for a TTY; Signals forwards signals.
-type Stdio struct {
-	Stdin   io.Reader
-	Stdout  io.Writer
-	Stderr  io.Writer
-	Resize  <-chan Size
-	Signals <-chan syscall.Signal
-}
-
 // Exec runs p and returns its exit. A failure to start the command (not
 // found, not executable) is an Exit with Error set, not an error; err is
 // for failures of the channel itself.
-func (c *Client) Exec(ctx context.Context, p Process, io Stdio) (Exit, error) {
+func (c *Client) Exec(ctx context.Context, p sandbox.Process, io sandbox.Stdio) (sandbox.Exit, error) {
 	p.Stdin = p.Stdin || io.Stdin != nil
 	return c.do(ctx, Request{Op: OpExec, Exec: &p}, &io)
 }
 
 // Put extracts the tar stream r at path inside the sandbox.
 func (c *Client) Put(ctx context.Context, path string, r io.Reader) error {
-	return opErr(c.do(ctx, Request{Op: OpPut, Path: path}, &Stdio{Stdin: r}))
+	return opErr(c.do(ctx, Request{Op: OpPut, Path: path}, &sandbox.Stdio{Stdin: r}))
 }
 
 // Get writes path from inside the sandbox to w as a tar stream.
 func (c *Client) Get(ctx context.Context, path string, w io.Writer) error {
-	return opErr(c.do(ctx, Request{Op: OpGet, Path: path}, &Stdio{Stdout: w}))
+	return opErr(c.do(ctx, Request{Op: OpGet, Path: path}, &sandbox.Stdio{Stdout: w}))
 }
 
-func opErr(e Exit, err error) error {
+func opErr(e sandbox.Exit, err error) error {
 	if err != nil {
 		return err
 	}
@@ -123,10 +114,10 @@ func opErr(e Exit, err error) error {
 	return nil
 }
 
-func (c *Client) do(ctx context.Context, req Request, stdio *Stdio) (Exit, error) {
+func (c *Client) do(ctx context.Context, req Request, stdio *sandbox.Stdio) (sandbox.Exit, error) {
 	nc, err := c.dial(ctx)
 	if err != nil {
-		return Exit{}, fmt.Errorf("%w: %v", ErrNotListening, err)
+		return sandbox.Exit{}, fmt.Errorf("%w: %v", ErrNotListening, err)
 	}
 	defer nc.Close()
 	// Cancelling ctx closes the connection, which the agent takes as the
@@ -136,7 +127,7 @@ func (c *Client) do(ctx context.Context, req Request, stdio *Stdio) (Exit, error
 
 	cn := newConn(nc)
 	if err := cn.writeJSON(frameRequest, req); err != nil {
-		return Exit{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return sandbox.Exit{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	if stdio != nil {
 		go pumpIn(cn, stdio)
@@ -145,9 +136,9 @@ func (c *Client) do(ctx context.Context, req Request, stdio *Stdio) (Exit, error
 		typ, b, err := cn.read()
 		if err != nil {
 			if ctx.Err() != nil {
-				return Exit{}, ctx.Err()
+				return sandbox.Exit{}, ctx.Err()
 			}
-			return Exit{}, fmt.Errorf("%w: connection lost: %v", ErrUnavailable, err)
+			return sandbox.Exit{}, fmt.Errorf("%w: connection lost: %v", ErrUnavailable, err)
 		}
 		switch typ {
 		case frameStdout, frameStderr:
@@ -158,12 +149,12 @@ func (c *Client) do(ctx context.Context, req Request, stdio *Stdio) (Exit, error
 				w = stdio.Stderr
 			}
 			if _, err := w.Write(b); err != nil {
-				return Exit{}, fmt.Errorf("write output: %w", err)
+				return sandbox.Exit{}, fmt.Errorf("write output: %w", err)
 			}
 		case frameExit:
-			var e Exit
+			var e sandbox.Exit
 			if err := json.Unmarshal(b, &e); err != nil {
-				return Exit{}, fmt.Errorf("%w: bad exit frame: %v", ErrUnavailable, err)
+				return sandbox.Exit{}, fmt.Errorf("%w: bad exit frame: %v", ErrUnavailable, err)
 			}
 			return e, nil
 		}
@@ -172,7 +163,7 @@ func (c *Client) do(ctx context.Context, req Request, stdio *Stdio) (Exit, error
 
 // pumpIn forwards stdin, resizes and signals until they end or the
 // connection breaks.
-func pumpIn(cn *conn, s *Stdio) {
+func pumpIn(cn *conn, s *sandbox.Stdio) {
 	if s.Resize != nil || s.Signals != nil {
 		go func() {
 			resize, sigs := s.Resize, s.Signals
@@ -231,21 +222,21 @@ func ErrorKind(err error) string {
 }
 
 // Stat describes path without following a final symlink.
-func (c *Client) Stat(ctx context.Context, path string) (FileInfo, error) {
-	var fi FileInfo
+func (c *Client) Stat(ctx context.Context, path string) (sandbox.FileInfo, error) {
+	var fi sandbox.FileInfo
 	return fi, c.fsJSON(ctx, Request{Op: OpStat, Path: path}, nil, &fi)
 }
 
 // List describes the entries under the directory path, depth levels deep.
-func (c *Client) List(ctx context.Context, path string, depth int) ([]FileInfo, error) {
-	var fis []FileInfo
+func (c *Client) List(ctx context.Context, path string, depth int) ([]sandbox.FileInfo, error) {
+	var fis []sandbox.FileInfo
 	return fis, c.fsJSON(ctx, Request{Op: OpList, Path: path, Depth: depth}, nil, &fis)
 }
 
 // Mkdir creates path and its parents; it fails with KindExists when path
 // is already there.
-func (c *Client) Mkdir(ctx context.Context, path string) (FileInfo, error) {
-	var fi FileInfo
+func (c *Client) Mkdir(ctx context.Context, path string) (sandbox.FileInfo, error) {
+	var fi sandbox.FileInfo
 	return fi, c.fsJSON(ctx, Request{Op: OpMkdir, Path: path}, nil, &fi)
 }
 
@@ -255,26 +246,26 @@ func (c *Client) Remove(ctx context.Context, path string) error {
 }
 
 // Rename moves from to to and describes the result.
-func (c *Client) Rename(ctx context.Context, from, to string) (FileInfo, error) {
-	var fi FileInfo
+func (c *Client) Rename(ctx context.Context, from, to string) (sandbox.FileInfo, error) {
+	var fi sandbox.FileInfo
 	return fi, c.fsJSON(ctx, Request{Op: OpRename, Path: from, Dest: to}, nil, &fi)
 }
 
 // WriteFile replaces path with r's bytes, creating parent directories.
-func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader) (FileInfo, error) {
-	var fi FileInfo
+func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader) (sandbox.FileInfo, error) {
+	var fi sandbox.FileInfo
 	return fi, c.fsJSON(ctx, Request{Op: OpWriteFile, Path: path}, r, &fi)
 }
 
 // ReadFile writes path's bytes to w.
 func (c *Client) ReadFile(ctx context.Context, path string, w io.Writer) error {
-	return opErr(c.do(ctx, Request{Op: OpReadFile, Path: path}, &Stdio{Stdout: w}))
+	return opErr(c.do(ctx, Request{Op: OpReadFile, Path: path}, &sandbox.Stdio{Stdout: w}))
 }
 
 // fsJSON runs a file system op and decodes its JSON reply into out.
 func (c *Client) fsJSON(ctx context.Context, req Request, stdin io.Reader, out any) error {
 	var buf bytes.Buffer
-	stdio := &Stdio{Stdout: &buf}
+	stdio := &sandbox.Stdio{Stdout: &buf}
 	// A stdin that fails aborts the op (frameStdinAbort), and the agent
 	// answers once it has undone it; its error is the one to report.
 	var in *errReader

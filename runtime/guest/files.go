@@ -5,12 +5,14 @@ import (
 	"io"
 	"io/fs"
 	"os"
+
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // put extracts the tar stream the client sends as stdin frames into path.
-func (s *Server) put(c *conn, path string) Exit {
+func (s *Server) put(c *conn, path string) sandbox.Exit {
 	if path == "" {
-		return Exit{Code: 125, Error: "put: no path", Kind: KindInvalid}
+		return sandbox.Exit{Code: 125, Error: "put: no path", Kind: sandbox.KindInvalid}
 	}
 	pr, pw := io.Pipe()
 	go func() {
@@ -39,13 +41,13 @@ func (s *Server) put(c *conn, path string) Exit {
 	if err != nil {
 		return fileExit(err)
 	}
-	return Exit{}
+	return sandbox.Exit{}
 }
 
 // get streams path as a tar archive in stdout frames.
-func (s *Server) get(c *conn, path string) Exit {
+func (s *Server) get(c *conn, path string) sandbox.Exit {
 	if path == "" {
-		return Exit{Code: 125, Error: "get: no path", Kind: KindInvalid}
+		return sandbox.Exit{Code: 125, Error: "get: no path", Kind: sandbox.KindInvalid}
 	}
 	if _, err := os.Lstat(path); err != nil {
 		return fileExit(err)
@@ -53,16 +55,16 @@ func (s *Server) get(c *conn, path string) Exit {
 	if err := WriteTar(frameWriter{c, frameStdout}, path); err != nil {
 		return fileExit(err)
 	}
-	return Exit{}
+	return sandbox.Exit{}
 }
 
-func fileExit(err error) Exit {
-	kind := KindIO
+func fileExit(err error) sandbox.Exit {
+	kind := sandbox.KindIO
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		kind = KindNotFound
+		kind = sandbox.KindNotFound
 	case errors.Is(err, fs.ErrExist):
-		kind = KindExists
+		kind = sandbox.KindExists
 	}
-	return Exit{Code: 1, Error: err.Error(), Kind: kind}
+	return sandbox.Exit{Code: 1, Error: err.Error(), Kind: kind}
 }

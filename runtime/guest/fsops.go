@@ -10,24 +10,9 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
-)
 
-// FileInfo describes one file system entry inside the sandbox. API layers
-// (the E2B envd emulation) map it to their own shapes.
-type FileInfo struct {
-	Name    string    `json:"name"`
-	Path    string    `json:"path"`
-	Type    string    `json:"type"` // "file", "dir", "symlink" or "other"
-	Size    int64     `json:"size"`
-	Mode    uint32    `json:"mode"` // permission and special bits
-	Perm    string    `json:"perm"` // as ls prints them: -rw-r--r--
-	UID     uint32    `json:"uid"`
-	GID     uint32    `json:"gid"`
-	ModTime time.Time `json:"mtime"`
-	// Target is a symlink's target.
-	Target string `json:"target,omitempty"`
-}
+	"smolvm.dev/smolvm/sandbox"
+)
 
 // maxListDepth bounds a recursive listing so that one request cannot walk
 // a whole file system into memory.
@@ -48,8 +33,8 @@ func (s *Server) resolve(p string) string {
 	return filepath.Join(dir, p)
 }
 
-func fileInfo(p string, fi fs.FileInfo) FileInfo {
-	info := FileInfo{
+func fileInfo(p string, fi fs.FileInfo) sandbox.FileInfo {
+	info := sandbox.FileInfo{
 		Name: fi.Name(), Path: p, Size: fi.Size(), ModTime: fi.ModTime(),
 		Mode: uint32(fi.Mode().Perm()),
 	}
@@ -73,19 +58,19 @@ func fileInfo(p string, fi fs.FileInfo) FileInfo {
 	return info
 }
 
-func lstatInfo(p string) (FileInfo, error) {
+func lstatInfo(p string) (sandbox.FileInfo, error) {
 	fi, err := os.Lstat(p)
 	if err != nil {
-		return FileInfo{}, err
+		return sandbox.FileInfo{}, err
 	}
 	return fileInfo(p, fi), nil
 }
 
 // fsOp runs one file system operation. Results go out as one JSON value on
 // stdout; file contents (OpReadFile) go out raw.
-func (s *Server) fsOp(c *conn, req Request) Exit {
+func (s *Server) fsOp(c *conn, req Request) sandbox.Exit {
 	if req.Path == "" {
-		return Exit{Code: 125, Error: req.Op + ": no path", Kind: KindInvalid}
+		return sandbox.Exit{Code: 125, Error: req.Op + ": no path", Kind: sandbox.KindInvalid}
 	}
 	p := s.resolve(req.Path)
 	var (
@@ -99,7 +84,7 @@ func (s *Server) fsOp(c *conn, req Request) Exit {
 		out, err = list(p, req.Depth)
 	case OpMkdir:
 		if _, serr := os.Lstat(p); serr == nil {
-			return Exit{Code: 1, Error: fmt.Sprintf("mkdir %s: %v", p, fs.ErrExist), Kind: KindExists}
+			return sandbox.Exit{Code: 1, Error: fmt.Sprintf("mkdir %s: %v", p, fs.ErrExist), Kind: sandbox.KindExists}
 		}
 		if err = os.MkdirAll(p, 0o755); err == nil {
 			out, err = lstatInfo(p)
@@ -110,7 +95,7 @@ func (s *Server) fsOp(c *conn, req Request) Exit {
 		}
 	case OpRename:
 		if req.Dest == "" {
-			return Exit{Code: 125, Error: "rename: no destination", Kind: KindInvalid}
+			return sandbox.Exit{Code: 125, Error: "rename: no destination", Kind: sandbox.KindInvalid}
 		}
 		dst := s.resolve(req.Dest)
 		if err = os.Rename(p, dst); err == nil {
@@ -134,11 +119,11 @@ func (s *Server) fsOp(c *conn, req Request) Exit {
 			return fileExit(err)
 		}
 	}
-	return Exit{}
+	return sandbox.Exit{}
 }
 
 // list returns the entries under dir, descending depth levels (at least 1).
-func list(dir string, depth int) ([]FileInfo, error) {
+func list(dir string, depth int) ([]sandbox.FileInfo, error) {
 	fi, err := os.Stat(dir)
 	if err != nil {
 		return nil, err
@@ -147,7 +132,7 @@ func list(dir string, depth int) ([]FileInfo, error) {
 		return nil, fmt.Errorf("list %s: %w", dir, syscall.ENOTDIR)
 	}
 	depth = max(1, min(depth, maxListDepth))
-	var out []FileInfo
+	var out []sandbox.FileInfo
 	var walk func(d string, level int) error
 	walk = func(d string, level int) error {
 		ents, err := os.ReadDir(d)
@@ -175,13 +160,13 @@ func list(dir string, depth int) ([]FileInfo, error) {
 // writeFile replaces p with the stdin stream, creating parent directories.
 // It writes a temporary file and renames it, so a reader never sees half a
 // file and a failed upload leaves the old one in place.
-func writeFile(c *conn, p string) (FileInfo, error) {
+func writeFile(c *conn, p string) (sandbox.FileInfo, error) {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return FileInfo{}, err
+		return sandbox.FileInfo{}, err
 	}
 	f, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".smolvm-*")
 	if err != nil {
-		return FileInfo{}, err
+		return sandbox.FileInfo{}, err
 	}
 	defer os.Remove(f.Name()) // a no-op after the rename
 	mode := fs.FileMode(0o644)
@@ -193,13 +178,13 @@ func writeFile(c *conn, p string) (FileInfo, error) {
 		werr = err
 	}
 	if werr != nil {
-		return FileInfo{}, werr
+		return sandbox.FileInfo{}, werr
 	}
 	if err := os.Chmod(f.Name(), mode); err != nil {
-		return FileInfo{}, err
+		return sandbox.FileInfo{}, err
 	}
 	if err := os.Rename(f.Name(), p); err != nil {
-		return FileInfo{}, err
+		return sandbox.FileInfo{}, err
 	}
 	return lstatInfo(p)
 }

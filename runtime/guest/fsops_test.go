@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+
+	"smolvm.dev/smolvm/sandbox"
 )
 
 func TestFileOps(t *testing.T) {
@@ -46,7 +48,7 @@ func TestFileOps(t *testing.T) {
 		t.Fatalf("left behind: %v", ents)
 	}
 
-	if _, err := c.Mkdir(ctx, filepath.Join(dir, "a")); ErrorKind(err) != KindExists {
+	if _, err := c.Mkdir(ctx, filepath.Join(dir, "a")); ErrorKind(err) != sandbox.KindExists {
 		t.Fatalf("mkdir of an existing dir: %v (kind %q)", err, ErrorKind(err))
 	}
 	if fi, err := c.Mkdir(ctx, filepath.Join(dir, "n", "m")); err != nil || fi.Type != "dir" {
@@ -77,13 +79,13 @@ func TestFileOps(t *testing.T) {
 	if err != nil || moved.Name != "g.txt" || moved.Size != 5 {
 		t.Fatalf("rename: %+v %v", moved, err)
 	}
-	if _, err := c.Stat(ctx, p); ErrorKind(err) != KindNotFound {
+	if _, err := c.Stat(ctx, p); ErrorKind(err) != sandbox.KindNotFound {
 		t.Fatalf("stat of the old name: %v", err)
 	}
 	if err := c.Remove(ctx, filepath.Join(dir, "a")); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Remove(ctx, filepath.Join(dir, "a")); ErrorKind(err) != KindNotFound {
+	if err := c.Remove(ctx, filepath.Join(dir, "a")); ErrorKind(err) != sandbox.KindNotFound {
 		t.Fatalf("removing twice: %v", err)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // LogEntry is one line of a sandbox's main-process log, stored as JSON
@@ -94,7 +96,7 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // startMain starts the sandbox's main process with its output going to the
 // log. The returned channel yields its exit.
-func (s *Server) startMain(p Process) (<-chan Exit, error) {
+func (s *Server) startMain(p sandbox.Process) (<-chan sandbox.Exit, error) {
 	cmd, err := s.command(p)
 	if err != nil {
 		return nil, err
@@ -134,7 +136,7 @@ func (s *Server) startMain(p Process) (<-chan Exit, error) {
 			io.Copy(lw.stream(x.name), x.r)
 		}()
 	}
-	out := make(chan Exit, 1)
+	out := make(chan sandbox.Exit, 1)
 	go func() {
 		e := exitOf(<-done)
 		waitTimeout(&pumps, 250*time.Millisecond)

@@ -17,6 +17,8 @@ import (
 	"io"
 	"sync"
 	"time"
+
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // Frame types.
@@ -68,61 +70,16 @@ const (
 
 // Request is the first frame of every connection.
 type Request struct {
-	Op       string    `json:"op"`
-	Exec     *Process  `json:"exec,omitempty"`
-	Path     string    `json:"path,omitempty"`
-	Identity *Identity `json:"identity,omitempty"`
+	Op       string           `json:"op"`
+	Exec     *sandbox.Process `json:"exec,omitempty"`
+	Path     string           `json:"path,omitempty"`
+	Identity *Identity        `json:"identity,omitempty"`
 	// Dest is a rename's destination; Depth bounds a listing.
 	Dest  string `json:"dest,omitempty"`
 	Depth int    `json:"depth,omitempty"`
 	// Deadline is OpDeadline's new deadline.
 	Deadline *time.Time `json:"deadline,omitempty"`
 }
-
-// Process describes a command to run inside the sandbox.
-type Process struct {
-	Args []string `json:"args"`
-	Env  []string `json:"env,omitempty"` // added to (and overriding) the sandbox's environment
-	Dir  string   `json:"dir,omitempty"`
-	User string   `json:"user,omitempty"` // name, uid or uid:gid; empty is the sandbox default
-	TTY  bool     `json:"tty,omitempty"`
-	Size *Size    `json:"size,omitempty"` // initial window size when TTY
-	// Stdin tells the agent that the client will stream stdin; without it
-	// the process reads /dev/null and never blocks waiting for input.
-	Stdin bool `json:"stdin,omitempty"`
-	// TimeoutMS kills the process group after that many milliseconds.
-	TimeoutMS int64 `json:"timeout_ms,omitempty"`
-}
-
-// Size is a terminal window size.
-type Size struct {
-	Rows uint16 `json:"rows"`
-	Cols uint16 `json:"cols"`
-}
-
-// Exit ends every connection.
-type Exit struct {
-	Code int `json:"code"`
-	// Signal is set when the process was killed by a signal; Code is then
-	// 128+Signal, as a shell reports it.
-	Signal int `json:"signal,omitempty"`
-	// Error is set when the operation itself failed; Kind classifies it.
-	Error string `json:"error,omitempty"`
-	Kind  string `json:"kind,omitempty"`
-	// TimedOut is set when TimeoutMS expired.
-	TimedOut bool `json:"timed_out,omitempty"`
-	// Reason says why a sandbox's main process ended, in the exit file.
-	Reason string `json:"reason,omitempty"`
-}
-
-// Error kinds.
-const (
-	KindNotFound  = "not-found"  // executable or path missing: exit 127
-	KindCannotRun = "cannot-run" // permission, not executable, bad user: exit 126
-	KindInvalid   = "invalid"    // malformed request
-	KindIO        = "io"
-	KindExists    = "exists" // the path already exists
-)
 
 // conn frames a stream. Writes are serialized so stdout and stderr pumps can
 // share it; reads belong to a single goroutine.

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // reaper collects every child that exits. As PID 1 the agent inherits all
@@ -90,9 +91,9 @@ func (r *reaper) start(cmd *exec.Cmd) (int, <-chan unix.WaitStatus, error) {
 }
 
 // exitOf converts a wait status into an Exit as a shell reports it.
-func exitOf(ws unix.WaitStatus) Exit {
+func exitOf(ws unix.WaitStatus) sandbox.Exit {
 	if ws.Signaled() {
-		return Exit{Code: 128 + int(ws.Signal()), Signal: int(ws.Signal())}
+		return sandbox.Exit{Code: 128 + int(ws.Signal()), Signal: int(ws.Signal())}
 	}
-	return Exit{Code: ws.ExitStatus()}
+	return sandbox.Exit{Code: ws.ExitStatus()}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // Config is what the host tells the agent at boot. The host writes it as
@@ -35,9 +36,9 @@ type Config struct {
 	User string `json:"user,omitempty"`
 	// Main, when set, is the sandbox's main command. When it exits, the
 	// agent records its status in ExitFile and the sandbox stops.
-	Main     *Process `json:"main,omitempty"`
-	LogFile  string   `json:"log_file"`
-	ExitFile string   `json:"exit_file"`
+	Main     *sandbox.Process `json:"main,omitempty"`
+	LogFile  string           `json:"log_file"`
+	ExitFile string           `json:"exit_file"`
 	// LogLimit caps the main process log; past it the log is rotated once.
 	LogLimit int64 `json:"log_limit,omitempty"`
 	// Deadline, when set, is the end of the sandbox's time to live: the
@@ -102,7 +103,7 @@ func Serve(ctx context.Context, cfg Config) (int, error) {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT)
 
-	var mainDone <-chan Exit
+	var mainDone <-chan sandbox.Exit
 	if cfg.Main != nil {
 		var err error
 		mainDone, err = s.startMain(*cfg.Main)
@@ -169,7 +170,7 @@ const (
 // expire kills everything and records why; it returns the exit status.
 func (s *Server) expire(reason string) int {
 	unix.Kill(-1, unix.SIGKILL)
-	e := Exit{Code: 137, Signal: int(unix.SIGKILL), Reason: reason}
+	e := sandbox.Exit{Code: 137, Signal: int(unix.SIGKILL), Reason: reason}
 	s.writeExit(e)
 	return e.Code
 }
@@ -197,7 +198,7 @@ func (s *Server) busy() func() {
 	}
 }
 
-func (s *Server) writeExit(e Exit) {
+func (s *Server) writeExit(e sandbox.Exit) {
 	p, _ := json.Marshal(e)
 	tmp := s.cfg.ExitFile + ".tmp"
 	if err := os.WriteFile(tmp, p, 0o644); err == nil {
@@ -250,20 +251,20 @@ func (s *Server) handle(nc net.Conn) {
 	}
 	var req Request
 	if typ != frameRequest || json.Unmarshal(p, &req) != nil {
-		c.writeJSON(frameExit, Exit{Code: 125, Error: "malformed request", Kind: KindInvalid})
+		c.writeJSON(frameExit, sandbox.Exit{Code: 125, Error: "malformed request", Kind: sandbox.KindInvalid})
 		return
 	}
 	if req.Op != OpPing {
 		defer s.busy()()
 	}
-	var exit Exit
+	var exit sandbox.Exit
 	switch req.Op {
 	case OpPing:
 	case OpDeadline:
 		s.setDeadline(req.Deadline)
 	case OpExec:
 		if req.Exec == nil || len(req.Exec.Args) == 0 {
-			exit = Exit{Code: 125, Error: "exec: no command", Kind: KindInvalid}
+			exit = sandbox.Exit{Code: 125, Error: "exec: no command", Kind: sandbox.KindInvalid}
 			break
 		}
 		exit = s.exec(c, *req.Exec)
@@ -275,33 +276,33 @@ func (s *Server) handle(nc net.Conn) {
 		exit = s.fsOp(c, req)
 	case OpIdentity:
 		if req.Identity == nil {
-			exit = Exit{Code: 125, Error: "identity: none given", Kind: KindInvalid}
+			exit = sandbox.Exit{Code: 125, Error: "identity: none given", Kind: sandbox.KindInvalid}
 			break
 		}
 		s.adopt(*req.Identity)
 	case OpQuiesce:
 		// The answer goes out once nothing else listens or is connected,
 		// so the host may checkpoint as soon as it has it.
-		s.quiesce(nc, func() { c.writeJSON(frameExit, Exit{}) })
+		s.quiesce(nc, func() { c.writeJSON(frameExit, sandbox.Exit{}) })
 		return
 	default:
-		exit = Exit{Code: 125, Error: fmt.Sprintf("unknown op %q", req.Op), Kind: KindInvalid}
+		exit = sandbox.Exit{Code: 125, Error: fmt.Sprintf("unknown op %q", req.Op), Kind: sandbox.KindInvalid}
 	}
 	c.writeJSON(frameExit, exit)
 }
 
 // errExit classifies a failure to start a process the way a shell does.
-func errExit(err error) Exit {
+func errExit(err error) sandbox.Exit {
 	switch {
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, exec.ErrNotFound):
-		return Exit{Code: 127, Error: err.Error(), Kind: KindNotFound}
+		return sandbox.Exit{Code: 127, Error: err.Error(), Kind: sandbox.KindNotFound}
 	default:
-		return Exit{Code: 126, Error: err.Error(), Kind: KindCannotRun}
+		return sandbox.Exit{Code: 126, Error: err.Error(), Kind: sandbox.KindCannotRun}
 	}
 }
 
 // command builds the exec.Cmd for p with the sandbox's defaults applied.
-func (s *Server) command(p Process) (*exec.Cmd, error) {
+func (s *Server) command(p sandbox.Process) (*exec.Cmd, error) {
 	s.mu.Lock()
 	env := MergeEnv(s.cfg.Env, p.Env)
 	usr, dir := p.User, p.Dir
@@ -336,7 +337,7 @@ func (s *Server) command(p Process) (*exec.Cmd, error) {
 }
 
 // exec runs p, streaming its stdio over c.
-func (s *Server) exec(c *conn, p Process) Exit {
+func (s *Server) exec(c *conn, p sandbox.Process) sandbox.Exit {
 	cmd, err := s.command(p)
 	if err != nil {
 		return errExit(err)
@@ -350,7 +351,7 @@ func (s *Server) exec(c *conn, p Process) Exit {
 	if p.TTY {
 		master, slave, err := pty.Open()
 		if err != nil {
-			return Exit{Code: 126, Error: "open pty: " + err.Error(), Kind: KindCannotRun}
+			return sandbox.Exit{Code: 126, Error: "open pty: " + err.Error(), Kind: sandbox.KindCannotRun}
 		}
 		defer master.Close()
 		if p.Size != nil {
@@ -365,13 +366,13 @@ func (s *Server) exec(c *conn, p Process) Exit {
 		cmd.SysProcAttr.Setpgid = true
 		or, ow, err := os.Pipe()
 		if err != nil {
-			return Exit{Code: 126, Error: err.Error(), Kind: KindCannotRun}
+			return sandbox.Exit{Code: 126, Error: err.Error(), Kind: sandbox.KindCannotRun}
 		}
 		er, ew, err := os.Pipe()
 		if err != nil {
 			or.Close()
 			ow.Close()
-			return Exit{Code: 126, Error: err.Error(), Kind: KindCannotRun}
+			return sandbox.Exit{Code: 126, Error: err.Error(), Kind: sandbox.KindCannotRun}
 		}
 		cmd.Stdout, cmd.Stderr = ow, ew
 		closeAfterStart = append(closeAfterStart, ow, ew)
@@ -379,7 +380,7 @@ func (s *Server) exec(c *conn, p Process) Exit {
 		if p.Stdin {
 			ir, iw, err := os.Pipe()
 			if err != nil {
-				return Exit{Code: 126, Error: err.Error(), Kind: KindCannotRun}
+				return sandbox.Exit{Code: 126, Error: err.Error(), Kind: sandbox.KindCannotRun}
 			}
 			cmd.Stdin = ir
 			closeAfterStart = append(closeAfterStart, ir)
@@ -447,7 +448,7 @@ func (s *Server) exec(c *conn, p Process) Exit {
 					}
 				}
 			case frameResize:
-				var sz Size
+				var sz sandbox.Size
 				if ptmx != nil && json.Unmarshal(b, &sz) == nil {
 					pty.Setsize(ptmx, &pty.Winsize{Rows: sz.Rows, Cols: sz.Cols})
 				}
@@ -466,7 +467,7 @@ func (s *Server) exec(c *conn, p Process) Exit {
 		defer t.Stop()
 		timeout = t.C
 	}
-	var exit Exit
+	var exit sandbox.Exit
 	select {
 	case ws := <-done:
 		exit = exitOf(ws)

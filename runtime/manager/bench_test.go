@@ -11,7 +11,6 @@ import (
 	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/runtime/backend/gvisor"
-	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -45,7 +44,7 @@ func BenchmarkExecTrue(b *testing.B) {
 	var samples []time.Duration
 	for b.Loop() {
 		t := time.Now()
-		exit, err := m.Exec(ctx, sb.ID, guest.Process{Args: []string{"true"}}, guest.Stdio{})
+		exit, err := m.Exec(ctx, sb.ID, sandbox.Process{Args: []string{"true"}}, sandbox.Stdio{})
 		if err != nil || exit.Code != 0 {
 			b.Fatal(err, exit)
 		}
@@ -64,7 +63,7 @@ func BenchmarkColdStart(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if exit, err := m.Exec(ctx, sb.ID, guest.Process{Args: []string{"true"}}, guest.Stdio{}); err != nil || exit.Code != 0 {
+		if exit, err := m.Exec(ctx, sb.ID, sandbox.Process{Args: []string{"true"}}, sandbox.Stdio{}); err != nil || exit.Code != 0 {
 			b.Fatal(err, exit)
 		}
 		samples = append(samples, time.Since(t))

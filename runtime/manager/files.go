@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -79,7 +78,7 @@ func (m *Manager) GetArchive(ctx context.Context, ref, src string, w io.Writer) 
 }
 
 // Stats returns live resource usage.
-func (m *Manager) Stats(ctx context.Context, ref string) (*backend.Stats, error) {
+func (m *Manager) Stats(ctx context.Context, ref string) (*sandbox.Stats, error) {
 	r, err := m.get(ctx, ref)
 	if err != nil {
 		return nil, err

@@ -21,7 +21,6 @@ import (
 
 	"smolvm.dev/smolvm/internal/testdeps"
 	"smolvm.dev/smolvm/internal/testenv"
-	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/sandbox"
@@ -76,12 +75,12 @@ func (m *testManager) run(t *testing.T, cfg sandbox.Config) *sandbox.Sandbox {
 }
 
 // sh runs a shell command in sb and returns stdout, stderr and the exit.
-func (m *testManager) sh(t testing.TB, sb *sandbox.Sandbox, script string) (string, string, guest.Exit) {
+func (m *testManager) sh(t testing.TB, sb *sandbox.Sandbox, script string) (string, string, sandbox.Exit) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	exit, err := m.Exec(ctx, sb.ID, guest.Process{Args: []string{"sh", "-c", script}}, guest.Stdio{Stdout: &out, Stderr: &errb})
+	exit, err := m.Exec(ctx, sb.ID, sandbox.Process{Args: []string{"sh", "-c", script}}, sandbox.Stdio{Stdout: &out, Stderr: &errb})
 	if err != nil {
 		t.Fatalf("exec %q: %v", script, err)
 	}

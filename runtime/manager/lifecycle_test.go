@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/sandbox"
@@ -70,8 +69,8 @@ func TestExecStreamsAndFiles(t *testing.T) {
 	sb := m.run(t, sandbox.Config{Env: []string{"FROM_CREATE=yes"}, WorkDir: "/tmp"})
 
 	var out bytes.Buffer
-	exit, err := m.Exec(ctx, sb.ID, guest.Process{Args: []string{"sh", "-c", "pwd; echo $FROM_CREATE $FROM_EXEC; id -u; cat"}, Env: []string{"FROM_EXEC=too"}, User: "1000"},
-		guest.Stdio{Stdin: strings.NewReader("piped\n"), Stdout: &out})
+	exit, err := m.Exec(ctx, sb.ID, sandbox.Process{Args: []string{"sh", "-c", "pwd; echo $FROM_CREATE $FROM_EXEC; id -u; cat"}, Env: []string{"FROM_EXEC=too"}, User: "1000"},
+		sandbox.Stdio{Stdin: strings.NewReader("piped\n"), Stdout: &out})
 	if err != nil || exit.Code != 0 {
 		t.Fatalf("exec: %v %+v", err, exit)
 	}
@@ -81,13 +80,13 @@ func TestExecStreamsAndFiles(t *testing.T) {
 
 	// A PTY: the command sees a terminal of the requested size.
 	out.Reset()
-	exit, err = m.Exec(ctx, sb.ID, guest.Process{Args: []string{"sh", "-c", "test -t 0 && stty size"}, TTY: true, Size: &guest.Size{Rows: 33, Cols: 101}}, guest.Stdio{Stdout: &out})
+	exit, err = m.Exec(ctx, sb.ID, sandbox.Process{Args: []string{"sh", "-c", "test -t 0 && stty size"}, TTY: true, Size: &sandbox.Size{Rows: 33, Cols: 101}}, sandbox.Stdio{Stdout: &out})
 	if err != nil || exit.Code != 0 || !strings.Contains(out.String(), "33 101") {
 		t.Fatalf("tty exec: %v %+v %q", err, exit, out.String())
 	}
 
 	// Timeouts kill the command and say so.
-	exit, err = m.Exec(ctx, sb.ID, guest.Process{Args: []string{"sleep", "30"}, TimeoutMS: 200}, guest.Stdio{})
+	exit, err = m.Exec(ctx, sb.ID, sandbox.Process{Args: []string{"sleep", "30"}, TimeoutMS: 200}, sandbox.Stdio{})
 	if err != nil || !exit.TimedOut || exit.Code != 137 {
 		t.Fatalf("timeout: %v %+v", err, exit)
 	}
@@ -124,7 +123,7 @@ func TestLimits(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("disk full is ENOSPC inside, host untouched", func(t *testing.T) {
-		sb := m.run(t, sandbox.Config{Limits: backend.Limits{Disk: 32 << 20}})
+		sb := m.run(t, sandbox.Config{Limits: sandbox.Limits{Disk: 32 << 20}})
 		var before syscall.Statfs_t
 		syscall.Statfs(m.dir, &before)
 		out, _, exit := m.sh(t, sb, "dd if=/dev/zero of=/root/fill bs=1M count=200 2>&1")
@@ -143,7 +142,7 @@ func TestLimits(t *testing.T) {
 	})
 
 	t.Run("fork bomb hits the pids limit, host stays responsive", func(t *testing.T) {
-		sb := m.run(t, sandbox.Config{Limits: backend.Limits{Pids: 64}})
+		sb := m.run(t, sandbox.Config{Limits: sandbox.Limits{Pids: 64}})
 		done := make(chan struct{})
 		var worst time.Duration
 		go func() {
@@ -158,7 +157,7 @@ func TestLimits(t *testing.T) {
 		// Once the bomb has eaten the limit nothing in the workload can
 		// fork, so the observer is started first and only reads files.
 		var out bytes.Buffer
-		exit, err := m.Exec(ctx, sb.ID, guest.Process{Args: []string{"python3", "-c", `
+		exit, err := m.Exec(ctx, sb.ID, sandbox.Process{Args: []string{"python3", "-c", `
 import os, signal, subprocess, time
 subprocess.Popen(["sh", "-c", "bomb() { bomb | bomb & }; bomb"], stderr=subprocess.DEVNULL)
 time.sleep(2)
@@ -172,7 +171,7 @@ for _ in range(250):
         break
     time.sleep(0.02)
 print(cur, hits)
-`}}, guest.Stdio{Stdout: &out})
+`}}, sandbox.Stdio{Stdout: &out})
 		<-done
 		if err != nil || exit.Code != 0 {
 			t.Fatalf("observer: %v %+v", err, exit)
@@ -202,8 +201,8 @@ print(cur, hits)
 	})
 
 	t.Run("memory hog is OOM-killed and exec says so", func(t *testing.T) {
-		sb := m.run(t, sandbox.Config{Limits: backend.Limits{Memory: 256 << 20}})
-		exit, err := m.Exec(ctx, sb.ID, guest.Process{Args: []string{"python3", "-c", "x = bytearray(1 << 30); print(len(x))"}}, guest.Stdio{})
+		sb := m.run(t, sandbox.Config{Limits: sandbox.Limits{Memory: 256 << 20}})
+		exit, err := m.Exec(ctx, sb.ID, sandbox.Process{Args: []string{"python3", "-c", "x = bytearray(1 << 30); print(len(x))"}}, sandbox.Stdio{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -230,7 +229,7 @@ print(cur, hits)
 	})
 
 	t.Run("cpu limit holds", func(t *testing.T) {
-		sb := m.run(t, sandbox.Config{Limits: backend.Limits{CPUs: 0.5}})
+		sb := m.run(t, sandbox.Config{Limits: sandbox.Limits{CPUs: 0.5}})
 		before, err := m.Stats(ctx, sb.ID)
 		if err != nil {
 			t.Fatal(err)
@@ -302,27 +301,27 @@ func TestBadInput(t *testing.T) {
 		{"name taken", func() error { _, err := m.Create(ctx, sandbox.CreateOptions{Name: "stopped"}); return err }, sandbox.ErrNameInUse, "stopped"},
 		{"bad name", func() error { _, err := m.Create(ctx, sandbox.CreateOptions{Name: "../x"}); return err }, sandbox.ErrInvalid, "name"},
 		{"tiny memory", func() error {
-			_, err := m.Create(ctx, sandbox.CreateOptions{Config: sandbox.Config{Limits: backend.Limits{Memory: 1024}}})
+			_, err := m.Create(ctx, sandbox.CreateOptions{Config: sandbox.Config{Limits: sandbox.Limits{Memory: 1024}}})
 			return err
 		}, sandbox.ErrInvalid, "--memory"},
 		{"negative cpus", func() error {
-			_, err := m.Create(ctx, sandbox.CreateOptions{Config: sandbox.Config{Limits: backend.Limits{CPUs: -1}}})
+			_, err := m.Create(ctx, sandbox.CreateOptions{Config: sandbox.Config{Limits: sandbox.Limits{CPUs: -1}}})
 			return err
 		}, sandbox.ErrInvalid, "--cpus"},
 		{"too many cpus", func() error {
-			_, err := m.Create(ctx, sandbox.CreateOptions{Config: sandbox.Config{Limits: backend.Limits{CPUs: 4096}}})
+			_, err := m.Create(ctx, sandbox.CreateOptions{Config: sandbox.Config{Limits: sandbox.Limits{CPUs: 4096}}})
 			return err
 		}, sandbox.ErrInvalid, "--cpus"},
 		{"tiny disk", func() error {
-			_, err := m.Create(ctx, sandbox.CreateOptions{Config: sandbox.Config{Limits: backend.Limits{Disk: 1}}})
+			_, err := m.Create(ctx, sandbox.CreateOptions{Config: sandbox.Config{Limits: sandbox.Limits{Disk: 1}}})
 			return err
 		}, sandbox.ErrInvalid, "--disk"},
 		{"exec into stopped", func() error {
-			_, err := m.Exec(ctx, "stopped", guest.Process{Args: []string{"true"}}, guest.Stdio{})
+			_, err := m.Exec(ctx, "stopped", sandbox.Process{Args: []string{"true"}}, sandbox.Stdio{})
 			return err
 		}, sandbox.ErrNotRunning, "stopped"},
 		{"exec into missing", func() error {
-			_, err := m.Exec(ctx, "ghost", guest.Process{Args: []string{"true"}}, guest.Stdio{})
+			_, err := m.Exec(ctx, "ghost", sandbox.Process{Args: []string{"true"}}, sandbox.Stdio{})
 			return err
 		}, sandbox.ErrNotFound, "ghost"},
 		{"rm running without force", func() error { return m.Remove(ctx, running.ID, false) }, sandbox.ErrState, "-f"},
@@ -378,13 +377,13 @@ func TestParallelCreate(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sb, err := m.Create(ctx, sandbox.CreateOptions{Name: fmt.Sprintf("p%d", i), Start: true, Config: sandbox.Config{Limits: backend.Limits{Memory: 256 << 20}}})
+			sb, err := m.Create(ctx, sandbox.CreateOptions{Name: fmt.Sprintf("p%d", i), Start: true, Config: sandbox.Config{Limits: sandbox.Limits{Memory: 256 << 20}}})
 			if err != nil {
 				errs <- err
 				return
 			}
 			var out bytes.Buffer
-			exit, err := m.Exec(ctx, sb.ID, guest.Process{Args: []string{"hostname"}}, guest.Stdio{Stdout: &out})
+			exit, err := m.Exec(ctx, sb.ID, sandbox.Process{Args: []string{"hostname"}}, sandbox.Stdio{Stdout: &out})
 			if err != nil || exit.Code != 0 || out.String() != sb.Name+"\n" {
 				errs <- fmt.Errorf("%s: %v %+v %q", sb.Name, err, exit, out.String())
 			}
@@ -472,7 +471,7 @@ func TestCrashDuringCreate(t *testing.T) {
 	for _, sb := range sbs {
 		if sb.State == sandbox.StateRunning {
 			var out bytes.Buffer
-			exit, err := m.Exec(ctx, sb.ID, guest.Process{Args: []string{"true"}}, guest.Stdio{Stdout: &out})
+			exit, err := m.Exec(ctx, sb.ID, sandbox.Process{Args: []string{"true"}}, sandbox.Stdio{Stdout: &out})
 			if err != nil || exit.Code != 0 {
 				t.Fatalf("%s listed running but unusable: %v %+v", sb.Name, err, exit)
 			}

@@ -36,7 +36,7 @@ func expiredError(r *record) error {
 
 // markExpired turns a sandbox the agent stopped for its lifetime into an
 // expired one, dated when the agent acted rather than when we noticed.
-func markExpired(r *record, exit guest.Exit) bool {
+func markExpired(r *record, exit sandbox.Exit) bool {
 	switch exit.Reason {
 	case guest.ReasonExpired:
 		r.Reason = fmt.Sprintf("time to live (%s) ended", r.Config.TTL)

@@ -9,7 +9,6 @@ import (
 
 	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/runtime/backend/gvisor"
-	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/sandbox"
@@ -51,7 +50,7 @@ func TestLifetimes(t *testing.T) {
 			!strings.Contains(ee.Error(), sb.ExpiresAt.Format(time.RFC3339)) {
 			t.Fatalf("expired error %q at %v, want the deadline %v", ee, ee.At, sb.ExpiresAt)
 		}
-		if _, err := m.Exec(ctx, sb.ID, guest.Process{Args: []string{"true"}}, guest.Stdio{}); !errors.Is(err, sandbox.ErrExpired) {
+		if _, err := m.Exec(ctx, sb.ID, sandbox.Process{Args: []string{"true"}}, sandbox.Stdio{}); !errors.Is(err, sandbox.ErrExpired) {
 			t.Fatalf("exec in an expired sandbox: %v", err)
 		}
 		list, err := m.List(ctx)

@@ -221,7 +221,7 @@ func (m *Manager) specFor(r *record, img *image.Image) backend.Spec {
 	}
 	args = append(append([]string(nil), img.Config.Entrypoint...), args...)
 	if len(args) > 0 {
-		s.Main = &guest.Process{Args: args}
+		s.Main = &sandbox.Process{Args: args}
 	}
 	return s
 }
@@ -331,7 +331,7 @@ func (m *Manager) start(ctx context.Context, r *record, boot func(context.Contex
 	r.State = sandbox.StateRunning
 	// A main command that could not even start is the caller's mistake
 	// (a typo, a missing binary): report it now, not as a later "exited".
-	if exit, ok := readExit(&r.spec); ok && (exit.Kind == guest.KindNotFound || exit.Kind == guest.KindCannotRun) {
+	if exit, ok := readExit(&r.spec); ok && (exit.Kind == sandbox.KindNotFound || exit.Kind == sandbox.KindCannotRun) {
 		return &sandbox.StartError{Exit: exit}
 	}
 	return nil
@@ -345,11 +345,11 @@ func startClock(r *record) {
 }
 
 // readExit reads the exit the agent recorded for the main command.
-func readExit(s *backend.Spec) (guest.Exit, bool) {
-	var exit guest.Exit
+func readExit(s *backend.Spec) (sandbox.Exit, bool) {
+	var exit sandbox.Exit
 	p, err := os.ReadFile(filepath.Join(s.Dir, "run", "exit.json"))
 	if err != nil || json.Unmarshal(p, &exit) != nil {
-		return guest.Exit{}, false
+		return sandbox.Exit{}, false
 	}
 	return exit, true
 }
@@ -571,15 +571,15 @@ func (m *Manager) finish(ctx context.Context, r *record, reason string) {
 }
 
 // Exec runs p in a running sandbox.
-func (m *Manager) Exec(ctx context.Context, ref string, p guest.Process, stdio guest.Stdio) (guest.Exit, error) {
+func (m *Manager) Exec(ctx context.Context, ref string, p sandbox.Process, stdio sandbox.Stdio) (sandbox.Exit, error) {
 	r, err := m.running(ctx, ref)
 	if err != nil {
-		return guest.Exit{}, err
+		return sandbox.Exit{}, err
 	}
 	if err := m.checkPolicy(ctx, r, p.Args); err != nil {
-		return guest.Exit{}, err
+		return sandbox.Exit{}, err
 	}
-	var exit guest.Exit
+	var exit sandbox.Exit
 	err = m.withGuest(ctx, r, func() (err error) {
 		exit, err = m.be.Exec(ctx, &r.spec, p, stdio)
 		return err
@@ -590,7 +590,7 @@ func (m *Manager) Exec(ctx context.Context, ref string, p guest.Process, stdio g
 			if dead.ExitCode != nil {
 				code = *dead.ExitCode
 			}
-			return guest.Exit{Code: code, Error: "sandbox stopped during exec: " + dead.Reason}, nil
+			return sandbox.Exit{Code: code, Error: "sandbox stopped during exec: " + dead.Reason}, nil
 		}
 	}
 	return exit, err

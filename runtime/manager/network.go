@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"smolvm.dev/smolvm/runtime/network"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -32,7 +31,7 @@ func (m *Manager) networked(ctx context.Context, ref string) (*record, error) {
 
 // NetStatus reports a sandbox's network: policy, addresses, published
 // ports as bound, and byte counters.
-func (m *Manager) NetStatus(ctx context.Context, ref string) (*network.State, error) {
+func (m *Manager) NetStatus(ctx context.Context, ref string) (*sandbox.NetworkState, error) {
 	r, err := m.networked(ctx, ref)
 	if err != nil {
 		return nil, err
@@ -41,7 +40,7 @@ func (m *Manager) NetStatus(ctx context.Context, ref string) (*network.State, er
 }
 
 // NetEvents returns a sandbox's deny log, oldest first.
-func (m *Manager) NetEvents(ctx context.Context, ref string) ([]network.Event, error) {
+func (m *Manager) NetEvents(ctx context.Context, ref string) ([]sandbox.NetworkEvent, error) {
 	r, err := m.networked(ctx, ref)
 	if err != nil {
 		return nil, err
@@ -52,7 +51,7 @@ func (m *Manager) NetEvents(ctx context.Context, ref string) ([]network.Event, e
 // NetUpdate replaces a running sandbox's policy (mode and allow lists;
 // published ports stay). New connections and DNS queries follow it at
 // once; open connections carry on.
-func (m *Manager) NetUpdate(ctx context.Context, ref string, p network.Policy) (*sandbox.Sandbox, error) {
+func (m *Manager) NetUpdate(ctx context.Context, ref string, p sandbox.Network) (*sandbox.Sandbox, error) {
 	r, unlock, err := m.acquire(ctx, ref)
 	if err != nil {
 		return nil, err

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/internal/nettest"
-	"smolvm.dev/smolvm/runtime/network"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -23,8 +22,8 @@ const benchBytes = 64 << 20
 var sinkAddr = fmt.Sprintf("%s:%d", nettest.Internet4, nettest.SinkPort)
 
 // egressToSink is a policy that allows the sink by address.
-func egressToSink() *network.Policy {
-	return &network.Policy{Mode: network.ModeEgress, CIDRs: []string{nettest.Internet4}}
+func egressToSink() *sandbox.Network {
+	return &sandbox.Network{Mode: sandbox.NetEgress, CIDRs: []string{nettest.Internet4}}
 }
 
 // BenchmarkNetThroughput sends 64 MiB to a server in the test world from
@@ -132,8 +131,8 @@ for _ in range(%d):
 // typical policy (an allowed name and a published port). Each iteration
 // times op once for each, alternating, so machine noise hits both alike;
 // it reports each one's p50/p99 and the difference of the medians.
-func noneAndEgress(b *testing.B, op func(*network.Policy) time.Duration) {
-	egress := &network.Policy{Mode: network.ModeEgress, Hosts: []string{"allowed.test"}, Ports: []network.Port{{Port: 80}}}
+func noneAndEgress(b *testing.B, op func(*sandbox.Network) time.Duration) {
+	egress := &sandbox.Network{Mode: sandbox.NetEgress, Hosts: []string{"allowed.test"}, Ports: []sandbox.Port{{Port: 80}}}
 	var none, pol []time.Duration
 	for i := 0; b.Loop(); i++ {
 		if i%2 == 0 {
@@ -158,7 +157,7 @@ func noneAndEgress(b *testing.B, op func(*network.Policy) time.Duration) {
 func BenchmarkNetCreate(b *testing.B) {
 	m, _ := newNetManager(b)
 	ctx := context.Background()
-	noneAndEgress(b, func(pol *network.Policy) time.Duration {
+	noneAndEgress(b, func(pol *sandbox.Network) time.Duration {
 		t := time.Now()
 		sb, err := m.Create(ctx, sandbox.CreateOptions{Start: true, Config: sandbox.Config{Network: pol}})
 		if err != nil {
@@ -178,14 +177,14 @@ func BenchmarkNetFork(b *testing.B) {
 	m, _ := newNetManager(b)
 	ctx := context.Background()
 	srcs := map[bool]*sandbox.Sandbox{}
-	for _, pol := range []*network.Policy{nil, {Mode: network.ModeEgress, Hosts: []string{"allowed.test"}, Ports: []network.Port{{Port: 80}}}} {
+	for _, pol := range []*sandbox.Network{nil, {Mode: sandbox.NetEgress, Hosts: []string{"allowed.test"}, Ports: []sandbox.Port{{Port: 80}}}} {
 		sb, err := m.Create(ctx, sandbox.CreateOptions{Start: true, Config: sandbox.Config{Network: pol}})
 		if err != nil {
 			b.Fatal(err)
 		}
 		srcs[pol != nil] = sb
 	}
-	noneAndEgress(b, func(pol *network.Policy) time.Duration {
+	noneAndEgress(b, func(pol *sandbox.Network) time.Duration {
 		t := time.Now()
 		forks, err := m.Fork(ctx, srcs[pol != nil].ID, sandbox.ForkOptions{N: 1})
 		if err != nil {

@@ -18,7 +18,6 @@ import (
 
 	"smolvm.dev/smolvm/internal/nettest"
 	"smolvm.dev/smolvm/internal/testenv"
-	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/runtime/network"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -65,7 +64,7 @@ func TestNetNoneReachesNothing(t *testing.T) {
 
 func TestNetEgress(t *testing.T) {
 	m, w := newNetManager(t)
-	sb := m.run(t, sandbox.Config{Network: &network.Policy{Mode: network.ModeEgress, Hosts: []string{"allowed.test", "*.allowed.test", "metadata.test", "host.test"}}})
+	sb := m.run(t, sandbox.Config{Network: &sandbox.Network{Mode: sandbox.NetEgress, Hosts: []string{"allowed.test", "*.allowed.test", "metadata.test", "host.test"}}})
 
 	expectFetch(t, m, sb, "internet", "http://allowed.test/")
 	expectFetch(t, m, sb, "internet", "http://www.allowed.test/")
@@ -109,7 +108,7 @@ func TestNetEgress(t *testing.T) {
 
 	// The denials are in the deny log, with reasons.
 	want := map[string]bool{network.ReasonDNS: false, network.ReasonNotAllowed: false, network.ReasonMetadata: false, network.ReasonHost: false}
-	var evs []network.Event
+	var evs []sandbox.NetworkEvent
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		evs, err = m.NetEvents(context.Background(), sb.ID)
 		if err != nil {
@@ -144,7 +143,7 @@ func TestNetEgress(t *testing.T) {
 func TestNetEgressCIDRAndTTL(t *testing.T) {
 	m, w := newNetManager(t)
 	w.TTL.Store(1)
-	sb := m.run(t, sandbox.Config{Network: &network.Policy{Mode: network.ModeEgress, Hosts: []string{"allowed.test"}, CIDRs: []string{nettest.Other4 + "/32", "169.254.169.254"}}})
+	sb := m.run(t, sandbox.Config{Network: &sandbox.Network{Mode: sandbox.NetEgress, Hosts: []string{"allowed.test"}, CIDRs: []string{nettest.Other4 + "/32", "169.254.169.254"}}})
 	// Allowed CIDRs work by address, even the metadata address when it
 	// is named explicitly.
 	expectFetch(t, m, sb, "other", "http://"+nettest.Other4+"/")
@@ -158,7 +157,7 @@ func TestNetEgressCIDRAndTTL(t *testing.T) {
 	// ...and should a backend ever let a frame with a forged source onto
 	// the veth, the host drops it, even to an allowed address.
 	injectSpoofed(t, m, sb, "10.213.99.99", nettest.Other4)
-	if !waitEvent(t, m, sb, func(e network.Event) bool {
+	if !waitEvent(t, m, sb, func(e sandbox.NetworkEvent) bool {
 		return e.Reason == network.ReasonSpoofed && e.Proto == "udp" && e.Dst == nettest.Other4+":9"
 	}) {
 		t.Error("a forged source was not denied")
@@ -218,7 +217,7 @@ func injectSpoofed(t *testing.T, m *testManager, sb *sandbox.Sandbox, src, dst s
 }
 
 // waitEvent waits up to 5s for a deny-log event that match accepts.
-func waitEvent(t *testing.T, m *testManager, sb *sandbox.Sandbox, match func(network.Event) bool) bool {
+func waitEvent(t *testing.T, m *testManager, sb *sandbox.Sandbox, match func(sandbox.NetworkEvent) bool) bool {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		evs, err := m.NetEvents(context.Background(), sb.ID)
@@ -234,7 +233,7 @@ func waitEvent(t *testing.T, m *testManager, sb *sandbox.Sandbox, match func(net
 
 func TestNetFull(t *testing.T) {
 	m, _ := newNetManager(t)
-	sb := m.run(t, sandbox.Config{Network: &network.Policy{Mode: network.ModeFull}})
+	sb := m.run(t, sandbox.Config{Network: &sandbox.Network{Mode: sandbox.NetFull}})
 	expectFetch(t, m, sb, "other", "http://other.test/")
 	expectFetch(t, m, sb, "other", "http://"+nettest.Other4+"/")
 	expectFetch(t, m, sb, "other", "http://["+nettest.Other6+"]/")
@@ -246,10 +245,10 @@ func TestNetFull(t *testing.T) {
 func TestNetUpdateLive(t *testing.T) {
 	m, _ := newNetManager(t)
 	ctx := context.Background()
-	sb := m.run(t, sandbox.Config{Network: &network.Policy{Mode: network.ModeEgress, Hosts: []string{"allowed.test"}}})
+	sb := m.run(t, sandbox.Config{Network: &sandbox.Network{Mode: sandbox.NetEgress, Hosts: []string{"allowed.test"}}})
 	expectFetch(t, m, sb, "internet", "http://allowed.test/")
 	expectFetch(t, m, sb, "ERR", "http://other.test/")
-	if _, err := m.NetUpdate(ctx, sb.ID, network.Policy{Mode: network.ModeEgress, Hosts: []string{"other.test"}}); err != nil {
+	if _, err := m.NetUpdate(ctx, sb.ID, sandbox.Network{Mode: sandbox.NetEgress, Hosts: []string{"other.test"}}); err != nil {
 		t.Fatal(err)
 	}
 	expectFetch(t, m, sb, "other", "http://other.test/")
@@ -259,18 +258,18 @@ func TestNetUpdateLive(t *testing.T) {
 	if err != nil || got.Config.Network.Hosts[0] != "other.test" {
 		t.Fatalf("record after update: %+v, %v", got, err)
 	}
-	if _, err := m.NetUpdate(ctx, sb.ID, network.Policy{Mode: network.ModeNone}); err != nil {
+	if _, err := m.NetUpdate(ctx, sb.ID, sandbox.Network{Mode: sandbox.NetNone}); err != nil {
 		t.Fatal(err)
 	}
 	expectFetch(t, m, sb, "ERR", "http://other.test/")
-	if _, err := m.NetUpdate(ctx, sb.ID, network.Policy{Mode: network.ModeFull}); err != nil {
+	if _, err := m.NetUpdate(ctx, sb.ID, sandbox.Network{Mode: sandbox.NetFull}); err != nil {
 		t.Fatal(err)
 	}
 	expectFetch(t, m, sb, "other", "http://"+nettest.Other4+"/")
 	if _, err := m.Stop(ctx, sb.ID, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.NetUpdate(ctx, sb.ID, network.Policy{Mode: network.ModeFull}); err == nil {
+	if _, err := m.NetUpdate(ctx, sb.ID, sandbox.Network{Mode: sandbox.NetFull}); err == nil {
 		t.Error("net update of a stopped sandbox succeeded")
 	}
 	// A restart boots on the same network (runsc took its addresses).
@@ -311,7 +310,7 @@ print(s.recv(16).decode())"`, nettest.Internet4, nettest.SinkPort)
 	done := make(chan string, 1)
 	go func() {
 		var out strings.Builder
-		m.Exec(ctx, sb.ID, guest.Process{Args: []string{"sh", "-c", script}}, guest.Stdio{Stdout: &out, Stderr: &out})
+		m.Exec(ctx, sb.ID, sandbox.Process{Args: []string{"sh", "-c", script}}, sandbox.Stdio{Stdout: &out, Stderr: &out})
 		done <- out.String()
 	}()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
@@ -322,7 +321,7 @@ print(s.recv(16).decode())"`, nettest.Internet4, nettest.SinkPort)
 			t.Fatal("the connection did not open")
 		}
 	}
-	if _, err := m.NetUpdate(ctx, sb.ID, network.Policy{Mode: network.ModeNone}); err != nil {
+	if _, err := m.NetUpdate(ctx, sb.ID, sandbox.Network{Mode: sandbox.NetNone}); err != nil {
 		t.Fatal(err)
 	}
 	expectFetch(t, m, sb, "ERR", "http://"+nettest.Internet4+"/")
@@ -342,7 +341,7 @@ print(s.recv(16).decode())"`, nettest.Internet4, nettest.SinkPort)
 func TestNetHelperDeathFailsClosed(t *testing.T) {
 	m, _ := newNetManager(t)
 	ctx := context.Background()
-	sb := m.run(t, sandbox.Config{Network: &network.Policy{Mode: network.ModeEgress, Hosts: []string{"allowed.test"}}})
+	sb := m.run(t, sandbox.Config{Network: &sandbox.Network{Mode: sandbox.NetEgress, Hosts: []string{"allowed.test"}}})
 	expectFetch(t, m, sb, "internet", "http://allowed.test/")
 	st, err := m.NetStatus(ctx, sb.ID)
 	if err != nil || st.Helper == 0 {
@@ -371,7 +370,7 @@ func TestNetPublish(t *testing.T) {
 	ctx := context.Background()
 	// One port on the host's loopback (the default), one on its uplink
 	// address, which must be asked for.
-	pol := &network.Policy{Mode: network.ModeEgress, Ports: []network.Port{{Port: 8000}, {HostIP: nettest.HostUplink4, Port: 8000}}}
+	pol := &sandbox.Network{Mode: sandbox.NetEgress, Ports: []sandbox.Port{{Port: 8000}, {HostIP: nettest.HostUplink4, Port: 8000}}}
 	server := []string{"sh", "-c", "echo $HOSTNAME > /tmp/id && exec python3 -m http.server -d /tmp 8000"}
 	sb, err := m.Create(ctx, sandbox.CreateOptions{Start: true, Config: sandbox.Config{Network: pol, Cmd: server}})
 	if err != nil {
@@ -394,7 +393,7 @@ func TestNetPublish(t *testing.T) {
 		t.Error("a loopback-published port is reachable from the internet")
 	}
 	// A pinned port in use is a clear error at create, and leaves nothing.
-	pinned := &network.Policy{Mode: network.ModeEgress, Ports: []network.Port{{HostPort: st.Ports[0].HostPort, Port: 80}}}
+	pinned := &sandbox.Network{Mode: sandbox.NetEgress, Ports: []sandbox.Port{{HostPort: st.Ports[0].HostPort, Port: 80}}}
 	if _, err := m.Create(ctx, sandbox.CreateOptions{Start: true, Config: sandbox.Config{Network: pinned}}); err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Fatalf("second sandbox on a used host port: %v", err)
 	}
@@ -418,7 +417,7 @@ func TestNetPublish(t *testing.T) {
 func TestNetTeardown(t *testing.T) {
 	m, w := newNetManager(t)
 	ctx := context.Background()
-	pol := &network.Policy{Mode: network.ModeEgress, Hosts: []string{"allowed.test"}, Ports: []network.Port{{Port: 80}}}
+	pol := &sandbox.Network{Mode: sandbox.NetEgress, Hosts: []string{"allowed.test"}, Ports: []sandbox.Port{{Port: 80}}}
 	sb := m.run(t, sandbox.Config{Network: pol})
 	if left := m.net.Leftovers(ctx, sb.ID); len(left) < 5 {
 		t.Fatalf("a running sandbox's network has only %v", left)
@@ -461,7 +460,7 @@ func TestNetTeardown(t *testing.T) {
 func TestNetFork(t *testing.T) {
 	m, w := newNetManager(t)
 	ctx := context.Background()
-	pol := &network.Policy{Mode: network.ModeEgress, Hosts: []string{"allowed.test"}, Ports: []network.Port{{Port: 8000}}}
+	pol := &sandbox.Network{Mode: sandbox.NetEgress, Hosts: []string{"allowed.test"}, Ports: []sandbox.Port{{Port: 8000}}}
 	src := m.run(t, sandbox.Config{Network: pol, Cmd: []string{"sh", "-c", "echo source > /tmp/id && exec python3 -m http.server -d /tmp 8000"}})
 	srcSt, err := m.NetStatus(ctx, src.ID)
 	if err != nil {

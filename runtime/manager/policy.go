@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"smolvm.dev/smolvm/runtime/network"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/workflow/trust"
 )
@@ -46,16 +45,16 @@ func (m *Manager) policyNetwork(cfg *sandbox.Config, pol *trust.Policy) error {
 		switch {
 		case m.net == nil:
 		case eg.Any:
-			cfg.Network = &network.Policy{Mode: network.ModeFull}
+			cfg.Network = &sandbox.Network{Mode: sandbox.NetFull}
 		case len(eg.Hosts)+len(eg.CIDRs) > 0:
-			cfg.Network = &network.Policy{Mode: network.ModeEgress, Hosts: eg.Hosts, CIDRs: eg.CIDRs}
+			cfg.Network = &sandbox.Network{Mode: sandbox.NetEgress, Hosts: eg.Hosts, CIDRs: eg.CIDRs}
 		}
 		return nil
 	}
 	refuse := func(what string) error {
 		return fmt.Errorf("%w: %s: the trust policy of %s does not allow it (smolvm policy explain net HOST)", sandbox.ErrInvalid, what, cfg.Policy)
 	}
-	if n.Mode == network.ModeFull && !eg.Any {
+	if n.Mode == sandbox.NetFull && !eg.Any {
 		return refuse("--net full")
 	}
 	for _, h := range n.Hosts {

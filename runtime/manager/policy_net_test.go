@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"smolvm.dev/smolvm/runtime/network"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -28,17 +27,17 @@ deny = ["evil.allowed.test"]
 `), 0o644)
 
 	sb := m.run(t, sandbox.Config{Policy: repo})
-	if sb.Config.Network == nil || sb.Config.Network.Mode != network.ModeEgress || strings.Join(sb.Config.Network.Hosts, ",") != "allowed.test" {
+	if sb.Config.Network == nil || sb.Config.Network.Mode != sandbox.NetEgress || strings.Join(sb.Config.Network.Hosts, ",") != "allowed.test" {
 		t.Fatalf("network from the policy: %+v; want egress to allowed.test only (the wildcard holds a deny)", sb.Config.Network)
 	}
 	expectFetch(t, m, sb, "internet", "http://allowed.test/")
 	expectFetch(t, m, sb, "ERR 6", "http://www.allowed.test/")
 	expectFetch(t, m, sb, "ERR 6", "http://other.test/")
 
-	for _, n := range []*network.Policy{
-		{Mode: network.ModeFull},
-		{Mode: network.ModeEgress, Hosts: []string{"other.test"}},
-		{Mode: network.ModeEgress, Hosts: []string{"*.allowed.test"}},
+	for _, n := range []*sandbox.Network{
+		{Mode: sandbox.NetFull},
+		{Mode: sandbox.NetEgress, Hosts: []string{"other.test"}},
+		{Mode: sandbox.NetEgress, Hosts: []string{"*.allowed.test"}},
 	} {
 		_, err := m.Create(t.Context(), sandbox.CreateOptions{Config: sandbox.Config{Policy: repo, Network: n}})
 		if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "trust policy") {
@@ -46,7 +45,7 @@ deny = ["evil.allowed.test"]
 		}
 	}
 	// Narrower is fine.
-	if _, err := m.Create(t.Context(), sandbox.CreateOptions{Config: sandbox.Config{Policy: repo, Network: &network.Policy{Mode: network.ModeNone}}}); err != nil {
+	if _, err := m.Create(t.Context(), sandbox.CreateOptions{Config: sandbox.Config{Policy: repo, Network: &sandbox.Network{Mode: sandbox.NetNone}}}); err != nil {
 		t.Errorf("--net none under the policy: %v", err)
 	}
 }

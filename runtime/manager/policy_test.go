@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/workflow/trust"
 )
@@ -36,7 +35,7 @@ deny = ["rm"]
 	}
 	exec := func(args ...string) (string, error) {
 		var out bytes.Buffer
-		exit, err := m.Exec(ctx, sb.ID, guest.Process{Args: args}, guest.Stdio{Stdout: &out})
+		exit, err := m.Exec(ctx, sb.ID, sandbox.Process{Args: args}, sandbox.Stdio{Stdout: &out})
 		if err == nil && exit.Code != 0 {
 			t.Fatalf("%v: %+v", args, exit)
 		}

@@ -13,7 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"smolvm.dev/smolvm/internal/units"
-	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/sandbox"
@@ -287,7 +286,7 @@ func (m *Manager) claim(ctx context.Context, o sandbox.CreateOptions) (*sandbox.
 
 // limitsFit reports whether the limits asked for (zero: any) are the
 // pool's.
-func limitsFit(want, have backend.Limits) bool {
+func limitsFit(want, have sandbox.Limits) bool {
 	return (want.CPUs == 0 || want.CPUs == have.CPUs) &&
 		(want.Memory == 0 || want.Memory == have.Memory) &&
 		(want.Pids == 0 || want.Pids == have.Pids) &&

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/runtime/backend"
-	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -109,7 +107,7 @@ func TestPoolBadInput(t *testing.T) {
 	}
 	bad := []sandbox.CreateOptions{
 		{Pool: "tight", Config: sandbox.Config{Cmd: []string{"sleep", "1"}}},
-		{Pool: "tight", Config: sandbox.Config{Limits: backend.Limits{Memory: 512 << 20}}},
+		{Pool: "tight", Config: sandbox.Config{Limits: sandbox.Limits{Memory: 512 << 20}}},
 		{Pool: "tight", Image: "other"},
 	}
 	for _, o := range bad {
@@ -260,7 +258,7 @@ func TestRestoreTargetsImageMoved(t *testing.T) {
 		t.Fatalf("copy of a v2 sandbox: %+v, stale targets %v", c, stale)
 	}
 	var out bytes.Buffer
-	if exit, err := m.Exec(ctx, c.ID, guest.Process{Args: []string{"/bin/hello", "/etc/msg"}}, guest.Stdio{Stdout: &out}); err != nil || exit.Code != 0 || out.String() != "/etc/msg: v2\n" {
+	if exit, err := m.Exec(ctx, c.ID, sandbox.Process{Args: []string{"/bin/hello", "/etc/msg"}}, sandbox.Stdio{Stdout: &out}); err != nil || exit.Code != 0 || out.String() != "/etc/msg: v2\n" {
 		t.Fatalf("copy sees %q: %v %+v", out.String(), err, exit)
 	}
 	for id := range stale {
@@ -276,7 +274,7 @@ func TestRestoreTargetsFit(t *testing.T) {
 	m := newManager(t)
 	ctx := context.Background()
 	m.filledPool(t, sandbox.PoolOptions{Name: "t", Targets: 2})
-	other := m.run(t, sandbox.Config{Limits: backend.Limits{Memory: 512 << 20}})
+	other := m.run(t, sandbox.Config{Limits: sandbox.Limits{Memory: 512 << 20}})
 	copies, err := m.Fork(ctx, other.ID, sandbox.ForkOptions{N: 1})
 	if err != nil {
 		t.Fatal(err)

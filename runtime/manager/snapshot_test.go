@@ -16,7 +16,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"smolvm.dev/smolvm/runtime/backend"
-	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -269,7 +268,7 @@ func TestExecDuringCheckpoint(t *testing.T) {
 	execd, copied := make(chan result, 1), make(chan error, 1)
 	go func() {
 		var out bytes.Buffer
-		_, err := m.Exec(ctx, src.ID, guest.Process{Args: []string{"echo", "ok"}}, guest.Stdio{Stdout: &out})
+		_, err := m.Exec(ctx, src.ID, sandbox.Process{Args: []string{"echo", "ok"}}, sandbox.Stdio{Stdout: &out})
 		execd <- result{out.String(), err}
 	}()
 	go func() { copied <- m.GetArchive(ctx, src.ID, "/etc/machine-id", io.Discard) }()

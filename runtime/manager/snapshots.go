@@ -39,7 +39,7 @@ func (m *Manager) snapshotter(op string) (backend.Snapshotter, error) {
 // Checkpoint saves a running sandbox's memory, processes, open files and
 // writable layer as a snapshot. The sandbox keeps running unless o.Stop.
 // On failure nothing is stored and the sandbox carries on as before.
-func (m *Manager) Checkpoint(ctx context.Context, ref string, o sandbox.CheckpointOptions) (*snapshot.Snapshot, error) {
+func (m *Manager) Checkpoint(ctx context.Context, ref string, o sandbox.CheckpointOptions) (*sandbox.Snapshot, error) {
 	sn, err := m.snapshotter("checkpoint")
 	if err != nil {
 		return nil, err
@@ -66,7 +66,7 @@ func (m *Manager) Checkpoint(ctx context.Context, ref string, o sandbox.Checkpoi
 			return nil, fmt.Errorf("checkpoint %s: %w", r.Name, err)
 		}
 	}
-	lin := snapshot.Lineage{Sandbox: r.ID, SandboxName: r.Name, Parent: r.Snapshot}
+	lin := sandbox.Lineage{Sandbox: r.ID, SandboxName: r.Name, Parent: r.Snapshot}
 	snap, err := g.Commit(ctx, o.Name, r.ImageID, lin, restoreMeta{Image: r.Image, Config: r.Config})
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", r.Name, err)

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // Every sandbox with a network gets slot idx: 10.213.0.0/16 in /30s
@@ -29,18 +30,7 @@ var schema = []string{
 	)`,
 }
 
-// Addrs are a sandbox's addresses on its veth pair.
-type Addrs struct {
-	Slot     int        `json:"slot"`
-	Gateway4 netip.Addr `json:"gateway4"`
-	Sandbox4 netip.Addr `json:"sandbox4"`
-	Gateway6 netip.Addr `json:"gateway6"`
-	Sandbox6 netip.Addr `json:"sandbox6"`
-	HostVeth string     `json:"host_veth"`
-	LogGroup uint16     `json:"log_group"`
-}
-
-func addrsFor(idx int, id string) Addrs {
+func addrsFor(idx int, id string) sandbox.NetworkAddrs {
 	b4 := base4.As4()
 	n := uint32(b4[0])<<24 | uint32(b4[1])<<16 | uint32(idx)<<2
 	v4 := func(host uint32) netip.Addr {
@@ -54,7 +44,7 @@ func addrsFor(idx int, id string) Addrs {
 		a[15] = host
 		return netip.AddrFrom16(a)
 	}
-	return Addrs{
+	return sandbox.NetworkAddrs{
 		Slot: idx, Gateway4: v4(1), Sandbox4: v4(2), Gateway6: v6(1), Sandbox6: v6(2),
 		HostVeth: vethName(id), LogGroup: uint16(1<<15 + idx),
 	}
@@ -63,12 +53,8 @@ func addrsFor(idx int, id string) Addrs {
 // vethName is the host end's name: "smv" and the 12-digit ID fit IFNAMSIZ.
 func vethName(id string) string { return "smv" + id }
 
-// prefix4 and prefix6 are the on-link prefixes of the pair.
-func (a Addrs) prefix4() netip.Prefix { return netip.PrefixFrom(a.Gateway4, 30) }
-func (a Addrs) prefix6() netip.Prefix { return netip.PrefixFrom(a.Gateway6, 64) }
-
 // allocate records a free slot for id, or returns the one it has.
-func allocate(ctx context.Context, st *store.Store, id string) (Addrs, error) {
+func allocate(ctx context.Context, st *store.Store, id string) (sandbox.NetworkAddrs, error) {
 	if a, err := lookupSlot(ctx, st, id); err == nil || !errors.Is(err, sql.ErrNoRows) {
 		return a, err
 	}
@@ -88,19 +74,19 @@ func allocate(ctx context.Context, st *store.Store, id string) (Addrs, error) {
 		}
 	}
 	if err != nil {
-		return Addrs{}, fmt.Errorf("allocate addresses for %s: %w", id, err)
+		return sandbox.NetworkAddrs{}, fmt.Errorf("allocate addresses for %s: %w", id, err)
 	}
 	a, err := lookupSlot(ctx, st, id)
 	if errors.Is(err, sql.ErrNoRows) {
-		return Addrs{}, fmt.Errorf("allocate addresses for %s: all %d slots in use", id, maxSlots)
+		return sandbox.NetworkAddrs{}, fmt.Errorf("allocate addresses for %s: all %d slots in use", id, maxSlots)
 	}
 	return a, err
 }
 
-func lookupSlot(ctx context.Context, st *store.Store, id string) (Addrs, error) {
+func lookupSlot(ctx context.Context, st *store.Store, id string) (sandbox.NetworkAddrs, error) {
 	var idx int
 	if err := st.DB().QueryRowContext(ctx, `SELECT idx FROM net_slots WHERE sandbox = ?`, id).Scan(&idx); err != nil {
-		return Addrs{}, err
+		return sandbox.NetworkAddrs{}, err
 	}
 	return addrsFor(idx, id), nil
 }
@@ -126,3 +112,8 @@ func slotOwners(ctx context.Context, st *store.Store) ([]string, error) {
 	}
 	return ids, rows.Err()
 }
+
+// prefix4 and prefix6 are the on-link prefixes of the pair.
+func prefix4(a sandbox.NetworkAddrs) netip.Prefix { return netip.PrefixFrom(a.Gateway4, 30) }
+
+func prefix6(a sandbox.NetworkAddrs) netip.Prefix { return netip.PrefixFrom(a.Gateway6, 64) }

@@ -8,17 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"time"
-)
 
-// Event is one denied connection attempt or DNS query.
-type Event struct {
-	Time   time.Time `json:"time"`
-	Proto  string    `json:"proto"`          // tcp, udp, icmp, dns, ...
-	Dst    string    `json:"dst,omitempty"`  // address, or address:port
-	Name   string    `json:"name,omitempty"` // the queried name, for DNS
-	Reason string    `json:"reason"`
-}
+	"smolvm.dev/smolvm/sandbox"
+)
 
 // maxEventLog bounds the deny log: past it the log rotates once, so a
 // sandbox hammering a denied address costs at most twice this on disk.
@@ -30,7 +22,7 @@ type eventLog struct {
 	path string
 }
 
-func (l *eventLog) add(e Event) error {
+func (l *eventLog) add(e sandbox.NetworkEvent) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if fi, err := os.Stat(l.path); err == nil && fi.Size() > maxEventLog {
@@ -49,9 +41,9 @@ func (l *eventLog) add(e Event) error {
 }
 
 // Events returns sandbox id's deny log, oldest first.
-func (h *Host) Events(id string) ([]Event, error) {
+func (h *Host) Events(id string) ([]sandbox.NetworkEvent, error) {
 	p := filepath.Join(h.dir(id), fileEvents)
-	var out []Event
+	var out []sandbox.NetworkEvent
 	for _, f := range []string{p + ".1", p} {
 		evs, err := readEvents(f)
 		if err != nil {
@@ -62,7 +54,7 @@ func (h *Host) Events(id string) ([]Event, error) {
 	return out, nil
 }
 
-func readEvents(path string) ([]Event, error) {
+func readEvents(path string) ([]sandbox.NetworkEvent, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -71,10 +63,10 @@ func readEvents(path string) ([]Event, error) {
 		return nil, err
 	}
 	defer f.Close()
-	var out []Event
+	var out []sandbox.NetworkEvent
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		var e Event
+		var e sandbox.NetworkEvent
 		// A line cut short by a crash is skipped, not fatal.
 		if json.Unmarshal(sc.Bytes(), &e) == nil {
 			out = append(out, e)

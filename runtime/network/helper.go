@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/miekg/dns"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // The helper is a process per sandbox network, started by Setup in the
@@ -176,7 +177,7 @@ func (h *helper) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	}
 	q := req.Question[0]
 	if !cfg.Policy.AllowsName(q.Name) {
-		h.events.add(Event{Time: time.Now().UTC(), Proto: "dns", Name: q.Name, Dst: dns.TypeToString[q.Qtype], Reason: ReasonDNS})
+		h.events.add(sandbox.NetworkEvent{Time: time.Now().UTC(), Proto: "dns", Name: q.Name, Dst: dns.TypeToString[q.Qtype], Reason: ReasonDNS})
 		reply(dns.RcodeRefused)
 		return
 	}
@@ -190,7 +191,7 @@ func (h *helper) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		reply(dns.RcodeServerFailure)
 		return
 	}
-	if cfg.Policy.Mode == ModeEgress {
+	if cfg.Policy.Mode == sandbox.NetEgress {
 		if err := h.admit(resp); err != nil {
 			log.Printf("dns: admit %s: %v", q.Name, err)
 			reply(dns.RcodeServerFailure)
@@ -246,13 +247,13 @@ func (h *helper) admit(resp *dns.Msg) error {
 // sandbox. Binding here, before the helper reports ready, is what makes
 // a port in use an error of create.
 func (h *helper) publish(ctx context.Context) error {
-	var maps []Mapping
+	var maps []sandbox.PortMapping
 	for _, p := range h.cfg.Policy.Ports {
-		ln, err := net.Listen("tcp", netip.AddrPortFrom(p.hostIP(), uint16(p.HostPort)).String())
+		ln, err := net.Listen("tcp", netip.AddrPortFrom(p.HostAddr(), uint16(p.HostPort)).String())
 		if err != nil {
 			var se *os.SyscallError
 			if errors.As(err, &se) && errors.Is(se.Err, syscall.EADDRINUSE) {
-				return fmt.Errorf("publish %s:%d: host port in use", p.hostIP(), p.HostPort)
+				return fmt.Errorf("publish %s:%d: host port in use", p.HostAddr(), p.HostPort)
 			}
 			return fmt.Errorf("publish: %w", err)
 		}
@@ -261,7 +262,7 @@ func (h *helper) publish(ctx context.Context) error {
 			ln.Close()
 		}()
 		bound := ln.Addr().(*net.TCPAddr)
-		maps = append(maps, Mapping{HostIP: p.hostIP().String(), HostPort: bound.Port, Port: p.Port})
+		maps = append(maps, sandbox.PortMapping{HostIP: p.HostAddr().String(), HostPort: bound.Port, Port: p.Port})
 		to := net.JoinHostPort(h.cfg.Addrs.Sandbox4.String(), strconv.Itoa(p.Port))
 		go forward(ln, to)
 	}

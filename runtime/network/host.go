@@ -1,3 +1,6 @@
+// Package network gives sandboxes a policed network: a namespace and veth
+// per sandbox, nftables rules in the host, a DNS resolver that admits only
+// allowed names' addresses, published ports and a deny log.
 package network
 
 import (
@@ -22,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // Host sets up and tears down sandbox networks in one host network
@@ -44,30 +48,12 @@ type Host struct {
 	Helper []string
 }
 
-// State is what a sandbox's network looks like now.
-type State struct {
-	Policy   Policy     `json:"policy"`
-	Addrs    Addrs      `json:"addresses"`
-	Ports    []Mapping  `json:"ports,omitempty"`
-	Counters *Counters  `json:"counters,omitempty"`
-	NetNS    string     `json:"netns"`
-	Helper   int        `json:"helper_pid,omitempty"`
-	Resolver netip.Addr `json:"resolver"`
-}
-
-// Mapping is a published port as bound.
-type Mapping struct {
-	HostIP   string `json:"host_ip"`
-	HostPort int    `json:"host_port"`
-	Port     int    `json:"port"`
-}
-
 // helperConfig is what the helper reads from its directory.
 type helperConfig struct {
-	ID       string `json:"id"`
-	Addrs    Addrs  `json:"addresses"`
-	Policy   Policy `json:"policy"`
-	Resolver string `json:"resolver"`
+	ID       string               `json:"id"`
+	Addrs    sandbox.NetworkAddrs `json:"addresses"`
+	Policy   sandbox.Network      `json:"policy"`
+	Resolver string               `json:"resolver"`
 }
 
 // Files in a sandbox's network directory.
@@ -96,7 +82,7 @@ func (h *Host) ResolvConf(id string) string { return filepath.Join(h.dir(id), fi
 
 // Setup builds sandbox id's network for p and starts its helper. On
 // failure it removes what it made.
-func (h *Host) Setup(ctx context.Context, id string, p *Policy) (err error) {
+func (h *Host) Setup(ctx context.Context, id string, p *sandbox.Network) (err error) {
 	if len(h.Helper) == 0 {
 		return errors.New("no network helper command configured")
 	}
@@ -137,7 +123,7 @@ func (h *Host) Setup(ctx context.Context, id string, p *Policy) (err error) {
 }
 
 // hostSide makes the veth pair and the firewall in the host namespace.
-func (h *Host) hostSide(id string, a Addrs, p *Policy) error {
+func (h *Host) hostSide(id string, a sandbox.NetworkAddrs, p *sandbox.Network) error {
 	sbns, err := os.Open(h.NetNSPath(id))
 	if err != nil {
 		return err
@@ -160,7 +146,7 @@ func (h *Host) hostSide(id string, a Addrs, p *Policy) error {
 		if err != nil {
 			return err
 		}
-		if err := addAddrs(link, a.prefix4(), a.prefix6()); err != nil {
+		if err := addAddrs(link, prefix4(a), prefix6(a)); err != nil {
 			return err
 		}
 		if err := netlink.LinkSetUp(link); err != nil {
@@ -225,7 +211,7 @@ func (h *Host) reset(ctx context.Context, id string) error {
 // record remains: a network that is not whole is rebuilt for p (the slot,
 // and so the address, may change). A whole one only gets its sandbox side
 // reset.
-func (h *Host) Ensure(ctx context.Context, id string, p *Policy) error {
+func (h *Host) Ensure(ctx context.Context, id string, p *sandbox.Network) error {
 	if h.whole(id) {
 		return h.reset(ctx, id)
 	}
@@ -365,7 +351,7 @@ func (h *Host) helperPid(id string) int {
 
 // Update changes a running sandbox's policy. New connections and DNS
 // queries follow it at once; connections already open carry on.
-func (h *Host) Update(ctx context.Context, id string, p *Policy) error {
+func (h *Host) Update(ctx context.Context, id string, p *sandbox.Network) error {
 	a, err := lookupSlot(ctx, h.Store, id)
 	if err != nil {
 		return fmt.Errorf("network of %s: %w", id, err)
@@ -395,7 +381,7 @@ func (h *Host) Update(ctx context.Context, id string, p *Policy) error {
 }
 
 // Status reports id's network, with live counters and port mappings.
-func (h *Host) Status(ctx context.Context, id string) (*State, error) {
+func (h *Host) Status(ctx context.Context, id string) (*sandbox.NetworkState, error) {
 	a, err := lookupSlot(ctx, h.Store, id)
 	if err != nil {
 		return nil, fmt.Errorf("network of %s: %w", id, err)
@@ -404,7 +390,7 @@ func (h *Host) Status(ctx context.Context, id string) (*State, error) {
 	if err := readJSON(filepath.Join(h.dir(id), fileConfig), &cfg); err != nil {
 		return nil, fmt.Errorf("network of %s: %w", id, err)
 	}
-	st := &State{Policy: cfg.Policy, Addrs: a, NetNS: h.NetNSPath(id), Helper: h.helperPid(id), Resolver: a.Gateway4}
+	st := &sandbox.NetworkState{Network: cfg.Policy, Addrs: a, NetNS: h.NetNSPath(id), Helper: h.helperPid(id), Resolver: a.Gateway4}
 	readJSON(filepath.Join(h.dir(id), filePorts), &st.Ports)
 	err = InNetNS(h.NetNS, func() error {
 		conn, err := nftables.New()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // NFLOG (nfnetlink_log) constants not in x/sys.
@@ -63,12 +64,12 @@ func dialNflog(group uint16) (*nflog, error) {
 }
 
 // read blocks for the next batch of logged packets.
-func (n *nflog) read() ([]Event, error) {
+func (n *nflog) read() ([]sandbox.NetworkEvent, error) {
 	msgs, err := n.c.Receive()
 	if err != nil {
 		return nil, err
 	}
-	var out []Event
+	var out []sandbox.NetworkEvent
 	for _, m := range msgs {
 		if m.Header.Type != netlink.HeaderType(nflogSubsysHeader|nfulnlMsgPacket) || len(m.Data) < 4 {
 			continue
@@ -77,7 +78,7 @@ func (n *nflog) read() ([]Event, error) {
 		if err != nil {
 			continue
 		}
-		e := Event{Time: time.Now().UTC()}
+		e := sandbox.NetworkEvent{Time: time.Now().UTC()}
 		var payload []byte
 		for ad.Next() {
 			switch ad.Type() {

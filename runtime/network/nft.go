@@ -9,6 +9,7 @@ import (
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // The firewall is one nftables table per sandbox in the host's namespace
@@ -63,11 +64,11 @@ var denyReasons = []string{ReasonMetadata, ReasonLinkLocal, ReasonMulticast, Rea
 // firewall programs one sandbox's table through conn.
 type firewall struct {
 	conn *nftables.Conn
-	a    Addrs
+	a    sandbox.NetworkAddrs
 	t    *nftables.Table
 }
 
-func newFirewall(conn *nftables.Conn, id string, a Addrs) *firewall {
+func newFirewall(conn *nftables.Conn, id string, a sandbox.NetworkAddrs) *firewall {
 	return &firewall{conn: conn, a: a, t: &nftables.Table{Family: nftables.TableFamilyINet, Name: tableName(id)}}
 }
 
@@ -81,7 +82,7 @@ func (f *firewall) chain(name string) *nftables.Chain {
 }
 
 // create builds the whole table for p in one transaction.
-func (f *firewall) create(p *Policy) error {
+func (f *firewall) create(p *sandbox.Network) error {
 	c := f.conn
 	c.AddTable(f.t)
 	for _, n := range []string{"tx", "rx"} {
@@ -150,25 +151,25 @@ func (f *firewall) create(p *Policy) error {
 
 // policyRules (re)fills the policy chains, which hold everything that
 // depends on the policy; update swaps them in one transaction.
-func (f *firewall) policyRules(p *Policy) {
+func (f *firewall) policyRules(p *sandbox.Network) {
 	c := f.conn
 	pol, host := f.chain("policy"), f.chain("hostpol")
 	add := func(ch *nftables.Chain, e ...[]expr.Any) {
 		c.AddRule(&nftables.Rule{Table: f.t, Chain: ch, Exprs: join(e...)})
 	}
 	for _, s := range p.CIDRs {
-		pfx, _ := parseCIDR(s)
+		pfx, _ := sandbox.ParseCIDR(s)
 		add(pol, inPrefix(pfx), verdict(expr.VerdictAccept))
 		add(host, inPrefix(pfx), verdict(expr.VerdictAccept))
 	}
 	deny := alwaysDenied
-	if p.Mode == ModeEgress {
+	if p.Mode == sandbox.NetEgress {
 		deny = append(append([]denied(nil), alwaysDenied...), privateDenied...)
 	}
 	for _, d := range deny {
 		add(pol, inPrefix(netip.MustParsePrefix(d.cidr)), jump(denyChain(d.reason)))
 	}
-	if p.Mode == ModeFull {
+	if p.Mode == sandbox.NetFull {
 		add(pol, verdict(expr.VerdictAccept))
 	} else {
 		d4, d6 := f.dnsSets()
@@ -181,7 +182,7 @@ func (f *firewall) policyRules(p *Policy) {
 
 // update replaces the policy and forgets DNS admissions, so names no
 // longer allowed stop working for new connections at once.
-func (f *firewall) update(p *Policy) error {
+func (f *firewall) update(p *sandbox.Network) error {
 	f.conn.FlushChain(f.chain("policy"))
 	f.conn.FlushChain(f.chain("hostpol"))
 	f.policyRules(p)
@@ -225,20 +226,12 @@ func (f *firewall) admit(addrs []netip.Addr, ttl time.Duration) error {
 	return f.conn.Flush()
 }
 
-// Counters are bytes and packets through the sandbox's veth.
-type Counters struct {
-	TxBytes   uint64 `json:"tx_bytes"`
-	TxPackets uint64 `json:"tx_packets"`
-	RxBytes   uint64 `json:"rx_bytes"`
-	RxPackets uint64 `json:"rx_packets"`
-}
-
-func (f *firewall) counters() (Counters, error) {
+func (f *firewall) counters() (sandbox.NetworkCounters, error) {
 	objs, err := f.conn.GetObjects(f.t)
 	if err != nil {
-		return Counters{}, err
+		return sandbox.NetworkCounters{}, err
 	}
-	var c Counters
+	var c sandbox.NetworkCounters
 	for _, o := range objs {
 		if co, ok := o.(*nftables.CounterObj); ok {
 			switch co.Name {

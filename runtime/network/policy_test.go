@@ -9,34 +9,35 @@ import (
 	"testing"
 
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 func TestValidate(t *testing.T) {
 	for _, tc := range []struct {
-		p   Policy
+		p   sandbox.Network
 		err string // "" for valid
 	}{
-		{Policy{}, ""},
-		{Policy{Mode: ModeEgress, Hosts: []string{"PyPI.org.", "*.example.com"}, CIDRs: []string{"10.1.2.3", "192.168.0.0/16", "2001:db8::/32"}}, ""},
-		{Policy{Mode: ModeFull, CIDRs: []string{"169.254.169.254/32"}}, ""},
-		{Policy{Mode: "open"}, `--net "open"`},
-		{Policy{Hosts: []string{"a.com"}}, "need --net egress"},
-		{Policy{Mode: ModeFull, Hosts: []string{"a.com"}}, "--allow-host needs --net egress"},
-		{Policy{Mode: ModeEgress, Hosts: []string{"a.*.com"}}, "wildcard"},
-		{Policy{Mode: ModeEgress, Hosts: []string{"*.com"}}, "wildcard needs a domain"},
-		{Policy{Mode: ModeEgress, Hosts: []string{"exa mple.com"}}, "not a DNS name"},
-		{Policy{Mode: ModeEgress, Hosts: []string{"1.2.3.4"}}, "use --allow-cidr"},
-		{Policy{Mode: ModeEgress, CIDRs: []string{"10.0.0.0/33"}}, "not a CIDR"},
-		{Policy{Mode: ModeEgress, CIDRs: []string{"example.com"}}, "not a CIDR"},
-		{Policy{Mode: ModeEgress, Ports: []Port{{Port: 70000}}}, "out of range"},
-		{Policy{Mode: ModeEgress, Ports: []Port{{Port: 80, HostPort: 8080}, {Port: 81, HostPort: 8080}}}, "published twice"},
+		{sandbox.Network{}, ""},
+		{sandbox.Network{Mode: sandbox.NetEgress, Hosts: []string{"PyPI.org.", "*.example.com"}, CIDRs: []string{"10.1.2.3", "192.168.0.0/16", "2001:db8::/32"}}, ""},
+		{sandbox.Network{Mode: sandbox.NetFull, CIDRs: []string{"169.254.169.254/32"}}, ""},
+		{sandbox.Network{Mode: "open"}, `--net "open"`},
+		{sandbox.Network{Hosts: []string{"a.com"}}, "need --net egress"},
+		{sandbox.Network{Mode: sandbox.NetFull, Hosts: []string{"a.com"}}, "--allow-host needs --net egress"},
+		{sandbox.Network{Mode: sandbox.NetEgress, Hosts: []string{"a.*.com"}}, "wildcard"},
+		{sandbox.Network{Mode: sandbox.NetEgress, Hosts: []string{"*.com"}}, "wildcard needs a domain"},
+		{sandbox.Network{Mode: sandbox.NetEgress, Hosts: []string{"exa mple.com"}}, "not a DNS name"},
+		{sandbox.Network{Mode: sandbox.NetEgress, Hosts: []string{"1.2.3.4"}}, "use --allow-cidr"},
+		{sandbox.Network{Mode: sandbox.NetEgress, CIDRs: []string{"10.0.0.0/33"}}, "not a CIDR"},
+		{sandbox.Network{Mode: sandbox.NetEgress, CIDRs: []string{"example.com"}}, "not a CIDR"},
+		{sandbox.Network{Mode: sandbox.NetEgress, Ports: []sandbox.Port{{Port: 70000}}}, "out of range"},
+		{sandbox.Network{Mode: sandbox.NetEgress, Ports: []sandbox.Port{{Port: 80, HostPort: 8080}, {Port: 81, HostPort: 8080}}}, "published twice"},
 	} {
 		err := tc.p.Validate()
-		if tc.err == "" && err != nil || tc.err != "" && (err == nil || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.err)) {
+		if tc.err == "" && err != nil || tc.err != "" && (err == nil || !errors.Is(err, sandbox.ErrInvalidNetwork) || !strings.Contains(err.Error(), tc.err)) {
 			t.Errorf("%+v: %v, want %q", tc.p, err, tc.err)
 		}
 	}
-	p := Policy{Mode: ModeEgress, Hosts: []string{"PyPI.org."}, CIDRs: []string{"10.1.2.3", "10.1.2.3/8"}}
+	p := sandbox.Network{Mode: sandbox.NetEgress, Hosts: []string{"PyPI.org."}, CIDRs: []string{"10.1.2.3", "10.1.2.3/8"}}
 	p.Validate()
 	if p.Hosts[0] != "pypi.org" || p.CIDRs[0] != "10.1.2.3/32" || p.CIDRs[1] != "10.0.0.0/8" {
 		t.Errorf("not normalized: %+v", p)
@@ -44,7 +45,7 @@ func TestValidate(t *testing.T) {
 }
 
 func TestAllowsName(t *testing.T) {
-	p := Policy{Mode: ModeEgress, Hosts: []string{"pypi.org", "*.example.com"}}
+	p := sandbox.Network{Mode: sandbox.NetEgress, Hosts: []string{"pypi.org", "*.example.com"}}
 	for name, want := range map[string]bool{
 		"pypi.org.": true, "PYPI.ORG": true, "files.pypi.org": false, "evilpypi.org": false,
 		"a.example.com": true, "a.b.example.com.": true, "example.com": false, "badexample.com": false,
@@ -53,23 +54,23 @@ func TestAllowsName(t *testing.T) {
 			t.Errorf("AllowsName(%q) = %v", name, got)
 		}
 	}
-	if !(&Policy{Mode: ModeFull}).AllowsName("anything.test") || (&Policy{Mode: ModeNone}).AllowsName("pypi.org") {
+	if !(&sandbox.Network{Mode: sandbox.NetFull}).AllowsName("anything.test") || (&sandbox.Network{Mode: sandbox.NetNone}).AllowsName("pypi.org") {
 		t.Error("full must allow every name and none no name")
 	}
 }
 
 func TestParsePort(t *testing.T) {
-	for in, want := range map[string]Port{
+	for in, want := range map[string]sandbox.Port{
 		"80": {Port: 80}, "8080:80": {HostPort: 8080, Port: 80}, "0.0.0.0:8080:80": {HostIP: "0.0.0.0", HostPort: 8080, Port: 80},
 		"127.0.0.1::80/tcp": {HostIP: "127.0.0.1", Port: 80}, "[::1]:9000:90": {HostIP: "::1", HostPort: 9000, Port: 90},
 	} {
-		got, err := ParsePort(in)
+		got, err := sandbox.ParsePort(in)
 		if err != nil || got != want {
 			t.Errorf("ParsePort(%q) = %+v, %v; want %+v", in, got, err, want)
 		}
 	}
 	for _, in := range []string{"", "x", "80/udp", "0", "65536", "70000:80", "0:80", "a.b:80:80", "8080:x"} {
-		if _, err := ParsePort(in); !errors.Is(err, ErrInvalid) {
+		if _, err := sandbox.ParsePort(in); !errors.Is(err, sandbox.ErrInvalidNetwork) {
 			t.Errorf("ParsePort(%q): %v, want invalid", in, err)
 		}
 	}

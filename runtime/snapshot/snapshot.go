@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // Errors callers test with errors.Is; they are always wrapped with detail.
@@ -29,37 +30,6 @@ var (
 	ErrNameInUse   = errors.New("snapshot name in use")
 	ErrInvalidName = errors.New("invalid snapshot name")
 )
-
-// File is one checkpoint file of a snapshot.
-type File struct {
-	Name   string `json:"name"` // slash-separated path inside the snapshot
-	Size   int64  `json:"size"`
-	SHA256 string `json:"sha256"` // hex
-	CRC32C uint32 `json:"crc32c"`
-}
-
-// Lineage says where a snapshot came from.
-type Lineage struct {
-	Sandbox     string `json:"sandbox"`
-	SandboxName string `json:"sandbox_name"`
-	Parent      string `json:"parent"` // snapshot ID the sandbox was itself restored from, "" if none
-}
-
-// Snapshot is a stored checkpoint.
-type Snapshot struct {
-	// ID is "sha256:<hex>", the digest of the sha256sum-style listing
-	// ("<sha256>  <name>\n" per file, sorted by name): identical content
-	// gives the same ID.
-	ID      string          `json:"id"`
-	Name    string          `json:"name,omitempty"`  // the first name given, "" if none
-	Names   []string        `json:"names,omitempty"` // every name, oldest first; unique among snapshots
-	Lineage Lineage         `json:"lineage"`
-	ImageID string          `json:"image_id"`
-	Created time.Time       `json:"created"`
-	Size    int64           `json:"size"` // bytes of its files
-	Files   []File          `json:"files"`
-	Meta    json.RawMessage `json:"meta,omitempty"` // opaque here: what the sandbox manager needs to restore
-}
 
 // Store is the snapshot store of one data directory. It is safe for
 // concurrent use, also by several processes sharing the data directory.
@@ -154,7 +124,7 @@ func checkName(name string) error {
 
 // Get finds a snapshot by name, full ID, or unique ID prefix of at least 6
 // hex digits.
-func (s *Store) Get(ctx context.Context, nameOrID string) (*Snapshot, error) {
+func (s *Store) Get(ctx context.Context, nameOrID string) (*sandbox.Snapshot, error) {
 	id, err := s.resolve(ctx, nameOrID)
 	if err != nil {
 		return nil, err
@@ -193,9 +163,9 @@ func (s *Store) resolve(ctx context.Context, nameOrID string) (string, error) {
 }
 
 // load reads one snapshot row with its names.
-func (s *Store) load(ctx context.Context, id string) (*Snapshot, error) {
+func (s *Store) load(ctx context.Context, id string) (*sandbox.Snapshot, error) {
 	db := s.st.DB()
-	snap := &Snapshot{ID: id}
+	snap := &sandbox.Snapshot{ID: id}
 	var created int64
 	var files, meta string
 	err := db.QueryRowContext(ctx, `SELECT sandbox, sandbox_name, parent, image_id, created, size, files, meta FROM snapshots WHERE id = ?`, id).
@@ -240,12 +210,12 @@ func queryStrings(ctx context.Context, db *sql.DB, query string, args ...any) ([
 }
 
 // List returns all snapshots, newest first.
-func (s *Store) List(ctx context.Context) ([]Snapshot, error) {
+func (s *Store) List(ctx context.Context) ([]sandbox.Snapshot, error) {
 	ids, err := queryStrings(ctx, s.st.DB(), `SELECT id FROM snapshots ORDER BY created DESC, id`)
 	if err != nil {
 		return nil, fmt.Errorf("list snapshots: %w", err)
 	}
-	out := []Snapshot{}
+	out := []sandbox.Snapshot{}
 	for _, id := range ids {
 		snap, err := s.load(ctx, id)
 		if errors.Is(err, ErrNotFound) {
@@ -263,7 +233,7 @@ func (s *Store) List(ctx context.Context) ([]Snapshot, error) {
 // and CRC32C, and returns the snapshot's directory. It reads every byte but
 // uses the hardware CRC rather than SHA-256, so it is cheap enough to run
 // before each restore.
-func (s *Store) Verify(ctx context.Context, snap *Snapshot) (string, error) {
+func (s *Store) Verify(ctx context.Context, snap *sandbox.Snapshot) (string, error) {
 	dir := s.path(snap.ID)
 	buf := make([]byte, 1<<20)
 	for _, f := range snap.Files {
@@ -277,7 +247,7 @@ func (s *Store) Verify(ctx context.Context, snap *Snapshot) (string, error) {
 	return dir, nil
 }
 
-func verifyFile(path string, want File, buf []byte) error {
+func verifyFile(path string, want sandbox.File, buf []byte) error {
 	fh, err := os.Open(path)
 	if err != nil {
 		return err

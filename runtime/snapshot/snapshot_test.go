@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // TestMain doubles as the crashing process of TestGCAfterCrash.
@@ -89,9 +90,9 @@ func stage(t *testing.T, s *Store, files map[string]string) *Staging {
 	return g
 }
 
-func commit(t *testing.T, s *Store, name string, files map[string]string) *Snapshot {
+func commit(t *testing.T, s *Store, name string, files map[string]string) *sandbox.Snapshot {
 	t.Helper()
-	snap, err := stage(t, s, files).Commit(t.Context(), name, "sha256:img", Lineage{Sandbox: "sb1", SandboxName: "dev"}, nil)
+	snap, err := stage(t, s, files).Commit(t.Context(), name, "sha256:img", sandbox.Lineage{Sandbox: "sb1", SandboxName: "dev"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func TestCommitGetList(t *testing.T) {
 	ctx := t.Context()
 	files := map[string]string{"checkpoint.img": "state", "pages.img": strings.Repeat("page", 5000), "sub/x": "x", "a.b": "dot"}
 	g := stage(t, s, files)
-	lin := Lineage{Sandbox: "0123abcd", SandboxName: "dev", Parent: "sha256:feed"}
+	lin := sandbox.Lineage{Sandbox: "0123abcd", SandboxName: "dev", Parent: "sha256:feed"}
 	meta := map[string]any{"cmd": []string{"sh"}, "cpus": 2.0}
 	snap, err := g.Commit(ctx, "first", "sha256:img1", lin, meta)
 	if err != nil {
@@ -220,12 +221,12 @@ func TestNames(t *testing.T) {
 	s := openStore(t, dataDir)
 	ctx := t.Context()
 	first := commit(t, s, "taken", map[string]string{"f": "1"})
-	_, err := stage(t, s, map[string]string{"f": "2"}).Commit(ctx, "taken", "", Lineage{}, nil)
+	_, err := stage(t, s, map[string]string{"f": "2"}).Commit(ctx, "taken", "", sandbox.Lineage{}, nil)
 	if !errors.Is(err, ErrNameInUse) || !strings.Contains(err.Error(), "taken") {
 		t.Errorf("commit with a taken name: %v, want ErrNameInUse", err)
 	}
 	for _, name := range []string{"has space", "-dash", "a/b", "abcdef12", strings.Repeat("n", 129)} {
-		_, err := stage(t, s, map[string]string{"f": "3"}).Commit(ctx, name, "", Lineage{}, nil)
+		_, err := stage(t, s, map[string]string{"f": "3"}).Commit(ctx, name, "", sandbox.Lineage{}, nil)
 		if !errors.Is(err, ErrInvalidName) {
 			t.Errorf("commit named %q: %v, want ErrInvalidName", name, err)
 		}
@@ -242,10 +243,10 @@ func TestNames(t *testing.T) {
 	}
 	// Empty checkpoints are refused, and a finished staging stays finished.
 	g := stage(t, s, nil)
-	if _, err := g.Commit(ctx, "", "", Lineage{}, nil); err == nil {
+	if _, err := g.Commit(ctx, "", "", sandbox.Lineage{}, nil); err == nil {
 		t.Error("committed an empty checkpoint")
 	}
-	if _, err := g.Commit(ctx, "", "", Lineage{}, nil); err == nil {
+	if _, err := g.Commit(ctx, "", "", sandbox.Lineage{}, nil); err == nil {
 		t.Error("committed a staging twice")
 	}
 }
@@ -414,7 +415,7 @@ func TestGCAfterCrash(t *testing.T) {
 	if _, err := os.Stat(young); err != nil {
 		t.Errorf("GC removed a fresh staging: %v", err)
 	}
-	if _, err := live.Commit(ctx, "live", "", Lineage{}, nil); err != nil {
+	if _, err := live.Commit(ctx, "live", "", sandbox.Lineage{}, nil); err != nil {
 		t.Errorf("commit after GC: %v", err)
 	}
 }
@@ -467,7 +468,7 @@ func TestConcurrentCommits(t *testing.T) {
 					errs[i] = err
 					return
 				}
-				snap, err := g.Commit(t.Context(), name, "", Lineage{}, nil)
+				snap, err := g.Commit(t.Context(), name, "", sandbox.Lineage{}, nil)
 				if err != nil {
 					errs[i] = err
 					return
@@ -564,7 +565,7 @@ func TestDiskFull(t *testing.T) {
 	// The checkpoint fits, but its record does not: Commit fails.
 	g = stage(t, s, map[string]string{"pages.img": strings.Repeat("p", 256<<10)})
 	meta := map[string]string{"config": strings.Repeat("m", 1<<20)}
-	if _, err := g.Commit(ctx, "full", "", Lineage{}, meta); err == nil {
+	if _, err := g.Commit(ctx, "full", "", sandbox.Lineage{}, meta); err == nil {
 		t.Fatal("Commit succeeded on a full disk")
 	} else if !strings.Contains(err.Error(), "full") {
 		t.Errorf("Commit error %q does not say the disk is full", err)

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // Inside a staging directory: the creator's pid file, which it keeps
@@ -120,7 +121,7 @@ func (g *Staging) Abort() {
 // is returned, with name added to its names. A name another snapshot has is
 // ErrNameInUse. Commit ends the staging, also on error: a failed Commit
 // leaves nothing behind.
-func (g *Staging) Commit(ctx context.Context, name, imageID string, lin Lineage, meta any) (*Snapshot, error) {
+func (g *Staging) Commit(ctx context.Context, name, imageID string, lin sandbox.Lineage, meta any) (*sandbox.Snapshot, error) {
 	if g.done {
 		return nil, errors.New("commit snapshot: the staging was already committed or aborted")
 	}
@@ -132,7 +133,7 @@ func (g *Staging) Commit(ctx context.Context, name, imageID string, lin Lineage,
 	return snap, nil
 }
 
-func (g *Staging) commit(ctx context.Context, name, imageID string, lin Lineage, meta any) (*Snapshot, error) {
+func (g *Staging) commit(ctx context.Context, name, imageID string, lin sandbox.Lineage, meta any) (*sandbox.Snapshot, error) {
 	if name != "" {
 		if err := checkName(name); err != nil {
 			return nil, err
@@ -227,8 +228,8 @@ func (g *Staging) commit(ctx context.Context, name, imageID string, lin Lineage,
 // hashTree hashes and fsyncs every file under dir, reading each once, and
 // fsyncs the directories, so that their content is durable before the
 // rename that publishes them. Files are sorted by name.
-func hashTree(ctx context.Context, dir string) ([]File, error) {
-	var files []File
+func hashTree(ctx context.Context, dir string) ([]sandbox.File, error) {
+	var files []sandbox.File
 	buf := make([]byte, 1<<20)
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -263,30 +264,30 @@ func hashTree(ctx context.Context, dir string) ([]File, error) {
 		return nil, err
 	}
 	// WalkDir's order puts "a/b" before "a.b"; the digest wants byte order.
-	slices.SortFunc(files, func(a, b File) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(files, func(a, b sandbox.File) int { return strings.Compare(a.Name, b.Name) })
 	return files, nil
 }
 
-func hashFile(path string, buf []byte) (File, error) {
+func hashFile(path string, buf []byte) (sandbox.File, error) {
 	fh, err := os.Open(path)
 	if err != nil {
-		return File{}, err
+		return sandbox.File{}, err
 	}
 	defer fh.Close()
 	sum, crc := sha256.New(), crc32.New(crcTable)
 	n, err := io.CopyBuffer(io.MultiWriter(sum, crc), fh, buf)
 	if err != nil {
-		return File{}, fmt.Errorf("hash %s: %w", path, err)
+		return sandbox.File{}, fmt.Errorf("hash %s: %w", path, err)
 	}
 	if err := fh.Sync(); err != nil {
-		return File{}, fmt.Errorf("sync %s: %w", path, err)
+		return sandbox.File{}, fmt.Errorf("sync %s: %w", path, err)
 	}
-	return File{Size: n, SHA256: hex.EncodeToString(sum.Sum(nil)), CRC32C: crc.Sum32()}, nil
+	return sandbox.File{Size: n, SHA256: hex.EncodeToString(sum.Sum(nil)), CRC32C: crc.Sum32()}, nil
 }
 
 // digest is the snapshot ID of files sorted by name: the SHA-256 of their
 // sha256sum listing.
-func digest(files []File) string {
+func digest(files []sandbox.File) string {
 	h := sha256.New()
 	for _, f := range files {
 		fmt.Fprintf(h, "%s  %s\n", f.SHA256, f.Name)

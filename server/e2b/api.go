@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/runtime/image"
-	"smolvm.dev/smolvm/runtime/network"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -140,8 +139,8 @@ func newDetailJSON(sb *sandbox.Sandbox, md map[string]string) detailJSON {
 		d.Metadata = map[string]string{}
 	}
 	if p := sb.Config.Network; p != nil {
-		d.AllowInternetAccess = p.Mode == network.ModeFull
-		if p.Mode == network.ModeEgress {
+		d.AllowInternetAccess = p.Mode == sandbox.NetFull
+		if p.Mode == sandbox.NetEgress {
 			d.Network = &networkJSON{AllowOut: append(append([]string{}, p.Hosts...), p.CIDRs...)}
 		}
 	}
@@ -180,7 +179,7 @@ type networkRequest struct {
 // policy maps E2B's network settings to smolvm's policy; nil when they ask
 // for nothing. internet is allow_internet_access; off is how "false" maps
 // (no network at create; an empty allow-list on a sandbox that has one).
-func (n *networkRequest) policy(internet *bool, off *network.Policy) (*network.Policy, error) {
+func (n *networkRequest) policy(internet *bool, off *sandbox.Network) (*sandbox.Network, error) {
 	switch {
 	case len(n.DenyOut) > 0:
 		return nil, errors.New("network.denyOut: not supported; smolvm allows listed destinations (network.allowOut) and denies the rest")
@@ -188,7 +187,7 @@ func (n *networkRequest) policy(internet *bool, off *network.Policy) (*network.P
 		if internet != nil && *internet {
 			return nil, errors.New("network.allowOut: conflicts with allow_internet_access: true")
 		}
-		p := &network.Policy{Mode: network.ModeEgress}
+		p := &sandbox.Network{Mode: sandbox.NetEgress}
 		for _, d := range n.AllowOut {
 			if _, err := netip.ParsePrefix(d); err == nil {
 				p.CIDRs = append(p.CIDRs, d)
@@ -200,7 +199,7 @@ func (n *networkRequest) policy(internet *bool, off *network.Policy) (*network.P
 		}
 		return p, nil
 	case internet != nil && *internet:
-		return &network.Policy{Mode: network.ModeFull}, nil
+		return &sandbox.Network{Mode: sandbox.NetFull}, nil
 	case internet != nil:
 		return off, nil
 	}
@@ -591,7 +590,7 @@ func (h *Handler) updateNetwork(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	p, err := req.policy(req.AllowInternetAccess, &network.Policy{Mode: network.ModeEgress})
+	p, err := req.policy(req.AllowInternetAccess, &sandbox.Network{Mode: sandbox.NetEgress})
 	if err != nil {
 		writeAPIError(w, http.StatusBadRequest, err.Error())
 		return

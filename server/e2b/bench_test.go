@@ -12,12 +12,11 @@ import (
 
 	"smolvm.dev/smolvm/internal/bench"
 	"smolvm.dev/smolvm/internal/testmgr"
-	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/sandbox"
 )
 
 // sdkCommand is what the SDK's commands.run(cmd) asks envd to start.
-var sdkCommand = guest.Process{Args: []string{"/bin/bash", "-l", "-c", "true"}}
+var sdkCommand = sandbox.Process{Args: []string{"/bin/bash", "-l", "-c", "true"}}
 
 // BenchmarkSDK measures create + commands.run('true'), and
 // commands.run('true') alone, through the real e2b SDK against the E2B
@@ -45,12 +44,12 @@ func BenchmarkSDK(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := m.Exec(ctx, sb.ID, sdkCommand, guest.Stdio{}); err != nil {
+			if _, err := m.Exec(ctx, sb.ID, sdkCommand, sandbox.Stdio{}); err != nil {
 				b.Fatal(err)
 			}
 			direct.Samples = append(direct.Samples, time.Since(t))
 			t = time.Now() // and again, on the sandbox now warm
-			if _, err := m.Exec(ctx, sb.ID, sdkCommand, guest.Stdio{}); err != nil {
+			if _, err := m.Exec(ctx, sb.ID, sdkCommand, sandbox.Stdio{}); err != nil {
 				b.Fatal(err)
 			}
 			directExec.Samples = append(directExec.Samples, time.Since(t))

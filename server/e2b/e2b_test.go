@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -283,7 +282,7 @@ func TestTemplateFromPool(t *testing.T) {
 	}
 	id := body["sandboxID"].(string)
 	var out bytes.Buffer
-	if _, err := m.Exec(ctx, id, guest.Process{Args: []string{"sh", "-c", "echo $FROM"}}, guest.Stdio{Stdout: &out}); err != nil || out.String() != "pool\n" {
+	if _, err := m.Exec(ctx, id, sandbox.Process{Args: []string{"sh", "-c", "echo $FROM"}}, sandbox.Stdio{Stdout: &out}); err != nil || out.String() != "pool\n" {
 		t.Fatalf("envVars in the pooled sandbox: %q %v", out.String(), err)
 	}
 }

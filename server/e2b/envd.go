@@ -171,11 +171,11 @@ func checkPath(field, p string) error {
 // fsError maps an agent failure to a Connect error.
 func fsError(op, p string, err error) *rpcError {
 	switch guest.ErrorKind(err) {
-	case guest.KindNotFound:
+	case sandbox.KindNotFound:
 		return rpcErrorf(codeNotFound, "%s %s: no such file or directory", op, p)
-	case guest.KindExists:
+	case sandbox.KindExists:
 		return rpcErrorf(codeAlreadyExists, "%s %s: already exists", op, p)
-	case guest.KindInvalid:
+	case sandbox.KindInvalid:
 		return rpcErrorf(codeInvalidArgument, "%s %s: %v", op, p, err)
 	case "":
 		return rpcErrorf(codeUnavailable, "%s %s: %v", op, p, err)
@@ -206,7 +206,7 @@ type entryInfo struct {
 
 var fileTypes = map[string]string{"file": "FILE_TYPE_FILE", "dir": "FILE_TYPE_DIRECTORY", "symlink": "FILE_TYPE_SYMLINK"}
 
-func newEntryInfo(fi guest.FileInfo) entryInfo {
+func newEntryInfo(fi sandbox.FileInfo) entryInfo {
 	t, ok := fileTypes[fi.Type]
 	if !ok {
 		t = "FILE_TYPE_UNSPECIFIED" // the SDK skips these in listings
@@ -478,7 +478,7 @@ func partPath(disposition string) string {
 // bytes. Past the limit the reader fails, which aborts the upload: the
 // agent writes to a temporary file and renames it only when complete, so
 // nothing is left behind.
-func (h *Handler) upload(ctx context.Context, ac *guest.Client, p string, body io.Reader) (guest.FileInfo, int, error) {
+func (h *Handler) upload(ctx context.Context, ac *guest.Client, p string, body io.Reader) (sandbox.FileInfo, int, error) {
 	lr := &limitReader{r: body, n: h.maxUpload}
 	fi, err := ac.WriteFile(ctx, p, lr)
 	if lr.over {

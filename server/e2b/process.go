@@ -223,7 +223,7 @@ type process struct {
 	stdin   *io.PipeWriter // nil when the command reads /dev/null
 	tty     bool
 	signals chan syscall.Signal
-	resize  chan guest.Size
+	resize  chan sandbox.Size
 	cancel  context.CancelFunc
 
 	mu   sync.Mutex
@@ -306,7 +306,7 @@ func (o output) Write(b []byte) (int, error) {
 // endOf turns an agent exit into envd's end event. envd reports a command
 // killed by a signal with exit code -1 and exited false, as Go's
 // ProcessState does.
-func endOf(e guest.Exit) endEvent {
+func endOf(e sandbox.Exit) endEvent {
 	switch {
 	case e.Signal != 0:
 		end := endEvent{ExitCode: -1, Status: "signal: " + syscall.Signal(e.Signal).String()}
@@ -339,7 +339,7 @@ func (h *Handler) start(c *envdCall) {
 		return
 	}
 	cfg := *req.Process
-	ap := guest.Process{
+	ap := sandbox.Process{
 		Args:      append([]string{cfg.Cmd}, cfg.Args...),
 		Dir:       cfg.Cwd,
 		User:      c.user,
@@ -350,18 +350,18 @@ func (h *Handler) start(c *envdCall) {
 	}
 	ctx, cancel := context.WithCancel(h.procs.ctx)
 	p := &process{
-		cfg: cfg, signals: make(chan syscall.Signal, 4), resize: make(chan guest.Size, 4),
+		cfg: cfg, signals: make(chan syscall.Signal, 4), resize: make(chan sandbox.Size, 4),
 		cancel: cancel, subs: map[*subscriber]bool{}, done: make(chan struct{}),
 	}
 	if req.Tag != nil {
 		p.tag = *req.Tag
 	}
-	stdio := guest.Stdio{Stdout: output{p, "stdout"}, Stderr: output{p, "stderr"}, Signals: p.signals, Resize: p.resize}
+	stdio := sandbox.Stdio{Stdout: output{p, "stdout"}, Stderr: output{p, "stderr"}, Signals: p.signals, Resize: p.resize}
 	if req.PTY != nil {
 		p.tty = true
 		ap.TTY = true
 		if req.PTY.Size != nil {
-			ap.Size = &guest.Size{Rows: uint16(req.PTY.Size.Rows), Cols: uint16(req.PTY.Size.Cols)}
+			ap.Size = &sandbox.Size{Rows: uint16(req.PTY.Size.Rows), Cols: uint16(req.PTY.Size.Cols)}
 		}
 	}
 	if p.tty || (req.Stdin != nil && *req.Stdin) {
@@ -540,7 +540,7 @@ func (h *Handler) update(ctx context.Context, c *envdCall, raw []byte) (any, *rp
 		return nil, rpcErrorf(codeFailedPrecond, "process %d has no terminal", p.pid)
 	}
 	select {
-	case p.resize <- guest.Size{Rows: uint16(req.PTY.Size.Rows), Cols: uint16(req.PTY.Size.Cols)}:
+	case p.resize <- sandbox.Size{Rows: uint16(req.PTY.Size.Rows), Cols: uint16(req.PTY.Size.Cols)}:
 	case <-p.done:
 	}
 	return struct{}{}, nil

@@ -22,7 +22,7 @@ type snapshotJSON struct {
 	Names      []string `json:"names"`
 }
 
-func newSnapshotJSON(sn *snapshot.Snapshot) snapshotJSON {
+func newSnapshotJSON(sn *sandbox.Snapshot) snapshotJSON {
 	names := sn.Names
 	if names == nil {
 		names = []string{}

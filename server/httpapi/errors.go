@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/sandbox"
@@ -43,7 +42,7 @@ type Error struct {
 	ExpiredAt *time.Time `json:"expired_at,omitempty"`
 	// Exit is why a sandbox's main command could not start (127: not
 	// found, 126: not executable).
-	Exit *guest.Exit `json:"exit,omitempty"`
+	Exit *sandbox.Exit `json:"exit,omitempty"`
 }
 
 func (e *Error) Error() string { return e.Message }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/coder/websocket"
 
-	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -23,17 +22,17 @@ import (
 // outlive its client must be started detached (nohup … &) by a short exec.
 
 // process checks an exec request and turns it into the agent's terms.
-func process(req *ExecRequest) (guest.Process, error) {
+func process(req *ExecRequest) (sandbox.Process, error) {
 	if len(req.Args) == 0 || req.Args[0] == "" {
-		return guest.Process{}, invalid("args", `field "args": required: the command and its arguments`)
+		return sandbox.Process{}, invalid("args", `field "args": required: the command and its arguments`)
 	}
 	if err := checkEnv("env", req.Env); err != nil {
-		return guest.Process{}, err
+		return sandbox.Process{}, err
 	}
-	p := guest.Process{Args: req.Args, Env: req.Env, Dir: req.WorkDir, User: req.User, TTY: req.TTY,
+	p := sandbox.Process{Args: req.Args, Env: req.Env, Dir: req.WorkDir, User: req.User, TTY: req.TTY,
 		TimeoutMS: time.Duration(req.Timeout).Milliseconds()}
 	if req.TTY && (req.Rows > 0 || req.Cols > 0) {
-		p.Size = &guest.Size{Rows: req.Rows, Cols: req.Cols}
+		p.Size = &sandbox.Size{Rows: req.Rows, Cols: req.Cols}
 	}
 	return p, nil
 }
@@ -54,7 +53,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := newStream(w, r)
-	stdio := guest.Stdio{Stdout: output{st, "stdout", false}, Stderr: output{st, "stderr", false}}
+	stdio := sandbox.Stdio{Stdout: output{st, "stdout", false}, Stderr: output{st, "stderr", false}}
 	if req.Stdin != nil {
 		stdio.Stdin = strings.NewReader(*req.Stdin)
 	}
@@ -112,9 +111,9 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 	}
 	// Output writes come from one goroutine (the agent client's reader),
 	// the exit after it: no two writes overlap.
-	stdio := guest.Stdio{Stdout: wsOutput{ctx, c, StreamStdout}, Stderr: wsOutput{ctx, c, StreamStderr}}
+	stdio := sandbox.Stdio{Stdout: wsOutput{ctx, c, StreamStdout}, Stderr: wsOutput{ctx, c, StreamStderr}}
 	stdinR, stdinW := io.Pipe()
-	resize := make(chan guest.Size, 4)
+	resize := make(chan sandbox.Size, 4)
 	signals := make(chan syscall.Signal, 4)
 	stdio.Stdin, stdio.Resize, stdio.Signals = stdinR, resize, signals
 	execCtx, cancel := context.WithCancel(ctx)
@@ -142,7 +141,7 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 
 // wsInput reads the client's messages until stdin's end, then keeps
 // reading control messages until the connection ends.
-func wsInput(ctx context.Context, c *websocket.Conn, stdin *io.PipeWriter, resize chan<- guest.Size, signals chan<- syscall.Signal) error {
+func wsInput(ctx context.Context, c *websocket.Conn, stdin *io.PipeWriter, resize chan<- sandbox.Size, signals chan<- syscall.Signal) error {
 	for {
 		typ, b, err := c.Read(ctx)
 		if err != nil {

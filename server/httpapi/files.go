@@ -50,7 +50,7 @@ func fileError(err error) error {
 	if !errors.As(err, &oe) {
 		return err
 	}
-	if oe.Exit.Kind == guest.KindNotFound {
+	if oe.Exit.Kind == sandbox.KindNotFound {
 		return &Error{Status: http.StatusNotFound, Code: CodeNoSuchFile, Message: err.Error()}
 	}
 	return &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "path", Message: err.Error()}

@@ -3,15 +3,15 @@ package httpapi
 import (
 	"net/http"
 
-	"smolvm.dev/smolvm/runtime/network"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // NetworkUpdateRequest is the body of PUT /v1/sandboxes/{id}/network: the
 // whole new policy. Published ports stay as they are.
 type NetworkUpdateRequest struct {
-	Mode  network.Mode `json:"mode"`
-	Hosts []string     `json:"allow_hosts,omitempty"`
-	CIDRs []string     `json:"allow_cidrs,omitempty"`
+	Mode  sandbox.NetworkMode `json:"mode"`
+	Hosts []string            `json:"allow_hosts,omitempty"`
+	CIDRs []string            `json:"allow_cidrs,omitempty"`
 }
 
 func (s *Server) registerNetworkRoutes(route func(string, http.HandlerFunc)) {
@@ -28,7 +28,7 @@ func (s *Server) networkState(w http.ResponseWriter, r *http.Request) {
 func (s *Server) networkEvents(w http.ResponseWriter, r *http.Request) {
 	evs, err := s.o.Manager.NetEvents(r.Context(), r.PathValue("id"))
 	if evs == nil && err == nil {
-		evs = []network.Event{}
+		evs = []sandbox.NetworkEvent{}
 	}
 	reply(w, evs, err)
 }
@@ -39,6 +39,6 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	sb, err := s.o.Manager.NetUpdate(r.Context(), r.PathValue("id"), network.Policy{Mode: req.Mode, Hosts: req.Hosts, CIDRs: req.CIDRs})
+	sb, err := s.o.Manager.NetUpdate(r.Context(), r.PathValue("id"), sandbox.Network{Mode: req.Mode, Hosts: req.Hosts, CIDRs: req.CIDRs})
 	reply(w, sb, err)
 }

@@ -11,6 +11,7 @@ import (
 	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/runtime/network"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // TestServerNetwork drives network policy through the HTTP API, in a
@@ -38,8 +39,8 @@ func TestServerNetwork(t *testing.T) {
 	}
 
 	code, body, _ := f.do(http.MethodGet, "/v1/sandboxes/web/network", "")
-	var st network.State
-	if code != http.StatusOK || json.Unmarshal(body, &st) != nil || st.Policy.Mode != network.ModeEgress ||
+	var st sandbox.NetworkState
+	if code != http.StatusOK || json.Unmarshal(body, &st) != nil || st.Network.Mode != sandbox.NetEgress ||
 		len(st.Ports) != 1 || st.Ports[0].HostPort == 0 || st.Counters == nil || st.Counters.RxBytes == 0 {
 		t.Fatalf("GET network: %d %s", code, body)
 	}
@@ -54,7 +55,7 @@ func TestServerNetwork(t *testing.T) {
 		t.Errorf("after update, no longer allowed name: %q", got)
 	}
 
-	var evs []network.Event
+	var evs []sandbox.NetworkEvent
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && len(evs) == 0; time.Sleep(100 * time.Millisecond) {
 		code, body, _ := f.do(http.MethodGet, "/v1/sandboxes/web/network/events", "")
 		if code != http.StatusOK || json.Unmarshal(body, &evs) != nil {

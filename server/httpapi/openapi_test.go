@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"smolvm.dev/smolvm/runtime/backend"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 type openapiDoc struct {
@@ -97,7 +97,7 @@ func TestOpenAPIStats(t *testing.T) {
 	if err := json.Unmarshal(openapiJSON, &doc); err != nil {
 		t.Fatal(err)
 	}
-	b, _ := json.Marshal(backend.Stats{})
+	b, _ := json.Marshal(sandbox.Stats{})
 	var fields map[string]any
 	json.Unmarshal(b, &fields)
 	for f := range fields {

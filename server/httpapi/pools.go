@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net/http"
 
-	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -48,7 +47,7 @@ func (s *Server) createPool(w http.ResponseWriter, r *http.Request) {
 	}
 	p, err := s.o.Manager.CreatePool(r.Context(), sandbox.PoolOptions{Name: req.Name, Image: req.Image, Size: req.Size, Targets: req.Targets,
 		MemoryBudget: int64(req.MemoryBudget),
-		Limits:       backend.Limits{CPUs: req.CPUs, Memory: int64(req.Memory), Pids: req.Pids, Disk: int64(req.Disk)}})
+		Limits:       sandbox.Limits{CPUs: req.CPUs, Memory: int64(req.Memory), Pids: req.Pids, Disk: int64(req.Disk)}})
 	if err == nil && req.Fill {
 		p, err = s.fill(r, p.Name)
 	}

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -72,7 +71,7 @@ func (s *Server) createOptions(req *CreateRequest) (sandbox.CreateOptions, error
 	return sandbox.CreateOptions{Name: req.Name, Image: req.Image, Start: start, Pool: req.Pool, Config: sandbox.Config{
 		Cmd: req.Cmd, Env: req.Env, WorkDir: req.WorkDir, User: req.User, Hostname: req.Hostname,
 		TTL: ttl, IdleTimeout: time.Duration(req.IdleTimeout), OnExpiry: req.OnExpiry, Policy: req.Policy, Network: req.Network,
-		Limits: backend.Limits{CPUs: req.CPUs, Memory: int64(req.Memory), Pids: req.Pids, Disk: int64(req.Disk)},
+		Limits: sandbox.Limits{CPUs: req.CPUs, Memory: int64(req.Memory), Pids: req.Pids, Disk: int64(req.Disk)},
 	}}, nil
 }
 

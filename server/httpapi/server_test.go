@@ -17,7 +17,6 @@ import (
 
 	"smolvm.dev/smolvm/client"
 	"smolvm.dev/smolvm/internal/testmgr"
-	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/server/httpapi"
@@ -85,10 +84,10 @@ func (f *fixture) create(name string, extra string) *sandbox.Sandbox {
 	return &sb
 }
 
-func (f *fixture) sh(ref, script string) (string, string, guest.Exit) {
+func (f *fixture) sh(ref, script string) (string, string, sandbox.Exit) {
 	f.t.Helper()
 	var out, errb bytes.Buffer
-	exit, err := f.c.Exec(context.Background(), ref, guest.Process{Args: []string{"sh", "-c", script}}, guest.Stdio{Stdout: &out, Stderr: &errb})
+	exit, err := f.c.Exec(context.Background(), ref, sandbox.Process{Args: []string{"sh", "-c", script}}, sandbox.Stdio{Stdout: &out, Stderr: &errb})
 	if err != nil {
 		f.t.Fatalf("exec %q: %v", script, err)
 	}
@@ -127,8 +126,8 @@ func TestServerSandboxes(t *testing.T) {
 			t.Fatalf("%q %q %+v", out, errOut, exit)
 		}
 		var got bytes.Buffer
-		exit, err := f.c.Exec(ctx, "box", guest.Process{Args: []string{"no-such-command"}}, guest.Stdio{Stdout: &got})
-		if err != nil || exit.Code != 127 || exit.Kind != guest.KindNotFound {
+		exit, err := f.c.Exec(ctx, "box", sandbox.Process{Args: []string{"no-such-command"}}, sandbox.Stdio{Stdout: &got})
+		if err != nil || exit.Code != 127 || exit.Kind != sandbox.KindNotFound {
 			t.Fatalf("missing command: %+v %v", exit, err)
 		}
 		code, body, hdr := f.do(http.MethodPost, "/v1/sandboxes/box/exec", `{"args":["cat"],"stdin":"fed"}`, "Accept", "text/event-stream")
@@ -175,18 +174,18 @@ func TestServerSandboxes(t *testing.T) {
 
 	t.Run("pty over websocket with resize", func(t *testing.T) {
 		stdinR, stdinW := io.Pipe()
-		resize := make(chan guest.Size, 1)
+		resize := make(chan sandbox.Size, 1)
 		var out syncBuffer
 		done := make(chan error, 1)
-		var exit guest.Exit
+		var exit sandbox.Exit
 		go func() {
 			var err error
-			exit, err = f.c.Exec(ctx, "box", guest.Process{Args: []string{"sh", "-c", "stty size; read line; stty size; echo got $line"}, TTY: true,
-				Size: &guest.Size{Rows: 30, Cols: 100}}, guest.Stdio{Stdin: stdinR, Stdout: &out, Resize: resize})
+			exit, err = f.c.Exec(ctx, "box", sandbox.Process{Args: []string{"sh", "-c", "stty size; read line; stty size; echo got $line"}, TTY: true,
+				Size: &sandbox.Size{Rows: 30, Cols: 100}}, sandbox.Stdio{Stdin: stdinR, Stdout: &out, Resize: resize})
 			done <- err
 		}()
 		waitFor(t, func() bool { return strings.Contains(out.String(), "30 100") }, "initial size")
-		resize <- guest.Size{Rows: 40, Cols: 120}
+		resize <- sandbox.Size{Rows: 40, Cols: 120}
 		time.Sleep(200 * time.Millisecond) // the resize travels on its own message
 		io.WriteString(stdinW, "hello\n")
 		if err := <-done; err != nil || exit.Code != 0 {

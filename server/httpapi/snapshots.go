@@ -3,7 +3,6 @@ package httpapi
 import (
 	"net/http"
 
-	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -81,7 +80,7 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	snaps, err := s.o.Snapshots.List(r.Context())
 	if snaps == nil && err == nil {
-		snaps = []snapshot.Snapshot{}
+		snaps = []sandbox.Snapshot{}
 	}
 	reply(w, snaps, err)
 }

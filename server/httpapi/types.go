@@ -9,9 +9,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/internal/units"
-	"smolvm.dev/smolvm/runtime/network"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // Wire types shared by the server and the Go client.
@@ -41,7 +40,7 @@ type CreateRequest struct {
 	// command in the sandbox must pass.
 	Policy string `json:"policy,omitempty"`
 	// Network is what the sandbox may reach; absent is mode none.
-	Network *network.Policy `json:"network,omitempty"`
+	Network *sandbox.Network `json:"network,omitempty"`
 	// Start defaults to true.
 	Start *bool `json:"start,omitempty"`
 }
@@ -81,9 +80,9 @@ type ExecEvent struct {
 	// Type is "stdout", "stderr", "exit" or "error".
 	Type string `json:"type"`
 	// Data is the output; Encoding is "base64" when it is not UTF-8.
-	Data     string      `json:"data,omitempty"`
-	Encoding string      `json:"encoding,omitempty"`
-	Exit     *guest.Exit `json:"exit,omitempty"`
+	Data     string        `json:"data,omitempty"`
+	Encoding string        `json:"encoding,omitempty"`
+	Exit     *sandbox.Exit `json:"exit,omitempty"`
 	// Error is a failure after the stream began.
 	Error *Error `json:"error,omitempty"`
 }
@@ -112,11 +111,11 @@ const (
 // WSControl is a text message on an exec WebSocket: from the client, a
 // resize, a signal or stdin's end; from the server, the exit or an error.
 type WSControl struct {
-	Resize *guest.Size `json:"resize,omitempty"`
-	Signal int         `json:"signal,omitempty"`
-	EOF    bool        `json:"eof,omitempty"`
-	Exit   *guest.Exit `json:"exit,omitempty"`
-	Error  *Error      `json:"error,omitempty"`
+	Resize *sandbox.Size `json:"resize,omitempty"`
+	Signal int           `json:"signal,omitempty"`
+	EOF    bool          `json:"eof,omitempty"`
+	Exit   *sandbox.Exit `json:"exit,omitempty"`
+	Error  *Error        `json:"error,omitempty"`
 }
 
 // Duration is a time.Duration on the wire: a Go duration string ("90s")

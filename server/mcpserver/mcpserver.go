@@ -16,7 +16,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -156,12 +155,12 @@ func (t *tools) exec(ctx context.Context, _ *mcp.CallToolRequest, in execIn) (*m
 	if in.TimeoutSeconds > 0 {
 		timeout = time.Duration(in.TimeoutSeconds) * time.Second
 	}
-	p := guest.Process{Args: []string{"sh", "-c", in.Command}, Dir: in.Cwd, TimeoutMS: timeout.Milliseconds()}
+	p := sandbox.Process{Args: []string{"sh", "-c", in.Command}, Dir: in.Cwd, TimeoutMS: timeout.Milliseconds()}
 	for _, k := range slices.Sorted(maps.Keys(in.Env)) {
 		p.Env = append(p.Env, k+"="+in.Env[k])
 	}
 	stdout, stderr := &capped{max: MaxOutput}, &capped{max: MaxOutput}
-	stdio := guest.Stdio{Stdout: stdout, Stderr: stderr}
+	stdio := sandbox.Stdio{Stdout: stdout, Stderr: stderr}
 	if in.Stdin != "" {
 		stdio.Stdin = strings.NewReader(in.Stdin)
 	}

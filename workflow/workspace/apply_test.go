@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/workflow/trust"
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/workflow/trust"
 )
 
 func openLedger(t *testing.T) *trust.Ledger {

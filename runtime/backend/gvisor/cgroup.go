@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"smolvm.dev/smolvm/runtime/backend"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 const cgroupRoot = "/sys/fs/cgroup"
@@ -52,12 +53,12 @@ func readKey(path, key string) int64 {
 }
 
 // Stats implements backend.Backend, reading the sandbox's host cgroup.
-func (b *Backend) Stats(ctx context.Context, s *backend.Spec) (*backend.Stats, error) {
+func (b *Backend) Stats(ctx context.Context, s *backend.Spec) (*sandbox.Stats, error) {
 	st, err := b.State(ctx, s)
 	if err != nil {
 		return nil, err
 	}
-	out := &backend.Stats{ProcessesAlive: st == backend.StatusRunning || st == backend.StatusPaused}
+	out := &sandbox.Stats{ProcessesAlive: st == backend.StatusRunning || st == backend.StatusPaused}
 	out.OOMKills = oomKills(s.ID)
 	// A created sandbox runs nothing yet, but its sentry and gofer hold
 	// memory: a pool's restore targets count against its budget.

@@ -19,8 +19,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/runtime/backend"
+	"smolvm.dev/smolvm/runtime/guest"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // Config configures the backend.
@@ -297,7 +298,7 @@ func (b *Backend) Guest(s *backend.Spec) *guest.Client {
 }
 
 // Exec implements backend.Backend.
-func (b *Backend) Exec(ctx context.Context, s *backend.Spec, p guest.Process, stdio guest.Stdio) (guest.Exit, error) {
+func (b *Backend) Exec(ctx context.Context, s *backend.Spec, p sandbox.Process, stdio sandbox.Stdio) (sandbox.Exit, error) {
 	return b.Guest(s).Exec(ctx, p, stdio)
 }
 

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/runtime/guest"
-	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/internal/testenv"
+	"smolvm.dev/smolvm/runtime/backend"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // hostRoot builds a minimal root that borrows the host's /usr read-only.
@@ -42,7 +42,7 @@ func newSandbox(t *testing.T) (*Backend, *backend.Spec) {
 		ID: id, Hostname: "sb", Dir: filepath.Join(t.TempDir(), id),
 		Rootfs:      hostRoot(t),
 		Env:         []string{"PATH=/usr/bin:/bin", "GREETING=hi"},
-		Limits:      backend.Limits{Memory: 512 << 20, Pids: 128, Disk: 64 << 20},
+		Limits:      sandbox.Limits{Memory: 512 << 20, Pids: 128, Disk: 64 << 20},
 		GuestBinary: testenv.Guest(t),
 	}
 	ctx := context.Background()
@@ -56,16 +56,16 @@ func newSandbox(t *testing.T) (*Backend, *backend.Spec) {
 	return b, spec
 }
 
-func run(t *testing.T, b *Backend, s *backend.Spec, stdin string, args ...string) (string, string, guest.Exit) {
+func run(t *testing.T, b *Backend, s *backend.Spec, stdin string, args ...string) (string, string, sandbox.Exit) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	io := guest.Stdio{Stdout: &out, Stderr: &errb}
+	io := sandbox.Stdio{Stdout: &out, Stderr: &errb}
 	if stdin != "" {
 		io.Stdin = strings.NewReader(stdin)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	exit, err := b.Exec(ctx, s, guest.Process{Args: args}, io)
+	exit, err := b.Exec(ctx, s, sandbox.Process{Args: args}, io)
 	if err != nil {
 		t.Fatalf("exec %v: %v", args, err)
 	}
@@ -86,7 +86,7 @@ func TestLifecycle(t *testing.T) {
 	if out != "from stdin" {
 		t.Fatalf("stdin round trip: %q", out)
 	}
-	if _, _, exit := run(t, b, s, "", "no-such-command"); exit.Code != 127 || exit.Kind != guest.KindNotFound {
+	if _, _, exit := run(t, b, s, "", "no-such-command"); exit.Code != 127 || exit.Kind != sandbox.KindNotFound {
 		t.Fatalf("missing command: %+v", exit)
 	}
 	if _, _, exit := run(t, b, s, "", "/etc/passwd"); exit.Code != 126 {

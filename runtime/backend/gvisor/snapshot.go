@@ -9,8 +9,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/runtime/backend"
+	"smolvm.dev/smolvm/runtime/guest"
 )
 
 var _ backend.Snapshotter = (*Backend)(nil)

@@ -8,8 +8,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/runtime/backend"
+	"smolvm.dev/smolvm/runtime/guest"
 )
 
 // Paths inside the sandbox.

@@ -1,7 +1,4 @@
-// Package network gives sandboxes a policed network: a namespace and veth
-// per sandbox, nftables rules in the host, a DNS resolver that admits only
-// allowed names' addresses, published ports and a deny log.
-package network
+package sandbox
 
 import (
 	"errors"
@@ -10,28 +7,29 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 )
 
-// Mode is how much of the network a sandbox may reach.
-type Mode string
+// NetworkMode is how much of the network a sandbox may reach.
+type NetworkMode string
 
 const (
-	// ModeNone gives the sandbox only its own loopback (the default).
-	ModeNone Mode = "none"
-	// ModeEgress allows outbound connections to allowed names and CIDRs.
-	ModeEgress Mode = "egress"
-	// ModeFull allows outbound connections anywhere except the addresses
+	// NetNone gives the sandbox only its own loopback (the default).
+	NetNone NetworkMode = "none"
+	// NetEgress allows outbound connections to allowed names and CIDRs.
+	NetEgress NetworkMode = "egress"
+	// NetFull allows outbound connections anywhere except the addresses
 	// every mode denies (metadata, the host, link-local).
-	ModeFull Mode = "full"
+	NetFull NetworkMode = "full"
 )
 
-// ErrInvalid marks bad user input.
-var ErrInvalid = errors.New("invalid network setting")
+// ErrInvalidNetwork marks bad user input.
+var ErrInvalidNetwork = errors.New("invalid network setting")
 
-// Policy is what a sandbox may reach. It is part of the sandbox's config,
+// Network is what a sandbox may reach. It is part of the sandbox's config,
 // so checkpoints and forks carry it.
-type Policy struct {
-	Mode Mode `json:"mode"`
+type Network struct {
+	Mode NetworkMode `json:"mode"`
 	// Hosts are allowed DNS names: exact ("pypi.org") or one wildcard
 	// label ("*.example.com", which matches any name below example.com).
 	Hosts []string `json:"allow_hosts,omitempty"`
@@ -53,24 +51,24 @@ type Port struct {
 }
 
 // Enabled reports whether the sandbox needs a network of its own.
-func (p *Policy) Enabled() bool { return p != nil && p.Mode != "" && p.Mode != ModeNone }
+func (p *Network) Enabled() bool { return p != nil && p.Mode != "" && p.Mode != NetNone }
 
 // Validate checks p and normalizes names and CIDRs.
-func (p *Policy) Validate() error {
+func (p *Network) Validate() error {
 	switch p.Mode {
-	case "", ModeNone:
+	case "", NetNone:
 		if len(p.Hosts)+len(p.CIDRs)+len(p.Ports) > 0 {
-			return fmt.Errorf("%w: --allow-host, --allow-cidr and --publish need --net egress or --net full", ErrInvalid)
+			return fmt.Errorf("%w: --allow-host, --allow-cidr and --publish need --net egress or --net full", ErrInvalidNetwork)
 		}
-		p.Mode = ModeNone
+		p.Mode = NetNone
 		return nil
-	case ModeEgress:
-	case ModeFull:
+	case NetEgress:
+	case NetFull:
 		if len(p.Hosts) > 0 {
-			return fmt.Errorf("%w: --allow-host needs --net egress (full already allows every name)", ErrInvalid)
+			return fmt.Errorf("%w: --allow-host needs --net egress (full already allows every name)", ErrInvalidNetwork)
 		}
 	default:
-		return fmt.Errorf("%w: --net %q: want none, egress or full", ErrInvalid, p.Mode)
+		return fmt.Errorf("%w: --net %q: want none, egress or full", ErrInvalidNetwork, p.Mode)
 	}
 	for i, h := range p.Hosts {
 		n, err := normalizeHost(h)
@@ -80,7 +78,7 @@ func (p *Policy) Validate() error {
 		p.Hosts[i] = n
 	}
 	for i, c := range p.CIDRs {
-		pfx, err := parseCIDR(c)
+		pfx, err := ParseCIDR(c)
 		if err != nil {
 			return err
 		}
@@ -91,9 +89,9 @@ func (p *Policy) Validate() error {
 		if err := pt.validate(); err != nil {
 			return err
 		}
-		k := pt.hostIP().String() + ":" + strconv.Itoa(pt.HostPort)
+		k := pt.HostAddr().String() + ":" + strconv.Itoa(pt.HostPort)
 		if pt.HostPort != 0 && seen[k] {
-			return fmt.Errorf("%w: host port %s published twice", ErrInvalid, k)
+			return fmt.Errorf("%w: host port %s published twice", ErrInvalidNetwork, k)
 		}
 		seen[k] = true
 	}
@@ -103,7 +101,7 @@ func (p *Policy) Validate() error {
 func normalizeHost(h string) (string, error) {
 	n := strings.ToLower(strings.TrimSuffix(h, "."))
 	bad := func(why string) (string, error) {
-		return "", fmt.Errorf("%w: --allow-host %q: %s", ErrInvalid, h, why)
+		return "", fmt.Errorf("%w: --allow-host %q: %s", ErrInvalidNetwork, h, why)
 	}
 	rest := strings.TrimPrefix(n, "*.")
 	if strings.Contains(rest, "*") {
@@ -129,12 +127,13 @@ func normalizeHost(h string) (string, error) {
 	return n, nil
 }
 
-func parseCIDR(c string) (netip.Prefix, error) {
+// ParseCIDR parses an allowed destination: a CIDR, or one address.
+func ParseCIDR(c string) (netip.Prefix, error) {
 	pfx, err := netip.ParsePrefix(c)
 	if err != nil {
 		a, aerr := netip.ParseAddr(c)
 		if aerr != nil {
-			return netip.Prefix{}, fmt.Errorf("%w: --allow-cidr %q: not a CIDR or address", ErrInvalid, c)
+			return netip.Prefix{}, fmt.Errorf("%w: --allow-cidr %q: not a CIDR or address", ErrInvalidNetwork, c)
 		}
 		pfx = netip.PrefixFrom(a, a.BitLen())
 	}
@@ -145,8 +144,8 @@ func parseCIDR(c string) (netip.Prefix, error) {
 }
 
 // AllowsName reports whether the policy lets the sandbox resolve name.
-func (p *Policy) AllowsName(name string) bool {
-	if p.Mode == ModeFull {
+func (p *Network) AllowsName(name string) bool {
+	if p.Mode == NetFull {
 		return true
 	}
 	name = strings.ToLower(strings.TrimSuffix(name, "."))
@@ -162,7 +161,8 @@ func (p *Policy) AllowsName(name string) bool {
 	return false
 }
 
-func (pt Port) hostIP() netip.Addr {
+// HostAddr is the host address the port listens on.
+func (pt Port) HostAddr() netip.Addr {
 	if pt.HostIP == "" {
 		return netip.AddrFrom4([4]byte{127, 0, 0, 1})
 	}
@@ -172,14 +172,14 @@ func (pt Port) hostIP() netip.Addr {
 
 func (pt Port) validate() error {
 	if pt.Port < 1 || pt.Port > 65535 {
-		return fmt.Errorf("%w: --publish: sandbox port %d out of range 1-65535", ErrInvalid, pt.Port)
+		return fmt.Errorf("%w: --publish: sandbox port %d out of range 1-65535", ErrInvalidNetwork, pt.Port)
 	}
 	if pt.HostPort < 0 || pt.HostPort > 65535 {
-		return fmt.Errorf("%w: --publish: host port %d out of range 1-65535", ErrInvalid, pt.HostPort)
+		return fmt.Errorf("%w: --publish: host port %d out of range 1-65535", ErrInvalidNetwork, pt.HostPort)
 	}
 	if pt.HostIP != "" {
 		if _, err := netip.ParseAddr(pt.HostIP); err != nil {
-			return fmt.Errorf("%w: --publish: host address %q: not an IP address", ErrInvalid, pt.HostIP)
+			return fmt.Errorf("%w: --publish: host address %q: not an IP address", ErrInvalidNetwork, pt.HostIP)
 		}
 	}
 	return nil
@@ -189,7 +189,7 @@ func (pt Port) validate() error {
 // port, a free one is taken at each start.
 func ParsePort(s string) (Port, error) {
 	bad := func(why string) (Port, error) {
-		return Port{}, fmt.Errorf("%w: --publish %q: %s", ErrInvalid, s, why)
+		return Port{}, fmt.Errorf("%w: --publish %q: %s", ErrInvalidNetwork, s, why)
 	}
 	spec, proto, _ := strings.Cut(s, "/")
 	if proto != "" && proto != "tcp" {
@@ -225,4 +225,50 @@ func ParsePort(s string) (Port, error) {
 	}
 	pt.HostIP = host
 	return pt, pt.validate()
+}
+
+// NetworkAddrs are a sandbox's addresses on its veth pair.
+type NetworkAddrs struct {
+	Slot     int        `json:"slot"`
+	Gateway4 netip.Addr `json:"gateway4"`
+	Sandbox4 netip.Addr `json:"sandbox4"`
+	Gateway6 netip.Addr `json:"gateway6"`
+	Sandbox6 netip.Addr `json:"sandbox6"`
+	HostVeth string     `json:"host_veth"`
+	LogGroup uint16     `json:"log_group"`
+}
+
+// NetworkEvent is one denied connection attempt or DNS query.
+type NetworkEvent struct {
+	Time   time.Time `json:"time"`
+	Proto  string    `json:"proto"`          // tcp, udp, icmp, dns, ...
+	Dst    string    `json:"dst,omitempty"`  // address, or address:port
+	Name   string    `json:"name,omitempty"` // the queried name, for DNS
+	Reason string    `json:"reason"`
+}
+
+// NetworkState is what a sandbox's network looks like now.
+type NetworkState struct {
+	Network  Network          `json:"policy"`
+	Addrs    NetworkAddrs     `json:"addresses"`
+	Ports    []PortMapping    `json:"ports,omitempty"`
+	Counters *NetworkCounters `json:"counters,omitempty"`
+	NetNS           string           `json:"netns"`
+	Helper          int              `json:"helper_pid,omitempty"`
+	Resolver        netip.Addr       `json:"resolver"`
+}
+
+// PortMapping is a published port as bound.
+type PortMapping struct {
+	HostIP   string `json:"host_ip"`
+	HostPort int    `json:"host_port"`
+	Port     int    `json:"port"`
+}
+
+// NetworkCounters are bytes and packets through the sandbox's veth.
+type NetworkCounters struct {
+	TxBytes   uint64 `json:"tx_bytes"`
+	TxPackets uint64 `json:"tx_packets"`
+	RxBytes   uint64 `json:"rx_bytes"`
+	RxPackets uint64 `json:"rx_packets"`
 }

@@ -1,0 +1,37 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// File is one checkpoint file of a snapshot.
+type File struct {
+	Name   string `json:"name"` // slash-separated path inside the snapshot
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"` // hex
+	CRC32C uint32 `json:"crc32c"`
+}
+
+// Lineage says where a snapshot came from.
+type Lineage struct {
+	Sandbox     string `json:"sandbox"`
+	SandboxName string `json:"sandbox_name"`
+	Parent      string `json:"parent"` // snapshot ID the sandbox was itself restored from, "" if none
+}
+
+// Snapshot is a stored checkpoint.
+type Snapshot struct {
+	// ID is "sha256:<hex>", the digest of the sha256sum-style listing
+	// ("<sha256>  <name>\n" per file, sorted by name): identical content
+	// gives the same ID.
+	ID      string          `json:"id"`
+	Name    string          `json:"name,omitempty"`  // the first name given, "" if none
+	Names   []string        `json:"names,omitempty"` // every name, oldest first; unique among snapshots
+	Lineage Lineage         `json:"lineage"`
+	ImageID string          `json:"image_id"`
+	Created time.Time       `json:"created"`
+	Size    int64           `json:"size"` // bytes of its files
+	Files   []File          `json:"files"`
+	Meta    json.RawMessage `json:"meta,omitempty"` // opaque here: what the sandbox manager needs to restore
+}
