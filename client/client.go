@@ -18,7 +18,6 @@ import (
 	"strings"
 	"time"
 
-	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/server/httpapi"
 	"smolvm.dev/smolvm/workflow/trust"
@@ -298,8 +297,8 @@ func (c *Client) NetUpdate(ctx context.Context, ref string, p sandbox.Network) (
 }
 
 // Images lists the server's images.
-func (c *Client) Images(ctx context.Context) ([]image.Image, error) {
-	var imgs []image.Image
+func (c *Client) Images(ctx context.Context) ([]sandbox.Image, error) {
+	var imgs []sandbox.Image
 	return imgs, c.call(ctx, http.MethodGet, "/v1/images", nil, &imgs)
 }
 

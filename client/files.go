@@ -9,7 +9,7 @@ import (
 	"net/url"
 	"os"
 
-	"smolvm.dev/smolvm/runtime/guest"
+	"smolvm.dev/smolvm/internal/archive"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/server/httpapi"
 )
@@ -47,7 +47,7 @@ func (c *Client) CopyIn(ctx context.Context, ref, src, dst string) error {
 		return fmt.Errorf("cp: %w", err)
 	}
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(guest.WriteTar(pw, src)) }()
+	go func() { pw.CloseWithError(archive.WriteTar(pw, src)) }()
 	err := c.put(ctx, ref, dst, pr, httpapi.ContentTypeTar)
 	pr.CloseWithError(err)
 	return err
@@ -62,8 +62,8 @@ func (c *Client) CopyOut(ctx context.Context, ref, src, dst string) error {
 		return err
 	}
 	defer resp.Body.Close()
-	if err := guest.ExtractTar(resp.Body, dst, sandbox.MaxCopyOut); err != nil {
-		if errors.Is(err, guest.ErrTooLarge) {
+	if err := archive.ExtractTar(resp.Body, dst, sandbox.MaxCopyOut); err != nil {
+		if errors.Is(err, archive.ErrTooLarge) {
 			return fmt.Errorf("cp from %s:%s: %w: %w", ref, src, ErrTooLarge, err)
 		}
 		return fmt.Errorf("cp from %s:%s: %w", ref, src, err)

@@ -253,9 +253,9 @@ type NetworkState struct {
 	Addrs    NetworkAddrs     `json:"addresses"`
 	Ports    []PortMapping    `json:"ports,omitempty"`
 	Counters *NetworkCounters `json:"counters,omitempty"`
-	NetNS           string           `json:"netns"`
-	Helper          int              `json:"helper_pid,omitempty"`
-	Resolver        netip.Addr       `json:"resolver"`
+	NetNS    string           `json:"netns"`
+	Helper   int              `json:"helper_pid,omitempty"`
+	Resolver netip.Addr       `json:"resolver"`
 }
 
 // PortMapping is a published port as bound.

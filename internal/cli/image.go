@@ -16,6 +16,7 @@ import (
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 func (a *app) imageCmd() *cobra.Command {
@@ -113,7 +114,7 @@ func (a *app) imagePullCmd() *cobra.Command {
 }
 
 // imageStored reports a stored image.
-func (a *app) imageStored(verb string, img *image.Image, jsonOut bool) error {
+func (a *app) imageStored(verb string, img *sandbox.Image, jsonOut bool) error {
 	if jsonOut {
 		return json.NewEncoder(a.stdout).Encode(map[string]any{"image": img})
 	}
@@ -205,7 +206,7 @@ func (a *app) imageInspectCmd() *cobra.Command {
 				return imageError(err)
 			}
 			return a.imageJSON(struct {
-				*image.Image
+				*sandbox.Image
 				Rootfs image.Rootfs `json:"rootfs"`
 			}{img, s.Rootfs(img)})
 		},

@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 
 	"smolvm.dev/smolvm/runtime/image"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // imageRun runs smolvm with args against dataDir and returns its output and
@@ -65,12 +66,12 @@ func TestImageImportLsJSON(t *testing.T) {
 		t.Fatalf("import: exit %d: %s", code, errOut)
 	}
 	var progress, final int
-	var stored image.Image
+	var stored sandbox.Image
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
 		var ev struct {
 			Progress *image.Progress `json:"progress"`
-			Image    *image.Image    `json:"image"`
+			Image    *sandbox.Image  `json:"image"`
 		}
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			t.Fatalf("line %q: %v", sc.Text(), err)
@@ -91,7 +92,7 @@ func TestImageImportLsJSON(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("ls: exit %d: %s", code, errOut)
 	}
-	var imgs []image.Image
+	var imgs []sandbox.Image
 	if err := json.Unmarshal([]byte(out), &imgs); err != nil {
 		t.Fatalf("ls --json: %v\n%s", err, out)
 	}

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 
+	"smolvm.dev/smolvm/internal/archive"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -36,7 +37,7 @@ func (s *Server) put(c *conn, path string) sandbox.Exit {
 			}
 		}
 	}()
-	err := ExtractTar(pr, path, 0)
+	err := archive.ExtractTar(pr, path, 0)
 	pr.CloseWithError(err)
 	if err != nil {
 		return fileExit(err)
@@ -52,7 +53,7 @@ func (s *Server) get(c *conn, path string) sandbox.Exit {
 	if _, err := os.Lstat(path); err != nil {
 		return fileExit(err)
 	}
-	if err := WriteTar(frameWriter{c, frameStdout}, path); err != nil {
+	if err := archive.WriteTar(frameWriter{c, frameStdout}, path); err != nil {
 		return fileExit(err)
 	}
 	return sandbox.Exit{}

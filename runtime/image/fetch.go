@@ -26,6 +26,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // PullOptions tune Pull.
@@ -51,7 +52,7 @@ func defaultPlatform() v1.Platform {
 // Import stores the image in path, an OCI layout directory or a docker-save
 // tarball. Without ref, the image is named by the archive's own tags, and
 // an archive of several images or none named is refused.
-func (s *Store) Import(ctx context.Context, path, ref string, progress func(Progress)) (*Image, error) {
+func (s *Store) Import(ctx context.Context, path, ref string, progress func(Progress)) (*sandbox.Image, error) {
 	var want string
 	if ref != "" {
 		var err error
@@ -242,7 +243,7 @@ func fromTarball(path, want string) (v1.Image, []string, error) {
 }
 
 // Pull downloads ref from its registry and stores it.
-func (s *Store) Pull(ctx context.Context, ref string, opts PullOptions) (*Image, error) {
+func (s *Store) Pull(ctx context.Context, ref string, opts PullOptions) (*sandbox.Image, error) {
 	var nopts []name.Option
 	if opts.Insecure {
 		nopts = append(nopts, name.Insecure)
@@ -281,7 +282,7 @@ func (s *Store) Pull(ctx context.Context, ref string, opts PullOptions) (*Image,
 // store extracts img's layers and registers it under refs. On failure it
 // leaves nothing behind: layers it extracted that no image uses are
 // deleted again.
-func (s *Store) store(ctx context.Context, img v1.Image, refs []string, source string, remote bool, progress func(Progress)) (*Image, error) {
+func (s *Store) store(ctx context.Context, img v1.Image, refs []string, source string, remote bool, progress func(Progress)) (*sandbox.Image, error) {
 	raw, err := img.RawConfigFile()
 	if err != nil {
 		return nil, fmt.Errorf("%w: config: %v", ErrCorrupt, err)
@@ -312,7 +313,7 @@ func (s *Store) store(ctx context.Context, img v1.Image, refs []string, source s
 		}
 		srcs[i] = layerSource{layer: l, diffID: diffIDs[i], remote: remote}
 	}
-	cfg, err := json.Marshal(Config{
+	cfg, err := json.Marshal(sandbox.ImageConfig{
 		Env:        cf.Config.Env,
 		Entrypoint: cf.Config.Entrypoint,
 		Cmd:        cf.Config.Cmd,

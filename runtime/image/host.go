@@ -11,13 +11,15 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // hostName names the builtin image that runs the host's own /usr.
 const hostName = "host"
 
 // hostConfig is the run configuration of the builtin image.
-var hostConfig = Config{
+var hostConfig = sandbox.ImageConfig{
 	Env:        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"},
 	WorkingDir: "/",
 }
@@ -194,7 +196,7 @@ func hostVisible(p string) bool {
 }
 
 // host returns the builtin image, regenerating its root if it went missing.
-func (s *Store) host() (*Image, error) {
+func (s *Store) host() (*sandbox.Image, error) {
 	if err := s.ensureHost(); err != nil {
 		return nil, err
 	}
@@ -207,7 +209,7 @@ func (s *Store) host() (*Image, error) {
 		return nil, fmt.Errorf("host image: %w", err)
 	}
 	sum := sha256.Sum256(cfg)
-	return &Image{
+	return &sandbox.Image{
 		ID:      "sha256:" + hex.EncodeToString(sum[:]),
 		Refs:    []string{hostName},
 		Layers:  []string{},

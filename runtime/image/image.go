@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // Errors callers test with errors.Is; they are always wrapped with detail.
@@ -23,28 +24,6 @@ var (
 	ErrInvalidRef = errors.New("invalid image reference")
 	ErrCorrupt    = errors.New("corrupt image")
 )
-
-// Image is a stored image.
-type Image struct {
-	ID      string    `json:"id"`     // "sha256:<hex>" digest of the image config
-	Refs    []string  `json:"refs"`   // normalized names
-	Layers  []string  `json:"layers"` // layer diffIDs, lowest first
-	Config  Config    `json:"config"`
-	Size    int64     `json:"size"`    // unpacked bytes
-	Created time.Time `json:"created"` // when stored here
-	Source  string    `json:"source"`  // "pull <ref>", "import <path>", "builtin"
-	Builtin bool      `json:"builtin,omitempty"`
-}
-
-// Config is the part of the OCI image config that says how to run it.
-type Config struct {
-	Env        []string          `json:"env,omitempty"`
-	Entrypoint []string          `json:"entrypoint,omitempty"`
-	Cmd        []string          `json:"cmd,omitempty"`
-	WorkingDir string            `json:"workingDir,omitempty"`
-	User       string            `json:"user,omitempty"`
-	Labels     map[string]string `json:"labels,omitempty"`
-}
 
 // Rootfs is what a backend stacks to build a sandbox's root filesystem.
 type Rootfs struct {
@@ -139,7 +118,7 @@ var idPattern = regexp.MustCompile(`^(sha256:)?[0-9a-f]{12,64}$`)
 // Get finds an image by reference ("alpine" means
 // docker.io/library/alpine:latest), by ID, or by a unique ID prefix of at
 // least 12 hex digits.
-func (s *Store) Get(ctx context.Context, nameOrID string) (*Image, error) {
+func (s *Store) Get(ctx context.Context, nameOrID string) (*sandbox.Image, error) {
 	if nameOrID == hostName {
 		return s.host()
 	}
@@ -202,9 +181,9 @@ func (s *Store) resolveID(ctx context.Context, prefix string) (string, error) {
 }
 
 // load reads one image row with its layers and refs.
-func (s *Store) load(ctx context.Context, id string) (*Image, error) {
+func (s *Store) load(ctx context.Context, id string) (*sandbox.Image, error) {
 	db := s.st.DB()
-	img := &Image{ID: id}
+	img := &sandbox.Image{ID: id}
 	var cfg string
 	var created int64
 	err := db.QueryRowContext(ctx, `SELECT config, size, created, source FROM images WHERE id = ?`, id).
@@ -259,7 +238,7 @@ func queryStrings(ctx context.Context, q querier, query string, args ...any) ([]
 
 // List returns the builtin host image followed by all stored images, newest
 // first.
-func (s *Store) List(ctx context.Context) ([]Image, error) {
+func (s *Store) List(ctx context.Context) ([]sandbox.Image, error) {
 	host, err := s.host()
 	if err != nil {
 		return nil, err
@@ -268,7 +247,7 @@ func (s *Store) List(ctx context.Context) ([]Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list images: %w", err)
 	}
-	out := []Image{*host}
+	out := []sandbox.Image{*host}
 	for _, id := range ids {
 		img, err := s.load(ctx, id)
 		if errors.Is(err, ErrNotFound) {
@@ -373,7 +352,7 @@ func unusedLayers(ctx context.Context, q querier, diffIDs []string) ([]string, e
 
 // Rootfs returns the directories and mounts that make up img's root
 // filesystem.
-func (s *Store) Rootfs(img *Image) Rootfs {
+func (s *Store) Rootfs(img *sandbox.Image) Rootfs {
 	if img.Builtin {
 		return s.hostRootfs()
 	}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"smolvm.dev/smolvm/internal/archive"
 	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -22,13 +23,13 @@ func (m *Manager) CopyIn(ctx context.Context, ref, src, dst string) error {
 		return fmt.Errorf("cp: %w", err)
 	}
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(guest.WriteTar(pw, src)) }()
+	go func() { pw.CloseWithError(archive.WriteTar(pw, src)) }()
 	err := m.PutArchive(ctx, ref, dst, pr)
 	pr.CloseWithError(err)
 	return err
 }
 
-// PutArchive extracts the tar stream r (as guest.WriteTar writes it) at
+// PutArchive extracts the tar stream r (as archive.WriteTar writes it) at
 // dst inside the sandbox, with cp semantics. The agent extracts through
 // os.Root, so no entry or symlink can write outside dst's directory, and
 // the sandbox's own view of the filesystem bounds everything else.
@@ -48,7 +49,7 @@ func (m *Manager) CopyOut(ctx context.Context, ref, src, dst string) error {
 	pr, pw := io.Pipe()
 	errc := make(chan error, 1)
 	go func() {
-		err := guest.ExtractTar(pr, dst, sandbox.MaxCopyOut)
+		err := archive.ExtractTar(pr, dst, sandbox.MaxCopyOut)
 		pr.CloseWithError(err)
 		// Drain so the agent side finishes even when extraction failed.
 		io.Copy(io.Discard, pr)

@@ -132,7 +132,7 @@ func layer(t *testing.T, files ...file) v1.Layer {
 }
 
 // importImage writes layers as an OCI layout and imports it as ref.
-func (m *testManager) importImage(t *testing.T, ref string, cmd []string, layers ...v1.Layer) *image.Image {
+func (m *testManager) importImage(t *testing.T, ref string, cmd []string, layers ...v1.Layer) *sandbox.Image {
 	t.Helper()
 	img, err := mutate.AppendLayers(empty.Image, layers...)
 	if err != nil {

@@ -196,7 +196,7 @@ func hostnameFor(name, id string) string {
 
 // specFor derives the backend spec. The image supplies defaults that the
 // user's config overrides, as docker does.
-func (m *Manager) specFor(r *record, img *image.Image) backend.Spec {
+func (m *Manager) specFor(r *record, img *sandbox.Image) backend.Spec {
 	cfg := r.Config
 	s := backend.Spec{
 		ID:          r.ID,
@@ -226,7 +226,7 @@ func (m *Manager) specFor(r *record, img *image.Image) backend.Spec {
 	return s
 }
 
-func (m *Manager) rootfs(img *image.Image) backend.Rootfs {
+func (m *Manager) rootfs(img *sandbox.Image) backend.Rootfs {
 	rf := m.images.Rootfs(img)
 	out := backend.Rootfs{LowerDirs: rf.LowerDirs}
 	for _, mt := range rf.Mounts {

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -237,7 +236,7 @@ func TestRestoreTargetsImageMoved(t *testing.T) {
 	m := newManager(t)
 	ctx := context.Background()
 	hello := buildHello(t)
-	version := func(v string) *image.Image {
+	version := func(v string) *sandbox.Image {
 		return m.importImage(t, "smolvm.local/moving:1", nil, layer(t, file{"bin/", 0o755, nil}, file{"bin/hello", 0o755, hello},
 			file{"etc/", 0o755, nil}, file{"etc/msg", 0o644, []byte(v)}))
 	}

@@ -1,4 +1,4 @@
-package guest
+package archive
 
 import (
 	"io/fs"

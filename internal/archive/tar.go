@@ -1,4 +1,6 @@
-package guest
+// Package archive writes and extracts the tar streams that cp moves in and
+// out of sandboxes, refusing entries that would leave their destination.
+package archive
 
 import (
 	"archive/tar"
