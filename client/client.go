@@ -18,8 +18,8 @@ import (
 	"strings"
 	"time"
 
+	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/sandbox"
-	"smolvm.dev/smolvm/server/httpapi"
 	"smolvm.dev/smolvm/workflow/trust"
 )
 
@@ -61,23 +61,23 @@ func (e *Error) Error() string { return e.Message }
 // sentinels a direct caller of the Manager would see.
 func (e *Error) Is(target error) bool {
 	switch e.Code {
-	case httpapi.CodeNotFound:
+	case api.CodeNotFound:
 		return target == ErrNotFound
-	case httpapi.CodeExpired:
+	case api.CodeExpired:
 		return target == ErrExpired
-	case httpapi.CodeUnauthorized:
+	case api.CodeUnauthorized:
 		return target == ErrUnauthorized
-	case httpapi.CodeTimeout:
+	case api.CodeTimeout:
 		return target == ErrTimeout
-	case httpapi.CodeBusy:
+	case api.CodeBusy:
 		return target == ErrBusy
-	case httpapi.CodeTooLarge:
+	case api.CodeTooLarge:
 		return target == ErrTooLarge
-	case httpapi.CodeDenied:
+	case api.CodeDenied:
 		return target == trust.ErrDenied
-	case httpapi.CodeInvalid:
+	case api.CodeInvalid:
 		return target == sandbox.ErrInvalid
-	case httpapi.CodeConflict:
+	case api.CodeConflict:
 		return target == sandbox.ErrState
 	}
 	return false
@@ -168,7 +168,7 @@ func (c *Client) do(ctx context.Context, req request) (*http.Response, error) {
 }
 
 func readError(resp *http.Response) error {
-	var body httpapi.Error
+	var body api.Error
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if json.Unmarshal(b, &body) != nil || body.Message == "" {
 		return &Error{Status: resp.StatusCode, Message: fmt.Sprintf("smolvm server: %s: %s", resp.Status, bytes.TrimSpace(b))}
@@ -176,7 +176,7 @@ func readError(resp *http.Response) error {
 	return fromAPI(resp.StatusCode, &body)
 }
 
-func fromAPI(status int, e *httpapi.Error) *Error {
+func fromAPI(status int, e *api.Error) *Error {
 	return &Error{Status: status, Code: e.Code, Message: e.Message, Field: e.Field, ExpiredAt: e.ExpiredAt, Exit: e.Exit}
 }
 
@@ -214,11 +214,11 @@ func sbPath(ref string, rest ...string) string {
 // as given: 0 means no time to live, as it does for the Manager.
 func (c *Client) Create(ctx context.Context, o sandbox.CreateOptions) (*sandbox.Sandbox, error) {
 	cfg := o.Config
-	ttl := httpapi.Duration(cfg.TTL)
-	req := httpapi.CreateRequest{
+	ttl := api.Duration(cfg.TTL)
+	req := api.CreateRequest{
 		Name: o.Name, Image: o.Image, Cmd: cfg.Cmd, Env: cfg.Env, WorkDir: cfg.WorkDir, User: cfg.User,
-		Hostname: cfg.Hostname, CPUs: cfg.Limits.CPUs, Memory: httpapi.Bytes(cfg.Limits.Memory), Pids: cfg.Limits.Pids,
-		Disk: httpapi.Bytes(cfg.Limits.Disk), Timeout: &ttl, IdleTimeout: httpapi.Duration(cfg.IdleTimeout),
+		Hostname: cfg.Hostname, CPUs: cfg.Limits.CPUs, Memory: api.Bytes(cfg.Limits.Memory), Pids: cfg.Limits.Pids,
+		Disk: api.Bytes(cfg.Limits.Disk), Timeout: &ttl, IdleTimeout: api.Duration(cfg.IdleTimeout),
 		OnExpiry: cfg.OnExpiry, Policy: cfg.Policy, Network: cfg.Network, Start: &o.Start, Pool: o.Pool,
 	}
 	return c.sandboxCall(ctx, http.MethodPost, "/v1/sandboxes", req)
@@ -255,8 +255,8 @@ func (c *Client) Start(ctx context.Context, ref string) (*sandbox.Sandbox, error
 
 // Stop stops a sandbox, with SIGKILL after grace.
 func (c *Client) Stop(ctx context.Context, ref string, grace time.Duration) (*sandbox.Sandbox, error) {
-	d := httpapi.Duration(grace)
-	return c.sandboxCall(ctx, http.MethodPost, sbPath(ref, "/stop"), httpapi.StopRequest{Timeout: &d})
+	d := api.Duration(grace)
+	return c.sandboxCall(ctx, http.MethodPost, sbPath(ref, "/stop"), api.StopRequest{Timeout: &d})
 }
 
 // Remove deletes a sandbox; a running one needs force (kill).
@@ -270,8 +270,8 @@ func (c *Client) Remove(ctx context.Context, ref string, force bool) error {
 
 // SetTTL sets the time to live to ttl from now; 0 removes it.
 func (c *Client) SetTTL(ctx context.Context, ref string, ttl time.Duration) (*sandbox.Sandbox, error) {
-	d := httpapi.Duration(ttl)
-	return c.sandboxCall(ctx, http.MethodPost, sbPath(ref, "/timeout"), httpapi.TimeoutRequest{Timeout: &d})
+	d := api.Duration(ttl)
+	return c.sandboxCall(ctx, http.MethodPost, sbPath(ref, "/timeout"), api.TimeoutRequest{Timeout: &d})
 }
 
 // Stats returns live resource usage.
@@ -293,7 +293,7 @@ func (c *Client) NetEvents(ctx context.Context, ref string) ([]sandbox.NetworkEv
 
 // NetUpdate replaces a running sandbox's policy (published ports stay).
 func (c *Client) NetUpdate(ctx context.Context, ref string, p sandbox.Network) (*sandbox.Sandbox, error) {
-	return c.sandboxCall(ctx, http.MethodPut, sbPath(ref, "/network"), httpapi.NetworkUpdateRequest{Mode: p.Mode, Hosts: p.Hosts, CIDRs: p.CIDRs})
+	return c.sandboxCall(ctx, http.MethodPut, sbPath(ref, "/network"), api.NetworkUpdateRequest{Mode: p.Mode, Hosts: p.Hosts, CIDRs: p.CIDRs})
 }
 
 // Images lists the server's images.
@@ -304,18 +304,18 @@ func (c *Client) Images(ctx context.Context) ([]sandbox.Image, error) {
 
 // Checkpoint saves a running sandbox as a snapshot.
 func (c *Client) Checkpoint(ctx context.Context, ref string, o sandbox.CheckpointOptions) (*sandbox.Snapshot, error) {
-	return callFor[sandbox.Snapshot](ctx, c, http.MethodPost, sbPath(ref, "/checkpoint"), httpapi.CheckpointRequest{Name: o.Name, Stop: o.Stop})
+	return callFor[sandbox.Snapshot](ctx, c, http.MethodPost, sbPath(ref, "/checkpoint"), api.CheckpointRequest{Name: o.Name, Stop: o.Stop})
 }
 
 // Restore starts a new sandbox from a snapshot.
 func (c *Client) Restore(ctx context.Context, snap string, o sandbox.RestoreOptions) (*sandbox.Sandbox, error) {
-	return c.sandboxCall(ctx, http.MethodPost, "/v1/snapshots/"+url.PathEscape(snap)+"/restore", httpapi.RestoreRequest{Name: o.Name})
+	return c.sandboxCall(ctx, http.MethodPost, "/v1/snapshots/"+url.PathEscape(snap)+"/restore", api.RestoreRequest{Name: o.Name})
 }
 
 // Fork makes running copies of a running sandbox.
 func (c *Client) Fork(ctx context.Context, ref string, o sandbox.ForkOptions) ([]*sandbox.Sandbox, error) {
 	var sbs []*sandbox.Sandbox
-	return sbs, c.call(ctx, http.MethodPost, sbPath(ref, "/fork"), httpapi.ForkRequest{N: o.N, NamePrefix: o.NamePrefix}, &sbs)
+	return sbs, c.call(ctx, http.MethodPost, sbPath(ref, "/fork"), api.ForkRequest{N: o.N, NamePrefix: o.NamePrefix}, &sbs)
 }
 
 // Pause freezes a running sandbox.
@@ -329,7 +329,7 @@ func (c *Client) Resume(ctx context.Context, ref string) (*sandbox.Sandbox, erro
 }
 
 // CreatePool records a pool, and fills it first if req.Fill.
-func (c *Client) CreatePool(ctx context.Context, req httpapi.PoolRequest) (*sandbox.Pool, error) {
+func (c *Client) CreatePool(ctx context.Context, req api.PoolRequest) (*sandbox.Pool, error) {
 	return callFor[sandbox.Pool](ctx, c, http.MethodPost, "/v1/pools", req)
 }
 

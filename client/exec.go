@@ -13,8 +13,8 @@ import (
 
 	"github.com/coder/websocket"
 
+	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/sandbox"
-	"smolvm.dev/smolvm/server/httpapi"
 )
 
 // Exec runs p in a sandbox, streaming its output to stdio as it comes, and
@@ -23,8 +23,8 @@ import (
 // signals use a WebSocket. Cancelling ctx (or losing the connection)
 // kills the command.
 func (c *Client) Exec(ctx context.Context, ref string, p sandbox.Process, stdio sandbox.Stdio) (sandbox.Exit, error) {
-	req := httpapi.ExecRequest{Args: p.Args, Env: p.Env, WorkDir: p.Dir, User: p.User,
-		Timeout: httpapi.Duration(time.Duration(p.TimeoutMS) * time.Millisecond), TTY: p.TTY}
+	req := api.ExecRequest{Args: p.Args, Env: p.Env, WorkDir: p.Dir, User: p.User,
+		Timeout: api.Duration(time.Duration(p.TimeoutMS) * time.Millisecond), TTY: p.TTY}
 	if p.Size != nil {
 		req.Rows, req.Cols = p.Size.Rows, p.Size.Cols
 	}
@@ -42,7 +42,7 @@ func (c *Client) Exec(ctx context.Context, ref string, p sandbox.Process, stdio 
 	defer resp.Body.Close()
 	var exit *sandbox.Exit
 	err = eachLine(resp.Body, func(line []byte) error {
-		var ev httpapi.ExecEvent
+		var ev api.ExecEvent
 		if err := json.Unmarshal(line, &ev); err != nil {
 			return fmt.Errorf("smolvm server: bad exec event: %w", err)
 		}
@@ -78,7 +78,7 @@ func writeData(w io.Writer, data, encoding string) error {
 	if w == nil {
 		return nil
 	}
-	p, err := (httpapi.ExecEvent{Data: data, Encoding: encoding}).Bytes()
+	p, err := (api.ExecEvent{Data: data, Encoding: encoding}).Bytes()
 	if err != nil {
 		return err
 	}
@@ -86,7 +86,7 @@ func writeData(w io.Writer, data, encoding string) error {
 	return err
 }
 
-func (c *Client) execWS(ctx context.Context, ref string, req httpapi.ExecRequest, stdio sandbox.Stdio) (sandbox.Exit, error) {
+func (c *Client) execWS(ctx context.Context, ref string, req api.ExecRequest, stdio sandbox.Stdio) (sandbox.Exit, error) {
 	u := "ws" + strings.TrimPrefix(c.base, "http") + sbPath(ref, "/exec/ws")
 	h := http.Header{}
 	if c.token != "" {
@@ -124,7 +124,7 @@ func (c *Client) execWS(ctx context.Context, ref string, req httpapi.ExecRequest
 				continue
 			}
 			w := stdio.Stdout
-			if b[0] == httpapi.StreamStderr {
+			if b[0] == api.StreamStderr {
 				w = stdio.Stderr
 			}
 			if w != nil {
@@ -134,7 +134,7 @@ func (c *Client) execWS(ctx context.Context, ref string, req httpapi.ExecRequest
 			}
 			continue
 		}
-		var m httpapi.WSControl
+		var m api.WSControl
 		if err := json.Unmarshal(b, &m); err != nil {
 			return sandbox.Exit{}, fmt.Errorf("smolvm server: bad exec message: %w", err)
 		}
@@ -150,7 +150,7 @@ func (c *Client) execWS(ctx context.Context, ref string, req httpapi.ExecRequest
 
 // pumpWS sends stdin, resizes and signals until they end or ctx does.
 func pumpWS(ctx context.Context, conn *websocket.Conn, stdio sandbox.Stdio) {
-	control := func(m httpapi.WSControl) error {
+	control := func(m api.WSControl) error {
 		b, _ := json.Marshal(m)
 		return conn.Write(ctx, websocket.MessageText, b)
 	}
@@ -163,13 +163,13 @@ func pumpWS(ctx context.Context, conn *websocket.Conn, stdio sandbox.Stdio) {
 			case sz, ok := <-resize:
 				if !ok {
 					resize = nil
-				} else if control(httpapi.WSControl{Resize: &sz}) != nil {
+				} else if control(api.WSControl{Resize: &sz}) != nil {
 					return
 				}
 			case sig, ok := <-sigs:
 				if !ok {
 					sigs = nil
-				} else if control(httpapi.WSControl{Signal: int(sig)}) != nil {
+				} else if control(api.WSControl{Signal: int(sig)}) != nil {
 					return
 				}
 			}
@@ -182,13 +182,13 @@ func pumpWS(ctx context.Context, conn *websocket.Conn, stdio sandbox.Stdio) {
 	for {
 		n, err := stdio.Stdin.Read(buf)
 		if n > 0 {
-			msg := append([]byte{httpapi.StreamStdin}, buf[:n]...)
+			msg := append([]byte{api.StreamStdin}, buf[:n]...)
 			if conn.Write(ctx, websocket.MessageBinary, msg) != nil {
 				return
 			}
 		}
 		if err != nil {
-			control(httpapi.WSControl{EOF: true})
+			control(api.WSControl{EOF: true})
 			return
 		}
 	}
@@ -208,9 +208,9 @@ func (c *Client) Logs(ctx context.Context, ref string, o sandbox.LogOptions) err
 	defer resp.Body.Close()
 	err = eachLine(resp.Body, func(line []byte) error {
 		var ev struct {
-			httpapi.LogEvent
-			Type  string         `json:"type"`
-			Error *httpapi.Error `json:"error"`
+			api.LogEvent
+			Type  string     `json:"type"`
+			Error *api.Error `json:"error"`
 		}
 		if err := json.Unmarshal(line, &ev); err != nil {
 			return fmt.Errorf("smolvm server: bad log event: %w", err)

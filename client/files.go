@@ -9,9 +9,9 @@ import (
 	"net/url"
 	"os"
 
+	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/internal/archive"
 	"smolvm.dev/smolvm/sandbox"
-	"smolvm.dev/smolvm/server/httpapi"
 )
 
 // WriteFile writes r as the file at path inside the sandbox. The server
@@ -48,7 +48,7 @@ func (c *Client) CopyIn(ctx context.Context, ref, src, dst string) error {
 	}
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(archive.WriteTar(pw, src)) }()
-	err := c.put(ctx, ref, dst, pr, httpapi.ContentTypeTar)
+	err := c.put(ctx, ref, dst, pr, api.ContentTypeTar)
 	pr.CloseWithError(err)
 	return err
 }

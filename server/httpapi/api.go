@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/runtime/snapshot"
@@ -110,7 +111,7 @@ func (s *Server) handle(pattern string, auth, limited bool, h http.Handler) {
 		defer func() { obs.observe(rec.status, time.Since(start)) }()
 		if auth && !CheckToken(r, s.o.Token) {
 			rec.Header().Set("WWW-Authenticate", `Bearer realm="smolvm"`)
-			writeError(rec, &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: "missing or wrong API token (Authorization: Bearer … or X-API-KEY)"})
+			writeError(rec, &api.Error{Status: http.StatusUnauthorized, Code: api.CodeUnauthorized, Message: "missing or wrong API token (Authorization: Bearer … or X-API-KEY)"})
 			return
 		}
 		if limited {
@@ -214,13 +215,13 @@ func (l *limiter) acquire(ctx context.Context) (func(), error) {
 	select {
 	case l.queue <- struct{}{}:
 	default:
-		return nil, &Error{Status: http.StatusTooManyRequests, Code: CodeBusy, Message: "too many requests in flight; retry"}
+		return nil, &api.Error{Status: http.StatusTooManyRequests, Code: api.CodeBusy, Message: "too many requests in flight; retry"}
 	}
 	defer func() { <-l.queue }()
 	select {
 	case l.slots <- struct{}{}:
 		return release, nil
 	case <-ctx.Done():
-		return nil, &Error{Status: http.StatusServiceUnavailable, Code: CodeBusy, Message: "gave up waiting for a free slot"}
+		return nil, &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeBusy, Message: "gave up waiting for a free slot"}
 	}
 }

@@ -5,11 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/client"
 	"smolvm.dev/smolvm/internal/bench"
 	"smolvm.dev/smolvm/internal/testmgr"
 	"smolvm.dev/smolvm/sandbox"
-	"smolvm.dev/smolvm/server/httpapi"
 )
 
 // The benchmarks drive a real server over a Unix socket with the Go
@@ -103,7 +103,7 @@ func BenchmarkCreate(b *testing.B) {
 func BenchmarkCreateFromPool(b *testing.B) {
 	_, c := benchServer(b)
 	ctx := context.Background()
-	if _, err := c.CreatePool(ctx, httpapi.PoolRequest{Name: "warm", Size: 1, Fill: true}); err != nil {
+	if _, err := c.CreatePool(ctx, api.PoolRequest{Name: "warm", Size: 1, Fill: true}); err != nil {
 		b.Fatal(err)
 	}
 	var samples []time.Duration

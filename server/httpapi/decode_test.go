@@ -11,12 +11,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"smolvm.dev/smolvm/api"
 )
 
 // These tests need no sandbox: every request here is refused before the
 // Manager is consulted, so the server runs without one.
 
-func call(t *testing.T, s http.Handler, method, path, body string, hdr map[string]string) (*httptest.ResponseRecorder, Error) {
+func call(t *testing.T, s http.Handler, method, path, body string, hdr map[string]string) (*httptest.ResponseRecorder, api.Error) {
 	t.Helper()
 	r := httptest.NewRequest(method, path, strings.NewReader(body))
 	for k, v := range hdr {
@@ -24,7 +26,7 @@ func call(t *testing.T, s http.Handler, method, path, body string, hdr map[strin
 	}
 	w := httptest.NewRecorder()
 	s.ServeHTTP(w, r)
-	var e Error
+	var e api.Error
 	if w.Code >= 400 && w.Header().Get("Content-Type") == "application/json" {
 		if err := json.Unmarshal(w.Body.Bytes(), &e); err != nil {
 			t.Fatalf("%s %s: status %d with a body that is not a JSON error: %q", method, path, w.Code, w.Body)
@@ -60,7 +62,7 @@ func TestBadRequestsNameTheField(t *testing.T) {
 		{"/v1/sandboxes/x/fork", `{"n": "two"}`, "n", `want a number`},
 	} {
 		w, e := call(t, s, http.MethodPost, c.path, c.body, auth)
-		if w.Code != http.StatusBadRequest || e.Code != CodeInvalid || e.Field != c.field || !strings.Contains(e.Message, c.msg) {
+		if w.Code != http.StatusBadRequest || e.Code != api.CodeInvalid || e.Field != c.field || !strings.Contains(e.Message, c.msg) {
 			t.Errorf("POST %s %s: %d %+v, want 400 naming field %q with %q", c.path, c.body, w.Code, e, c.field, c.msg)
 		}
 	}
@@ -90,7 +92,7 @@ func TestAuth(t *testing.T) {
 		{"X-API-KEY": "t0ken0"},
 	} {
 		w, e := call(t, s, http.MethodGet, "/v1/sandboxes/x/logs?follow=2", "", hdr)
-		if w.Code != http.StatusUnauthorized || e.Code != CodeUnauthorized || w.Header().Get("WWW-Authenticate") == "" || e.Message == "" {
+		if w.Code != http.StatusUnauthorized || e.Code != api.CodeUnauthorized || w.Header().Get("WWW-Authenticate") == "" || e.Message == "" {
 			t.Errorf("headers %v: %d %+v, want 401", hdr, w.Code, e)
 		}
 	}
@@ -202,7 +204,7 @@ func TestLimiterQueuesThenRefuses(t *testing.T) {
 		}
 	}
 	_, err = l.acquire(t.Context())
-	var ae *Error
+	var ae *api.Error
 	if !errors.As(err, &ae) || ae.Status != http.StatusTooManyRequests {
 		t.Fatalf("third request: %v, want 429", err)
 	}

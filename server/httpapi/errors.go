@@ -7,54 +7,24 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
-	"time"
 
+	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/workflow/trust"
 )
 
-// Error codes in error bodies; clients branch on them, not on messages.
-const (
-	CodeInvalid      = "invalid"      // 400: a malformed request; Field names what
-	CodeUnauthorized = "unauthorized" // 401
-	CodeDenied       = "denied"       // 403: the sandbox's trust policy refused
-	CodeNotFound     = "not_found"    // 404: never existed, or removed (the message says when)
-	CodeExpired      = "expired"      // 404: expired; ExpiredAt says when
-	CodeConflict     = "conflict"     // 409: wrong state, name in use
-	CodeTooLarge     = "too_large"    // 413
-	CodeBusy         = "busy"         // 429, 503: over the concurrency limit
-	CodeTimeout      = "timeout"      // 504
-	CodeInternal     = "internal"     // 500
-	CodeCannotStart  = "cannot_start" // 422: the main command could not start; Exit says why
-)
-
-// Error is the JSON body of every error response.
-type Error struct {
-	Status  int    `json:"-"`
-	Code    string `json:"code"`
-	Message string `json:"error"`
-	// Field is the request field a 400 is about.
-	Field string `json:"field,omitempty"`
-	// ExpiredAt is when an expired sandbox expired.
-	ExpiredAt *time.Time `json:"expired_at,omitempty"`
-	// Exit is why a sandbox's main command could not start (127: not
-	// found, 126: not executable).
-	Exit *sandbox.Exit `json:"exit,omitempty"`
-}
-
-func (e *Error) Error() string { return e.Message }
-
 // errorFor maps a Manager error to its response. The message is the
 // error's own text, so the CLI prints the same line in both modes.
-func errorFor(err error) *Error {
-	var ae *Error
+func errorFor(err error) *api.Error {
+	var ae *api.Error
 	if errors.As(err, &ae) {
 		return ae
 	}
-	e := &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: err.Error()}
+	e := &api.Error{Status: http.StatusInternalServerError, Code: api.CodeInternal, Message: err.Error()}
 	var (
 		ee *sandbox.ExpiredError
 		se *sandbox.StartError
@@ -62,27 +32,27 @@ func errorFor(err error) *Error {
 	switch {
 	case errors.As(err, &se):
 		exit := se.Exit
-		e.Status, e.Code, e.Exit = http.StatusUnprocessableEntity, CodeCannotStart, &exit
+		e.Status, e.Code, e.Exit = http.StatusUnprocessableEntity, api.CodeCannotStart, &exit
 	case errors.As(err, &ee):
 		at := ee.At
-		e.Status, e.Code, e.ExpiredAt = http.StatusNotFound, CodeExpired, &at
+		e.Status, e.Code, e.ExpiredAt = http.StatusNotFound, api.CodeExpired, &at
 	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, image.ErrNotFound), errors.Is(err, snapshot.ErrNotFound),
 		errors.Is(err, sandbox.ErrPoolNotFound):
-		e.Status, e.Code = http.StatusNotFound, CodeNotFound
+		e.Status, e.Code = http.StatusNotFound, api.CodeNotFound
 	case errors.Is(err, sandbox.ErrInvalid), errors.Is(err, image.ErrInvalidRef), errors.Is(err, snapshot.ErrInvalidName):
-		e.Status, e.Code = http.StatusBadRequest, CodeInvalid
+		e.Status, e.Code = http.StatusBadRequest, api.CodeInvalid
 	case errors.Is(err, sandbox.ErrNameInUse), errors.Is(err, sandbox.ErrState), errors.Is(err, sandbox.ErrNotRunning), errors.Is(err, sandbox.ErrOrphan),
 		errors.Is(err, snapshot.ErrInUse), errors.Is(err, snapshot.ErrNameInUse), errors.Is(err, sandbox.ErrPoolBudget):
-		e.Status, e.Code = http.StatusConflict, CodeConflict
+		e.Status, e.Code = http.StatusConflict, api.CodeConflict
 	case errors.Is(err, sandbox.ErrUnsupported):
 		e.Status, e.Code = http.StatusNotImplemented, "unsupported"
 	case errors.Is(err, snapshot.ErrCorrupt):
 		e.Status, e.Code = http.StatusUnprocessableEntity, "corrupt"
-		e.Status, e.Code = http.StatusConflict, CodeConflict
+		e.Status, e.Code = http.StatusConflict, api.CodeConflict
 	case errors.Is(err, trust.ErrDenied):
-		e.Status, e.Code = http.StatusForbidden, CodeDenied
+		e.Status, e.Code = http.StatusForbidden, api.CodeDenied
 	case errors.Is(err, context.DeadlineExceeded):
-		e.Status, e.Code = http.StatusGatewayTimeout, CodeTimeout
+		e.Status, e.Code = http.StatusGatewayTimeout, api.CodeTimeout
 	}
 	return e
 }
@@ -145,9 +115,9 @@ func typeName(e *json.UnmarshalTypeError) string {
 	switch e.Type {
 	case nil:
 		return "another type"
-	case durationType:
+	case reflect.TypeFor[api.Duration]():
 		return `a duration ("90s", "15m") or a number of seconds`
-	case bytesType:
+	case reflect.TypeFor[api.Bytes]():
 		return `a size ("512m", "1g") or a number of bytes`
 	}
 	switch e.Type.Kind().String() {
@@ -163,6 +133,6 @@ func typeName(e *json.UnmarshalTypeError) string {
 	return "a number"
 }
 
-func invalid(field, msg string) *Error {
-	return &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: field, Message: msg}
+func invalid(field, msg string) *api.Error {
+	return &api.Error{Status: http.StatusBadRequest, Code: api.CodeInvalid, Field: field, Message: msg}
 }

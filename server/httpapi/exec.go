@@ -12,6 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -22,7 +23,7 @@ import (
 // outlive its client must be started detached (nohup … &) by a short exec.
 
 // process checks an exec request and turns it into the agent's terms.
-func process(req *ExecRequest) (sandbox.Process, error) {
+func process(req *api.ExecRequest) (sandbox.Process, error) {
 	if len(req.Args) == 0 || req.Args[0] == "" {
 		return sandbox.Process{}, invalid("args", `field "args": required: the command and its arguments`)
 	}
@@ -38,7 +39,7 @@ func process(req *ExecRequest) (sandbox.Process, error) {
 }
 
 func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
-	var req ExecRequest
+	var req api.ExecRequest
 	if err := decode(r.Body, &req); err != nil {
 		writeError(w, err)
 		return
@@ -64,7 +65,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	st.send("exit", ExecEvent{Type: "exit", Exit: &exit})
+	st.send("exit", api.ExecEvent{Type: "exit", Exit: &exit})
 }
 
 // execWS runs a command over a WebSocket: the client's first message is
@@ -85,8 +86,8 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 	defer c.CloseNow()
 	c.SetReadLimit(1 << 20)
 	ctx := r.Context()
-	closeWith := func(e *Error) {
-		b, _ := json.Marshal(WSControl{Error: e})
+	closeWith := func(e *api.Error) {
+		b, _ := json.Marshal(api.WSControl{Error: e})
 		c.Write(ctx, websocket.MessageText, b)
 		c.Close(websocket.StatusPolicyViolation, truncate(e.Message, 120))
 	}
@@ -95,7 +96,7 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	var req ExecRequest
+	var req api.ExecRequest
 	if typ != websocket.MessageText {
 		closeWith(invalid("", "first message: want a JSON ExecRequest as text"))
 		return
@@ -111,7 +112,7 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 	}
 	// Output writes come from one goroutine (the agent client's reader),
 	// the exit after it: no two writes overlap.
-	stdio := sandbox.Stdio{Stdout: wsOutput{ctx, c, StreamStdout}, Stderr: wsOutput{ctx, c, StreamStderr}}
+	stdio := sandbox.Stdio{Stdout: wsOutput{ctx, c, api.StreamStdout}, Stderr: wsOutput{ctx, c, api.StreamStderr}}
 	stdinR, stdinW := io.Pipe()
 	resize := make(chan sandbox.Size, 4)
 	signals := make(chan syscall.Signal, 4)
@@ -133,7 +134,7 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	b, _ := json.Marshal(WSControl{Exit: &exit})
+	b, _ := json.Marshal(api.WSControl{Exit: &exit})
 	if c.Write(ctx, websocket.MessageText, b) == nil {
 		c.Close(websocket.StatusNormalClosure, "")
 	}
@@ -148,7 +149,7 @@ func wsInput(ctx context.Context, c *websocket.Conn, stdin *io.PipeWriter, resiz
 			return err
 		}
 		if typ == websocket.MessageBinary {
-			if len(b) == 0 || b[0] != StreamStdin {
+			if len(b) == 0 || b[0] != api.StreamStdin {
 				continue
 			}
 			if _, err := stdin.Write(b[1:]); err != nil && !errors.Is(err, io.ErrClosedPipe) {
@@ -156,7 +157,7 @@ func wsInput(ctx context.Context, c *websocket.Conn, stdin *io.PipeWriter, resiz
 			}
 			continue
 		}
-		var m WSControl
+		var m api.WSControl
 		if json.Unmarshal(b, &m) != nil {
 			continue
 		}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -26,9 +27,6 @@ import (
 
 // CodeNoSuchFile is a 404 for a path inside a sandbox.
 const CodeNoSuchFile = "no_such_file"
-
-// ContentTypeTar marks a tar upload or asks for a tar download.
-const ContentTypeTar = "application/x-tar"
 
 // sandboxPath checks the path query parameter.
 func sandboxPath(r *http.Request) (string, error) {
@@ -51,9 +49,9 @@ func fileError(err error) error {
 		return err
 	}
 	if oe.Exit.Kind == sandbox.KindNotFound {
-		return &Error{Status: http.StatusNotFound, Code: CodeNoSuchFile, Message: err.Error()}
+		return &api.Error{Status: http.StatusNotFound, Code: CodeNoSuchFile, Message: err.Error()}
 	}
-	return &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "path", Message: err.Error()}
+	return &api.Error{Status: http.StatusBadRequest, Code: api.CodeInvalid, Field: "path", Message: err.Error()}
 }
 
 // upload writes the body at path: the file itself, or with Content-Type
@@ -75,7 +73,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("%s: %w: sandbox is %s", sb.Name, sandbox.ErrNotRunning, sb.State))
 		return
 	}
-	tooLarge := &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge,
+	tooLarge := &api.Error{Status: http.StatusRequestEntityTooLarge, Code: api.CodeTooLarge,
 		Message: fmt.Sprintf("upload exceeds the limit of %d bytes", s.o.MaxUpload)}
 	if r.ContentLength > s.o.MaxUpload {
 		writeError(w, tooLarge)
@@ -113,7 +111,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 }
 
 func isTar(contentType string) bool {
-	return strings.HasPrefix(contentType, ContentTypeTar)
+	return strings.HasPrefix(contentType, api.ContentTypeTar)
 }
 
 // singleFile is a tar stream of one regular file.
@@ -177,7 +175,7 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if hdr.Size > s.o.MaxDownload {
-		writeError(w, &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge,
+		writeError(w, &api.Error{Status: http.StatusRequestEntityTooLarge, Code: api.CodeTooLarge,
 			Message: fmt.Sprintf("%s has %d bytes, over the download limit of %d", src, hdr.Size, s.o.MaxDownload)})
 		return
 	}
@@ -197,7 +195,7 @@ func (s *Server) sendTar(w http.ResponseWriter, pr *io.PipeReader) {
 		writeError(w, fileError(unwrapPipe(err)))
 		return
 	}
-	w.Header().Set("Content-Type", ContentTypeTar)
+	w.Header().Set("Content-Type", api.ContentTypeTar)
 	w.WriteHeader(http.StatusOK)
 	w.Write(first[:n])
 	written, _ := io.Copy(w, io.LimitReader(pr, s.o.MaxDownload-int64(n)+1))

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"testing"
+
+	"smolvm.dev/smolvm/api"
 )
 
 // FuzzDecode feeds arbitrary bodies to every request decoder and the
@@ -27,26 +29,26 @@ func FuzzDecode(f *testing.F) {
 			if err == nil {
 				return
 			}
-			var ae *Error
-			if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || ae.Code != CodeInvalid || ae.Message == "" {
+			var ae *api.Error
+			if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || ae.Code != api.CodeInvalid || ae.Message == "" {
 				t.Fatalf("%s: %q: %v is not a 400 invalid", what, body, err)
 			}
 		}
-		var cr CreateRequest
+		var cr api.CreateRequest
 		if err := decode(bytes.NewReader(body), &cr); err != nil {
 			check("create", err)
 		} else {
 			_, err := s.createOptions(&cr)
 			check("create options", err)
 		}
-		var er ExecRequest
+		var er api.ExecRequest
 		if err := decode(bytes.NewReader(body), &er); err != nil {
 			check("exec", err)
 		} else {
 			_, err := process(&er)
 			check("exec process", err)
 		}
-		for _, v := range []any{&TimeoutRequest{}, &StopRequest{}, &ForkRequest{}, &CheckpointRequest{}, &RestoreRequest{}, &WSControl{}} {
+		for _, v := range []any{&api.TimeoutRequest{}, &api.StopRequest{}, &api.ForkRequest{}, &api.CheckpointRequest{}, &api.RestoreRequest{}, &api.WSControl{}} {
 			check("decode", decode(bytes.NewReader(body), v))
 		}
 	})

@@ -3,16 +3,9 @@ package httpapi
 import (
 	"net/http"
 
+	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/sandbox"
 )
-
-// NetworkUpdateRequest is the body of PUT /v1/sandboxes/{id}/network: the
-// whole new policy. Published ports stay as they are.
-type NetworkUpdateRequest struct {
-	Mode  sandbox.NetworkMode `json:"mode"`
-	Hosts []string            `json:"allow_hosts,omitempty"`
-	CIDRs []string            `json:"allow_cidrs,omitempty"`
-}
 
 func (s *Server) registerNetworkRoutes(route func(string, http.HandlerFunc)) {
 	route("GET /v1/sandboxes/{id}/network", s.networkState)
@@ -34,7 +27,7 @@ func (s *Server) networkEvents(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
-	var req NetworkUpdateRequest
+	var req api.NetworkUpdateRequest
 	if err := decode(r.Body, &req); err != nil {
 		writeError(w, err)
 		return

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -61,10 +62,10 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		}
 	}
 	for name, v := range map[string]any{
-		"CreateRequest": CreateRequest{}, "ExecRequest": ExecRequest{}, "StopRequest": StopRequest{},
-		"TimeoutRequest": TimeoutRequest{}, "ForkRequest": ForkRequest{}, "CheckpointRequest": CheckpointRequest{},
-		"RestoreRequest": RestoreRequest{}, "PoolRequest": PoolRequest{}, "NetworkUpdateRequest": NetworkUpdateRequest{}, "ExecEvent": ExecEvent{}, "WSControl": WSControl{}, "LogEvent": LogEvent{},
-		"Error": Error{},
+		"CreateRequest": api.CreateRequest{}, "ExecRequest": api.ExecRequest{}, "StopRequest": api.StopRequest{},
+		"TimeoutRequest": api.TimeoutRequest{}, "ForkRequest": api.ForkRequest{}, "CheckpointRequest": api.CheckpointRequest{},
+		"RestoreRequest": api.RestoreRequest{}, "PoolRequest": api.PoolRequest{}, "NetworkUpdateRequest": api.NetworkUpdateRequest{}, "ExecEvent": api.ExecEvent{}, "WSControl": api.WSControl{}, "LogEvent": api.LogEvent{},
+		"Error": api.Error{},
 	} {
 		var fields []string
 		typ := reflect.TypeOf(v)

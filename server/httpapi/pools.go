@@ -4,25 +4,9 @@ import (
 	"errors"
 	"net/http"
 
+	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/sandbox"
 )
-
-// PoolRequest is the body of POST /v1/pools.
-type PoolRequest struct {
-	Name         string  `json:"name,omitempty"`
-	Image        string  `json:"image,omitempty"`
-	Size         int     `json:"size,omitempty"`
-	Targets      int     `json:"targets,omitempty"`
-	MemoryBudget Bytes   `json:"memory_budget,omitempty"`
-	CPUs         float64 `json:"cpus,omitempty"`
-	Memory       Bytes   `json:"memory,omitempty"`
-	Pids         int64   `json:"pids,omitempty"`
-	Disk         Bytes   `json:"disk,omitempty"`
-	// Fill starts the pool's sandboxes before answering; otherwise the
-	// pool fills when POST /v1/pools/{pool}/fill is called, or as
-	// sandboxes are taken from it.
-	Fill bool `json:"fill,omitempty"`
-}
 
 func (s *Server) registerPoolRoutes(route func(string, http.HandlerFunc)) {
 	route("GET /v1/pools", s.listPools)
@@ -40,7 +24,7 @@ func (s *Server) listPools(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) createPool(w http.ResponseWriter, r *http.Request) {
-	var req PoolRequest
+	var req api.PoolRequest
 	if err := decode(r.Body, &req); err != nil {
 		writeError(w, err)
 		return

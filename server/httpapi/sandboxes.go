@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -59,7 +60,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 
 // createOptions turns a request into the Manager's options, applying the
 // server's defaults.
-func (s *Server) createOptions(req *CreateRequest) (sandbox.CreateOptions, error) {
+func (s *Server) createOptions(req *api.CreateRequest) (sandbox.CreateOptions, error) {
 	if err := checkEnv("env", req.Env); err != nil {
 		return sandbox.CreateOptions{}, err
 	}
@@ -85,7 +86,7 @@ func checkEnv(field string, env []string) error {
 }
 
 func (s *Server) create(w http.ResponseWriter, r *http.Request) {
-	var req CreateRequest
+	var req api.CreateRequest
 	if err := decode(r.Body, &req); err != nil {
 		writeError(w, err)
 		return
@@ -114,7 +115,7 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) stop(w http.ResponseWriter, r *http.Request) {
-	var req StopRequest
+	var req api.StopRequest
 	if err := decodeOptional(r, &req); err != nil {
 		writeError(w, err)
 		return
@@ -128,7 +129,7 @@ func (s *Server) stop(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
-	var req TimeoutRequest
+	var req api.TimeoutRequest
 	if err := decode(r.Body, &req); err != nil {
 		writeError(w, err)
 		return

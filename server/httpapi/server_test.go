@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/client"
 	"smolvm.dev/smolvm/internal/testmgr"
 	"smolvm.dev/smolvm/runtime/manager"
@@ -94,9 +95,9 @@ func (f *fixture) sh(ref, script string) (string, string, sandbox.Exit) {
 	return out.String(), errb.String(), exit
 }
 
-func apiError(t *testing.T, body []byte) httpapi.Error {
+func apiError(t *testing.T, body []byte) api.Error {
 	t.Helper()
-	var e httpapi.Error
+	var e api.Error
 	if err := json.Unmarshal(body, &e); err != nil || e.Message == "" {
 		t.Fatalf("not a JSON error: %q", body)
 	}
@@ -151,7 +152,7 @@ func TestServerSandboxes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var ev httpapi.ExecEvent
+		var ev api.ExecEvent
 		line, err := bufio.NewReader(resp.Body).ReadBytes('\n')
 		if err != nil || json.Unmarshal(line, &ev) != nil {
 			t.Fatalf("first event %q: %v", line, err)
@@ -220,7 +221,7 @@ func TestServerSandboxes(t *testing.T) {
 		// Over the limit: 413, and nothing at all in the sandbox.
 		big := strings.Repeat("x", 1<<20+1)
 		code, body, _ = f.do(http.MethodPut, "/v1/sandboxes/box/files?path=/tmp/big", big)
-		if e := apiError(t, body); code != http.StatusRequestEntityTooLarge || e.Code != httpapi.CodeTooLarge {
+		if e := apiError(t, body); code != http.StatusRequestEntityTooLarge || e.Code != api.CodeTooLarge {
 			t.Fatalf("oversized: %d %+v", code, e)
 		}
 		// Chunked (no Content-Length): refused after reading past the limit.
@@ -253,7 +254,7 @@ func TestServerSandboxes(t *testing.T) {
 			"dotdot":  {{Name: "d/", Typeflag: tar.TypeDir, Mode: 0o755}, {Name: "d/../../escaped", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644}},
 			"symlink": {{Name: "d/", Typeflag: tar.TypeDir, Mode: 0o755}, {Name: "d/l", Typeflag: tar.TypeSymlink, Linkname: "/"}, {Name: "d/l/escaped", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644}},
 		} {
-			code, body, _ := f.do(http.MethodPut, "/v1/sandboxes/box/files?path=/tmp/up-"+name, tarOf(t, entries), "Content-Type", httpapi.ContentTypeTar)
+			code, body, _ := f.do(http.MethodPut, "/v1/sandboxes/box/files?path=/tmp/up-"+name, tarOf(t, entries), "Content-Type", api.ContentTypeTar)
 			if code != http.StatusBadRequest {
 				t.Fatalf("%s archive: %d %s", name, code, body)
 			}
@@ -270,7 +271,7 @@ func TestServerSandboxes(t *testing.T) {
 			t.Fatalf("set timeout: %d %s", code, body)
 		}
 		f.create("brief", `,"timeout":"1s"`)
-		var e httpapi.Error
+		var e api.Error
 		waitFor(t, func() bool {
 			code, body, _ := f.do(http.MethodGet, "/v1/sandboxes/brief", "")
 			if code != http.StatusNotFound {
@@ -279,7 +280,7 @@ func TestServerSandboxes(t *testing.T) {
 			e = apiError(t, body)
 			return true
 		}, "expiry")
-		if e.Code != httpapi.CodeExpired || e.ExpiredAt == nil || !strings.Contains(e.Message, "expired at "+e.ExpiredAt.UTC().Format(time.RFC3339)) {
+		if e.Code != api.CodeExpired || e.ExpiredAt == nil || !strings.Contains(e.Message, "expired at "+e.ExpiredAt.UTC().Format(time.RFC3339)) {
 			t.Fatalf("expired: %+v", e)
 		}
 		waitEvent(t, events, "brief", "expired")
@@ -288,7 +289,7 @@ func TestServerSandboxes(t *testing.T) {
 			t.Fatalf("client error for expired: %v", err)
 		}
 		code, body, _ = f.do(http.MethodGet, "/v1/sandboxes/ghost", "")
-		if e := apiError(t, body); code != http.StatusNotFound || e.Code != httpapi.CodeNotFound || !strings.Contains(e.Message, "never existed") {
+		if e := apiError(t, body); code != http.StatusNotFound || e.Code != api.CodeNotFound || !strings.Contains(e.Message, "never existed") {
 			t.Fatalf("unknown: %d %+v", code, e)
 		}
 		if _, err := f.c.Get(ctx, "ghost"); !errors.Is(err, client.ErrNotFound) || errors.Is(err, client.ErrExpired) {
@@ -329,7 +330,7 @@ func TestServerSandboxes(t *testing.T) {
 
 	t.Run("stop, remove, and what a lookup says after", func(t *testing.T) {
 		code, body, _ := f.do(http.MethodDelete, "/v1/sandboxes/box", "")
-		if e := apiError(t, body); code != http.StatusConflict || e.Code != httpapi.CodeConflict {
+		if e := apiError(t, body); code != http.StatusConflict || e.Code != api.CodeConflict {
 			t.Fatalf("rm running without force: %d %+v", code, e)
 		}
 		if _, err := f.c.Stop(ctx, "box", time.Second); err != nil {
@@ -452,7 +453,7 @@ func tarOf(t *testing.T, hdrs []tar.Header) string {
 func TestServerPools(t *testing.T) {
 	f := newFixture(t, nil)
 	ctx := context.Background()
-	p, err := f.c.CreatePool(ctx, httpapi.PoolRequest{Name: "warm", Size: 1, Fill: true})
+	p, err := f.c.CreatePool(ctx, api.PoolRequest{Name: "warm", Size: 1, Fill: true})
 	if err != nil || p.Ready != 1 {
 		t.Fatalf("pool: %+v %v", p, err)
 	}
@@ -470,10 +471,10 @@ func TestServerPools(t *testing.T) {
 		t.Fatalf("pools: %+v %v", pools, err)
 	}
 	// Restore targets: a fork of the pooled sandbox goes into one.
-	if _, err := f.c.CreatePool(ctx, httpapi.PoolRequest{Name: "none"}); !errors.Is(err, sandbox.ErrInvalid) {
+	if _, err := f.c.CreatePool(ctx, api.PoolRequest{Name: "none"}); !errors.Is(err, sandbox.ErrInvalid) {
 		t.Fatalf("pool with no size and no targets: %v", err)
 	}
-	tp, err := f.c.CreatePool(ctx, httpapi.PoolRequest{Name: "forks", Targets: 1, Fill: true})
+	tp, err := f.c.CreatePool(ctx, api.PoolRequest{Name: "forks", Targets: 1, Fill: true})
 	if err != nil || tp.TargetsReady != 1 || tp.Ready != 0 {
 		t.Fatalf("targets pool: %+v %v", tp, err)
 	}

@@ -3,28 +3,9 @@ package httpapi
 import (
 	"net/http"
 
+	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/sandbox"
 )
-
-// CheckpointRequest is the optional body of POST …/checkpoint.
-type CheckpointRequest struct {
-	Name string `json:"name,omitempty"`
-	// Stop stops the sandbox after the checkpoint instead of leaving it
-	// running.
-	Stop bool `json:"stop,omitempty"`
-}
-
-// RestoreRequest is the optional body of POST /v1/snapshots/{snapshot}/restore.
-type RestoreRequest struct {
-	Name string `json:"name,omitempty"`
-}
-
-// ForkRequest is the optional body of POST …/fork.
-type ForkRequest struct {
-	// N is how many copies (default 1).
-	N          int    `json:"n,omitempty"`
-	NamePrefix string `json:"name_prefix,omitempty"`
-}
 
 func (s *Server) registerSnapshotRoutes(route func(string, http.HandlerFunc)) {
 	route("POST /v1/sandboxes/{id}/checkpoint", s.checkpoint)
@@ -38,7 +19,7 @@ func (s *Server) registerSnapshotRoutes(route func(string, http.HandlerFunc)) {
 }
 
 func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request) {
-	var req CheckpointRequest
+	var req api.CheckpointRequest
 	if err := decodeOptional(r, &req); err != nil {
 		writeError(w, err)
 		return
@@ -48,7 +29,7 @@ func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
-	var req ForkRequest
+	var req api.ForkRequest
 	if err := decodeOptional(r, &req); err != nil {
 		writeError(w, err)
 		return
@@ -68,7 +49,7 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
-	var req RestoreRequest
+	var req api.RestoreRequest
 	if err := decodeOptional(r, &req); err != nil {
 		writeError(w, err)
 		return

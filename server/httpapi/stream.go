@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"smolvm.dev/smolvm/api"
 )
 
 // stream writes a response as a sequence of JSON events: newline-delimited
@@ -69,7 +71,7 @@ func (s *stream) fail(err error) {
 		writeError(s.w, err)
 		return
 	}
-	s.send("error", ExecEvent{Type: "error", Error: errorFor(err)})
+	s.send("error", api.ExecEvent{Type: "error", Error: errorFor(err)})
 }
 
 // comment keeps an idle SSE connection open through proxies.
@@ -92,10 +94,10 @@ type output struct {
 }
 
 func (o output) Write(p []byte) (int, error) {
-	data, enc := encodeData(p)
-	var ev any = ExecEvent{Type: o.typ, Data: data, Encoding: enc}
+	data, enc := api.EncodeData(p)
+	var ev any = api.ExecEvent{Type: o.typ, Data: data, Encoding: enc}
 	if o.log {
-		ev = LogEvent{Stream: o.typ, Data: data, Encoding: enc}
+		ev = api.LogEvent{Stream: o.typ, Data: data, Encoding: enc}
 	}
 	if err := o.s.send(o.typ, ev); err != nil {
 		return 0, err

@@ -1,4 +1,7 @@
-package httpapi
+// Package api is the wire format of smolvm's native HTTP API: request and
+// response bodies, stream events and error bodies, shared by the server and
+// every client. It links none of the runtime.
+package api
 
 import (
 	"encoding/base64"
@@ -184,9 +187,9 @@ func (n *Bytes) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// encodeData renders output bytes as a string field, base64 when they are
+// EncodeData renders output bytes as a string field, base64 when they are
 // not valid UTF-8 (a chunk may split a character).
-func encodeData(p []byte) (data, encoding string) {
+func EncodeData(p []byte) (data, encoding string) {
 	if utf8.Valid(p) {
 		return string(p), ""
 	}
@@ -201,4 +204,83 @@ func decodeData(data, encoding string) ([]byte, error) {
 		return base64.StdEncoding.DecodeString(data)
 	}
 	return nil, fmt.Errorf("unknown encoding %q", encoding)
+}
+
+// Error codes in error bodies; clients branch on them, not on messages.
+const (
+	CodeInvalid      = "invalid"      // 400: a malformed request; Field names what
+	CodeUnauthorized = "unauthorized" // 401
+	CodeDenied       = "denied"       // 403: the sandbox's trust policy refused
+	CodeNotFound     = "not_found"    // 404: never existed, or removed (the message says when)
+	CodeExpired      = "expired"      // 404: expired; ExpiredAt says when
+	CodeConflict     = "conflict"     // 409: wrong state, name in use
+	CodeTooLarge     = "too_large"    // 413
+	CodeBusy         = "busy"         // 429, 503: over the concurrency limit
+	CodeTimeout      = "timeout"      // 504
+	CodeInternal     = "internal"     // 500
+	CodeCannotStart  = "cannot_start" // 422: the main command could not start; Exit says why
+)
+
+// Error is the JSON body of every error response.
+type Error struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"error"`
+	// Field is the request field a 400 is about.
+	Field string `json:"field,omitempty"`
+	// ExpiredAt is when an expired sandbox expired.
+	ExpiredAt *time.Time `json:"expired_at,omitempty"`
+	// Exit is why a sandbox's main command could not start (127: not
+	// found, 126: not executable).
+	Exit *sandbox.Exit `json:"exit,omitempty"`
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// ContentTypeTar marks a tar upload or asks for a tar download.
+const ContentTypeTar = "application/x-tar"
+
+// NetworkUpdateRequest is the body of PUT /v1/sandboxes/{id}/network: the
+// whole new policy. Published ports stay as they are.
+type NetworkUpdateRequest struct {
+	Mode  sandbox.NetworkMode `json:"mode"`
+	Hosts []string            `json:"allow_hosts,omitempty"`
+	CIDRs []string            `json:"allow_cidrs,omitempty"`
+}
+
+// PoolRequest is the body of POST /v1/pools.
+type PoolRequest struct {
+	Name         string  `json:"name,omitempty"`
+	Image        string  `json:"image,omitempty"`
+	Size         int     `json:"size,omitempty"`
+	Targets      int     `json:"targets,omitempty"`
+	MemoryBudget Bytes   `json:"memory_budget,omitempty"`
+	CPUs         float64 `json:"cpus,omitempty"`
+	Memory       Bytes   `json:"memory,omitempty"`
+	Pids         int64   `json:"pids,omitempty"`
+	Disk         Bytes   `json:"disk,omitempty"`
+	// Fill starts the pool's sandboxes before answering; otherwise the
+	// pool fills when POST /v1/pools/{pool}/fill is called, or as
+	// sandboxes are taken from it.
+	Fill bool `json:"fill,omitempty"`
+}
+
+// CheckpointRequest is the optional body of POST …/checkpoint.
+type CheckpointRequest struct {
+	Name string `json:"name,omitempty"`
+	// Stop stops the sandbox after the checkpoint instead of leaving it
+	// running.
+	Stop bool `json:"stop,omitempty"`
+}
+
+// RestoreRequest is the optional body of POST /v1/snapshots/{snapshot}/restore.
+type RestoreRequest struct {
+	Name string `json:"name,omitempty"`
+}
+
+// ForkRequest is the optional body of POST …/fork.
+type ForkRequest struct {
+	// N is how many copies (default 1).
+	N          int    `json:"n,omitempty"`
+	NamePrefix string `json:"name_prefix,omitempty"`
 }
