@@ -390,3 +390,5 @@ func eachLine(r io.Reader, fn func([]byte) error) error {
 	}
 	return sc.Err()
 }
+
+var _ sandbox.Service = (*Client)(nil)

@@ -3,11 +3,57 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"time"
 )
+
+// Service runs sandboxes. The local manager (runtime/manager) implements it
+// on this host, and the Go client (client) implements it against a smolvm
+// server; both give the same results, errors and messages, so a caller
+// such as the CLI works the same either way (TestCLIRemoteMatchesDirect).
+// Errors wrap this package's sentinels, each of which belongs to an error
+// class.
+type Service interface {
+	Create(ctx context.Context, o CreateOptions) (*Sandbox, error)
+	Start(ctx context.Context, ref string) (*Sandbox, error)
+	// Stop sends SIGTERM, then SIGKILL after grace.
+	Stop(ctx context.Context, ref string, grace time.Duration) (*Sandbox, error)
+	// Remove deletes a sandbox; a running one needs force.
+	Remove(ctx context.Context, ref string, force bool) error
+	Get(ctx context.Context, ref string) (*Sandbox, error)
+	List(ctx context.Context) ([]*Sandbox, error)
+	// SetTTL gives a sandbox a new time to live from now; 0 is none.
+	SetTTL(ctx context.Context, ref string, ttl time.Duration) (*Sandbox, error)
+	Stats(ctx context.Context, ref string) (*Stats, error)
+
+	// Exec runs p in a running sandbox. A command that cannot start is an
+	// Exit with Kind set, not an error.
+	Exec(ctx context.Context, ref string, p Process, stdio Stdio) (Exit, error)
+	// CopyIn copies the caller's path src to dst inside the sandbox, and
+	// CopyOut the other way, with cp semantics.
+	CopyIn(ctx context.Context, ref, src, dst string) error
+	CopyOut(ctx context.Context, ref, src, dst string) error
+	// ReadFile streams one regular file out of the sandbox; the caller
+	// closes it. WriteFile creates or replaces one, making its parents.
+	ReadFile(ctx context.Context, ref, path string) (io.ReadCloser, error)
+	WriteFile(ctx context.Context, ref, path string, r io.Reader) error
+	// Logs writes the main process's output to o's writers.
+	Logs(ctx context.Context, ref string, o LogOptions) error
+
+	Checkpoint(ctx context.Context, ref string, o CheckpointOptions) (*Snapshot, error)
+	Restore(ctx context.Context, snapshot string, o RestoreOptions) (*Sandbox, error)
+	Fork(ctx context.Context, ref string, o ForkOptions) ([]*Sandbox, error)
+	Pause(ctx context.Context, ref string) (*Sandbox, error)
+	Resume(ctx context.Context, ref string) (*Sandbox, error)
+	RemovePool(ctx context.Context, name string) error
+
+	NetStatus(ctx context.Context, ref string) (*NetworkState, error)
+	NetEvents(ctx context.Context, ref string) ([]NetworkEvent, error)
+	NetUpdate(ctx context.Context, ref string, n Network) (*Sandbox, error)
+}
 
 // Event is one lifecycle change of a sandbox, as this Manager made or
 // observed it. Changes made by another process sharing the data dir show

@@ -97,9 +97,9 @@ func (a *app) forkCmd() *cobra.Command {
 }
 
 func (a *app) pauseCmd() *cobra.Command {
-	return a.eachCmd("pause SANDBOX...", "Freeze running sandboxes: no CPU, state kept", sandboxes.Pause)
+	return a.eachCmd("pause SANDBOX...", "Freeze running sandboxes: no CPU, state kept", sandbox.Service.Pause)
 }
 
 func (a *app) resumeCmd() *cobra.Command {
-	return a.eachCmd("resume SANDBOX...", "Thaw paused sandboxes", sandboxes.Resume)
+	return a.eachCmd("resume SANDBOX...", "Thaw paused sandboxes", sandbox.Service.Resume)
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"time"
 
 	"smolvm.dev/smolvm/client"
 	"smolvm.dev/smolvm/runtime/backend/gvisor"
@@ -60,36 +59,9 @@ func guestBinary() (string, error) {
 	return "", errors.New("smolvm-guest not found: install it beside smolvm (scripts/install.sh does), or set SMOLVM_GUEST_BINARY")
 }
 
-// sandboxes is what the sandbox commands need: a *manager.Manager in
-// direct mode, a *client.Client against a server. Both give the same
-// results, errors and messages (TestCLIRemoteMatchesDirect).
-type sandboxes interface {
-	Create(ctx context.Context, o sandbox.CreateOptions) (*sandbox.Sandbox, error)
-	Start(ctx context.Context, ref string) (*sandbox.Sandbox, error)
-	Stop(ctx context.Context, ref string, grace time.Duration) (*sandbox.Sandbox, error)
-	Remove(ctx context.Context, ref string, force bool) error
-	Get(ctx context.Context, ref string) (*sandbox.Sandbox, error)
-	List(ctx context.Context) ([]*sandbox.Sandbox, error)
-	SetTTL(ctx context.Context, ref string, ttl time.Duration) (*sandbox.Sandbox, error)
-	Stats(ctx context.Context, ref string) (*sandbox.Stats, error)
-	Exec(ctx context.Context, ref string, p sandbox.Process, stdio sandbox.Stdio) (sandbox.Exit, error)
-	CopyIn(ctx context.Context, ref, src, dst string) error
-	CopyOut(ctx context.Context, ref, src, dst string) error
-	Logs(ctx context.Context, ref string, o sandbox.LogOptions) error
-	Checkpoint(ctx context.Context, ref string, o sandbox.CheckpointOptions) (*sandbox.Snapshot, error)
-	Restore(ctx context.Context, snap string, o sandbox.RestoreOptions) (*sandbox.Sandbox, error)
-	Fork(ctx context.Context, ref string, o sandbox.ForkOptions) ([]*sandbox.Sandbox, error)
-	Pause(ctx context.Context, ref string) (*sandbox.Sandbox, error)
-	Resume(ctx context.Context, ref string) (*sandbox.Sandbox, error)
-	RemovePool(ctx context.Context, name string) error
-	NetStatus(ctx context.Context, ref string) (*sandbox.NetworkState, error)
-	NetEvents(ctx context.Context, ref string) ([]sandbox.NetworkEvent, error)
-	NetUpdate(ctx context.Context, ref string, p sandbox.Network) (*sandbox.Sandbox, error)
-}
-
 // sandboxes returns the sandbox operations: through the server --host
 // (SMOLVM_HOST) names, with SMOLVM_TOKEN, or directly on the data dir.
-func (a *app) sandboxes(ctx context.Context) (sandboxes, func() error, error) {
+func (a *app) sandboxes(ctx context.Context) (sandbox.Service, func() error, error) {
 	if a.host != "" {
 		c, err := client.New(a.host, os.Getenv("SMOLVM_TOKEN"))
 		if err != nil {

@@ -176,7 +176,7 @@ func (a *app) poolRmCmd() *cobra.Command {
 		Short: "Remove pools and the sandboxes waiting in them",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.eachSandbox(cmd, args, func(ctx context.Context, ops sandboxes, n string) error {
+			return a.eachSandbox(cmd, args, func(ctx context.Context, ops sandbox.Service, n string) error {
 				return ops.RemovePool(ctx, n)
 			})
 		},

@@ -168,7 +168,7 @@ has none) the sandbox idles, ready for exec.`,
 
 // attach follows a started sandbox's output until it stops, and returns
 // its exit status. Interrupting stops the sandbox.
-func (a *app) attach(ctx context.Context, ops sandboxes, sb *sandbox.Sandbox, rm bool) error {
+func (a *app) attach(ctx context.Context, ops sandbox.Service, sb *sandbox.Sandbox, rm bool) error {
 	cleanup := func() {
 		if rm {
 			ops.Remove(context.WithoutCancel(ctx), sb.ID, true)
@@ -232,7 +232,7 @@ func (a *app) createCmd() *cobra.Command {
 
 // eachSandbox runs fn on every named sandbox, reporting each failure and
 // failing overall if any did.
-func (a *app) eachSandbox(cmd *cobra.Command, names []string, fn func(ctx context.Context, ops sandboxes, name string) error) error {
+func (a *app) eachSandbox(cmd *cobra.Command, names []string, fn func(ctx context.Context, ops sandbox.Service, name string) error) error {
 	ops, done, err := a.sandboxes(cmd.Context())
 	if err != nil {
 		return err
@@ -254,17 +254,17 @@ func (a *app) eachSandbox(cmd *cobra.Command, names []string, fn func(ctx contex
 }
 
 func (a *app) startCmd() *cobra.Command {
-	return a.eachCmd("start SANDBOX...", "Start created or stopped sandboxes", sandboxes.Start)
+	return a.eachCmd("start SANDBOX...", "Start created or stopped sandboxes", sandbox.Service.Start)
 }
 
 // eachCmd is a command that applies op to every sandbox it names.
-func (a *app) eachCmd(use, short string, op func(sandboxes, context.Context, string) (*sandbox.Sandbox, error)) *cobra.Command {
+func (a *app) eachCmd(use, short string, op func(sandbox.Service, context.Context, string) (*sandbox.Sandbox, error)) *cobra.Command {
 	return &cobra.Command{
 		Use:   use,
 		Short: short,
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.eachSandbox(cmd, args, func(ctx context.Context, ops sandboxes, n string) error {
+			return a.eachSandbox(cmd, args, func(ctx context.Context, ops sandbox.Service, n string) error {
 				_, err := op(ops, ctx, n)
 				return err
 			})
@@ -279,7 +279,7 @@ func (a *app) stopCmd() *cobra.Command {
 		Short: "Stop sandboxes (SIGTERM, then SIGKILL after --time)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.eachSandbox(cmd, args, func(ctx context.Context, ops sandboxes, n string) error {
+			return a.eachSandbox(cmd, args, func(ctx context.Context, ops sandbox.Service, n string) error {
 				_, err := ops.Stop(ctx, n, timeout)
 				return err
 			})
@@ -296,7 +296,7 @@ func (a *app) rmCmd() *cobra.Command {
 		Short: "Remove sandboxes",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.eachSandbox(cmd, args, func(ctx context.Context, ops sandboxes, n string) error {
+			return a.eachSandbox(cmd, args, func(ctx context.Context, ops sandbox.Service, n string) error {
 				return ops.Remove(ctx, n, force)
 			})
 		},

@@ -202,3 +202,36 @@ func (m *Manager) Agent(ctx context.Context, ref string) (*guest.Client, error) 
 	}
 	return m.be.Guest(&r.spec), nil
 }
+
+// ReadFile streams the regular file at path out of a running sandbox.
+func (m *Manager) ReadFile(ctx context.Context, ref, path string) (io.ReadCloser, error) {
+	rec, err := m.running(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		err := m.withGuest(ctx, rec, func() error { return m.be.Guest(&rec.spec).ReadFile(ctx, path, pw) })
+		if err != nil {
+			err = fmt.Errorf("read %s:%s: %w", rec.Name, path, err)
+		}
+		pw.CloseWithError(err)
+	}()
+	return pr, nil
+}
+
+// WriteFile creates or replaces the file at path inside a running sandbox.
+func (m *Manager) WriteFile(ctx context.Context, ref, path string, r io.Reader) error {
+	rec, err := m.running(ctx, ref)
+	if err != nil {
+		return err
+	}
+	err = m.withGuest(ctx, rec, func() error {
+		_, err := m.be.Guest(&rec.spec).WriteFile(ctx, path, r)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("write %s:%s: %w", rec.Name, path, err)
+	}
+	return nil
+}

@@ -660,3 +660,5 @@ func (m *Manager) running(ctx context.Context, ref string) (*record, error) {
 	}
 	return r, nil
 }
+
+var _ sandbox.Service = (*Manager)(nil)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -16,7 +17,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -25,7 +25,7 @@ import (
 const MaxOutput = 1 << 20
 
 // New returns an MCP server whose tools drive m. version is smolvm's.
-func New(m *manager.Manager, version string) *mcp.Server {
+func New(m sandbox.Service, version string) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "smolvm", Version: version}, &mcp.ServerOptions{
 		Instructions: "smolvm sandboxes are isolated machines (gVisor); those made here have no network. Create one, " +
 			"run commands and move files in it; checkpoint, restore and fork it to branch work. " +
@@ -45,7 +45,7 @@ func New(m *manager.Manager, version string) *mcp.Server {
 }
 
 type tools struct {
-	m *manager.Manager
+	m sandbox.Service
 }
 
 // sandboxInfo is how a sandbox is shown to the model.
@@ -205,12 +205,13 @@ func (t *tools) readFile(ctx context.Context, _ *mcp.CallToolRequest, in pathIn)
 	if err := checkPath(in.Path); err != nil {
 		return nil, readOut{}, err
 	}
-	ac, err := t.m.Agent(ctx, in.Sandbox)
+	rc, err := t.m.ReadFile(ctx, in.Sandbox, in.Path)
 	if err != nil {
 		return nil, readOut{}, err
 	}
+	defer rc.Close()
 	buf := &capped{max: MaxOutput}
-	if err := ac.ReadFile(ctx, in.Path, buf); err != nil {
+	if _, err := io.Copy(buf, rc); err != nil {
 		return nil, readOut{}, fmt.Errorf("read %s: %w", in.Path, err)
 	}
 	out := readOut{Content: buf.String(), Encoding: "utf-8", Truncated: buf.cut}
@@ -244,15 +245,11 @@ func (t *tools) writeFile(ctx context.Context, _ *mcp.CallToolRequest, in writeI
 	default:
 		return nil, writeOut{}, fmt.Errorf("encoding: %q is not utf-8 or base64", in.Encoding)
 	}
-	ac, err := t.m.Agent(ctx, in.Sandbox)
-	if err != nil {
-		return nil, writeOut{}, err
-	}
-	fi, err := ac.WriteFile(ctx, in.Path, r)
-	if err != nil {
+	cr := &countingReader{r: r}
+	if err := t.m.WriteFile(ctx, in.Sandbox, in.Path, cr); err != nil {
 		return nil, writeOut{}, fmt.Errorf("write %s: %w", in.Path, err)
 	}
-	return nil, writeOut{Path: fi.Path, Size: fi.Size}, nil
+	return nil, writeOut{Path: path.Clean(in.Path), Size: cr.n}, nil
 }
 
 // checkPath wants absolute paths without "..": a model's path should mean
@@ -313,4 +310,16 @@ func (t *tools) fork(ctx context.Context, _ *mcp.CallToolRequest, in forkIn) (*m
 		return nil, listOut{}, err
 	}
 	return nil, listOf(sbs), nil
+}
+
+// countingReader counts what the sandbox took of a written file.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"sync"
 
-	"smolvm.dev/smolvm/runtime/manager"
+	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/workflow/trust"
 )
 
@@ -62,7 +62,7 @@ func (r Report) Complete() bool {
 
 // Options say what to apply where.
 type Options struct {
-	Manager *manager.Manager
+	Manager sandbox.Service
 	Sandbox string // name or ID of a running sandbox
 	Dir     string // directory inside the sandbox
 	Tree    string // host directory the changes go to
