@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"smolvm.dev/smolvm/client"
 	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/runtime/backend/gvisor"
 	"smolvm.dev/smolvm/runtime/guest"
@@ -87,23 +86,6 @@ type sandboxes interface {
 	NetStatus(ctx context.Context, ref string) (*network.State, error)
 	NetEvents(ctx context.Context, ref string) ([]network.Event, error)
 	NetUpdate(ctx context.Context, ref string, p network.Policy) (*sandbox.Sandbox, error)
-}
-
-// sandboxes returns the sandbox operations: through the server --host
-// (SMOLVM_HOST) names, with SMOLVM_TOKEN, or directly on the data dir.
-func (a *app) sandboxes(ctx context.Context) (sandboxes, func() error, error) {
-	if a.host != "" {
-		c, err := client.New(a.host, os.Getenv("SMOLVM_TOKEN"))
-		if err != nil {
-			return nil, nil, err
-		}
-		return c, func() error { return nil }, nil
-	}
-	e, err := a.open(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	return e.mgr, e.Close, nil
 }
 
 // env is what sandbox commands work with.
