@@ -173,20 +173,31 @@ func table(w io.Writer, header string, rows func(tw io.Writer)) error {
 	return tw.Flush()
 }
 
-// removeEach removes every name with remove, printing "Removed NAME" for
-// each. A failure does not stop the rest: all but the last are printed,
-// the last is returned.
-func (a *app) removeEach(names []string, remove func(name string) error) error {
-	var last error
-	for _, n := range names {
-		if err := remove(n); err != nil {
-			if last != nil {
-				fmt.Fprintln(a.stderr, "smolvm:", last)
-			}
-			last = err
-			continue
+// removeCmd builds c as a command that removes every name it is given
+// from the store open opens, but not what a sandbox uses (inUse). A
+// failure does not stop the rest: each success prints "Removed NAME", all
+// failures but the last are printed, the last is returned.
+func removeCmd[S any](a *app, c *cobra.Command, open func(*session) (S, error),
+	remove func(S, context.Context, string, func(id string) (bool, error)) error,
+	inUse func(context.Context, *store.Store, string) (bool, error)) *cobra.Command {
+	c.Args = cobra.MinimumNArgs(1)
+	return a.withSession(c, func(s *session, names []string) error {
+		from, err := open(s)
+		if err != nil {
+			return err
 		}
-		fmt.Fprintln(a.stdout, "Removed", n)
-	}
-	return last
+		used := func(id string) (bool, error) { return inUse(s.ctx, s.st, id) }
+		var last error
+		for _, n := range names {
+			if err := remove(from, s.ctx, n, used); err != nil {
+				if last != nil {
+					fmt.Fprintln(a.stderr, "smolvm:", last)
+				}
+				last = err
+				continue
+			}
+			fmt.Fprintln(a.stdout, "Removed", n)
+		}
+		return last
+	})
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -104,24 +105,15 @@ func (a *app) imageLsCmd() *cobra.Command {
 }
 
 func (a *app) imageRmCmd() *cobra.Command {
-	return a.withSession(&cobra.Command{
+	return removeCmd(a, &cobra.Command{
 		Use:   "rm REF...",
 		Short: "Untag images, deleting those left without a name and the layers no other image uses",
-		Args:  cobra.MinimumNArgs(1),
-	}, func(s *session, args []string) error {
-		images, err := s.images()
-		if err != nil {
-			return err
+	}, (*session).images, func(images *image.Store, ctx context.Context, ref string, inUse func(string) (bool, error)) error {
+		if err := images.Remove(ctx, ref, inUse); err != nil {
+			return imageError(err)
 		}
-		// image rm does not delete what a sandbox still runs on.
-		inUse := func(id string) (bool, error) { return manager.ImageInUse(s.ctx, s.st, id) }
-		return a.removeEach(args, func(ref string) error {
-			if err := images.Remove(s.ctx, ref, inUse); err != nil {
-				return imageError(err)
-			}
-			return nil
-		})
-	})
+		return nil
+	}, manager.ImageInUse)
 }
 
 // imageView is an image as inspect shows it.

@@ -67,17 +67,8 @@ func (a *app) snapshotInspectCmd() *cobra.Command {
 }
 
 func (a *app) snapshotRmCmd() *cobra.Command {
-	return a.withSession(&cobra.Command{
+	return removeCmd(a, &cobra.Command{
 		Use:   "rm NAME|ID...",
 		Short: "Remove snapshots no sandbox depends on (a name of several removes just that name)",
-		Args:  cobra.MinimumNArgs(1),
-	}, func(s *session, args []string) error {
-		snaps, err := s.snapshots()
-		if err != nil {
-			return err
-		}
-		// snapshot rm does not delete what a sandbox was restored from.
-		inUse := func(id string) (bool, error) { return manager.SnapshotInUse(s.ctx, s.st, id) }
-		return a.removeEach(args, func(name string) error { return snaps.Remove(s.ctx, name, inUse) })
-	})
+	}, (*session).snapshots, (*snapshot.Store).Remove, manager.SnapshotInUse)
 }
