@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,7 +14,6 @@ import (
 
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/runtime/manager"
-	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -28,56 +26,18 @@ func (a *app) imageCmd() *cobra.Command {
 	return c
 }
 
-// imageInUse reports whether a sandbox uses an image, so that image rm does
-// not delete what a sandbox still runs on.
-func (a *app) imageInUse(ctx context.Context) func(string) (bool, error) {
-	return func(id string) (bool, error) {
-		st, err := store.Open(ctx, a.dataDir)
-		if err != nil {
-			return false, err
-		}
-		defer st.Close()
-		return manager.ImageInUse(ctx, st, id)
-	}
-}
-
-// imageStore opens the image store of the data directory.
-func (a *app) imageStore(ctx context.Context) (*image.Store, func() error, error) {
-	st, err := store.Open(ctx, a.dataDir)
-	if err != nil {
-		return nil, nil, err
-	}
-	s, err := image.Open(ctx, a.dataDir, st)
-	if err != nil {
-		st.Close()
-		return nil, nil, err
-	}
-	return s, st.Close, nil
-}
-
 func (a *app) imageImportCmd() *cobra.Command {
 	var ref string
 	var jsonOut bool
-	c := &cobra.Command{
+	c := a.withSession(&cobra.Command{
 		Use:   "import PATH",
 		Short: "Store an image from an OCI layout directory or a docker-save tarball",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			s, done, err := a.imageStore(ctx)
-			if err != nil {
-				return err
-			}
-			defer done()
-			progress, finish := a.imageProgress(jsonOut)
-			img, err := s.Import(ctx, args[0], ref, progress)
-			finish()
-			if err != nil {
-				return imageError(err)
-			}
-			return a.imageStored("Imported", img, jsonOut)
-		},
-	}
+	}, func(s *session, args []string) error {
+		return a.storeImage(s, "Imported", jsonOut, func(images *image.Store, progress func(image.Progress)) (*sandbox.Image, error) {
+			return images.Import(s.ctx, args[0], ref, progress)
+		})
+	})
 	c.Flags().StringVar(&ref, "name", "", "name to store the image under (default: the archive's own tags)")
 	c.Flags().BoolVar(&jsonOut, "json", false, "print progress events and the image as JSON lines")
 	return c
@@ -86,64 +46,49 @@ func (a *app) imageImportCmd() *cobra.Command {
 func (a *app) imagePullCmd() *cobra.Command {
 	var opts image.PullOptions
 	var jsonOut bool
-	c := &cobra.Command{
+	c := a.withSession(&cobra.Command{
 		Use:   "pull REF",
 		Short: "Download an image from a registry",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			s, done, err := a.imageStore(ctx)
-			if err != nil {
-				return err
-			}
-			defer done()
-			var finish func()
-			opts.Progress, finish = a.imageProgress(jsonOut)
-			img, err := s.Pull(ctx, args[0], opts)
-			finish()
-			if err != nil {
-				return imageError(err)
-			}
-			return a.imageStored("Pulled", img, jsonOut)
-		},
-	}
+	}, func(s *session, args []string) error {
+		return a.storeImage(s, "Pulled", jsonOut, func(images *image.Store, progress func(image.Progress)) (*sandbox.Image, error) {
+			opts.Progress = progress
+			return images.Pull(s.ctx, args[0], opts)
+		})
+	})
 	c.Flags().BoolVar(&opts.Insecure, "insecure", false, "allow plain HTTP to the registry")
 	c.Flags().StringVar(&opts.Platform, "platform", "", "os/arch of the image to pull (default: linux on this machine's architecture)")
 	c.Flags().BoolVar(&jsonOut, "json", false, "print progress events and the image as JSON lines")
 	return c
 }
 
-// imageStored reports a stored image.
-func (a *app) imageStored(verb string, img *sandbox.Image, jsonOut bool) error {
+// storeImage stores an image with store, reporting its progress, and
+// then the image (verb: what was done).
+func (a *app) storeImage(s *session, verb string, jsonOut bool, store func(*image.Store, func(image.Progress)) (*sandbox.Image, error)) error {
+	images, err := s.images()
+	if err != nil {
+		return err
+	}
+	progress, finish := a.imageProgress(jsonOut)
+	img, err := store(images, progress)
+	finish()
+	if err != nil {
+		return imageError(err)
+	}
 	if jsonOut {
 		return json.NewEncoder(a.stdout).Encode(map[string]any{"image": img})
 	}
-	_, err := fmt.Fprintf(a.stdout, "%s %s %s\n", verb, strings.Join(img.Refs, ", "), img.ID)
+	_, err = fmt.Fprintf(a.stdout, "%s %s %s\n", verb, strings.Join(img.Refs, ", "), img.ID)
 	return err
 }
 
 func (a *app) imageLsCmd() *cobra.Command {
-	var jsonOut bool
-	c := &cobra.Command{
+	return command(a, &cobra.Command{
 		Use:   "ls",
 		Short: "List stored images",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			s, done, err := a.imageStore(ctx)
-			if err != nil {
-				return err
-			}
-			defer done()
-			imgs, err := s.List(ctx)
-			if err != nil {
-				return err
-			}
-			if jsonOut {
-				return a.imageJSON(imgs)
-			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "REF\tID\tSIZE\tCREATED\tSOURCE")
+	}, "print the images as a JSON array", func(w io.Writer, imgs []sandbox.Image) error {
+		return table(w, "REF\tID\tSIZE\tCREATED\tSOURCE", func(tw io.Writer) {
 			for _, img := range imgs {
 				refs := img.Refs
 				if len(refs) == 0 {
@@ -154,69 +99,42 @@ func (a *app) imageLsCmd() *cobra.Command {
 						img.Created.Local().Format(time.DateTime), img.Source)
 				}
 			}
-			return tw.Flush()
-		},
-	}
-	c.Flags().BoolVar(&jsonOut, "json", false, "print the images as a JSON array")
-	return c
+		})
+	}, on((*session).images, func(s *session, images *image.Store, _ []string) ([]sandbox.Image, error) {
+		return images.List(s.ctx)
+	}))
 }
 
 func (a *app) imageRmCmd() *cobra.Command {
-	return &cobra.Command{
+	return removeCmd(a, &cobra.Command{
 		Use:   "rm REF...",
 		Short: "Untag images, deleting those left without a name and the layers no other image uses",
-		Args:  cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			s, done, err := a.imageStore(ctx)
-			if err != nil {
-				return err
-			}
-			defer done()
-			var last error
-			for _, ref := range args {
-				if err := s.Remove(ctx, ref, a.imageInUse(ctx)); err != nil {
-					if last != nil {
-						fmt.Fprintln(a.stderr, "smolvm:", last)
-					}
-					last = imageError(err)
-					continue
-				}
-				fmt.Fprintln(a.stdout, "Removed", ref)
-			}
-			return last
-		},
-	}
+	}, (*session).images, func(images *image.Store, ctx context.Context, ref string, inUse func(string) (bool, error)) error {
+		if err := images.Remove(ctx, ref, inUse); err != nil {
+			return imageError(err)
+		}
+		return nil
+	}, manager.ImageInUse)
+}
+
+// imageView is an image as inspect shows it.
+type imageView struct {
+	*sandbox.Image
+	Rootfs image.Rootfs `json:"rootfs"`
 }
 
 func (a *app) imageInspectCmd() *cobra.Command {
-	return &cobra.Command{
+	return command(a, &cobra.Command{
 		Use:   "inspect REF",
 		Short: "Print an image and its root filesystem as JSON",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			s, done, err := a.imageStore(ctx)
-			if err != nil {
-				return err
-			}
-			defer done()
-			img, err := s.Get(ctx, args[0])
-			if err != nil {
-				return imageError(err)
-			}
-			return a.imageJSON(struct {
-				*sandbox.Image
-				Rootfs image.Rootfs `json:"rootfs"`
-			}{img, s.Rootfs(img)})
-		},
-	}
-}
-
-func (a *app) imageJSON(v any) error {
-	enc := json.NewEncoder(a.stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	}, "", printJSON, on((*session).images, func(s *session, images *image.Store, args []string) (imageView, error) {
+		img, err := images.Get(s.ctx, args[0])
+		if err != nil {
+			return imageView{}, imageError(err)
+		}
+		return imageView{img, images.Rootfs(img)}, nil
+	}))
 }
 
 // imageError keeps an error on one line: registry errors can span several.

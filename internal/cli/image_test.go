@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,30 +15,6 @@ import (
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/sandbox"
 )
-
-// imageRun runs smolvm with args against dataDir and returns its output and
-// exit status as Main would produce them.
-func imageRun(t *testing.T, dataDir string, args ...string) (stdout, stderr string, code int) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut}
-	root := a.rootCmd()
-	root.SetArgs(append([]string{"--data-dir", dataDir}, args...))
-	err := root.ExecuteContext(t.Context())
-	var ee *exitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		code = ee.code
-		if ee.err != nil {
-			errOut.WriteString("smolvm: " + ee.err.Error() + "\n")
-		}
-	default:
-		code = exitFailure
-		errOut.WriteString("smolvm: " + err.Error() + "\n")
-	}
-	return out.String(), errOut.String(), code
-}
 
 // imageLayout writes a random two-layer image as an unnamed OCI layout.
 func imageLayout(t *testing.T) string {
@@ -61,7 +36,8 @@ func imageLayout(t *testing.T) string {
 
 func TestImageImportLsJSON(t *testing.T) {
 	dataDir := t.TempDir()
-	out, errOut, code := imageRun(t, dataDir, "image", "import", imageLayout(t), "--name", "smolvm.local/test:1", "--json")
+	c := newCLI(t, dataDir)
+	out, errOut, code := c.run("image", "import", imageLayout(t), "--name", "smolvm.local/test:1", "--json")
 	if code != 0 {
 		t.Fatalf("import: exit %d: %s", code, errOut)
 	}
@@ -88,7 +64,7 @@ func TestImageImportLsJSON(t *testing.T) {
 		t.Errorf("import --json: %d progress events, %d images (%+v)", progress, final, stored)
 	}
 
-	out, errOut, code = imageRun(t, dataDir, "image", "ls", "--json")
+	out, errOut, code = c.run("image", "ls", "--json")
 	if code != 0 {
 		t.Fatalf("ls: exit %d: %s", code, errOut)
 	}
@@ -101,12 +77,12 @@ func TestImageImportLsJSON(t *testing.T) {
 		t.Errorf("ls --json = %+v", imgs)
 	}
 
-	out, _, code = imageRun(t, dataDir, "image", "ls")
+	out, _, code = c.run("image", "ls")
 	if code != 0 || !strings.Contains(out, "smolvm.local/test:1") || !strings.Contains(out, stored.ID[7:19]) {
 		t.Errorf("ls: exit %d:\n%s", code, out)
 	}
 
-	out, _, code = imageRun(t, dataDir, "image", "inspect", "smolvm.local/test:1")
+	out, _, code = c.run("image", "inspect", "smolvm.local/test:1")
 	var inspected struct {
 		ID     string       `json:"id"`
 		Rootfs image.Rootfs `json:"rootfs"`
@@ -115,11 +91,11 @@ func TestImageImportLsJSON(t *testing.T) {
 		t.Errorf("inspect: exit %d: %s", code, out)
 	}
 
-	out, errOut, code = imageRun(t, dataDir, "image", "rm", "smolvm.local/test:1")
+	out, errOut, code = c.run("image", "rm", "smolvm.local/test:1")
 	if code != 0 || !strings.Contains(out, "Removed") {
 		t.Fatalf("rm: exit %d: %s%s", code, out, errOut)
 	}
-	out, _, _ = imageRun(t, dataDir, "image", "ls", "--json")
+	out, _, _ = c.run("image", "ls", "--json")
 	if err := json.Unmarshal([]byte(out), &imgs); err != nil || len(imgs) != 1 {
 		t.Errorf("ls after rm = %s", out)
 	}
@@ -127,6 +103,7 @@ func TestImageImportLsJSON(t *testing.T) {
 
 func TestImageBadInput(t *testing.T) {
 	dataDir := t.TempDir()
+	c := newCLI(t, dataDir)
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -140,7 +117,7 @@ func TestImageBadInput(t *testing.T) {
 		{[]string{"image", "rm", "nothere"}, "not found"},
 		{[]string{"image", "rm", "host"}, "builtin"},
 	} {
-		out, errOut, code := imageRun(t, dataDir, tc.args...)
+		out, errOut, code := c.run(tc.args...)
 		if code != exitFailure {
 			t.Errorf("%v: exit %d, want %d", tc.args, code, exitFailure)
 		}

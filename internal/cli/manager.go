@@ -8,14 +8,12 @@ import (
 	"os/exec"
 	"path/filepath"
 
-	"smolvm.dev/smolvm/client"
 	"smolvm.dev/smolvm/runtime/backend/gvisor"
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/runtime/network"
 	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/runtime/store"
-	"smolvm.dev/smolvm/sandbox"
 )
 
 // runscPath finds runsc: the flag or $SMOLVM_RUNSC, then beside the smolvm
@@ -57,23 +55,6 @@ func guestBinary() (string, error) {
 		return p, nil
 	}
 	return "", errors.New("smolvm-guest not found: install it beside smolvm (scripts/install.sh does), or set SMOLVM_GUEST_BINARY")
-}
-
-// sandboxes returns the sandbox operations: through the server --host
-// (SMOLVM_HOST) names, with SMOLVM_TOKEN, or directly on the data dir.
-func (a *app) sandboxes(ctx context.Context) (sandbox.Service, func() error, error) {
-	if a.host != "" {
-		c, err := client.New(a.host, os.Getenv("SMOLVM_TOKEN"))
-		if err != nil {
-			return nil, nil, err
-		}
-		return c, func() error { return nil }, nil
-	}
-	e, err := a.open(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	return e.mgr, e.Close, nil
 }
 
 // env is what sandbox commands work with.

@@ -2,13 +2,12 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -23,7 +22,7 @@ import (
 // writes directly, ask and deny propose) and the decision is audited in the
 // data directory. No flag lifts the policy: enforcement is smolvm's, not
 // the caller's.
-func memoryProposed(ctx context.Context, a *app, root, author string) (bool, error) {
+func memoryProposed(s *session, root, author string) (bool, error) {
 	if !strings.HasPrefix(author, "agent:") {
 		return false, nil
 	}
@@ -31,13 +30,12 @@ func memoryProposed(ctx context.Context, a *app, root, author string) (bool, err
 	if err != nil {
 		return true, fmt.Errorf("trust policy: %w", err)
 	}
-	l, closeLedger, err := a.policyLedger(ctx)
+	l, err := s.ledger()
 	if err != nil {
 		return true, err
 	}
-	defer closeLedger()
 	gate := &trust.Gate{Policy: p, Ledger: l}
-	d, err := gate.Evaluate(ctx, trust.Action{Kind: trust.Memory}, author)
+	d, err := gate.Evaluate(s.ctx, trust.Action{Kind: trust.Memory}, author)
 	if err != nil {
 		return true, fmt.Errorf("audit memory change: %w", err)
 	}
@@ -68,30 +66,35 @@ keep their history.`,
 	return cmd
 }
 
-// open returns the repository memory and the absolute base directory for
-// relative paths.
-func (m *memoryCLI) open(cmd *cobra.Command) (*memory.Repo, string, error) {
+// memRepo is the repository memory a memory command works on.
+type memRepo struct {
+	*memory.Repo
+	base string // the absolute base directory for relative paths
+}
+
+// open opens the repository memory at -C.
+func (m *memoryCLI) open(s *session) (memRepo, error) {
 	base, err := filepath.Abs(m.dir)
 	if err != nil {
-		return nil, "", err
+		return memRepo{}, err
 	}
-	r, err := memory.Open(cmd.Context(), base)
+	r, err := memory.Open(s.ctx, base)
 	if err != nil {
-		return nil, "", err
+		return memRepo{}, err
 	}
-	return r, base, nil
+	return memRepo{r, base}, nil
 }
 
 // actor is who a change is recorded as when --by/--author is not given:
 // $SMOLVM_AUTHOR, else human:<git user.name>, else human:$USER.
-func (m *memoryCLI) actor(cmd *cobra.Command, r *memory.Repo, given string) string {
+func (r memRepo) actor(ctx context.Context, given string) string {
 	if given != "" {
 		return given
 	}
 	if v := os.Getenv("SMOLVM_AUTHOR"); v != "" {
 		return v
 	}
-	if u := r.GitUser(cmd.Context()); u != "" {
+	if u := r.GitUser(ctx); u != "" {
 		return u
 	}
 	if u := os.Getenv("USER"); u != "" {
@@ -100,11 +103,11 @@ func (m *memoryCLI) actor(cmd *cobra.Command, r *memory.Repo, given string) stri
 	return "human:unknown"
 }
 
-// anchors parses anchor specs whose paths are relative to base.
-func (m *memoryCLI) anchors(r *memory.Repo, base string, specs []string) ([]memory.Anchor, error) {
+// anchors parses anchor specs whose paths are relative to the base.
+func (r memRepo) anchors(specs []string) ([]memory.Anchor, error) {
 	var as []memory.Anchor
 	for _, s := range specs {
-		a, err := r.ParseAnchorAt(base, s)
+		a, err := r.ParseAnchorAt(r.base, s)
 		if err != nil {
 			return nil, err
 		}
@@ -122,59 +125,51 @@ func parseKind(s string) (memory.Kind, error) {
 	return "", fmt.Errorf("unknown kind %q (want one of %v)", s, memory.Kinds)
 }
 
-func (m *memoryCLI) writeJSON(v any) error {
-	enc := json.NewEncoder(m.stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+// factCmd is a memory command that changes one fact and prints its ID and
+// new status.
+func (m *memoryCLI) factCmd(c *cobra.Command, jsonUsage string, change func(s *session, r memRepo, args []string) (*memory.Fact, error)) *cobra.Command {
+	return command(m.app, c, jsonUsage, printFactStatus, on(m.open, change))
+}
+
+func printFactStatus(w io.Writer, f *memory.Fact) error {
+	_, err := fmt.Fprintf(w, "%s %s\n", f.ID, f.Status)
+	return err
 }
 
 func (m *memoryCLI) addCmd() *cobra.Command {
 	var kind, author, supersedes string
 	var anchors []string
-	var direct, asJSON bool
-	cmd := &cobra.Command{
+	var direct bool
+	cmd := m.factCmd(&cobra.Command{
 		Use:   "add TEXT --kind KIND [--anchor PATH[:L1-L2|#Symbol]]...",
 		Short: "Record a fact (agents' facts are proposed unless the trust policy allows memory changes)",
 		Args:  cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			r, base, err := m.open(cmd)
-			if err != nil {
-				return err
-			}
-			k, err := parseKind(kind)
-			if err != nil {
-				return err
-			}
-			as, err := m.anchors(r, base, anchors)
-			if err != nil {
-				return err
-			}
-			if direct {
-				fmt.Fprintln(m.stderr, "smolvm: --direct is ignored: the trust policy's memory.change decides")
-			}
-			author := m.actor(cmd, r, author)
-			proposed, err := memoryProposed(cmd.Context(), m.app, r.Root(), author)
-			if err != nil {
-				return err
-			}
-			f, err := r.Add(cmd.Context(), memory.AddOptions{
-				Text:       strings.Join(args, " "),
-				Kind:       k,
-				Author:     author,
-				Anchors:    as,
-				Proposed:   proposed,
-				Supersedes: supersedes,
-			})
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return m.writeJSON(f)
-			}
-			fmt.Fprintf(m.stdout, "%s %s\n", f.ID, f.Status)
-			return nil
-		},
-	}
+	}, "print the fact as JSON", func(s *session, r memRepo, args []string) (*memory.Fact, error) {
+		k, err := parseKind(kind)
+		if err != nil {
+			return nil, err
+		}
+		as, err := r.anchors(anchors)
+		if err != nil {
+			return nil, err
+		}
+		if direct {
+			fmt.Fprintln(m.stderr, "smolvm: --direct is ignored: the trust policy's memory.change decides")
+		}
+		author := r.actor(s.ctx, author)
+		proposed, err := memoryProposed(s, r.Root(), author)
+		if err != nil {
+			return nil, err
+		}
+		return r.Add(s.ctx, memory.AddOptions{
+			Text:       strings.Join(args, " "),
+			Kind:       k,
+			Author:     author,
+			Anchors:    as,
+			Proposed:   proposed,
+			Supersedes: supersedes,
+		})
+	})
 	fl := cmd.Flags()
 	fl.StringVar(&kind, "kind", "", "decision, convention, architecture or gotcha (required)")
 	fl.StringArrayVar(&anchors, "anchor", nil, "anchor `PATH[:L1-L2|#Symbol]` (repeatable)")
@@ -183,61 +178,48 @@ func (m *memoryCLI) addCmd() *cobra.Command {
 	fl.BoolVar(&direct, "direct", false, "ignored: the trust policy decides")
 	fl.MarkHidden("direct")
 	fl.StringVar(&supersedes, "supersedes", "", "`ID` of a fact this one replaces (closed once this is valid)")
-	fl.BoolVar(&asJSON, "json", false, "print the fact as JSON")
 	cmd.MarkFlagRequired("kind")
 	return cmd
 }
 
 func (m *memoryCLI) lsCmd() *cobra.Command {
-	var stale, valid, proposed, all, asJSON bool
+	var stale, valid, proposed, all bool
 	var path string
-	cmd := &cobra.Command{
+	cmd := command(m.app, &cobra.Command{
 		Use:   "ls [--stale|--valid|--proposed|--all] [--path P]",
 		Short: "List facts (default: valid, stale and proposed)",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			r, base, err := m.open(cmd)
-			if err != nil {
-				return err
+	}, "print JSON", factTable, on(m.open, func(s *session, r memRepo, _ []string) ([]*memory.Fact, error) {
+		facts, err := r.List(s.ctx)
+		if err != nil {
+			return nil, err
+		}
+		path := path
+		if path != "" {
+			if path, err = r.Rel(r.base, path); err != nil {
+				return nil, err
 			}
-			facts, err := r.List(cmd.Context())
-			if err != nil {
-				return err
+		}
+		want := map[memory.Status]bool{memory.Stale: stale, memory.Valid: valid, memory.Proposed: proposed}
+		filtered := stale || valid || proposed
+		out := []*memory.Fact{}
+		for _, f := range facts {
+			switch {
+			case filtered && !want[f.Status]:
+			case !filtered && !all && f.Status.Closed():
+			case path != "" && !anchoredUnder(f, path):
+			default:
+				out = append(out, f)
 			}
-			if path != "" {
-				if path, err = r.Rel(base, path); err != nil {
-					return err
-				}
-			}
-			want := map[memory.Status]bool{memory.Stale: stale, memory.Valid: valid, memory.Proposed: proposed}
-			filtered := stale || valid || proposed
-			var out []*memory.Fact
-			for _, f := range facts {
-				switch {
-				case filtered && !want[f.Status]:
-				case !filtered && !all && f.Status.Closed():
-				case path != "" && !anchoredUnder(f, path):
-				default:
-					out = append(out, f)
-				}
-			}
-			if asJSON {
-				if out == nil {
-					out = []*memory.Fact{}
-				}
-				return m.writeJSON(out)
-			}
-			m.table(out)
-			return nil
-		},
-	}
+		}
+		return out, nil
+	}))
 	fl := cmd.Flags()
 	fl.BoolVar(&stale, "stale", false, "only stale facts")
 	fl.BoolVar(&valid, "valid", false, "only valid facts")
 	fl.BoolVar(&proposed, "proposed", false, "only proposed facts")
 	fl.BoolVar(&all, "all", false, "include forgotten and rejected facts")
 	fl.StringVar(&path, "path", "", "only facts anchored at or under `P`")
-	fl.BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
 
@@ -250,17 +232,16 @@ func anchoredUnder(f *memory.Fact, p string) bool {
 	return false
 }
 
-func (m *memoryCLI) table(facts []*memory.Fact) {
-	tw := tabwriter.NewWriter(m.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATUS\tKIND\tAUTHOR\tANCHORS\tTEXT")
-	for _, f := range facts {
-		var as []string
-		for _, a := range f.Anchors {
-			as = append(as, a.String())
+func factTable(w io.Writer, facts []*memory.Fact) error {
+	return table(w, "ID\tSTATUS\tKIND\tAUTHOR\tANCHORS\tTEXT", func(tw io.Writer) {
+		for _, f := range facts {
+			var as []string
+			for _, a := range f.Anchors {
+				as = append(as, a.String())
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", f.ID, f.Status, f.Kind, f.Author, strings.Join(as, ","), summary(f.Text))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", f.ID, f.Status, f.Kind, f.Author, strings.Join(as, ","), summary(f.Text))
-	}
-	tw.Flush()
+	})
 }
 
 // summary is the first line of text, cut to fit a table.
@@ -272,92 +253,74 @@ func summary(s string) string {
 	return s
 }
 
+// getFact is the body of the commands that show one fact.
+func getFact(s *session, r memRepo, args []string) (*memory.Fact, error) {
+	return r.Get(s.ctx, args[0])
+}
+
 func (m *memoryCLI) showCmd() *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
+	return command(m.app, &cobra.Command{
 		Use:   "show ID",
 		Short: "Show a fact (ID may be a unique prefix)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			r, _, err := m.open(cmd)
-			if err != nil {
-				return err
-			}
-			f, err := r.Get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return m.writeJSON(f)
-			}
-			w := m.stdout
-			fmt.Fprintf(w, "id:       %s\nstatus:   %s\nkind:     %s\nauthor:   %s\n", f.ID, f.Status, f.Kind, f.Author)
-			fmt.Fprintf(w, "created:  %s", f.CreatedAt.Format(time.RFC3339))
-			if f.CreatedCommit != "" {
-				fmt.Fprintf(w, " at commit %s", f.CreatedCommit)
-			}
-			fmt.Fprintln(w)
-			if !f.ValidFrom.IsZero() {
-				fmt.Fprintf(w, "valid:    from %s\n", f.ValidFrom.Format(time.RFC3339))
-			}
-			if !f.InvalidatedAt.IsZero() {
-				fmt.Fprintf(w, "closed:   %s: %s\n", f.InvalidatedAt.Format(time.RFC3339), f.Reason)
-			}
-			if f.Supersedes != "" {
-				fmt.Fprintf(w, "replaces: %s\n", f.Supersedes)
-			}
-			if f.SupersededBy != "" {
-				fmt.Fprintf(w, "replaced: by %s\n", f.SupersededBy)
-			}
-			for _, a := range f.Anchors {
-				fmt.Fprintf(w, "anchor:   %s", a)
-				if a.Blob != "" {
-					fmt.Fprintf(w, " (blob %.12s)", a.Blob)
-				}
-				if a.Drift != "" {
-					fmt.Fprintf(w, " DRIFTED: %s", a.Drift)
-				}
-				fmt.Fprintln(w)
-			}
-			fmt.Fprintf(w, "history:  %d events (smolvm memory history %s)\n\n%s\n", len(f.History), f.ID, f.Text)
-			return nil
-		},
+	}, "print JSON", showFact, on(m.open, getFact))
+}
+
+func showFact(w io.Writer, f *memory.Fact) error {
+	fmt.Fprintf(w, "id:       %s\nstatus:   %s\nkind:     %s\nauthor:   %s\n", f.ID, f.Status, f.Kind, f.Author)
+	fmt.Fprintf(w, "created:  %s", f.CreatedAt.Format(time.RFC3339))
+	if f.CreatedCommit != "" {
+		fmt.Fprintf(w, " at commit %s", f.CreatedCommit)
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+	fmt.Fprintln(w)
+	if !f.ValidFrom.IsZero() {
+		fmt.Fprintf(w, "valid:    from %s\n", f.ValidFrom.Format(time.RFC3339))
+	}
+	if !f.InvalidatedAt.IsZero() {
+		fmt.Fprintf(w, "closed:   %s: %s\n", f.InvalidatedAt.Format(time.RFC3339), f.Reason)
+	}
+	if f.Supersedes != "" {
+		fmt.Fprintf(w, "replaces: %s\n", f.Supersedes)
+	}
+	if f.SupersededBy != "" {
+		fmt.Fprintf(w, "replaced: by %s\n", f.SupersededBy)
+	}
+	for _, a := range f.Anchors {
+		fmt.Fprintf(w, "anchor:   %s", a)
+		if a.Blob != "" {
+			fmt.Fprintf(w, " (blob %.12s)", a.Blob)
+		}
+		if a.Drift != "" {
+			fmt.Fprintf(w, " DRIFTED: %s", a.Drift)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "history:  %d events (smolvm memory history %s)\n\n%s\n", len(f.History), f.ID, f.Text)
+	return nil
 }
 
 func (m *memoryCLI) editCmd() *cobra.Command {
 	var text, kind, by, why string
 	var anchors []string
-	cmd := &cobra.Command{
+	cmd := m.factCmd(&cobra.Command{
 		Use:   "edit ID [--text T] [--kind K] [--anchor A]...",
 		Short: "Change a fact; new anchors are re-hashed and revalidate a stale fact",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			r, base, err := m.open(cmd)
-			if err != nil {
-				return err
+	}, "", func(s *session, r memRepo, args []string) (*memory.Fact, error) {
+		o := memory.EditOptions{Text: text, By: r.actor(s.ctx, by), Why: why}
+		var err error
+		if kind != "" {
+			if o.Kind, err = parseKind(kind); err != nil {
+				return nil, err
 			}
-			o := memory.EditOptions{Text: text, By: m.actor(cmd, r, by), Why: why}
-			if kind != "" {
-				if o.Kind, err = parseKind(kind); err != nil {
-					return err
-				}
+		}
+		if s.cmd.Flags().Changed("anchor") {
+			if o.Anchors, err = r.anchors(anchors); err != nil {
+				return nil, err
 			}
-			if cmd.Flags().Changed("anchor") {
-				if o.Anchors, err = m.anchors(r, base, anchors); err != nil {
-					return err
-				}
-			}
-			f, err := r.Edit(cmd.Context(), args[0], o)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(m.stdout, "%s %s\n", f.ID, f.Status)
-			return nil
-		},
-	}
+		}
+		return r.Edit(s.ctx, args[0], o)
+	})
 	fl := cmd.Flags()
 	fl.StringVar(&text, "text", "", "new text")
 	fl.StringVar(&kind, "kind", "", "new kind")
@@ -369,23 +332,13 @@ func (m *memoryCLI) editCmd() *cobra.Command {
 
 func (m *memoryCLI) confirmCmd() *cobra.Command {
 	var by, why string
-	cmd := &cobra.Command{
+	cmd := m.factCmd(&cobra.Command{
 		Use:   "confirm ID",
 		Short: "Re-hash a stale fact's anchors as they are now (following renames) and make it valid",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			r, _, err := m.open(cmd)
-			if err != nil {
-				return err
-			}
-			f, err := r.Confirm(cmd.Context(), args[0], m.actor(cmd, r, by), why)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(m.stdout, "%s %s\n", f.ID, f.Status)
-			return nil
-		},
-	}
+	}, "", func(s *session, r memRepo, args []string) (*memory.Fact, error) {
+		return r.Confirm(s.ctx, args[0], r.actor(s.ctx, by), why)
+	})
 	cmd.Flags().StringVar(&by, "by", "", "who is confirming (default as for add --author)")
 	cmd.Flags().StringVar(&why, "why", "", "reason, kept in the history")
 	return cmd
@@ -393,23 +346,13 @@ func (m *memoryCLI) confirmCmd() *cobra.Command {
 
 func (m *memoryCLI) forgetCmd() *cobra.Command {
 	var by, why string
-	cmd := &cobra.Command{
+	cmd := m.factCmd(&cobra.Command{
 		Use:   "forget ID --why W --by WHO",
 		Short: "Close a fact; it stays on disk with who and why",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			r, _, err := m.open(cmd)
-			if err != nil {
-				return err
-			}
-			f, err := r.Forget(cmd.Context(), args[0], by, why)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(m.stdout, "%s %s\n", f.ID, f.Status)
-			return nil
-		},
-	}
+	}, "", func(s *session, r memRepo, args []string) (*memory.Fact, error) {
+		return r.Forget(s.ctx, args[0], by, why)
+	})
 	cmd.Flags().StringVar(&by, "by", "", "who is forgetting it: human:NAME or agent:NAME (required)")
 	cmd.Flags().StringVar(&why, "why", "", "why it no longer holds (required)")
 	cmd.MarkFlagRequired("by")
@@ -429,7 +372,7 @@ type memoryVerifyJSON struct {
 func (m *memoryCLI) verifyCmd() *cobra.Command {
 	var by string
 	var asJSON bool
-	cmd := &cobra.Command{
+	cmd := m.withSession(&cobra.Command{
 		Use:   "verify",
 		Short: "Mark facts whose anchors drifted as stale; exit 1 if any fact is stale",
 		Long: `verify checks every valid and stale fact against the working tree and
@@ -438,82 +381,71 @@ symbol gone. Facts whose anchors match again become valid. Changes are
 written to the fact files with a history entry. Exit status is 1 when any
 fact is stale afterwards (newly or from before), 0 otherwise.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			r, _, err := m.open(cmd)
-			if err != nil {
+	}, func(s *session, args []string) error {
+		r, err := m.open(s)
+		if err != nil {
+			return err
+		}
+		res, err := r.Verify(s.ctx, r.actor(s.ctx, by))
+		if err != nil {
+			return err
+		}
+		stale := 0
+		out := []memoryVerifyJSON{}
+		for _, x := range res {
+			if x.Fact.Status == memory.Stale {
+				stale++
+			}
+			if x.Fact.Status != memory.Stale && x.Change == "" {
+				continue
+			}
+			out = append(out, memoryVerifyJSON{ID: x.Fact.ID, Status: x.Fact.Status, Change: x.Change, Text: x.Fact.Text, Drifted: x.Drifted})
+		}
+		if asJSON {
+			if err := writeJSON(m.stdout, out); err != nil {
 				return err
 			}
-			res, err := r.Verify(cmd.Context(), m.actor(cmd, r, by))
-			if err != nil {
-				return err
-			}
-			stale := 0
-			out := []memoryVerifyJSON{}
-			for _, x := range res {
-				if x.Fact.Status == memory.Stale {
-					stale++
+		} else {
+			for _, v := range out {
+				note := ""
+				if v.Change != "" {
+					note = " (now " + v.Change + ")"
 				}
-				if x.Fact.Status != memory.Stale && x.Change == "" {
-					continue
+				fmt.Fprintf(m.stdout, "%s %s%s: %s\n", v.Status, v.ID, note, summary(v.Text))
+				for _, a := range v.Drifted {
+					fmt.Fprintf(m.stdout, "    %s: %s\n", a, a.Drift)
 				}
-				out = append(out, memoryVerifyJSON{ID: x.Fact.ID, Status: x.Fact.Status, Change: x.Change, Text: x.Fact.Text, Drifted: x.Drifted})
 			}
-			if asJSON {
-				if err := m.writeJSON(out); err != nil {
-					return err
-				}
-			} else {
-				for _, v := range out {
-					note := ""
-					if v.Change != "" {
-						note = " (now " + v.Change + ")"
-					}
-					fmt.Fprintf(m.stdout, "%s %s%s: %s\n", v.Status, v.ID, note, summary(v.Text))
-					for _, a := range v.Drifted {
-						fmt.Fprintf(m.stdout, "    %s: %s\n", a, a.Drift)
-					}
-				}
-				fmt.Fprintf(m.stdout, "%d facts checked, %d stale\n", len(res), stale)
-			}
-			if stale > 0 {
-				return exitCode(1)
-			}
-			return nil
-		},
-	}
+			fmt.Fprintf(m.stdout, "%d facts checked, %d stale\n", len(res), stale)
+		}
+		if stale > 0 {
+			return exitCode(1)
+		}
+		return nil
+	})
 	cmd.Flags().StringVar(&by, "by", "", "who the history records (default as for add --author)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
 
 func (m *memoryCLI) historyCmd() *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
+	return command(m.app, &cobra.Command{
 		Use:   "history ID",
 		Short: "Show every recorded change to a fact",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			r, _, err := m.open(cmd)
-			if err != nil {
-				return err
-			}
-			f, err := r.Get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return m.writeJSON(f.History)
-			}
-			tw := tabwriter.NewWriter(m.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "TIME\tBY\tWHAT\tWHY")
-			for _, e := range f.History {
+	}, "print JSON", func(w io.Writer, history []memory.Event) error {
+		return table(w, "TIME\tBY\tWHAT\tWHY", func(tw io.Writer) {
+			for _, e := range history {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.At.Format(time.RFC3339), e.By, e.Action, e.Why)
 			}
-			return tw.Flush()
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+		})
+	}, on(m.open, func(s *session, r memRepo, args []string) ([]memory.Event, error) {
+		f, err := r.Get(s.ctx, args[0])
+		if err != nil {
+			return nil, err
+		}
+		return f.History, nil
+	}))
 }
 
 // memoryRecallJSON is one match in recall --json output.
@@ -527,9 +459,8 @@ type memoryRecallJSON struct {
 }
 
 func (m *memoryCLI) recallCmd() *cobra.Command {
-	var asJSON bool
 	var limit int
-	cmd := &cobra.Command{
+	cmd := command(m.app, &cobra.Command{
 		Use:   "recall PATH|QUERY",
 		Short: "Valid facts relevant to a path or a text query, best first",
 		Long: `recall returns only valid facts whose anchors still match. A PATH (one that
@@ -539,36 +470,29 @@ queried directory 60, a file in the same directory 50. Otherwise the
 arguments are a text query scored by the share of its words in the fact
 (up to 30, +10 for the whole phrase). Ties go to the newer fact.`,
 		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			r, base, err := m.open(cmd)
-			if err != nil {
-				return err
+	}, "print JSON", func(w io.Writer, out []memoryRecallJSON) error {
+		for _, x := range out {
+			fmt.Fprintf(w, "%3d %s [%s] %s\n", x.Score, x.ID, x.Kind, x.Text)
+			fmt.Fprintf(w, "    why: %s\n", x.Reason)
+			for _, a := range x.Anchors {
+				fmt.Fprintf(w, "    anchor: %s\n", a)
 			}
-			ms, err := r.Recall(cmd.Context(), base, strings.Join(args, " "))
-			if err != nil {
-				return err
-			}
-			if limit > 0 && len(ms) > limit {
-				ms = ms[:limit]
-			}
-			out := []memoryRecallJSON{}
-			for _, x := range ms {
-				out = append(out, memoryRecallJSON{ID: x.Fact.ID, Kind: x.Fact.Kind, Text: x.Fact.Text, Score: x.Score, Reason: x.Reason, Anchors: x.Fact.Anchors})
-			}
-			if asJSON {
-				return m.writeJSON(out)
-			}
-			for _, x := range out {
-				fmt.Fprintf(m.stdout, "%3d %s [%s] %s\n", x.Score, x.ID, x.Kind, x.Text)
-				fmt.Fprintf(m.stdout, "    why: %s\n", x.Reason)
-				for _, a := range x.Anchors {
-					fmt.Fprintf(m.stdout, "    anchor: %s\n", a)
-				}
-			}
-			return nil
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+		}
+		return nil
+	}, on(m.open, func(s *session, r memRepo, args []string) ([]memoryRecallJSON, error) {
+		ms, err := r.Recall(s.ctx, r.base, strings.Join(args, " "))
+		if err != nil {
+			return nil, err
+		}
+		if limit > 0 && len(ms) > limit {
+			ms = ms[:limit]
+		}
+		out := []memoryRecallJSON{}
+		for _, x := range ms {
+			out = append(out, memoryRecallJSON{ID: x.Fact.ID, Kind: x.Fact.Kind, Text: x.Fact.Text, Score: x.Score, Reason: x.Reason, Anchors: x.Fact.Anchors})
+		}
+		return out, nil
+	}))
 	cmd.Flags().IntVar(&limit, "limit", 0, "return at most `N` facts (0: all)")
 	return cmd
 }
@@ -576,46 +500,43 @@ arguments are a text query scored by the share of its words in the fact
 func (m *memoryCLI) reviewCmd() *cobra.Command {
 	var accept, reject, asJSON bool
 	var by, why string
-	cmd := &cobra.Command{
+	cmd := m.withSession(&cobra.Command{
 		Use:   "review [ID --accept|--reject [--why W]]",
 		Short: "List proposed facts, or accept or reject one",
 		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			r, _, err := m.open(cmd)
+	}, func(s *session, args []string) error {
+		r, err := m.open(s)
+		if err != nil {
+			return err
+		}
+		if len(args) == 0 {
+			if accept || reject {
+				return errors.New("review: --accept and --reject need a fact ID")
+			}
+			facts, err := r.List(s.ctx)
 			if err != nil {
 				return err
 			}
-			if len(args) == 0 {
-				if accept || reject {
-					return errors.New("review: --accept and --reject need a fact ID")
+			out := []*memory.Fact{}
+			for _, f := range facts {
+				if f.Status == memory.Proposed {
+					out = append(out, f)
 				}
-				facts, err := r.List(cmd.Context())
-				if err != nil {
-					return err
-				}
-				out := []*memory.Fact{}
-				for _, f := range facts {
-					if f.Status == memory.Proposed {
-						out = append(out, f)
-					}
-				}
-				if asJSON {
-					return m.writeJSON(out)
-				}
-				m.table(out)
-				return nil
 			}
-			if accept == reject {
-				return errors.New("review: give exactly one of --accept or --reject")
+			if asJSON {
+				return writeJSON(m.stdout, out)
 			}
-			f, err := r.Review(cmd.Context(), args[0], accept, m.actor(cmd, r, by), why)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(m.stdout, "%s %s\n", f.ID, f.Status)
-			return nil
-		},
-	}
+			return factTable(m.stdout, out)
+		}
+		if accept == reject {
+			return errors.New("review: give exactly one of --accept or --reject")
+		}
+		f, err := r.Review(s.ctx, args[0], accept, r.actor(s.ctx, by), why)
+		if err != nil {
+			return err
+		}
+		return printFactStatus(m.stdout, f)
+	})
 	fl := cmd.Flags()
 	fl.BoolVar(&accept, "accept", false, "make the proposed fact valid")
 	fl.BoolVar(&reject, "reject", false, "reject the proposed fact (kept, closed)")
@@ -626,21 +547,11 @@ func (m *memoryCLI) reviewCmd() *cobra.Command {
 }
 
 func (m *memoryCLI) installHookCmd() *cobra.Command {
-	return &cobra.Command{
+	return command(m.app, &cobra.Command{
 		Use:   "install-hook",
 		Short: "Run verify after every commit (adds to .git/hooks/post-commit)",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			r, _, err := m.open(cmd)
-			if err != nil {
-				return err
-			}
-			p, err := r.InstallHook(cmd.Context())
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(m.stdout, "%s runs: %s\n", p, memory.HookLine)
-			return nil
-		},
-	}
+	}, "", printLine(func(p string) string { return p + " runs: " + memory.HookLine }), on(m.open, func(s *session, r memRepo, _ []string) (string, error) {
+		return r.InstallHook(s.ctx)
+	}))
 }

@@ -1,9 +1,7 @@
 package cli
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,34 +13,11 @@ import (
 	"smolvm.dev/smolvm/workflow/trust"
 )
 
-// memoryRun runs smolvm with args and returns its output and exit status.
-func memoryRun(t *testing.T, args ...string) (stdout, stderr string, code int) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut}
-	root := a.rootCmd()
-	root.SetArgs(args)
-	err := root.ExecuteContext(t.Context())
-	var ee *exitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		code = ee.code
-		if ee.err != nil {
-			errOut.WriteString(ee.err.Error())
-		}
-	default:
-		code = exitFailure
-		errOut.WriteString(err.Error())
-	}
-	return out.String(), errOut.String(), code
-}
-
 // memoryMust runs a memory subcommand in dir and fails the test unless it
 // exits with want.
 func memoryMust(t *testing.T, want int, dir string, args ...string) string {
 	t.Helper()
-	out, errOut, code := memoryRun(t, append([]string{"memory", "-C", dir}, args...)...)
+	out, errOut, code := newCLI(t, "").run(append([]string{"memory", "-C", dir}, args...)...)
 	if code != want {
 		t.Fatalf("memory %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, want, out, errOut)
 	}
@@ -238,9 +213,9 @@ func TestMemoryProposed(t *testing.T) {
 				want = "valid"
 			}
 			for _, extra := range [][]string{nil, {"--direct"}} {
-				args := append([]string{"--data-dir", data, "memory", "-C", filepath.Join(dir, "srv"),
+				args := append([]string{"memory", "-C", filepath.Join(dir, "srv"),
 					"add", "Stop drains connections", "--kind", "decision", "--author", "agent:claude-1"}, extra...)
-				out, errOut, code := memoryRun(t, args...)
+				out, errOut, code := newCLI(t, data).run(args...)
 				if f := strings.Fields(out); code != 0 || len(f) != 2 || f[1] != want {
 					t.Errorf("agent add %v: exit %d, %q, want %s\n%s", extra, code, out, want, errOut)
 				}
@@ -248,7 +223,7 @@ func TestMemoryProposed(t *testing.T) {
 					t.Errorf("agent add %v: stderr %q", extra, errOut)
 				}
 			}
-			out, errOut, code := memoryRun(t, "--data-dir", data, "memory", "-C", dir,
+			out, errOut, code := newCLI(t, data).run("memory", "-C", dir,
 				"add", "Serve must not block", "--kind", "gotcha", "--author", "human:alice")
 			if f := strings.Fields(out); code != 0 || len(f) != 2 || f[1] != "valid" {
 				t.Errorf("human add: exit %d, %q\n%s", code, out, errOut)
@@ -275,7 +250,7 @@ func TestMemoryProposedBadPolicy(t *testing.T) {
 	dir := memoryRepo(t)
 	memoryPolicy(t, dir, "[memory]\nchange = \"sometimes\"\n")
 	data := t.TempDir()
-	_, errOut, code := memoryRun(t, "--data-dir", data, "memory", "-C", dir,
+	_, errOut, code := newCLI(t, data).run("memory", "-C", dir,
 		"add", "x", "--kind", "gotcha", "--author", "agent:claude-1")
 	if code != exitFailure || !strings.Contains(errOut, trust.FileName+":2") {
 		t.Errorf("exit %d, stderr %q; want %d naming %s:2", code, errOut, exitFailure, trust.FileName)

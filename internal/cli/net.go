@@ -2,8 +2,8 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"os"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -39,29 +39,12 @@ func (a *app) netCmd() *cobra.Command {
 }
 
 func (a *app) netEventsCmd() *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
+	return command(a, &cobra.Command{
 		Use:   "events SANDBOX",
 		Short: "Print a sandbox's deny log: connections and DNS queries its policy refused",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ops, done, err := a.sandboxes(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
-			evs, err := ops.NetEvents(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				if evs == nil {
-					evs = []sandbox.NetworkEvent{}
-				}
-				return writeJSON(a.stdout, evs)
-			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "TIME\tPROTO\tDESTINATION\tREASON")
+	}, "print JSON", func(w io.Writer, evs []sandbox.NetworkEvent) error {
+		return table(w, "TIME\tPROTO\tDESTINATION\tREASON", func(tw io.Writer) {
 			for _, ev := range evs {
 				dst := ev.Dst
 				if ev.Name != "" {
@@ -69,16 +52,19 @@ func (a *app) netEventsCmd() *cobra.Command {
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", ev.Time.Local().Format(time.DateTime), ev.Proto, dst, ev.Reason)
 			}
-			return tw.Flush()
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+		})
+	}, on((*session).sandboxes, func(s *session, ops sandbox.Service, args []string) ([]sandbox.NetworkEvent, error) {
+		evs, err := ops.NetEvents(s.ctx, args[0])
+		if evs == nil {
+			evs = []sandbox.NetworkEvent{} // [] in JSON
+		}
+		return evs, err
+	}))
 }
 
 func (a *app) netUpdateCmd() *cobra.Command {
 	var f netFlags
-	cmd := &cobra.Command{
+	cmd := command(a, &cobra.Command{
 		Use:   "update SANDBOX --net MODE [--allow-host NAME]... [--allow-cidr CIDR]...",
 		Short: "Replace a running sandbox's network policy; new connections follow it at once",
 		Long: `Replace a running sandbox's network policy: its mode and allow lists,
@@ -86,23 +72,16 @@ which the flags give in full. Published ports stay. Connections already open
 carry on; new connections and DNS queries follow the new policy, and
 addresses admitted by earlier DNS answers are forgotten.`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if !cmd.Flags().Changed("net") {
-				return fmt.Errorf("net update: --net is required (none, egress or full)")
-			}
-			ops, done, err := a.sandboxes(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
-			sb, err := ops.NetUpdate(cmd.Context(), args[0], f.policy())
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(a.stdout, sb.Name)
-			return nil
-		},
-	}
+	}, "", printLine(func(sb *sandbox.Sandbox) string { return sb.Name }), func(s *session, args []string) (*sandbox.Sandbox, error) {
+		if !s.cmd.Flags().Changed("net") {
+			return nil, fmt.Errorf("net update: --net is required (none, egress or full)")
+		}
+		ops, err := s.sandboxes()
+		if err != nil {
+			return nil, err
+		}
+		return ops.NetUpdate(s.ctx, args[0], f.policy())
+	})
 	f.register(cmd.Flags())
 	return cmd
 }

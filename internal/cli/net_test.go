@@ -25,7 +25,7 @@ func TestCLINet(t *testing.T) {
 
 	c.must("run", "-d", "--name", "web", "--net", "egress", "--allow-host", "allowed.test", "-p", "8000")
 	curl := func(url string) string {
-		out, _, code := c.run("", "exec", "web", "--", "sh", "-c", "curl -sS -m 3 "+url+" 2>/dev/null")
+		out, _, code := c.run("exec", "web", "--", "sh", "-c", "curl -sS -m 3 "+url+" 2>/dev/null")
 		if code != 0 {
 			return fmt.Sprint("exit ", code)
 		}
@@ -95,7 +95,7 @@ func TestCLINet(t *testing.T) {
 		{[]string{"net", "update", "web", "--allow-host", "x.org"}, "--net is required"},
 		{[]string{"net", "update", "web", "--net", "egress", "--allow-cidr", "nonsense"}, "not a CIDR"},
 	} {
-		_, errOut, code := c.run("", tc.args...)
+		_, errOut, code := c.run(tc.args...)
 		if code != 125 || !strings.Contains(errOut, tc.want) || strings.Count(errOut, "\n") != 1 {
 			t.Errorf("smolvm %v: exit %d, stderr %q; want 125 and one line mentioning %q", tc.args, code, errOut, tc.want)
 		}
@@ -104,7 +104,7 @@ func TestCLINet(t *testing.T) {
 		t.Errorf("bad input changed the sandbox list: %q -> %q", before, after)
 	}
 	c.must("run", "-d", "--name", "quiet")
-	if _, errOut, code := c.run("", "net", "events", "quiet"); code != 125 || !strings.Contains(errOut, "--net none") {
+	if _, errOut, code := c.run("net", "events", "quiet"); code != 125 || !strings.Contains(errOut, "--net none") {
 		t.Errorf("net events of a --net none sandbox: %d %q", code, errOut)
 	}
 
@@ -116,14 +116,14 @@ func TestCLINet(t *testing.T) {
 		t.Errorf("net events through the server:\n%s\ndirect:\n%s", remote, direct)
 	}
 	c.must("run", "-d", "--name", "remote", "--net", "egress", "--allow-host", "allowed.test")
-	if out, _, code := c.run("", "exec", "remote", "--", "sh", "-c", "curl -sS -m 3 http://allowed.test/"); out != "internet" || code != 0 {
+	if out, _, code := c.run("exec", "remote", "--", "sh", "-c", "curl -sS -m 3 http://allowed.test/"); out != "internet" || code != 0 {
 		t.Errorf("a sandbox created through the server reaches its allowed name: %q %d", out, code)
 	}
 	c.must("net", "update", "remote", "--net", "none")
 	if err := json.Unmarshal([]byte(c.must("inspect", "remote")), &views); err != nil || views[0].State.Network.Mode != sandbox.NetNone {
 		t.Errorf("inspect through the server after net update: %+v, %v", views, err)
 	}
-	if _, errOut, code := c.run("", "net", "update", "quiet", "--net", "full"); code != 125 || !strings.Contains(errOut, "--net none") {
+	if _, errOut, code := c.run("net", "update", "quiet", "--net", "full"); code != 125 || !strings.Contains(errOut, "--net none") {
 		t.Errorf("net update of a --net none sandbox through the server: %d %q", code, errOut)
 	}
 }

@@ -1,15 +1,14 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/user"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -76,32 +75,28 @@ func policyFindRoot() (string, error) {
 }
 
 func (a *app) policyCheckCmd(root *string) *cobra.Command {
-	return &cobra.Command{
+	return command(a, &cobra.Command{
 		Use:   "check",
 		Short: "Validate the policy file; print file:line errors and exit 1 if it is invalid",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := a.policyLoad(*root)
-			if err != nil {
-				return err
-			}
-			if p.File == "" {
-				_, err = fmt.Fprintf(a.stdout, "no %s in %s: every action asks\n", trust.FileName, p.Root)
-				return err
-			}
-			preset := ""
-			if p.Preset != "" {
-				preset = "preset " + p.Preset + ", "
-			}
-			_, err = fmt.Fprintf(a.stdout, "%s: ok (%s%d rules, default %s)\n", p.File, preset, len(p.Rules), p.Default)
+	}, "", func(w io.Writer, p *trust.Policy) error {
+		if p.File == "" {
+			_, err := fmt.Fprintf(w, "no %s in %s: every action asks\n", trust.FileName, p.Root)
 			return err
-		},
-	}
+		}
+		preset := ""
+		if p.Preset != "" {
+			preset = "preset " + p.Preset + ", "
+		}
+		_, err := fmt.Fprintf(w, "%s: ok (%s%d rules, default %s)\n", p.File, preset, len(p.Rules), p.Default)
+		return err
+	}, func(s *session, _ []string) (*trust.Policy, error) {
+		return a.policyLoad(*root)
+	})
 }
 
 func (a *app) policyExplainCmd(root *string) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
+	cmd := command(a, &cobra.Command{
 		Use:   "explain ACTION [ARG...]",
 		Short: "Say what the policy decides for an action, which rule decided and why",
 		Long: `Actions: run 'COMMAND LINE', read PATH, write PATH, net HOST, git commit,
@@ -113,81 +108,72 @@ redirections write.`,
   smolvm policy explain git push
   smolvm policy explain net example.com`,
 		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			act, err := trust.ParseAction(args)
-			if err != nil {
-				return err
-			}
-			p, err := a.policyLoad(*root)
-			if err != nil {
-				return err
-			}
-			d := p.Evaluate(act)
-			if asJSON {
-				return a.policyJSON(d)
-			}
-			return a.policyExplain(d)
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the decision as JSON")
+	}, "print the decision as JSON", policyExplain, func(s *session, args []string) (trust.Decision, error) {
+		act, err := trust.ParseAction(args)
+		if err != nil {
+			return trust.Decision{}, err
+		}
+		p, err := a.policyLoad(*root)
+		if err != nil {
+			return trust.Decision{}, err
+		}
+		return p.Evaluate(act), nil
+	})
 	// explain run rm -rf / : words after the action are its, not flags.
 	cmd.Flags().SetInterspersed(false)
 	return cmd
 }
 
-func (a *app) policyExplain(d trust.Decision) error {
-	fmt.Fprintf(a.stdout, "action:  %s\n", d.Action)
-	fmt.Fprintf(a.stdout, "outcome: %s\n", d.Outcome)
-	fmt.Fprintf(a.stdout, "rule:    %s\n", d.RuleText())
-	fmt.Fprintf(a.stdout, "reason:  %s\n", d.Reason)
+func policyExplain(w io.Writer, d trust.Decision) error {
+	fmt.Fprintf(w, "action:  %s\n", d.Action)
+	fmt.Fprintf(w, "outcome: %s\n", d.Outcome)
+	fmt.Fprintf(w, "rule:    %s\n", d.RuleText())
+	fmt.Fprintf(w, "reason:  %s\n", d.Reason)
 	if len(d.Parts) == 0 {
 		return nil
 	}
-	fmt.Fprintln(a.stdout, "parts:")
-	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-	for i, pd := range d.Parts {
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\n", i+1, pd.Outcome, pd.Part, pd.Reason)
-	}
-	return tw.Flush()
+	fmt.Fprintln(w, "parts:")
+	return table(w, "", func(tw io.Writer) {
+		for i, pd := range d.Parts {
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\n", i+1, pd.Outcome, pd.Part, pd.Reason)
+		}
+	})
+}
+
+// policyView is the effective policy as policy show prints it.
+type policyView struct {
+	Root      string        `json:"root"`
+	File      string        `json:"file,omitempty"`
+	Preset    string        `json:"preset,omitempty"`
+	Default   trust.Outcome `json:"default"`
+	Dynamic   trust.Outcome `json:"dynamic"`
+	Timeout   string        `json:"approval_timeout"`
+	TestGlobs []string      `json:"test_globs"`
+	Rules     []trust.Rule  `json:"rules"`
 }
 
 func (a *app) policyShowCmd(root *string) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
+	return command(a, &cobra.Command{
 		Use:   "show",
 		Short: "Print the effective policy: settings and every rule, presets expanded",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := a.policyLoad(*root)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return a.policyJSON(struct {
-					Root      string        `json:"root"`
-					File      string        `json:"file,omitempty"`
-					Preset    string        `json:"preset,omitempty"`
-					Default   trust.Outcome `json:"default"`
-					Dynamic   trust.Outcome `json:"dynamic"`
-					Timeout   string        `json:"approval_timeout"`
-					TestGlobs []string      `json:"test_globs"`
-					Rules     []trust.Rule  `json:"rules"`
-				}{p.Root, p.File, p.Preset, p.Default, p.Dynamic, p.Timeout.String(), p.TestGlobs, append([]trust.Rule{}, p.Rules...)})
-			}
-			fmt.Fprintf(a.stdout, "file:     %s\n", orNone(p.File))
-			fmt.Fprintf(a.stdout, "preset:   %s\n", orNone(p.Preset))
-			fmt.Fprintf(a.stdout, "default:  %s\ndynamic:  %s\ntimeout:  %s\n", p.Default, p.Dynamic, p.Timeout)
-			fmt.Fprintf(a.stdout, "tests:    %s\n", strings.Join(p.TestGlobs, " "))
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "WHERE\tOUTCOME\tCLASS\tPATTERN")
+	}, "print JSON", func(w io.Writer, p policyView) error {
+		fmt.Fprintf(w, "file:     %s\n", orNone(p.File))
+		fmt.Fprintf(w, "preset:   %s\n", orNone(p.Preset))
+		fmt.Fprintf(w, "default:  %s\ndynamic:  %s\ntimeout:  %s\n", p.Default, p.Dynamic, p.Timeout)
+		fmt.Fprintf(w, "tests:    %s\n", strings.Join(p.TestGlobs, " "))
+		return table(w, "WHERE\tOUTCOME\tCLASS\tPATTERN", func(tw io.Writer) {
 			for _, r := range p.Rules {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Pos(), r.Outcome, r.Class, r.Pattern)
 			}
-			return tw.Flush()
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+		})
+	}, func(s *session, _ []string) (policyView, error) {
+		p, err := a.policyLoad(*root)
+		if err != nil {
+			return policyView{}, err
+		}
+		return policyView{p.Root, p.File, p.Preset, p.Default, p.Dynamic, p.Timeout.String(), p.TestGlobs, append([]trust.Rule{}, p.Rules...)}, nil
+	})
 }
 
 func orNone(s string) string {
@@ -198,58 +184,43 @@ func orNone(s string) string {
 }
 
 func (a *app) policyPresetsCmd() *cobra.Command {
-	return &cobra.Command{
+	return a.withSession(&cobra.Command{
 		Use:   "presets [NAME]",
 		Short: "List the shipped presets, or print one's TOML",
 		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 1 {
-				text, err := trust.PresetText(args[0])
-				if err != nil {
-					return err
-				}
-				_, err = fmt.Fprint(a.stdout, text)
+	}, func(s *session, args []string) error {
+		if len(args) == 1 {
+			text, err := trust.PresetText(args[0])
+			if err != nil {
 				return err
 			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			_, err = fmt.Fprint(a.stdout, text)
+			return err
+		}
+		return table(a.stdout, "", func(tw io.Writer) {
 			for _, name := range trust.PresetNames() {
 				text, _ := trust.PresetText(name)
 				first, _, _ := strings.Cut(text, "\n")
 				fmt.Fprintf(tw, "%s\t%s\n", name, strings.TrimSpace(strings.TrimPrefix(first, "#")))
 			}
-			return tw.Flush()
-		},
-	}
-}
-
-// policyLedger opens the approvals and audit ledger in the data directory.
-func (a *app) policyLedger(ctx context.Context) (*trust.Ledger, func() error, error) {
-	st, err := store.Open(ctx, a.dataDir)
-	if err != nil {
-		return nil, nil, err
-	}
-	l, err := trust.OpenLedger(ctx, st)
-	if err != nil {
-		st.Close()
-		return nil, nil, err
-	}
-	return l, st.Close, nil
+		})
+	})
 }
 
 func (a *app) policyAuditCmd() *cobra.Command {
 	var since string
 	var asJSON bool
-	list := func(cmd *cobra.Command, jsonLines bool) error {
+	// list prints the audit log: a table, or JSON lines.
+	list := func(s *session, jsonLines bool) error {
 		t, err := policySince(since, time.Now())
 		if err != nil {
 			return err
 		}
-		l, closeDB, err := a.policyLedger(cmd.Context())
+		l, err := s.ledger()
 		if err != nil {
 			return err
 		}
-		defer closeDB()
-		recs, err := l.Audit(cmd.Context(), t)
+		recs, err := l.Audit(s.ctx, t)
 		if err != nil {
 			return err
 		}
@@ -262,32 +233,29 @@ func (a *app) policyAuditCmd() *cobra.Command {
 			}
 			return nil
 		}
-		tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "TIME\tREQUESTER\tACTION\tPOLICY\tOUTCOME\tBY\tRULE")
-		for _, r := range recs {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Time.Local().Format(time.DateTime), r.Requester,
-				policyShort(r.Action.String()), r.Verdict, r.Outcome, r.By, r.Rule)
-		}
-		return tw.Flush()
+		return table(a.stdout, "TIME\tREQUESTER\tACTION\tPOLICY\tOUTCOME\tBY\tRULE", func(tw io.Writer) {
+			for _, r := range recs {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Time.Local().Format(time.DateTime), r.Requester,
+					policyShort(r.Action.String()), r.Verdict, r.Outcome, r.By, r.Rule)
+			}
+		})
 	}
-	cmd := &cobra.Command{
+	cmd := a.withSession(&cobra.Command{
 		Use:   "audit",
 		Short: "List every recorded policy decision: time, action, rule, outcome, who decided",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return list(cmd, asJSON)
-		},
-	}
+	}, func(s *session, args []string) error {
+		return list(s, asJSON)
+	})
 	cmd.PersistentFlags().StringVar(&since, "since", "", "only records since a time (RFC 3339 or YYYY-MM-DD) or for a duration back (24h)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON lines")
-	cmd.AddCommand(&cobra.Command{
+	cmd.AddCommand(a.withSession(&cobra.Command{
 		Use:   "export",
 		Short: "Write the audit log as JSON lines, one decision per line",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return list(cmd, true)
-		},
-	})
+	}, func(s *session, args []string) error {
+		return list(s, true)
+	}))
 	return cmd
 }
 
@@ -318,12 +286,6 @@ func policyShort(s string) string {
 	return s
 }
 
-func (a *app) policyJSON(v any) error {
-	enc := json.NewEncoder(a.stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
 // approvalsCmd groups the commands that answer policy asks.
 func (a *app) approvalsCmd() *cobra.Command {
 	cmd := &cobra.Command{
@@ -335,28 +297,15 @@ func (a *app) approvalsCmd() *cobra.Command {
 }
 
 func (a *app) approvalsLsCmd() *cobra.Command {
-	var all, asJSON bool
-	cmd := &cobra.Command{
+	var all bool
+	cmd := command(a, &cobra.Command{
 		Use:     "ls",
 		Aliases: []string{"list"},
 		Short:   "List pending approvals (--all: answered ones too)",
 		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			l, closeDB, err := a.policyLedger(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer closeDB()
-			aps, err := l.Approvals(cmd.Context(), all)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return a.policyJSON(append([]trust.Approval{}, aps...))
-			}
-			now := store.Now()
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTATE\tAGE\tREQUESTER\tACTION\tRULE")
+	}, "print JSON", func(w io.Writer, aps []trust.Approval) error {
+		now := store.Now()
+		return table(w, "ID\tSTATE\tAGE\tREQUESTER\tACTION\tRULE", func(tw io.Writer) {
 			for _, ap := range aps {
 				state := ap.State
 				if state == trust.Pending {
@@ -370,11 +319,12 @@ func (a *app) approvalsLsCmd() *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", ap.ID, state, now.Sub(ap.Created).Round(time.Second),
 					ap.Requester, policyShort(ap.Action.String()), ap.Rule)
 			}
-			return tw.Flush()
-		},
-	}
+		})
+	}, on((*session).ledger, func(s *session, l *trust.Ledger, _ []string) ([]trust.Approval, error) {
+		aps, err := l.Approvals(s.ctx, all)
+		return append([]trust.Approval{}, aps...), err // [] in JSON
+	}))
 	cmd.Flags().BoolVar(&all, "all", false, "include answered and expired approvals")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
 
@@ -384,33 +334,31 @@ func (a *app) approvalsAnswerCmd(approve bool) *cobra.Command {
 	if approve {
 		verb, done = "approve", "approved"
 	}
-	cmd := &cobra.Command{
+	cmd := a.withSession(&cobra.Command{
 		Use:   verb + " ID",
 		Short: strings.ToUpper(verb[:1]) + verb[1:] + " a pending action; the agent waiting on it continues at once",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if as == "" {
-				as = policyWho()
-			}
-			l, closeDB, err := a.policyLedger(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer closeDB()
-			ap, err := l.Approval(cmd.Context(), args[0])
-			if err != nil {
+	}, func(s *session, args []string) error {
+		if as == "" {
+			as = policyWho()
+		}
+		l, err := s.ledger()
+		if err != nil {
+			return err
+		}
+		ap, err := l.Approval(s.ctx, args[0])
+		if err != nil {
+			return &exitError{code: 1, err: err}
+		}
+		if err := l.Answer(s.ctx, ap.ID, approve, as, why); err != nil {
+			if errors.Is(err, trust.ErrAnswered) {
 				return &exitError{code: 1, err: err}
 			}
-			if err := l.Answer(cmd.Context(), ap.ID, approve, as, why); err != nil {
-				if errors.Is(err, trust.ErrAnswered) {
-					return &exitError{code: 1, err: err}
-				}
-				return err
-			}
-			_, err = fmt.Fprintf(a.stdout, "%s %s: %s\n", done, ap.ID, ap.Action)
 			return err
-		},
-	}
+		}
+		_, err = fmt.Fprintf(a.stdout, "%s %s: %s\n", done, ap.ID, ap.Action)
+		return err
+	})
 	cmd.Flags().StringVar(&why, "why", "", "reason, recorded in the audit log and shown to the agent")
 	cmd.Flags().StringVar(&as, "as", "", "who answers (default: the current user)")
 	return cmd

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,29 +14,6 @@ import (
 	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/workflow/trust"
 )
-
-// policyRun runs smolvm with args and returns its output and exit status.
-func policyRun(t *testing.T, args ...string) (stdout, stderr string, code int) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut}
-	root := a.rootCmd()
-	root.SetArgs(args)
-	err := root.ExecuteContext(t.Context())
-	var ee *exitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		code = ee.code
-		if ee.err != nil {
-			errOut.WriteString(ee.err.Error())
-		}
-	default:
-		code = exitFailure
-		errOut.WriteString(err.Error())
-	}
-	return out.String(), errOut.String(), code
-}
 
 // policyRepo makes a repository whose policy file holds text.
 func policyRepo(t *testing.T, text string) string {
@@ -59,13 +35,14 @@ deny = ["rm -rf /"]
 `
 
 func TestPolicyCheck(t *testing.T) {
+	c := newCLI(t, "")
 	root := policyRepo(t, policyTestFile)
-	out, errOut, code := policyRun(t, "policy", "check", "--root", root)
+	out, errOut, code := c.run("policy", "check", "--root", root)
 	if code != 0 || !strings.Contains(out, "ok") || !strings.Contains(out, "autofix-tests") {
 		t.Fatalf("valid policy: code %d, out %q, err %q", code, out, errOut)
 	}
 	root = policyRepo(t, "default = \"allow\"\n[run]\nallow = [\"ls &&\"]\n[git]\npush = \"maybe\"\n")
-	out, errOut, code = policyRun(t, "policy", "check", "--root", root)
+	out, errOut, code = c.run("policy", "check", "--root", root)
 	if code != 1 {
 		t.Fatalf("invalid policy: code %d, out %q", code, out)
 	}
@@ -74,15 +51,16 @@ func TestPolicyCheck(t *testing.T) {
 			t.Errorf("stderr %q lacks %q", errOut, want)
 		}
 	}
-	out, _, code = policyRun(t, "policy", "check", "--root", t.TempDir())
+	out, _, code = c.run("policy", "check", "--root", t.TempDir())
 	if code != 0 || !strings.Contains(out, "every action asks") {
 		t.Errorf("no policy file: code %d, out %q", code, out)
 	}
 }
 
 func TestPolicyExplain(t *testing.T) {
+	c := newCLI(t, "")
 	root := policyRepo(t, policyTestFile)
-	out, errOut, code := policyRun(t, "policy", "explain", "--root", root, "run", "true && rm -rf /")
+	out, errOut, code := c.run("policy", "explain", "--root", root, "run", "true && rm -rf /")
 	if code != 0 {
 		t.Fatalf("code %d: %s", code, errOut)
 	}
@@ -98,7 +76,7 @@ func TestPolicyExplain(t *testing.T) {
 		}
 	}
 	// Unquoted words after the action belong to it.
-	out, _, _ = policyRun(t, "policy", "explain", "--root", root, "run", "rm", "-rf", "/")
+	out, _, _ = c.run("policy", "explain", "--root", root, "run", "rm", "-rf", "/")
 	if !strings.Contains(out, "outcome: deny") {
 		t.Errorf("unquoted run: %s", out)
 	}
@@ -115,7 +93,7 @@ func TestPolicyExplain(t *testing.T) {
 		{[]string{"run", "FOO=1 sh -c 'go test ./... 2>&1 | grep -v ok'"}, trust.Allow},
 	} {
 		args := append([]string{"policy", "explain", "--root", root, "--json"}, tt.args...)
-		out, errOut, code := policyRun(t, args...)
+		out, errOut, code := c.run(args...)
 		var d trust.Decision
 		if err := json.Unmarshal([]byte(out), &d); err != nil || code != 0 {
 			t.Fatalf("%q: code %d, %v: %s%s", tt.args, code, err, out, errOut)
@@ -124,25 +102,26 @@ func TestPolicyExplain(t *testing.T) {
 			t.Errorf("%q: %s, want %s (%s)", tt.args, d.Outcome, tt.want, d.Reason)
 		}
 	}
-	if _, errOut, code := policyRun(t, "policy", "explain", "--root", root, "launch", "rockets"); code == 0 || !strings.Contains(errOut, "unknown action") {
+	if _, errOut, code := c.run("policy", "explain", "--root", root, "launch", "rockets"); code == 0 || !strings.Contains(errOut, "unknown action") {
 		t.Errorf("bad action: code %d, %q", code, errOut)
 	}
 }
 
 func TestPolicyShowAndPresets(t *testing.T) {
+	c := newCLI(t, "")
 	root := policyRepo(t, policyTestFile)
-	out, _, code := policyRun(t, "policy", "show", "--root", root)
+	out, _, code := c.run("policy", "show", "--root", root)
 	if code != 0 || !regexp.MustCompile(`\.smolvm/policy\.toml:4 +deny +run +rm -rf /`).MatchString(out) ||
 		!regexp.MustCompile(`preset:autofix-tests:\d+ +deny +git-push`).MatchString(out) {
 		t.Errorf("show:\n%s", out)
 	}
-	out, _, _ = policyRun(t, "policy", "presets")
+	out, _, _ = c.run("policy", "presets")
 	for _, name := range trust.PresetNames() {
 		if !strings.Contains(out, name) {
 			t.Errorf("presets list lacks %s:\n%s", name, out)
 		}
 	}
-	out, _, code = policyRun(t, "policy", "presets", "autofix-tests")
+	out, _, code = c.run("policy", "presets", "autofix-tests")
 	if text, _ := trust.PresetText("autofix-tests"); code != 0 || out != text {
 		t.Errorf("preset text: code %d\n%s", code, out)
 	}
@@ -151,6 +130,7 @@ func TestPolicyShowAndPresets(t *testing.T) {
 func TestApprovalsCLI(t *testing.T) {
 	root := policyRepo(t, policyTestFile)
 	dataDir := t.TempDir()
+	c := newCLI(t, dataDir)
 	ctx := context.Background()
 	st, err := store.Open(ctx, dataDir)
 	if err != nil {
@@ -171,7 +151,7 @@ func TestApprovalsCLI(t *testing.T) {
 
 	var id string
 	for deadline := time.Now().Add(10 * time.Second); id == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		out, _, _ := policyRun(t, "--data-dir", dataDir, "approvals", "ls", "--json")
+		out, _, _ := c.run("approvals", "ls", "--json")
 		var aps []trust.Approval
 		if err := json.Unmarshal([]byte(out), &aps); err != nil {
 			t.Fatalf("ls --json: %v: %s", err, out)
@@ -183,21 +163,21 @@ func TestApprovalsCLI(t *testing.T) {
 	if id == "" {
 		t.Fatal("no pending approval listed")
 	}
-	out, _, _ := policyRun(t, "--data-dir", dataDir, "approvals", "ls")
+	out, _, _ := c.run("approvals", "ls")
 	if !strings.Contains(out, id) || !strings.Contains(out, "sandbox-7") || !strings.Contains(out, "git-commit") {
 		t.Errorf("ls:\n%s", out)
 	}
-	out, errOut, code := policyRun(t, "--data-dir", dataDir, "approvals", "approve", id, "--why", "tests pass", "--as", "alice")
+	out, errOut, code := c.run("approvals", "approve", id, "--why", "tests pass", "--as", "alice")
 	if code != 0 || !strings.Contains(out, "approved "+id) {
 		t.Fatalf("approve: code %d, %s%s", code, out, errOut)
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("Check after approve: %v", err)
 	}
-	if _, errOut, code := policyRun(t, "--data-dir", dataDir, "approvals", "deny", id); code != 1 || !strings.Contains(errOut, "already answered") {
+	if _, errOut, code := c.run("approvals", "deny", id); code != 1 || !strings.Contains(errOut, "already answered") {
 		t.Errorf("deny after approve: code %d, %q", code, errOut)
 	}
-	if _, _, code := policyRun(t, "--data-dir", dataDir, "approvals", "approve", "nope"); code != 1 {
+	if _, _, code := c.run("approvals", "approve", "nope"); code != 1 {
 		t.Errorf("approve unknown id: code %d", code)
 	}
 
@@ -206,7 +186,7 @@ func TestApprovalsCLI(t *testing.T) {
 		t.Fatalf("push: %v", err)
 	}
 	for _, args := range [][]string{{"policy", "audit", "--json"}, {"policy", "audit", "export"}} {
-		out, errOut, code := policyRun(t, append([]string{"--data-dir", dataDir}, args...)...)
+		out, errOut, code := c.run(args...)
 		if code != 0 {
 			t.Fatalf("%q: code %d %s", args, code, errOut)
 		}
@@ -226,15 +206,15 @@ func TestApprovalsCLI(t *testing.T) {
 			t.Errorf("second record %+v", second)
 		}
 	}
-	out, _, _ = policyRun(t, "--data-dir", dataDir, "policy", "audit")
+	out, _, _ = c.run("policy", "audit")
 	if !regexp.MustCompile(`sandbox-7 +git-commit +ask +allow +alice`).MatchString(out) {
 		t.Errorf("audit table:\n%s", out)
 	}
-	out, _, _ = policyRun(t, "--data-dir", dataDir, "policy", "audit", "--since", "2999-01-01", "--json")
+	out, _, _ = c.run("policy", "audit", "--since", "2999-01-01", "--json")
 	if out != "" {
 		t.Errorf("audit --since future: %q", out)
 	}
-	if _, _, code := policyRun(t, "--data-dir", dataDir, "policy", "audit", "--since", "yesterday"); code == 0 {
+	if _, _, code := c.run("policy", "audit", "--since", "yesterday"); code == 0 {
 		t.Error("audit --since yesterday: accepted")
 	}
 }

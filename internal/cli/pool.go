@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -53,7 +53,7 @@ func (a *app) poolCreateCmd() *cobra.Command {
 		budget string
 		wait   bool
 	)
-	cmd := &cobra.Command{
+	cmd := a.withSession(&cobra.Command{
 		Use:   "create [IMAGE] [--size N] [--targets N] [--name P] [--memory-budget B] [--wait]",
 		Short: "Create a pool of ready sandboxes of one image and set of limits",
 		Long: "Create a pool of ready sandboxes of one image and set of limits: --size started ones, which\n" +
@@ -62,43 +62,40 @@ func (a *app) poolCreateCmd() *cobra.Command {
 			"background (or before returning, with --wait) and refills after each sandbox taken from it,\n" +
 			"as long as the waiting sandboxes' memory stays within the budget.",
 		Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			var err error
-			if o.Limits, err = lf.limits(cmd.Flags()); err != nil {
-				return err
+	}, func(s *session, args []string) error {
+		var err error
+		if o.Limits, err = lf.limits(s.cmd.Flags()); err != nil {
+			return err
+		}
+		if budget != "" {
+			if o.MemoryBudget, err = units.ParseBytes(budget); err != nil {
+				return fmt.Errorf("--memory-budget: %w", err)
 			}
-			if budget != "" {
-				if o.MemoryBudget, err = units.ParseBytes(budget); err != nil {
-					return fmt.Errorf("--memory-budget: %w", err)
+		}
+		if len(args) == 1 {
+			o.Image = args[0]
+		}
+		e, err := s.runtime()
+		if err != nil {
+			return err
+		}
+		p, err := e.mgr.CreatePool(s.ctx, o)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(a.stdout, p.Name)
+		if !wait {
+			if a.self != "" {
+				runsc, err := a.runscPath()
+				if err != nil {
+					return err
 				}
+				a.spawnFill(runsc, p.Name)
 			}
-			if len(args) == 1 {
-				o.Image = args[0]
-			}
-			ctx := cmd.Context()
-			e, err := a.open(ctx)
-			if err != nil {
-				return err
-			}
-			defer e.Close()
-			p, err := e.mgr.CreatePool(ctx, o)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(a.stdout, p.Name)
-			if !wait {
-				if a.self != "" {
-					runsc, err := a.runscPath()
-					if err != nil {
-						return err
-					}
-					a.spawnFill(runsc, p.Name)
-				}
-				return nil
-			}
-			return a.fill(ctx, e, p.Name)
-		},
-	}
+			return nil
+		}
+		return a.fill(s.ctx, e, p.Name)
+	})
 	lf.register(cmd.Flags())
 	cmd.Flags().StringVar(&o.Name, "name", "", "pool name (default: the image)")
 	cmd.Flags().IntVar(&o.Size, "size", 0, fmt.Sprintf("started sandboxes to keep ready (0 to %d)", sandbox.MaxPoolSize))
@@ -120,65 +117,44 @@ func (a *app) fill(ctx context.Context, e *env, pool string) error {
 }
 
 func (a *app) poolFillCmd() *cobra.Command {
-	return &cobra.Command{
+	return a.withSession(&cobra.Command{
 		Use:    "fill POOL",
 		Short:  "Start sandboxes until the pool is full (what the background refill runs)",
 		Args:   cobra.ExactArgs(1),
 		Hidden: true,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			e, err := a.open(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer e.Close()
-			return a.fill(cmd.Context(), e, args[0])
-		},
-	}
+	}, func(s *session, args []string) error {
+		e, err := s.runtime()
+		if err != nil {
+			return err
+		}
+		return a.fill(s.ctx, e, args[0])
+	})
 }
 
 func (a *app) poolLsCmd() *cobra.Command {
-	var jsonOut bool
-	cmd := &cobra.Command{
+	return command(a, &cobra.Command{
 		Use:   "ls",
 		Short: "List pools with how many sandboxes wait in each",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			e, err := a.open(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer e.Close()
-			pools, err := e.mgr.Pools(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if jsonOut {
-				return writeJSON(a.stdout, pools)
-			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tIMAGE\tREADY\tTARGETS\tMEMORY USED\tBUDGET\tCPUS\tMEMORY\tAGE")
-			now := time.Now()
+	}, "print JSON", func(w io.Writer, pools []*sandbox.Pool) error {
+		now := time.Now()
+		return table(w, "NAME\tIMAGE\tREADY\tTARGETS\tMEMORY USED\tBUDGET\tCPUS\tMEMORY\tAGE", func(tw io.Writer) {
 			for _, p := range pools {
 				fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d/%d\t%s\t%s\t%g\t%s\t%s\n", p.Name, p.Image, p.Ready, p.Size, p.TargetsReady, p.Targets,
 					units.FormatBytes(p.MemoryUsed), units.FormatBytes(p.MemoryBudget), p.Limits.CPUs,
 					units.FormatBytes(p.Limits.Memory), age(now.Sub(p.CreatedAt)))
 			}
-			return tw.Flush()
-		},
-	}
-	cmd.Flags().BoolVar(&jsonOut, "json", false, "print JSON")
-	return cmd
+		})
+	}, on((*session).runtime, func(s *session, e *env, _ []string) ([]*sandbox.Pool, error) {
+		return e.mgr.Pools(s.ctx)
+	}))
 }
 
 func (a *app) poolRmCmd() *cobra.Command {
-	return &cobra.Command{
+	return a.eachCmd(&cobra.Command{
 		Use:   "rm POOL...",
 		Short: "Remove pools and the sandboxes waiting in them",
-		Args:  cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.eachSandbox(cmd, args, func(ctx context.Context, ops sandbox.Service, n string) error {
-				return ops.RemovePool(ctx, n)
-			})
-		},
-	}
+	}, func(ctx context.Context, ops sandbox.Service, n string) error {
+		return ops.RemovePool(ctx, n)
+	})
 }

@@ -15,7 +15,7 @@ import (
 
 // serveAPI runs the API for c's data dir on a Unix socket, as smolvm
 // serve does, and returns its SMOLVM_HOST.
-func serveAPI(t *testing.T, c *sbCLI) string {
+func serveAPI(t *testing.T, c *testCLI) string {
 	t.Helper()
 	a := &app{dataDir: c.dataDir, runsc: c.runsc, self: c.self}
 	e, err := a.open(context.Background())
@@ -80,7 +80,7 @@ func TestCLIRemoteMatchesDirect(t *testing.T) {
 		outDir := t.TempDir()
 		var rs []result
 		for _, args := range script(name, outDir) {
-			out, errOut, code := c.run("12345", args...)
+			out, errOut, code := c.runIn("12345", args...)
 			norm := func(s string) string { return ids.ReplaceAllString(strings.ReplaceAll(s, name, "NAME"), "ID") }
 			rs = append(rs, result{norm(out), norm(errOut), code})
 		}
@@ -114,7 +114,7 @@ func TestCLIRemoteMatchesDirect(t *testing.T) {
 
 	// The remote runs really went through a server: without one, they fail.
 	c.host = "unix://" + filepath.Join(t.TempDir(), "nobody.sock")
-	if _, errOut, code := c.run("", "ls"); code != 125 || !strings.Contains(errOut, "smolvm server") {
+	if _, errOut, code := c.run("ls"); code != 125 || !strings.Contains(errOut, "smolvm server") {
 		t.Errorf("ls against no server: %d %q", code, errOut)
 	}
 	c.host = ""

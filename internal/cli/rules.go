@@ -2,8 +2,8 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 
@@ -57,69 +57,58 @@ func rulesResolve(ctx context.Context, root, path string, budget int) (*rules.Re
 
 func (a *app) rulesExplainCmd(root *string) *cobra.Command {
 	var budget int
-	var asJSON bool
-	cmd := &cobra.Command{
+	cmd := command(a, &cobra.Command{
 		Use:   "explain PATH",
 		Short: "Show which rules apply to an edit of PATH, why, and where they come from",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			res, err := rulesResolve(cmd.Context(), *root, args[0], budget)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return a.rulesJSON(res)
-			}
-			return res.Explain(a.stdout)
-		},
-	}
+	}, "print JSON", func(w io.Writer, res *rules.Resolution) error { return res.Explain(w) }, func(s *session, args []string) (*rules.Resolution, error) {
+		return rulesResolve(s.ctx, *root, args[0], budget)
+	})
 	cmd.Flags().IntVar(&budget, "budget", rules.DefaultBudget, "bytes of rule text to include; 0 for no limit")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
 
 func (a *app) rulesLintCmd(root *string) *cobra.Command {
 	opts := rules.LintOptions{Budget: rules.DefaultBudget, MaxFile: rules.DefaultMaxFile}
 	var asJSON bool
-	cmd := &cobra.Command{
+	cmd := a.withSession(&cobra.Command{
 		Use:   "lint",
 		Short: "Check rule files for mistakes and conflicts; exit status 1 on errors",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			repo, err := rulesLoad(cmd.Context(), *root, ".")
-			if err != nil {
-				return err
+	}, func(s *session, args []string) error {
+		repo, err := rulesLoad(s.ctx, *root, ".")
+		if err != nil {
+			return err
+		}
+		findings := repo.Lint(opts)
+		errs := 0
+		for _, f := range findings {
+			if f.Severity == rules.Error {
+				errs++
 			}
-			findings := repo.Lint(opts)
-			errs := 0
+		}
+		if asJSON {
+			err = writeJSON(a.stdout, struct {
+				Root     string          `json:"root"`
+				Findings []rules.Finding `json:"findings"`
+				Errors   int             `json:"errors"`
+				Warnings int             `json:"warnings"`
+			}{repo.Root, findings, errs, len(findings) - errs})
+		} else {
 			for _, f := range findings {
-				if f.Severity == rules.Error {
-					errs++
-				}
+				fmt.Fprintln(a.stdout, f)
 			}
-			if asJSON {
-				err = a.rulesJSON(struct {
-					Root     string          `json:"root"`
-					Findings []rules.Finding `json:"findings"`
-					Errors   int             `json:"errors"`
-					Warnings int             `json:"warnings"`
-				}{repo.Root, findings, errs, len(findings) - errs})
-			} else {
-				for _, f := range findings {
-					fmt.Fprintln(a.stdout, f)
-				}
-				_, err = fmt.Fprintf(a.stdout, "%d rules in %d files: %d errors, %d warnings\n",
-					len(repo.Rules), len(repo.Sizes), errs, len(findings)-errs)
-			}
-			if err != nil {
-				return err
-			}
-			if errs > 0 {
-				return exitCode(1)
-			}
-			return nil
-		},
-	}
+			_, err = fmt.Fprintf(a.stdout, "%d rules in %d files: %d errors, %d warnings\n",
+				len(repo.Rules), len(repo.Sizes), errs, len(findings)-errs)
+		}
+		if err != nil {
+			return err
+		}
+		if errs > 0 {
+			return exitCode(1)
+		}
+		return nil
+	})
 	cmd.Flags().IntVar(&opts.Budget, "budget", opts.Budget, "bytes of rule text per file; a rule file larger than this is an error")
 	cmd.Flags().IntVar(&opts.MaxFile, "max-file", opts.MaxFile, "bytes; a rule file larger than this is a warning")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -129,35 +118,28 @@ func (a *app) rulesLintCmd(root *string) *cobra.Command {
 func (a *app) rulesRenderCmd(root *string) *cobra.Command {
 	var budget int
 	var format string
-	cmd := &cobra.Command{
+	cmd := command(a, &cobra.Command{
 		Use:   "render PATH",
 		Short: "Write the rules for PATH as one context file for an agent",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if !slices.Contains(rules.Formats, format) {
-				return fmt.Errorf("--format %q: want one of %s", format, strings.Join(rules.Formats, ", "))
+	}, "", func(w io.Writer, res *rules.Resolution) error { return res.Render(w, format) }, func(s *session, args []string) (*rules.Resolution, error) {
+		if !slices.Contains(rules.Formats, format) {
+			return nil, fmt.Errorf("--format %q: want one of %s", format, strings.Join(rules.Formats, ", "))
+		}
+		res, err := rulesResolve(s.ctx, *root, args[0], budget)
+		if err != nil {
+			return nil, err
+		}
+		// The cut is in the output as comments too; say it where a
+		// person running the command sees it.
+		for _, e := range res.Entries {
+			if e.Status == rules.Dropped || e.Status == rules.Truncated {
+				fmt.Fprintf(a.stderr, "smolvm: rules: %s %s: %s\n", e.Status, e.Rule.Pos(), e.Note)
 			}
-			res, err := rulesResolve(cmd.Context(), *root, args[0], budget)
-			if err != nil {
-				return err
-			}
-			// The cut is in the output as comments too; say it where a
-			// person running the command sees it.
-			for _, e := range res.Entries {
-				if e.Status == rules.Dropped || e.Status == rules.Truncated {
-					fmt.Fprintf(a.stderr, "smolvm: rules: %s %s: %s\n", e.Status, e.Rule.Pos(), e.Note)
-				}
-			}
-			return res.Render(a.stdout, format)
-		},
-	}
+		}
+		return res, nil
+	})
 	cmd.Flags().StringVar(&format, "format", "claude", "output format: "+strings.Join(rules.Formats, ", "))
 	cmd.Flags().IntVar(&budget, "budget", rules.DefaultBudget, "bytes of rule text to include; 0 for no limit")
 	return cmd
-}
-
-func (a *app) rulesJSON(v any) error {
-	enc := json.NewEncoder(a.stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }

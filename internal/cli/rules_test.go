@@ -1,9 +1,7 @@
 package cli
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,30 +11,11 @@ import (
 	"golang.org/x/tools/txtar"
 )
 
-// rulesRun runs smolvm with args and returns its output and exit status.
-func rulesRun(t *testing.T, args ...string) (stdout, stderr string, code int) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut}
-	root := a.rootCmd()
-	root.SetArgs(args)
-	err := root.ExecuteContext(t.Context())
-	var ee *exitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		code = ee.code
-	default:
-		code = exitFailure
-	}
-	return out.String(), errOut.String(), code
-}
-
 // rulesMonorepo writes the rules package's monorepo fixture into a new git
 // repository and returns its root.
 func rulesMonorepo(t *testing.T) string {
 	t.Helper()
-	ar, err := txtar.ParseFile(filepath.Join("..", "..", "rules", "testdata", "monorepo.txtar"))
+	ar, err := txtar.ParseFile(filepath.Join("..", "..", "workflow", "rules", "testdata", "monorepo.txtar"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,9 +47,10 @@ func rulesLinesInOrder(t *testing.T, out string, want ...string) {
 }
 
 func TestRulesExplainMonorepo(t *testing.T) {
+	c := newCLI(t, "")
 	dir := rulesMonorepo(t)
 	// No --root: the root is found from the path by walking up to .git.
-	out, stderr, code := rulesRun(t, "rules", "explain", filepath.Join(dir, "packages/web/src/app.ts"))
+	out, stderr, code := c.run("rules", "explain", filepath.Join(dir, "packages/web/src/app.ts"))
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -87,7 +67,7 @@ func TestRulesExplainMonorepo(t *testing.T) {
 		t.Errorf("sibling packages' rules listed for packages/web:\n%s", out)
 	}
 
-	out, _, code = rulesRun(t, "rules", "explain", "--root", dir, filepath.Join(dir, "packages/api/main.go"))
+	out, _, code = c.run("rules", "explain", "--root", dir, filepath.Join(dir, "packages/api/main.go"))
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
@@ -104,14 +84,15 @@ func TestRulesExplainMonorepo(t *testing.T) {
 }
 
 func TestRulesExplainBudget(t *testing.T) {
+	c := newCLI(t, "")
 	dir := rulesMonorepo(t)
 	file := filepath.Join(dir, "packages/web/src/app.ts")
-	first, _, code := rulesRun(t, "rules", "explain", "--budget", "40", file)
+	first, _, code := c.run("rules", "explain", "--budget", "40", file)
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
 	for range 3 {
-		if again, _, _ := rulesRun(t, "rules", "explain", "--budget", "40", file); again != first {
+		if again, _, _ := c.run("rules", "explain", "--budget", "40", file); again != first {
 			t.Fatalf("explain is not deterministic:\n%s\n---\n%s", first, again)
 		}
 	}
@@ -125,7 +106,7 @@ func TestRulesExplainBudget(t *testing.T) {
 		"- CLAUDE.md:1", "- docs/conventions.md:1", "- .cursor/rules/typescript.mdc:6",
 	)
 
-	out, _, _ := rulesRun(t, "rules", "explain", "--json", "--budget", "40", file)
+	out, _, _ := c.run("rules", "explain", "--json", "--budget", "40", file)
 	var res struct {
 		Used    int
 		Entries []struct{ Status string }
@@ -139,8 +120,9 @@ func TestRulesExplainBudget(t *testing.T) {
 }
 
 func TestRulesLintMonorepo(t *testing.T) {
+	c := newCLI(t, "")
 	dir := rulesMonorepo(t)
-	out, _, code := rulesRun(t, "rules", "lint", "--root", dir)
+	out, _, code := c.run("rules", "lint", "--root", dir)
 	if code != 1 {
 		t.Fatalf("exit %d, want 1 for conflicts:\n%s", code, out)
 	}
@@ -160,7 +142,7 @@ func TestRulesLintMonorepo(t *testing.T) {
 		}
 	}
 
-	out, _, code = rulesRun(t, "rules", "lint", "--json", "--root", dir)
+	out, _, code = c.run("rules", "lint", "--json", "--root", dir)
 	var rep struct {
 		Findings []struct{ Severity, Code, File string }
 		Errors   int
@@ -175,6 +157,7 @@ func TestRulesLintMonorepo(t *testing.T) {
 }
 
 func TestRulesLintFindings(t *testing.T) {
+	c := newCLI(t, "")
 	dir := t.TempDir()
 	if out, err := exec.Command("git", "init", "-q", dir).CombinedOutput(); err != nil {
 		t.Fatalf("git init: %v\n%s", err, out)
@@ -198,7 +181,7 @@ func TestRulesLintFindings(t *testing.T) {
 	}
 	// lint without --root finds the repository from the working directory.
 	t.Chdir(filepath.Join(dir, ".cursor"))
-	out, _, code := rulesRun(t, "rules", "lint")
+	out, _, code := c.run("rules", "lint")
 	if code != 1 {
 		t.Fatalf("exit %d, want 1:\n%s", code, out)
 	}
@@ -226,21 +209,22 @@ func TestRulesLintFindings(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, ".cursor/rules/b.md")); err != nil {
 		t.Fatal(err)
 	}
-	out, _, code = rulesRun(t, "rules", "lint")
+	out, _, code = c.run("rules", "lint")
 	if code != 0 || !strings.Contains(out, "0 errors, 0 warnings") {
 		t.Errorf("exit %d:\n%s", code, out)
 	}
-	out, _, code = rulesRun(t, "rules", "lint", "--json")
+	out, _, code = c.run("rules", "lint", "--json")
 	if code != 0 || !strings.Contains(out, `"findings": [],`) {
 		t.Errorf("exit %d:\n%s", code, out)
 	}
 }
 
 func TestRulesRender(t *testing.T) {
+	c := newCLI(t, "")
 	dir := rulesMonorepo(t)
 	file := filepath.Join(dir, "packages/web/src/app.ts")
 	for format, title := range map[string]string{"claude": "# CLAUDE.md", "codex": "# AGENTS.md", "plain": "# Rules for packages/web/src/app.ts"} {
-		out, stderr, code := rulesRun(t, "rules", "render", file, "--format", format)
+		out, stderr, code := c.run("rules", "render", file, "--format", format)
 		if code != 0 || stderr != "" {
 			t.Fatalf("%s: exit %d: %s", format, code, stderr)
 		}
@@ -249,7 +233,7 @@ func TestRulesRender(t *testing.T) {
 			"source: docs/conventions.md:1", "Write commit subjects in the imperative mood.",
 			"source: packages/web/.cursor/rules/format.mdc:4", "Format code with biome.")
 	}
-	out, stderr, code := rulesRun(t, "rules", "render", file, "--format", "plain", "--budget", "40")
+	out, stderr, code := c.run("rules", "render", file, "--format", "plain", "--budget", "40")
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
@@ -257,10 +241,10 @@ func TestRulesRender(t *testing.T) {
 	if strings.Contains(out, "npm install") || !strings.Contains(out, "# dropped by the budget: AGENTS.md:1") {
 		t.Errorf("budget not applied or not reported:\n%s", out)
 	}
-	if _, _, code := rulesRun(t, "rules", "render", file, "--format", "cursor"); code != exitFailure {
+	if _, _, code := c.run("rules", "render", file, "--format", "cursor"); code != exitFailure {
 		t.Errorf("unknown format: exit %d, want %d", code, exitFailure)
 	}
-	if _, _, code := rulesRun(t, "rules", "explain", "--root", dir, t.TempDir()); code != exitFailure {
+	if _, _, code := c.run("rules", "explain", "--root", dir, t.TempDir()); code != exitFailure {
 		t.Errorf("path outside the repository: exit %d, want %d", code, exitFailure)
 	}
 }

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -104,10 +102,8 @@ func (f *createFlags) options(fs *pflag.FlagSet, cmd []string, start bool) (sand
 		TTL: f.timeout, IdleTimeout: f.idle, OnExpiry: f.onExpiry, Policy: f.policy,
 		Limits: limits,
 	}}
-	for _, kv := range f.env {
-		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
-			return o, fmt.Errorf("--env %q: want KEY=VALUE", kv)
-		}
+	if err := checkEnv(f.env); err != nil {
+		return o, err
 	}
 	pol := f.net.policy()
 	for _, p := range f.publish {
@@ -126,40 +122,47 @@ func (f *createFlags) options(fs *pflag.FlagSet, cmd []string, start bool) (sand
 	return o, nil
 }
 
+// create creates a sandbox from the flags and args (its command), through
+// the session's sandbox operations.
+func (f *createFlags) create(s *session, cmd []string, start bool) (sandbox.Service, *sandbox.Sandbox, error) {
+	opts, err := f.options(s.cmd.Flags(), cmd, start)
+	if err != nil {
+		return nil, nil, err
+	}
+	ops, err := s.sandboxes()
+	if err != nil {
+		return nil, nil, err
+	}
+	sb, err := ops.Create(s.ctx, opts)
+	if err != nil {
+		return nil, nil, startStatus(err)
+	}
+	return ops, sb, nil
+}
+
 func (a *app) runCmd() *cobra.Command {
 	var f createFlags
 	var rm, detach bool
-	cmd := &cobra.Command{
+	cmd := a.withSession(&cobra.Command{
 		Use:   "run [flags] [-- CMD...]",
 		Short: "Create and start a sandbox, and wait for its command unless detached",
 		Long: `Create and start a sandbox. Without --detach, run streams the command's
 output and exits with its status. Without a command (and with an image that
 has none) the sandbox idles, ready for exec.`,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if rm && detach {
-				return errors.New("--rm and --detach cannot be combined: no daemon would remove the sandbox later")
-			}
-			opts, err := f.options(cmd.Flags(), args, true)
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			ops, done, err := a.sandboxes(ctx)
-			if err != nil {
-				return err
-			}
-			defer done()
-			sb, err := ops.Create(ctx, opts)
-			if err != nil {
-				return startStatus(err)
-			}
-			if detach {
-				fmt.Fprintln(a.stdout, sb.ID)
-				return nil
-			}
-			return a.attach(ctx, ops, sb, rm)
-		},
-	}
+	}, func(s *session, args []string) error {
+		if rm && detach {
+			return errors.New("--rm and --detach cannot be combined: no daemon would remove the sandbox later")
+		}
+		ops, sb, err := f.create(s, args, true)
+		if err != nil {
+			return err
+		}
+		if detach {
+			fmt.Fprintln(a.stdout, sb.ID)
+			return nil
+		}
+		return a.attach(s.ctx, ops, sb, rm)
+	})
 	f.register(cmd.Flags())
 	cmd.Flags().BoolVar(&rm, "rm", false, "remove the sandbox when its command exits")
 	cmd.Flags().BoolVarP(&detach, "detach", "d", false, "print the sandbox ID and return at once")
@@ -205,144 +208,108 @@ func (a *app) attach(ctx context.Context, ops sandbox.Service, sb *sandbox.Sandb
 
 func (a *app) createCmd() *cobra.Command {
 	var f createFlags
-	cmd := &cobra.Command{
+	cmd := command(a, &cobra.Command{
 		Use:   "create [flags] [-- CMD...]",
 		Short: "Create a sandbox without starting it",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts, err := f.options(cmd.Flags(), args, false)
-			if err != nil {
-				return err
-			}
-			ops, done, err := a.sandboxes(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
-			sb, err := ops.Create(cmd.Context(), opts)
-			if err != nil {
-				return startStatus(err)
-			}
-			fmt.Fprintln(a.stdout, sb.ID)
-			return nil
-		},
-	}
+	}, "", printLine(sandboxID), func(s *session, args []string) (*sandbox.Sandbox, error) {
+		_, sb, err := f.create(s, args, false)
+		return sb, err
+	})
 	f.register(cmd.Flags())
 	return cmd
 }
 
-// eachSandbox runs fn on every named sandbox, reporting each failure and
-// failing overall if any did.
-func (a *app) eachSandbox(cmd *cobra.Command, names []string, fn func(ctx context.Context, ops sandbox.Service, name string) error) error {
-	ops, done, err := a.sandboxes(cmd.Context())
-	if err != nil {
-		return err
+// sandboxID is what most sandbox commands print.
+func sandboxID(sb *sandbox.Sandbox) string { return sb.ID }
+
+// printIDs prints sandboxes' IDs, one per line.
+func printIDs(w io.Writer, sbs []*sandbox.Sandbox) error {
+	for _, sb := range sbs {
+		fmt.Fprintln(w, sb.ID)
 	}
-	defer done()
-	var failed error
-	for _, n := range names {
-		if err := fn(cmd.Context(), ops, n); err != nil {
-			if len(names) == 1 {
-				return err
-			}
-			fmt.Fprintln(a.stderr, "smolvm:", err)
-			failed = errors.New("some sandboxes failed")
-			continue
+	return nil
+}
+
+// eachCmd builds c as a command that applies fn to every sandbox (or pool)
+// it names, printing each name done and reporting each failure; it fails
+// overall if any did.
+func (a *app) eachCmd(c *cobra.Command, fn func(ctx context.Context, ops sandbox.Service, name string) error) *cobra.Command {
+	c.Args = cobra.MinimumNArgs(1)
+	return a.withSession(c, func(s *session, names []string) error {
+		ops, err := s.sandboxes()
+		if err != nil {
+			return err
 		}
-		fmt.Fprintln(a.stdout, n)
-	}
-	return failed
+		var failed error
+		for _, n := range names {
+			if err := fn(s.ctx, ops, n); err != nil {
+				if len(names) == 1 {
+					return err
+				}
+				fmt.Fprintln(a.stderr, "smolvm:", err)
+				failed = errors.New("some sandboxes failed")
+				continue
+			}
+			fmt.Fprintln(a.stdout, n)
+		}
+		return failed
+	})
+}
+
+// stateCmd is a command that changes the state of every sandbox it names
+// with op.
+func (a *app) stateCmd(use, short string, op func(sandbox.Service, context.Context, string) (*sandbox.Sandbox, error)) *cobra.Command {
+	return a.eachCmd(&cobra.Command{Use: use, Short: short}, func(ctx context.Context, ops sandbox.Service, n string) error {
+		_, err := op(ops, ctx, n)
+		return err
+	})
 }
 
 func (a *app) startCmd() *cobra.Command {
-	return a.eachCmd("start SANDBOX...", "Start created or stopped sandboxes", sandbox.Service.Start)
-}
-
-// eachCmd is a command that applies op to every sandbox it names.
-func (a *app) eachCmd(use, short string, op func(sandbox.Service, context.Context, string) (*sandbox.Sandbox, error)) *cobra.Command {
-	return &cobra.Command{
-		Use:   use,
-		Short: short,
-		Args:  cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.eachSandbox(cmd, args, func(ctx context.Context, ops sandbox.Service, n string) error {
-				_, err := op(ops, ctx, n)
-				return err
-			})
-		},
-	}
+	return a.stateCmd("start SANDBOX...", "Start created or stopped sandboxes", sandbox.Service.Start)
 }
 
 func (a *app) stopCmd() *cobra.Command {
 	var timeout time.Duration
-	cmd := &cobra.Command{
-		Use:   "stop SANDBOX...",
-		Short: "Stop sandboxes (SIGTERM, then SIGKILL after --time)",
-		Args:  cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.eachSandbox(cmd, args, func(ctx context.Context, ops sandbox.Service, n string) error {
-				_, err := ops.Stop(ctx, n, timeout)
-				return err
-			})
-		},
-	}
+	cmd := a.stateCmd("stop SANDBOX...", "Stop sandboxes (SIGTERM, then SIGKILL after --time)",
+		func(ops sandbox.Service, ctx context.Context, n string) (*sandbox.Sandbox, error) {
+			return ops.Stop(ctx, n, timeout)
+		})
 	cmd.Flags().DurationVarP(&timeout, "time", "t", 10*time.Second, "grace period before SIGKILL")
 	return cmd
 }
 
 func (a *app) rmCmd() *cobra.Command {
 	var force bool
-	cmd := &cobra.Command{
-		Use:   "rm [-f] SANDBOX...",
-		Short: "Remove sandboxes",
-		Args:  cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.eachSandbox(cmd, args, func(ctx context.Context, ops sandbox.Service, n string) error {
-				return ops.Remove(ctx, n, force)
-			})
-		},
-	}
+	cmd := a.eachCmd(&cobra.Command{Use: "rm [-f] SANDBOX...", Short: "Remove sandboxes"}, func(ctx context.Context, ops sandbox.Service, n string) error {
+		return ops.Remove(ctx, n, force)
+	})
 	cmd.Flags().BoolVarP(&force, "force", "f", false, "remove running sandboxes too")
 	return cmd
 }
 
 func (a *app) lsCmd() *cobra.Command {
-	var asJSON, quiet bool
-	cmd := &cobra.Command{
+	var quiet bool
+	cmd := command(a, &cobra.Command{
 		Use:     "ls",
 		Aliases: []string{"ps", "list"},
 		Short:   "List sandboxes",
 		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ops, done, err := a.sandboxes(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
-			sbs, err := ops.List(cmd.Context())
-			if err != nil {
-				return err
-			}
-			switch {
-			case asJSON:
-				return writeJSON(a.stdout, sbs)
-			case quiet:
-				for _, sb := range sbs {
-					fmt.Fprintln(a.stdout, sb.ID)
-				}
-				return nil
-			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tID\tIMAGE\tSTATE\tBACKEND\tCPUS\tMEMORY\tAGE\tTTL")
-			now := time.Now()
+	}, "print JSON", func(w io.Writer, sbs []*sandbox.Sandbox) error {
+		if quiet {
+			return printIDs(w, sbs)
+		}
+		now := time.Now()
+		return table(w, "NAME\tID\tIMAGE\tSTATE\tBACKEND\tCPUS\tMEMORY\tAGE\tTTL", func(tw io.Writer) {
 			for _, sb := range sbs {
 				l := sb.Config.Limits
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%g\t%s\t%s\t%s\n", sb.Name, sb.ID, sb.Image, stateText(sb),
 					sb.Backend, l.CPUs, units.FormatBytes(l.Memory), age(now.Sub(sb.CreatedAt)), ttlText(sb, now))
 			}
-			return tw.Flush()
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+		})
+	}, on((*session).sandboxes, func(s *session, ops sandbox.Service, _ []string) ([]*sandbox.Sandbox, error) {
+		return ops.List(s.ctx)
+	}))
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print IDs only")
 	return cmd
 }
@@ -383,65 +350,53 @@ func age(d time.Duration) string {
 	return fmt.Sprintf("%dd", int(d.Hours()/24))
 }
 
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
 func (a *app) inspectCmd() *cobra.Command {
-	return &cobra.Command{
+	return command(a, &cobra.Command{
 		Use:   "inspect SANDBOX...",
 		Short: "Show sandboxes' records and live resource usage as JSON",
 		Args:  cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ops, done, err := a.sandboxes(cmd.Context())
+	}, "", printJSON, on((*session).sandboxes, func(s *session, ops sandbox.Service, args []string) ([]sandboxView, error) {
+		var out []sandboxView
+		for _, n := range args {
+			sb, err := ops.Get(s.ctx, n)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			defer done()
-			type view struct {
-				*sandbox.Sandbox
-				Stats   *sandbox.Stats        `json:"stats,omitempty"`
-				Network *sandbox.NetworkState `json:"network_state,omitempty"`
+			v := sandboxView{Sandbox: sb}
+			if sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused {
+				v.Stats, _ = ops.Stats(s.ctx, sb.ID)
 			}
-			var out []view
-			for _, n := range args {
-				sb, err := ops.Get(cmd.Context(), n)
-				if err != nil {
-					return err
-				}
-				v := view{Sandbox: sb}
-				if sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused {
-					v.Stats, _ = ops.Stats(cmd.Context(), sb.ID)
-				}
-				// An orphan's network may be half made: show the record
-				// anyway.
-				if sb.Config.Network != nil {
-					v.Network, _ = ops.NetStatus(cmd.Context(), sb.ID)
-				}
-				out = append(out, v)
+			// An orphan's network may be half made: show the record
+			// anyway.
+			if sb.Config.Network != nil {
+				v.Network, _ = ops.NetStatus(s.ctx, sb.ID)
 			}
-			return writeJSON(a.stdout, out)
-		},
-	}
+			out = append(out, v)
+		}
+		return out, nil
+	}))
+}
+
+// sandboxView is a sandbox as inspect shows it.
+type sandboxView struct {
+	*sandbox.Sandbox
+	Stats   *sandbox.Stats        `json:"stats,omitempty"`
+	Network *sandbox.NetworkState `json:"network_state,omitempty"`
 }
 
 func (a *app) logsCmd() *cobra.Command {
 	var follow bool
-	cmd := &cobra.Command{
+	cmd := a.withSession(&cobra.Command{
 		Use:   "logs [-f] SANDBOX",
 		Short: "Print a sandbox's main command output",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ops, done, err := a.sandboxes(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
-			return ops.Logs(cmd.Context(), args[0], sandbox.LogOptions{Follow: follow, Stdout: a.stdout, Stderr: a.stderr})
-		},
-	}
+	}, func(s *session, args []string) error {
+		ops, err := s.sandboxes()
+		if err != nil {
+			return err
+		}
+		return ops.Logs(s.ctx, args[0], sandbox.LogOptions{Follow: follow, Stdout: a.stdout, Stderr: a.stderr})
+	})
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing until the sandbox stops")
 	return cmd
 }
@@ -453,44 +408,39 @@ func (a *app) execCmd() *cobra.Command {
 		workdir, user    string
 		timeout          time.Duration
 	)
-	cmd := &cobra.Command{
+	cmd := a.withSession(&cobra.Command{
 		Use:   "exec [flags] SANDBOX -- CMD...",
 		Short: "Run a command in a running sandbox",
 		Args:  cobra.MinimumNArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			for _, kv := range envs {
-				if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
-					return fmt.Errorf("--env %q: want KEY=VALUE", kv)
-				}
-			}
-			ctx := cmd.Context()
-			ops, done, err := a.sandboxes(ctx)
+	}, func(s *session, args []string) error {
+		if err := checkEnv(envs); err != nil {
+			return err
+		}
+		ops, err := s.sandboxes()
+		if err != nil {
+			return err
+		}
+		p := sandbox.Process{Args: args[1:], Env: envs, Dir: workdir, User: user, TTY: tty, TimeoutMS: timeout.Milliseconds()}
+		stdio := sandbox.Stdio{Stdout: a.stdout, Stderr: a.stderr}
+		if interactive {
+			stdio.Stdin = a.stdin
+		}
+		if tty {
+			restore, err := a.rawTerminal(&p, &stdio)
 			if err != nil {
 				return err
 			}
-			defer done()
-			p := sandbox.Process{Args: args[1:], Env: envs, Dir: workdir, User: user, TTY: tty, TimeoutMS: timeout.Milliseconds()}
-			stdio := sandbox.Stdio{Stdout: a.stdout, Stderr: a.stderr}
-			if interactive {
-				stdio.Stdin = a.stdin
-			}
-			if tty {
-				restore, err := a.rawTerminal(&p, &stdio)
-				if err != nil {
-					return err
-				}
-				defer restore()
-			}
-			exit, err := ops.Exec(ctx, args[0], p, stdio)
-			if errors.Is(err, trust.ErrDenied) {
-				return &exitError{code: exitCannotRun, err: err}
-			}
-			if err != nil {
-				return err
-			}
-			return execStatus(exit)
-		},
-	}
+			defer restore()
+		}
+		exit, err := ops.Exec(s.ctx, args[0], p, stdio)
+		if errors.Is(err, trust.ErrDenied) {
+			return &exitError{code: exitCannotRun, err: err}
+		}
+		if err != nil {
+			return err
+		}
+		return execStatus(exit)
+	})
 	f := cmd.Flags()
 	f.BoolVarP(&interactive, "interactive", "i", false, "stream stdin to the command")
 	f.BoolVarP(&tty, "tty", "t", false, "allocate a pseudo-terminal")
@@ -499,6 +449,16 @@ func (a *app) execCmd() *cobra.Command {
 	f.StringVarP(&user, "user", "u", "", "user (name, uid or uid:gid)")
 	f.DurationVar(&timeout, "timeout", 0, "kill the command after this long")
 	return cmd
+}
+
+// checkEnv checks --env's KEY=VALUE pairs.
+func checkEnv(env []string) error {
+	for _, kv := range env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return fmt.Errorf("--env %q: want KEY=VALUE", kv)
+		}
+	}
+	return nil
 }
 
 // startStatus gives a main command that could not start its shell status
@@ -574,29 +534,27 @@ func (a *app) rawTerminal(p *sandbox.Process, stdio *sandbox.Stdio) (func(), err
 }
 
 func (a *app) cpCmd() *cobra.Command {
-	return &cobra.Command{
+	return a.withSession(&cobra.Command{
 		Use:   "cp SRC DST",
 		Short: "Copy files between the host and a sandbox (SANDBOX:PATH on one side)",
 		Example: `  smolvm cp ./data.csv mysb:/tmp/
   smolvm cp mysb:/tmp/results ./results`,
 		Args: cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			srcSB, srcPath := splitSandboxPath(args[0])
-			dstSB, dstPath := splitSandboxPath(args[1])
-			if (srcSB == "") == (dstSB == "") {
-				return errors.New("cp: exactly one of SRC and DST must be SANDBOX:PATH")
-			}
-			ops, done, err := a.sandboxes(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
-			if dstSB != "" {
-				return ops.CopyIn(cmd.Context(), dstSB, srcPath, dstPath)
-			}
-			return ops.CopyOut(cmd.Context(), srcSB, srcPath, dstPath)
-		},
-	}
+	}, func(s *session, args []string) error {
+		srcSB, srcPath := splitSandboxPath(args[0])
+		dstSB, dstPath := splitSandboxPath(args[1])
+		if (srcSB == "") == (dstSB == "") {
+			return errors.New("cp: exactly one of SRC and DST must be SANDBOX:PATH")
+		}
+		ops, err := s.sandboxes()
+		if err != nil {
+			return err
+		}
+		if dstSB != "" {
+			return ops.CopyIn(s.ctx, dstSB, srcPath, dstPath)
+		}
+		return ops.CopyOut(s.ctx, srcSB, srcPath, dstPath)
+	})
 }
 
 // splitSandboxPath splits "sb:/path". Like docker, a local path that
@@ -613,53 +571,44 @@ func splitSandboxPath(s string) (string, string) {
 }
 
 func (a *app) gcCmd() *cobra.Command {
-	return &cobra.Command{
+	return a.withSession(&cobra.Command{
 		Use:   "gc",
 		Short: "Remove what crashes left behind (orphaned sandboxes, mounts, cgroups) and sandboxes expired over an hour ago",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			e, err := a.open(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer e.Close()
-			removed, err := e.mgr.GC(cmd.Context())
-			for _, r := range removed {
-				fmt.Fprintln(a.stdout, "removed", r)
-			}
-			expired, rerr := e.mgr.Reap(cmd.Context(), sandbox.DefaultExpiredGrace)
-			for _, n := range expired {
-				fmt.Fprintln(a.stdout, "removed expired sandbox", n)
-			}
-			return errors.Join(err, rerr)
-		},
-	}
+	}, func(s *session, args []string) error {
+		e, err := s.runtime()
+		if err != nil {
+			return err
+		}
+		removed, err := e.mgr.GC(s.ctx)
+		for _, r := range removed {
+			fmt.Fprintln(a.stdout, "removed", r)
+		}
+		expired, rerr := e.mgr.Reap(s.ctx, sandbox.DefaultExpiredGrace)
+		for _, n := range expired {
+			fmt.Fprintln(a.stdout, "removed expired sandbox", n)
+		}
+		return errors.Join(err, rerr)
+	})
 }
 
 func (a *app) timeoutCmd() *cobra.Command {
-	return &cobra.Command{
+	return command(a, &cobra.Command{
 		Use:   "timeout SANDBOX DURATION",
 		Short: "Set a sandbox's time to live to DURATION from now (0: none)",
 		Long: `Set a sandbox's time to live to DURATION from now, for this run and every
 later start. 0 removes it. A running sandbox's deadline moves at once.`,
 		Example: "  smolvm timeout box 1h",
 		Args:    cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ttl, err := time.ParseDuration(args[1])
-			if err != nil {
-				return fmt.Errorf("timeout: %w", err)
-			}
-			ops, done, err := a.sandboxes(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
-			sb, err := ops.SetTTL(cmd.Context(), args[0], ttl)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(a.stdout, ttlText(sb, time.Now()))
-			return nil
-		},
-	}
+	}, "", printLine(func(sb *sandbox.Sandbox) string { return ttlText(sb, time.Now()) }), func(s *session, args []string) (*sandbox.Sandbox, error) {
+		ttl, err := time.ParseDuration(args[1])
+		if err != nil {
+			return nil, fmt.Errorf("timeout: %w", err)
+		}
+		ops, err := s.sandboxes()
+		if err != nil {
+			return nil, err
+		}
+		return ops.SetTTL(s.ctx, args[0], ttl)
+	})
 }

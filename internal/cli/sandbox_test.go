@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -14,50 +12,24 @@ import (
 	"smolvm.dev/smolvm/sandbox"
 )
 
-// sbCLI runs smolvm command lines in-process against one data dir, the way
-// a user at a shell would, with real runsc sandboxes.
-type sbCLI struct {
-	t       *testing.T
-	dataDir string
-	runsc   string
-	self    string // the smolvm binary for background work; "" for none
-	// host, when set, sends sandbox commands through that server.
-	host string
-}
-
-func newSandboxCLI(t *testing.T) *sbCLI {
-	c := &sbCLI{t: t, dataDir: t.TempDir(), runsc: testenv.Runsc(t)}
+// newSandboxCLI runs command lines against a new data dir with real runsc
+// sandboxes, and removes every sandbox left when the test ends.
+func newSandboxCLI(t *testing.T) *testCLI {
+	c := &testCLI{t: t, dataDir: t.TempDir(), runsc: testenv.Runsc(t)}
 	t.Setenv("SMOLVM_GUEST_BINARY", testenv.Guest(t))
 	t.Setenv("SMOLVM_HOST", "") // direct, whatever the caller's shell says
 	t.Cleanup(func() {
-		ids, _, _ := c.run("", "ls", "-q")
+		ids, _, _ := c.run("ls", "-q")
 		for _, id := range strings.Fields(ids) {
-			c.run("", "rm", "-f", id)
+			c.run("rm", "-f", id)
 		}
 	})
 	return c
 }
 
-// run returns stdout, stderr and the exit status.
-func (c *sbCLI) run(stdin string, args ...string) (string, string, int) {
-	var out, errb bytes.Buffer
-	a := &app{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errb, self: c.self}
-	code := a.run(context.Background(), append([]string{"--data-dir", c.dataDir, "--runsc", c.runsc, "--host", c.host}, args...))
-	return out.String(), errb.String(), code
-}
-
-func (c *sbCLI) must(args ...string) string {
-	c.t.Helper()
-	out, errOut, code := c.run("", args...)
-	if code != 0 {
-		c.t.Fatalf("smolvm %v: exit %d: %s", args, code, errOut)
-	}
-	return out
-}
-
 func TestCLIRunAndExec(t *testing.T) {
 	c := newSandboxCLI(t)
-	out, errOut, code := c.run("", "run", "--rm", "--", "sh", "-c", "echo hi; echo oops >&2; exit 5")
+	out, errOut, code := c.run("run", "--rm", "--", "sh", "-c", "echo hi; echo oops >&2; exit 5")
 	if out != "hi\n" || errOut != "oops\n" || code != 5 {
 		t.Fatalf("run: out %q err %q code %d", out, errOut, code)
 	}
@@ -66,20 +38,20 @@ func TestCLIRunAndExec(t *testing.T) {
 	}
 
 	c.must("run", "-d", "--name", "box", "--memory", "256m", "--cpus", "1", "--env", "X=1", "--timeout", "10m")
-	out, errOut, code = c.run("", "exec", "box", "--", "sh", "-c", "echo $X; echo e >&2; exit 7")
+	out, errOut, code = c.run("exec", "box", "--", "sh", "-c", "echo $X; echo e >&2; exit 7")
 	if out != "1\n" || errOut != "e\n" || code != 7 {
 		t.Fatalf("exec: out %q err %q code %d", out, errOut, code)
 	}
-	if out, _, code := c.run("from stdin", "exec", "-i", "box", "--", "cat"); out != "from stdin" || code != 0 {
+	if out, _, code := c.runIn("from stdin", "exec", "-i", "box", "--", "cat"); out != "from stdin" || code != 0 {
 		t.Fatalf("exec -i: %q %d", out, code)
 	}
-	if out, _, code := c.run("", "exec", "-t", "box", "--", "sh", "-c", "test -t 1 && echo tty"); !strings.Contains(out, "tty") || code != 0 {
+	if out, _, code := c.run("exec", "-t", "box", "--", "sh", "-c", "test -t 1 && echo tty"); !strings.Contains(out, "tty") || code != 0 {
 		t.Fatalf("exec -t: %q %d", out, code)
 	}
-	if _, errOut, code := c.run("", "exec", "box", "--", "no-such-cmd"); code != 127 || !strings.Contains(errOut, "not found") {
+	if _, errOut, code := c.run("exec", "box", "--", "no-such-cmd"); code != 127 || !strings.Contains(errOut, "not found") {
 		t.Fatalf("missing command: %d %q", code, errOut)
 	}
-	if _, _, code := c.run("", "exec", "box", "--", "/etc/passwd"); code != 126 {
+	if _, _, code := c.run("exec", "box", "--", "/etc/passwd"); code != 126 {
 		t.Fatalf("not executable: %d", code)
 	}
 
@@ -108,7 +80,7 @@ func TestCLIRunAndExec(t *testing.T) {
 	}
 
 	c.must("stop", "box")
-	if _, errOut, code := c.run("", "exec", "box", "--", "true"); code != 125 || !strings.Contains(errOut, "stopped") {
+	if _, errOut, code := c.run("exec", "box", "--", "true"); code != 125 || !strings.Contains(errOut, "stopped") {
 		t.Fatalf("exec into stopped: %d %q", code, errOut)
 	}
 	c.must("rm", "box")
@@ -117,7 +89,7 @@ func TestCLIRunAndExec(t *testing.T) {
 func TestCLILogs(t *testing.T) {
 	c := newSandboxCLI(t)
 	c.must("run", "-d", "--name", "job", "--", "sh", "-c", "echo one; sleep 0.3; echo two >&2")
-	out, errOut, code := c.run("", "logs", "-f", "job")
+	out, errOut, code := c.run("logs", "-f", "job")
 	if out != "one\n" || errOut != "two\n" || code != 0 {
 		t.Fatalf("logs -f: %q %q %d", out, errOut, code)
 	}
@@ -150,7 +122,7 @@ func TestCLIBadInput(t *testing.T) {
 		{[]string{"cp", "a", "b"}, "SANDBOX:PATH"},
 		{[]string{"run", "--bogus-flag"}, "unknown flag"},
 	} {
-		_, errOut, code := c.run("", tc.args...)
+		_, errOut, code := c.run(tc.args...)
 		if code != 125 || !strings.Contains(errOut, tc.want) || strings.Count(errOut, "\n") != 1 {
 			t.Errorf("smolvm %v: exit %d, stderr %q; want 125 and one line mentioning %q", tc.args, code, errOut, tc.want)
 		}
@@ -160,14 +132,12 @@ func TestCLIBadInput(t *testing.T) {
 	}
 
 	// An unwritable data dir and a missing runsc.
-	var out, errb bytes.Buffer
-	a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: &errb}
-	if code := a.run(context.Background(), []string{"--data-dir", "/proc/version/x", "ls"}); code != 125 || !strings.Contains(errb.String(), "/proc/version/x") {
-		t.Errorf("unwritable data dir: %d %q", code, errb.String())
+	if _, errb, code := newCLI(t, "/proc/version/x").run("ls"); code != 125 || !strings.Contains(errb, "/proc/version/x") {
+		t.Errorf("unwritable data dir: %d %q", code, errb)
 	}
-	errb.Reset()
-	if code := a.run(context.Background(), []string{"--data-dir", c.dataDir, "--runsc", "/nonexistent/runsc", "ls"}); code != 125 || !strings.Contains(errb.String(), "scripts/install.sh") {
-		t.Errorf("missing runsc: %d %q", code, errb.String())
+	missing := &testCLI{t: t, dataDir: c.dataDir, runsc: "/nonexistent/runsc"}
+	if _, errb, code := missing.run("ls"); code != 125 || !strings.Contains(errb, "scripts/install.sh") {
+		t.Errorf("missing runsc: %d %q", code, errb)
 	}
 }
 
@@ -194,21 +164,21 @@ func TestCLICheckpointRestoreFork(t *testing.T) {
 	}
 
 	c.must("pause", "src")
-	if _, errOut, code := c.run("", "exec", "src", "--", "true"); code != exitFailure || !strings.Contains(errOut, "paused") {
+	if _, errOut, code := c.run("exec", "src", "--", "true"); code != exitFailure || !strings.Contains(errOut, "paused") {
 		t.Fatalf("exec in a paused sandbox: exit %d: %q", code, errOut)
 	}
-	if _, errOut, code := c.run("", "fork", "src"); code != exitFailure || !strings.Contains(errOut, "resume it first") {
+	if _, errOut, code := c.run("fork", "src"); code != exitFailure || !strings.Contains(errOut, "resume it first") {
 		t.Fatalf("fork of a paused sandbox: exit %d: %q", code, errOut)
 	}
 	c.must("resume", "src")
 	c.must("exec", "src", "--", "true")
 
-	if _, errOut, code := c.run("", "snapshot", "rm", "s1"); code != exitFailure || !strings.Contains(errOut, "in use") {
+	if _, errOut, code := c.run("snapshot", "rm", "s1"); code != exitFailure || !strings.Contains(errOut, "in use") {
 		t.Fatalf("snapshot rm of a snapshot r1 came from: exit %d: %q", code, errOut)
 	}
 	c.must("rm", "-f", "r1")
 	c.must("snapshot", "rm", "s1")
-	if _, errOut, code := c.run("", "restore", "s1"); code != exitFailure || !strings.Contains(errOut, "not found") {
+	if _, errOut, code := c.run("restore", "s1"); code != exitFailure || !strings.Contains(errOut, "not found") {
 		t.Fatalf("restore of a removed snapshot: exit %d: %q", code, errOut)
 	}
 }
@@ -216,7 +186,7 @@ func TestCLICheckpointRestoreFork(t *testing.T) {
 func TestCLIPool(t *testing.T) {
 	c := newSandboxCLI(t)
 	c.self = testenv.Smolvm(t)
-	t.Cleanup(func() { c.run("", "pool", "rm", "p") })
+	t.Cleanup(func() { c.run("pool", "rm", "p") })
 	c.must("pool", "create", "--size", "1", "--targets", "1", "--name", "p", "--memory", "512m", "--wait")
 	pool := func() sandbox.Pool {
 		var pools []sandbox.Pool
@@ -261,12 +231,12 @@ func TestCLIPool(t *testing.T) {
 		{"pool", "create", "--targets", "65"},
 		{"pool", "create", "--size", "1", "--name", "p"},
 	} {
-		if _, errOut, code := c.run("", bad...); code != exitFailure || errOut == "" {
+		if _, errOut, code := c.run(bad...); code != exitFailure || errOut == "" {
 			t.Errorf("smolvm %v: exit %d, %q", bad, code, errOut)
 		}
 	}
 	c.must("pool", "rm", "p")
-	if _, errOut, code := c.run("", "pool", "rm", "p"); code != exitFailure || !strings.Contains(errOut, "no such pool") {
+	if _, errOut, code := c.run("pool", "rm", "p"); code != exitFailure || !strings.Contains(errOut, "no such pool") {
 		t.Errorf("pool rm of a removed pool: exit %d, %q", code, errOut)
 	}
 }

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -12,15 +11,6 @@ import (
 	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/sandbox"
 )
-
-// snapshotRun runs smolvm with args against dataDir as Main would.
-func snapshotRun(t *testing.T, dataDir string, args ...string) (stdout, stderr string, code int) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut}
-	code = a.run(t.Context(), append([]string{"--data-dir", dataDir}, args...))
-	return out.String(), errOut.String(), code
-}
 
 // snapshotCommit stores a snapshot of one file in dataDir, as a checkpoint
 // would.
@@ -52,10 +42,11 @@ func snapshotCommit(t *testing.T, dataDir, name, content string, lin sandbox.Lin
 
 func TestSnapshotLsInspect(t *testing.T) {
 	dataDir := t.TempDir()
+	c := newCLI(t, dataDir)
 	base := snapshotCommit(t, dataDir, "base", "base pages", sandbox.Lineage{Sandbox: "aaaa1111", SandboxName: "dev"})
 	child := snapshotCommit(t, dataDir, "", "child pages", sandbox.Lineage{Sandbox: "bbbb2222", Parent: base.ID})
 
-	out, errOut, code := snapshotRun(t, dataDir, "snapshot", "ls", "--json")
+	out, errOut, code := c.run("snapshot", "ls", "--json")
 	if code != 0 {
 		t.Fatalf("ls --json: exit %d: %s", code, errOut)
 	}
@@ -67,7 +58,7 @@ func TestSnapshotLsInspect(t *testing.T) {
 		t.Errorf("ls --json = %+v", listed)
 	}
 
-	out, errOut, code = snapshotRun(t, dataDir, "snapshot", "ls")
+	out, errOut, code = c.run("snapshot", "ls")
 	if code != 0 {
 		t.Fatalf("ls: exit %d: %s", code, errOut)
 	}
@@ -88,7 +79,7 @@ func TestSnapshotLsInspect(t *testing.T) {
 	}
 
 	for _, q := range []string{"base", short(base.ID)} {
-		out, errOut, code = snapshotRun(t, dataDir, "snapshot", "inspect", q)
+		out, errOut, code = c.run("snapshot", "inspect", q)
 		if code != 0 {
 			t.Fatalf("inspect %s: exit %d: %s", q, code, errOut)
 		}
@@ -104,27 +95,28 @@ func TestSnapshotLsInspect(t *testing.T) {
 			t.Errorf("inspect %s = %+v", q, got)
 		}
 	}
-	if _, errOut, code = snapshotRun(t, dataDir, "snapshot", "inspect", "nope"); code != exitFailure || errOut != "smolvm: snapshot not found: nope\n" {
+	if _, errOut, code = c.run("snapshot", "inspect", "nope"); code != exitFailure || errOut != "smolvm: snapshot not found: nope\n" {
 		t.Errorf("inspect of a missing snapshot: exit %d, %q", code, errOut)
 	}
 }
 
 func TestSnapshotRm(t *testing.T) {
 	dataDir := t.TempDir()
+	c := newCLI(t, dataDir)
 	snap := snapshotCommit(t, dataDir, "gone", "pages", sandbox.Lineage{})
-	out, errOut, code := snapshotRun(t, dataDir, "snapshot", "rm", "missing")
+	out, errOut, code := c.run("snapshot", "rm", "missing")
 	if code != exitFailure || out != "" || errOut != "smolvm: snapshot not found: missing\n" {
 		t.Errorf("rm missing: exit %d, stdout %q, stderr %q; want 125 and one line", code, out, errOut)
 	}
 
-	out, errOut, code = snapshotRun(t, dataDir, "snapshot", "rm", "gone", "missing")
+	out, errOut, code = c.run("snapshot", "rm", "gone", "missing")
 	if code != exitFailure || out != "Removed gone\n" || errOut != "smolvm: snapshot not found: missing\n" {
 		t.Errorf("rm gone missing: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	if _, err := os.Stat(filepath.Join(dataDir, "snapshots", strings.TrimPrefix(snap.ID, "sha256:"))); !os.IsNotExist(err) {
 		t.Errorf("snapshot dir after rm: %v", err)
 	}
-	out, _, code = snapshotRun(t, dataDir, "snapshot", "ls", "--json")
+	out, _, code = c.run("snapshot", "ls", "--json")
 	if code != 0 || strings.TrimSpace(out) != "[]" {
 		t.Errorf("ls --json after rm: exit %d, %q", code, out)
 	}

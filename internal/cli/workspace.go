@@ -15,7 +15,7 @@ import (
 
 func (a *app) applyCmd() *cobra.Command {
 	var dryRun, asJSON bool
-	cmd := &cobra.Command{
+	cmd := a.withSession(&cobra.Command{
 		Use:   "apply SANDBOX:DIR TREE",
 		Short: "Bring a sandbox's changes into a host tree, each file as the tree's trust policy allows",
 		Long: `Copy DIR out of a running sandbox, compare it with TREE (file content,
@@ -30,47 +30,44 @@ rejected (the allowed ones are still applied), 125 on errors.`,
 		Example: `  smolvm apply agent:/work .
   smolvm apply agent:/work ~/src/proj --dry-run`,
 		Args: cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			sb, dir := splitSandboxPath(args[0])
-			if sb == "" || dir == "" {
-				return fmt.Errorf("apply: %q: want SANDBOX:DIR", args[0])
+	}, func(s *session, args []string) error {
+		sb, dir := splitSandboxPath(args[0])
+		if sb == "" || dir == "" {
+			return fmt.Errorf("apply: %q: want SANDBOX:DIR", args[0])
+		}
+		tree, err := filepath.Abs(args[1])
+		if err != nil {
+			return err
+		}
+		e, err := s.runtime()
+		if err != nil {
+			return err
+		}
+		sbx, err := e.mgr.Get(s.ctx, sb)
+		if err != nil {
+			return err
+		}
+		ledger, err := s.ledger()
+		if err != nil {
+			return err
+		}
+		r, err := workspace.Apply(s.ctx, workspace.Options{
+			Manager: e.mgr, Sandbox: sb, Dir: dir, Tree: tree,
+			Ledger: ledger, Requester: "sandbox-" + sbx.ID, DryRun: dryRun, Log: a.stderr,
+		})
+		if r.Changes != nil || err == nil {
+			if perr := a.applyPrint(r, asJSON); perr != nil {
+				return perr
 			}
-			tree, err := filepath.Abs(args[1])
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			e, err := a.open(ctx)
-			if err != nil {
-				return err
-			}
-			defer e.Close()
-			s, err := e.mgr.Get(ctx, sb)
-			if err != nil {
-				return err
-			}
-			ledger, err := trust.OpenLedger(ctx, e.st)
-			if err != nil {
-				return err
-			}
-			r, err := workspace.Apply(ctx, workspace.Options{
-				Manager: e.mgr, Sandbox: sb, Dir: dir, Tree: tree,
-				Ledger: ledger, Requester: "sandbox-" + s.ID, DryRun: dryRun, Log: a.stderr,
-			})
-			if r.Changes != nil || err == nil {
-				if perr := a.applyPrint(r, asJSON); perr != nil {
-					return perr
-				}
-			}
-			if err != nil {
-				return err
-			}
-			if !r.Complete() {
-				return exitCode(1)
-			}
-			return nil
-		},
-	}
+		}
+		if err != nil {
+			return err
+		}
+		if !r.Complete() {
+			return exitCode(1)
+		}
+		return nil
+	})
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "say what the policy decides for each change; apply nothing, ask nobody")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
 	return cmd
@@ -145,65 +142,62 @@ names the rule. Every decision is in 'smolvm policy audit'.`,
 
 func (a *app) gitCommitCmd(tree *string) *cobra.Command {
 	var msg string
-	cmd := &cobra.Command{
+	cmd := a.withSession(&cobra.Command{
 		Use:   "commit -m MSG",
 		Short: "Stage every change (git add -A) and commit it, if the policy allows git commit",
 		Long: `Stage every change (git add -A) and commit it with MSG. The author comes
 from git's configuration, or from $SMOLVM_AUTHOR ("NAME" or "NAME <EMAIL>").
 Exits 1 when there is nothing to commit.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.gitGated(cmd, *tree, trust.Action{Kind: trust.Commit}, func(g *trust.Gate, root, who string) error {
-				hash, err := workspace.Commit(cmd.Context(), g, root, msg, who)
-				if errors.Is(err, workspace.ErrNothingToCommit) {
-					return &exitError{code: 1, err: err}
-				}
-				if err != nil {
-					return err
-				}
-				_, err = fmt.Fprintln(a.stdout, hash)
+	}, func(s *session, args []string) error {
+		return a.gitGated(s, *tree, trust.Action{Kind: trust.Commit}, func(g *trust.Gate, root, who string) error {
+			hash, err := workspace.Commit(s.ctx, g, root, msg, who)
+			if errors.Is(err, workspace.ErrNothingToCommit) {
+				return &exitError{code: 1, err: err}
+			}
+			if err != nil {
 				return err
-			})
-		},
-	}
+			}
+			_, err = fmt.Fprintln(a.stdout, hash)
+			return err
+		})
+	})
 	cmd.Flags().StringVarP(&msg, "message", "m", "", "commit message (required)")
 	cmd.MarkFlagRequired("message")
 	return cmd
 }
 
 func (a *app) gitPushCmd(tree *string) *cobra.Command {
-	return &cobra.Command{
+	return a.withSession(&cobra.Command{
 		Use:   "push [REMOTE [BRANCH]]",
 		Short: "Run git push [REMOTE [BRANCH]], if the policy allows git push",
 		Args:  cobra.MaximumNArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			args = append(args, "", "")
-			remote, branch := args[0], args[1]
-			act := trust.Action{Kind: trust.Push}
-			return a.gitGated(cmd, *tree, act, func(g *trust.Gate, root, who string) error {
-				if err := workspace.Push(cmd.Context(), g, root, remote, branch, who); err != nil {
-					return err
-				}
-				_, err := fmt.Fprintln(a.stdout, "pushed")
+	}, func(s *session, args []string) error {
+		args = append(args, "", "")
+		remote, branch := args[0], args[1]
+		act := trust.Action{Kind: trust.Push}
+		return a.gitGated(s, *tree, act, func(g *trust.Gate, root, who string) error {
+			if err := workspace.Push(s.ctx, g, root, remote, branch, who); err != nil {
 				return err
-			})
-		},
-	}
+			}
+			_, err := fmt.Fprintln(a.stdout, "pushed")
+			return err
+		})
+	})
 }
 
 // gitGated loads the tree's policy and the ledger, tells the person when
 // act will wait for an approval, and runs fn with a gate. A denial exits
 // 126 and names the deciding rule.
-func (a *app) gitGated(cmd *cobra.Command, tree string, act trust.Action, fn func(g *trust.Gate, root, who string) error) error {
+func (a *app) gitGated(s *session, tree string, act trust.Action, fn func(g *trust.Gate, root, who string) error) error {
 	p, err := a.policyLoad(tree)
 	if err != nil {
 		return err
 	}
-	ledger, closeDB, err := a.policyLedger(cmd.Context())
+	ledger, err := s.ledger()
 	if err != nil {
 		return err
 	}
-	defer closeDB()
 	if d := p.Evaluate(act); d.Outcome == trust.Ask {
 		fmt.Fprintf(a.stderr, "%s needs approval (%s): smolvm approvals ls, then approve|deny ID\n", act.Kind, d.RuleText())
 	}

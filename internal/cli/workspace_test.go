@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -18,37 +17,9 @@ import (
 	"smolvm.dev/smolvm/workflow/workspace"
 )
 
-// wsCLI runs smolvm command lines in-process against one data dir; runsc
-// is only set for tests with sandboxes.
-type wsCLI struct {
-	t       *testing.T
-	dataDir string
-	runsc   string
-}
-
-func (c *wsCLI) run(args ...string) (string, string, int) {
-	var out, errb bytes.Buffer
-	a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: &errb}
-	pre := []string{"--data-dir", c.dataDir}
-	if c.runsc != "" {
-		pre = append(pre, "--runsc", c.runsc)
-	}
-	code := a.run(context.Background(), append(pre, args...))
-	return out.String(), errb.String(), code
-}
-
-func (c *wsCLI) must(args ...string) string {
-	c.t.Helper()
-	out, errOut, code := c.run(args...)
-	if code != 0 {
-		c.t.Fatalf("smolvm %v: exit %d: %s", args, code, errOut)
-	}
-	return out
-}
-
 // approveNext answers, through the CLI, the first approval whose action
 // mentions target, and reports the approval's ID.
-func (c *wsCLI) approveNext(target string, approve bool) <-chan string {
+func (c *testCLI) approveNext(target string, approve bool) <-chan string {
 	done := make(chan string, 1)
 	verb := "deny"
 	if approve {
@@ -76,7 +47,7 @@ func (c *wsCLI) approveNext(target string, approve bool) <-chan string {
 }
 
 // audit returns the audit log as "action outcome by" lines.
-func (c *wsCLI) audit() []string {
+func (c *testCLI) audit() []string {
 	c.t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, c.dataDir)
@@ -146,7 +117,7 @@ func wsRead(t *testing.T, p string) string {
 // TestWorkspaceApply: an agent edits a repository in a sandbox; apply
 // brings back what the repository's policy allows.
 func TestWorkspaceApply(t *testing.T) {
-	c := &wsCLI{t: t, dataDir: t.TempDir(), runsc: testenv.Runsc(t)}
+	c := &testCLI{t: t, dataDir: t.TempDir(), runsc: testenv.Runsc(t)}
 	t.Setenv("SMOLVM_GUEST_BINARY", testenv.Guest(t))
 	const askSrc = "default = \"deny\"\n[approvals]\ntimeout = \"%s\"\n[tests]\nallow = [\"**\"]\n[write]\nask = [\"src/**\"]\n"
 	tree := wsRepo(t, map[string]string{
@@ -309,7 +280,7 @@ func mapsEqual(a, b map[string]string) bool {
 // TestWorkspaceGit: commit and push run on the host tree only when the
 // policy allows them.
 func TestWorkspaceGit(t *testing.T) {
-	c := &wsCLI{t: t, dataDir: t.TempDir()}
+	c := &testCLI{t: t, dataDir: t.TempDir()}
 	tree := wsRepo(t, map[string]string{".smolvm/policy.toml": "preset = \"read-only\"\n", "a.txt": "a\n"})
 	remote := filepath.Join(t.TempDir(), "remote.git")
 	if out, err := exec.Command("git", "init", "-q", "--bare", remote).CombinedOutput(); err != nil {

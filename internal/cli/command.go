@@ -1,0 +1,204 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"smolvm.dev/smolvm/client"
+	"smolvm.dev/smolvm/runtime/image"
+	"smolvm.dev/smolvm/runtime/snapshot"
+	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/workflow/trust"
+)
+
+// The common shape of a command: open what it works on, do one call, print
+// the result as JSON (--json) or as text. command builds such a command;
+// session opens what its body needs and closes it when the body returns.
+
+// session is one run of a command: its context, and the data dir's
+// database once something opened it.
+type session struct {
+	*app
+	ctx context.Context
+	cmd *cobra.Command
+	st  *store.Store
+}
+
+func (s *session) close() {
+	if s.st != nil {
+		s.st.Close()
+	}
+}
+
+// store opens the data dir's database, once per session.
+func (s *session) store() (*store.Store, error) {
+	if s.st == nil {
+		st, err := store.Open(s.ctx, s.dataDir)
+		if err != nil {
+			return nil, err
+		}
+		s.st = st
+	}
+	return s.st, nil
+}
+
+// runtime opens the sandbox manager on the data dir, whatever --host says.
+func (s *session) runtime() (*env, error) {
+	st, err := s.store()
+	if err != nil {
+		return nil, err
+	}
+	return s.openWith(s.ctx, st)
+}
+
+// sandboxes returns the sandbox operations: through the server --host
+// (SMOLVM_HOST) names, with SMOLVM_TOKEN, or directly on the data dir.
+func (s *session) sandboxes() (sandbox.Service, error) {
+	if s.host != "" {
+		return client.New(s.host, os.Getenv("SMOLVM_TOKEN"))
+	}
+	e, err := s.runtime()
+	if err != nil {
+		return nil, err
+	}
+	return e.mgr, nil
+}
+
+// images opens the data dir's image store.
+func (s *session) images() (*image.Store, error) {
+	st, err := s.store()
+	if err != nil {
+		return nil, err
+	}
+	return image.Open(s.ctx, s.dataDir, st)
+}
+
+// snapshots opens the data dir's snapshot store.
+func (s *session) snapshots() (*snapshot.Store, error) {
+	st, err := s.store()
+	if err != nil {
+		return nil, err
+	}
+	return snapshot.Open(s.ctx, s.dataDir, st)
+}
+
+// ledger opens the trust policy's approvals and audit ledger in the data
+// dir.
+func (s *session) ledger() (*trust.Ledger, error) {
+	st, err := s.store()
+	if err != nil {
+		return nil, err
+	}
+	return trust.OpenLedger(s.ctx, st)
+}
+
+// withSession sets c's body: run gets a session, closed when it returns.
+func (a *app) withSession(c *cobra.Command, run func(s *session, args []string) error) *cobra.Command {
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		s := &session{app: a, ctx: cmd.Context(), cmd: cmd}
+		defer s.close()
+		return run(s, args)
+	}
+	return c
+}
+
+// command builds c (use, help, args) with run as its body, and prints
+// what run returns: as indented JSON when --json is on (jsonUsage is the
+// flag's usage; "" for a command without one), otherwise with text (nil:
+// nothing). A failed run prints nothing.
+func command[T any](a *app, c *cobra.Command, jsonUsage string, text func(w io.Writer, v T) error, run func(s *session, args []string) (T, error)) *cobra.Command {
+	var asJSON bool
+	if jsonUsage != "" {
+		c.Flags().BoolVar(&asJSON, "json", false, jsonUsage)
+	}
+	return a.withSession(c, func(s *session, args []string) error {
+		v, err := run(s, args)
+		switch {
+		case err != nil:
+			return err
+		case asJSON:
+			return writeJSON(s.stdout, v)
+		case text != nil:
+			return text(s.stdout, v)
+		}
+		return nil
+	})
+}
+
+// on makes a body that opens what a command works on with open, then does
+// call with it.
+func on[R, T any](open func(*session) (R, error), call func(s *session, r R, args []string) (T, error)) func(*session, []string) (T, error) {
+	return func(s *session, args []string) (T, error) {
+		r, err := open(s)
+		if err != nil {
+			var zero T
+			return zero, err
+		}
+		return call(s, r, args)
+	}
+}
+
+// writeJSON writes v as indented JSON.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// printJSON prints a result as indented JSON, with or without --json.
+func printJSON[T any](w io.Writer, v T) error { return writeJSON(w, v) }
+
+// printLine prints the line that line makes of a result.
+func printLine[T any](line func(T) string) func(io.Writer, T) error {
+	return func(w io.Writer, v T) error {
+		_, err := fmt.Fprintln(w, line(v))
+		return err
+	}
+}
+
+// table writes an aligned table: header (if any), then what rows writes,
+// one tab-separated line per row.
+func table(w io.Writer, header string, rows func(tw io.Writer)) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if header != "" {
+		fmt.Fprintln(tw, header)
+	}
+	rows(tw)
+	return tw.Flush()
+}
+
+// removeCmd builds c as a command that removes every name it is given
+// from the store open opens, but not what a sandbox uses (inUse). A
+// failure does not stop the rest: each success prints "Removed NAME", all
+// failures but the last are printed, the last is returned.
+func removeCmd[S any](a *app, c *cobra.Command, open func(*session) (S, error),
+	remove func(S, context.Context, string, func(id string) (bool, error)) error,
+	inUse func(context.Context, *store.Store, string) (bool, error)) *cobra.Command {
+	c.Args = cobra.MinimumNArgs(1)
+	return a.withSession(c, func(s *session, names []string) error {
+		from, err := open(s)
+		if err != nil {
+			return err
+		}
+		used := func(id string) (bool, error) { return inUse(s.ctx, s.st, id) }
+		var last error
+		for _, n := range names {
+			if err := remove(from, s.ctx, n, used); err != nil {
+				if last != nil {
+					fmt.Fprintln(a.stderr, "smolvm:", last)
+				}
+				last = err
+				continue
+			}
+			fmt.Fprintln(a.stdout, "Removed", n)
+		}
+		return last
+	})
+}
