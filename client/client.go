@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/runtime/image"
@@ -48,6 +49,8 @@ type Error struct {
 	ExpiredAt            *time.Time
 	// Exit is why a sandbox's main command could not start.
 	Exit *guest.Exit
+	// class is the error's errdefs class, nil for none.
+	class error
 }
 
 // As makes errors.As find a *sandbox.StartError in a "cannot_start"
@@ -62,30 +65,25 @@ func (e *Error) As(target any) bool {
 
 func (e *Error) Error() string { return e.Message }
 
-// Is matches the package's errors, and the sandbox and policy packages'
-// sentinels a direct caller of the Manager would see.
+// codeErrors gives each code the error it stands for: the package's own,
+// or the sentinel a direct caller of the Manager would see.
+var codeErrors = map[string]error{
+	httpapi.CodeNotFound:     ErrNotFound,
+	httpapi.CodeExpired:      ErrExpired,
+	httpapi.CodeUnauthorized: ErrUnauthorized,
+	httpapi.CodeTimeout:      ErrTimeout,
+	httpapi.CodeBusy:         ErrBusy,
+	httpapi.CodeTooLarge:     ErrTooLarge,
+	httpapi.CodeDenied:       trust.ErrDenied,
+	httpapi.CodeInvalid:      sandbox.ErrInvalid,
+	httpapi.CodeConflict:     sandbox.ErrState,
+}
+
+// Is matches the error its code stands for and its class, so that
+// errors.Is(err, sandbox.ErrNotFound) and errors.Is(err,
+// errdefs.ErrNotFound) hold remotely as they do locally.
 func (e *Error) Is(target error) bool {
-	switch e.Code {
-	case httpapi.CodeNotFound:
-		return target == ErrNotFound
-	case httpapi.CodeExpired:
-		return target == ErrExpired
-	case httpapi.CodeUnauthorized:
-		return target == ErrUnauthorized
-	case httpapi.CodeTimeout:
-		return target == ErrTimeout
-	case httpapi.CodeBusy:
-		return target == ErrBusy
-	case httpapi.CodeTooLarge:
-		return target == ErrTooLarge
-	case httpapi.CodeDenied:
-		return target == trust.ErrDenied
-	case httpapi.CodeInvalid:
-		return target == sandbox.ErrInvalid
-	case httpapi.CodeConflict:
-		return target == sandbox.ErrState
-	}
-	return false
+	return target == codeErrors[e.Code] || (e.class != nil && target == e.class)
 }
 
 // Client talks to one smolvm server. It is safe for concurrent use.
@@ -182,7 +180,7 @@ func readError(resp *http.Response) error {
 }
 
 func fromAPI(status int, e *httpapi.Error) *Error {
-	return &Error{Status: status, Code: e.Code, Message: e.Message, Field: e.Field, ExpiredAt: e.ExpiredAt, Exit: e.Exit}
+	return &Error{Status: status, Code: e.Code, Message: e.Message, Field: e.Field, ExpiredAt: e.ExpiredAt, Exit: e.Exit, class: errdefs.Parse(e.Class)}
 }
 
 // call sends a JSON body (nil for none) and decodes a JSON reply into out

@@ -4,10 +4,10 @@ package backend
 
 import (
 	"context"
-	"errors"
 	"syscall"
 	"time"
 
+	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/runtime/guest"
 )
 
@@ -147,4 +147,4 @@ const (
 )
 
 // ErrNotRunning is returned for operations that need a running sandbox.
-var ErrNotRunning = errors.New("sandbox is not running")
+var ErrNotRunning = errdefs.New(errdefs.ErrConflict, "sandbox is not running")

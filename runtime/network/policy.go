@@ -4,12 +4,13 @@
 package network
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"smolvm.dev/smolvm/errdefs"
 )
 
 // Mode is how much of the network a sandbox may reach.
@@ -26,7 +27,7 @@ const (
 )
 
 // ErrInvalid marks bad user input.
-var ErrInvalid = errors.New("invalid network setting")
+var ErrInvalid = errdefs.New(errdefs.ErrInvalid, "invalid network setting")
 
 // Policy is what a sandbox may reach. It is part of the sandbox's config,
 // so checkpoints and forks carry it.

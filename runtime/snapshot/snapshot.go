@@ -18,16 +18,17 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/runtime/store"
 )
 
 // Errors callers test with errors.Is; they are always wrapped with detail.
 var (
-	ErrNotFound    = errors.New("snapshot not found")
-	ErrCorrupt     = errors.New("corrupt snapshot")
-	ErrInUse       = errors.New("snapshot in use")
-	ErrNameInUse   = errors.New("snapshot name in use")
-	ErrInvalidName = errors.New("invalid snapshot name")
+	ErrNotFound    = errdefs.New(errdefs.ErrNotFound, "snapshot not found")
+	ErrCorrupt     = errdefs.New(errdefs.ErrCorrupt, "corrupt snapshot")
+	ErrInUse       = errdefs.New(errdefs.ErrConflict, "snapshot in use")
+	ErrNameInUse   = errdefs.New(errdefs.ErrAlreadyExists, "snapshot name in use")
+	ErrInvalidName = errdefs.New(errdefs.ErrInvalid, "invalid snapshot name")
 )
 
 // File is one checkpoint file of a snapshot.

@@ -10,11 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/runtime/guest"
-	"smolvm.dev/smolvm/runtime/image"
-	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/sandbox"
-	"smolvm.dev/smolvm/workflow/trust"
 )
 
 // Error codes in error bodies; clients branch on them, not on messages.
@@ -24,12 +22,15 @@ const (
 	CodeDenied       = "denied"       // 403: the sandbox's trust policy refused
 	CodeNotFound     = "not_found"    // 404: never existed, or removed (the message says when)
 	CodeExpired      = "expired"      // 404: expired; ExpiredAt says when
-	CodeConflict     = "conflict"     // 409: wrong state, name in use
+	CodeConflict     = "conflict"     // 409: wrong state, name in use, budget reached (Class tells them apart)
 	CodeTooLarge     = "too_large"    // 413
-	CodeBusy         = "busy"         // 429, 503: over the concurrency limit
-	CodeTimeout      = "timeout"      // 504
-	CodeInternal     = "internal"     // 500
 	CodeCannotStart  = "cannot_start" // 422: the main command could not start; Exit says why
+	CodeCorrupt      = "corrupt"      // 422: stored data failed verification
+	CodeBusy         = "busy"         // 429, 503: over the concurrency limit
+	CodeInternal     = "internal"     // 500
+	CodeUnsupported  = "unsupported"  // 501: not supported by the backend
+	CodeUnavailable  = "unavailable"  // 503: the sandbox's agent cannot be reached now
+	CodeTimeout      = "timeout"      // 504
 )
 
 // Error is the JSON body of every error response.
@@ -37,6 +38,9 @@ type Error struct {
 	Status  int    `json:"-"`
 	Code    string `json:"code"`
 	Message string `json:"error"`
+	// Class is the error's class (errdefs.Name), for errors that have one.
+	// It is finer than Code: several classes share 409 "conflict".
+	Class string `json:"class,omitempty"`
 	// Field is the request field a 400 is about.
 	Field string `json:"field,omitempty"`
 	// ExpiredAt is when an expired sandbox expired.
@@ -48,14 +52,38 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Message }
 
-// errorFor maps a Manager error to its response. The message is the
-// error's own text, so the CLI prints the same line in both modes.
+// answer is a status and the code that goes with it.
+type answer struct {
+	status int
+	code   string
+}
+
+// classAnswers is the API's answer to each error class.
+var classAnswers = map[error]answer{
+	errdefs.ErrNotFound:      {http.StatusNotFound, CodeNotFound},
+	errdefs.ErrAlreadyExists: {http.StatusConflict, CodeConflict},
+	errdefs.ErrInvalid:       {http.StatusBadRequest, CodeInvalid},
+	errdefs.ErrConflict:      {http.StatusConflict, CodeConflict},
+	errdefs.ErrDenied:        {http.StatusForbidden, CodeDenied},
+	errdefs.ErrQuota:         {http.StatusConflict, CodeConflict},
+	errdefs.ErrUnavailable:   {http.StatusServiceUnavailable, CodeUnavailable},
+	errdefs.ErrCorrupt:       {http.StatusUnprocessableEntity, CodeCorrupt},
+	errdefs.ErrUnsupported:   {http.StatusNotImplemented, CodeUnsupported},
+}
+
+// errorFor maps a Manager error to its response: by its class, except for
+// the errors that carry data. The message is the error's own text, so the
+// CLI prints the same line in both modes.
 func errorFor(err error) *Error {
 	var ae *Error
 	if errors.As(err, &ae) {
 		return ae
 	}
-	e := &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: err.Error()}
+	a, classed := classAnswers[errdefs.Class(err)]
+	if !classed {
+		a = answer{http.StatusInternalServerError, CodeInternal}
+	}
+	e := &Error{Status: a.status, Code: a.code, Message: err.Error(), Class: errdefs.Name(err)}
 	var (
 		ee *sandbox.ExpiredError
 		se *sandbox.StartError
@@ -66,23 +94,8 @@ func errorFor(err error) *Error {
 		e.Status, e.Code, e.Exit = http.StatusUnprocessableEntity, CodeCannotStart, &exit
 	case errors.As(err, &ee):
 		at := ee.At
-		e.Status, e.Code, e.ExpiredAt = http.StatusNotFound, CodeExpired, &at
-	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, image.ErrNotFound), errors.Is(err, snapshot.ErrNotFound),
-		errors.Is(err, sandbox.ErrPoolNotFound):
-		e.Status, e.Code = http.StatusNotFound, CodeNotFound
-	case errors.Is(err, sandbox.ErrInvalid), errors.Is(err, image.ErrInvalidRef), errors.Is(err, snapshot.ErrInvalidName):
-		e.Status, e.Code = http.StatusBadRequest, CodeInvalid
-	case errors.Is(err, sandbox.ErrNameInUse), errors.Is(err, sandbox.ErrState), errors.Is(err, sandbox.ErrNotRunning), errors.Is(err, sandbox.ErrOrphan),
-		errors.Is(err, snapshot.ErrInUse), errors.Is(err, snapshot.ErrNameInUse), errors.Is(err, sandbox.ErrPoolBudget):
-		e.Status, e.Code = http.StatusConflict, CodeConflict
-	case errors.Is(err, sandbox.ErrUnsupported):
-		e.Status, e.Code = http.StatusNotImplemented, "unsupported"
-	case errors.Is(err, snapshot.ErrCorrupt):
-		e.Status, e.Code = http.StatusUnprocessableEntity, "corrupt"
-		e.Status, e.Code = http.StatusConflict, CodeConflict
-	case errors.Is(err, trust.ErrDenied):
-		e.Status, e.Code = http.StatusForbidden, CodeDenied
-	case errors.Is(err, context.DeadlineExceeded):
+		e.Code, e.ExpiredAt = CodeExpired, &at
+	case !classed && errors.Is(err, context.DeadlineExceeded):
 		e.Status, e.Code = http.StatusGatewayTimeout, CodeTimeout
 	}
 	return e
@@ -165,5 +178,7 @@ func typeName(e *json.UnmarshalTypeError) string {
 }
 
 func invalid(field, msg string) *Error {
-	return &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: field, Message: msg}
+	e := errorFor(errdefs.New(errdefs.ErrInvalid, msg))
+	e.Field = field
+	return e
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -50,10 +51,12 @@ func fileError(err error) error {
 	if !errors.As(err, &oe) {
 		return err
 	}
-	if oe.Exit.Kind == guest.KindNotFound {
-		return &Error{Status: http.StatusNotFound, Code: CodeNoSuchFile, Message: err.Error()}
+	if errors.Is(err, errdefs.ErrNotFound) {
+		e := errorFor(err)
+		e.Code = CodeNoSuchFile
+		return e
 	}
-	return &Error{Status: http.StatusBadRequest, Code: CodeInvalid, Field: "path", Message: err.Error()}
+	return invalid("path", err.Error())
 }
 
 // upload writes the body at path: the file itself, or with Content-Type

@@ -1,0 +1,115 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"testing"
+	"time"
+
+	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/internal/testerrs"
+	"smolvm.dev/smolvm/runtime/guest"
+	"smolvm.dev/smolvm/sandbox"
+)
+
+// respond answers err through writeError, as every handler does, and
+// returns the status and the decoded body.
+func respond(t *testing.T, err error) (int, Error) {
+	t.Helper()
+	w := httptest.NewRecorder()
+	writeError(w, err)
+	var e Error
+	if err := json.Unmarshal(w.Body.Bytes(), &e); err != nil || w.Header().Get("Content-Type") != "application/json" {
+		t.Fatalf("error body %q (%s): %v", w.Body, w.Header().Get("Content-Type"), err)
+	}
+	return w.Code, e
+}
+
+// TestErrorClasses walks every error class through the API's table: the
+// status, the code and the class in the body, with the error's own message.
+// A class the table lacks fails it.
+func TestErrorClasses(t *testing.T) {
+	want := map[error]struct {
+		status int
+		code   string
+	}{
+		errdefs.ErrNotFound:      {404, CodeNotFound},
+		errdefs.ErrAlreadyExists: {409, CodeConflict},
+		errdefs.ErrInvalid:       {400, CodeInvalid},
+		errdefs.ErrConflict:      {409, CodeConflict},
+		errdefs.ErrDenied:        {403, CodeDenied},
+		errdefs.ErrQuota:         {409, CodeConflict},
+		errdefs.ErrUnavailable:   {503, CodeUnavailable},
+		errdefs.ErrCorrupt:       {422, CodeCorrupt},
+		errdefs.ErrUnsupported:   {501, CodeUnsupported},
+	}
+	var doc struct {
+		Components struct {
+			Schemas struct {
+				Error struct {
+					Properties struct {
+						Code, Class struct{ Enum []string }
+					}
+				}
+			}
+		}
+	}
+	if err := json.Unmarshal(openapiJSON, &doc); err != nil {
+		t.Fatal(err)
+	}
+	described := doc.Components.Schemas.Error.Properties
+	for _, class := range errdefs.Classes() {
+		name := errdefs.Name(class)
+		w, ok := want[class]
+		if _, mapped := classAnswers[class]; !ok || !mapped {
+			t.Errorf("class %q: no answer in the API's table", name)
+			continue
+		}
+		err := testerrs.Of(t, class)
+		status, e := respond(t, err)
+		if status != w.status || e.Code != w.code || e.Class != name || e.Message != err.Error() {
+			t.Errorf("%q: %d %+v, want %d %q with class %q", name, status, e, w.status, w.code, name)
+		}
+		if !slices.Contains(described.Code.Enum, e.Code) || !slices.Contains(described.Class.Enum, name) {
+			t.Errorf("%q: code %q or class not in openapi.json", name, e.Code)
+		}
+	}
+}
+
+// TestErrorSpecialCases: errors that carry data answer with it; errors of
+// no class are 500s (or 504 when a deadline passed).
+func TestErrorSpecialCases(t *testing.T) {
+	at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	status, e := respond(t, fmt.Errorf("get: %w", &sandbox.ExpiredError{Name: "box", At: at, Reason: "ttl"}))
+	if status != 404 || e.Code != CodeExpired || e.Class != "not_found" || e.ExpiredAt == nil || !e.ExpiredAt.Equal(at) {
+		t.Errorf("expired: %d %+v", status, e)
+	}
+	status, e = respond(t, &sandbox.StartError{Exit: guest.Exit{Code: 127, Error: "nope: not found", Kind: guest.KindNotFound}})
+	if status != 422 || e.Code != CodeCannotStart || e.Exit == nil || e.Exit.Code != 127 {
+		t.Errorf("cannot start: %d %+v", status, e)
+	}
+	status, e = respond(t, fmt.Errorf("exec: %w", context.DeadlineExceeded))
+	if status != 504 || e.Code != CodeTimeout || e.Class != "" {
+		t.Errorf("deadline: %d %+v", status, e)
+	}
+	status, e = respond(t, errors.New("disk on fire"))
+	if status != 500 || e.Code != CodeInternal || e.Class != "" || e.Message != "disk on fire" {
+		t.Errorf("no class: %d %+v", status, e)
+	}
+	status, e = respond(t, invalid("name", "field \"name\": bad"))
+	if status != 400 || e.Code != CodeInvalid || e.Class != "invalid" || e.Field != "name" {
+		t.Errorf("a refused request: %d %+v", status, e)
+	}
+	status, e = respond(t, fileError(&guest.OpError{Exit: guest.Exit{Code: 1, Error: "stat /x: no such file", Kind: guest.KindNotFound}}))
+	if status != 404 || e.Code != CodeNoSuchFile || e.Class != "not_found" {
+		t.Errorf("a missing file: %d %+v", status, e)
+	}
+	if status, _ := respond(t, &Error{Status: http.StatusTooManyRequests, Code: CodeBusy, Message: "busy"}); status != 429 {
+		t.Errorf("a ready answer is sent as is: %d", status)
+	}
+}
