@@ -14,34 +14,26 @@ import (
 	"smolvm.dev/smolvm/workflow/trust"
 )
 
-// Of returns an error of class as the runtime returns one: a package's
-// sentinel (or error type) wrapped with context. It fails t for a class it
-// has no error for, so a new class needs one here before any surface's
-// test passes.
-func Of(t testing.TB, class error) error {
-	t.Helper()
-	var err error
-	switch class {
-	case errdefs.ErrNotFound:
-		err = sandbox.ErrNotFound
-	case errdefs.ErrAlreadyExists:
-		err = sandbox.ErrNameInUse
-	case errdefs.ErrInvalid:
-		err = image.ErrInvalidRef
-	case errdefs.ErrConflict:
-		err = sandbox.ErrNotRunning
-	case errdefs.ErrDenied:
-		err = &trust.DeniedError{Decision: trust.Decision{Action: trust.Action{Kind: trust.Run, Argv: []string{"rm", "-rf", "/"}}, Reason: "rm is denied"}, By: "policy"}
-	case errdefs.ErrQuota:
-		err = sandbox.ErrPoolBudget
-	case errdefs.ErrUnavailable:
-		err = guest.ErrNotListening
-	case errdefs.ErrCorrupt:
-		err = snapshot.ErrCorrupt
-	case errdefs.ErrUnsupported:
-		err = sandbox.ErrUnsupported
-	default:
-		t.Fatalf("testerrs: no error of class %q", errdefs.Name(class))
+// Each runs f for every class, in a subtest named for the class, with an
+// error of that class as the runtime returns one: a package's sentinel (or
+// error type) wrapped with context. A class it has no error for fails, so
+// a new class needs one here before any surface's test passes.
+func Each(t *testing.T, f func(t *testing.T, class, err error)) {
+	denied := &trust.DeniedError{Decision: trust.Decision{Action: trust.Action{Kind: trust.Run, Argv: []string{"rm", "-rf", "/"}}, Reason: "rm is denied"}, By: "policy"}
+	byClass := map[error]error{
+		errdefs.ErrNotFound: sandbox.ErrNotFound, errdefs.ErrAlreadyExists: sandbox.ErrNameInUse,
+		errdefs.ErrInvalid: image.ErrInvalidRef, errdefs.ErrConflict: sandbox.ErrNotRunning,
+		errdefs.ErrDenied: denied, errdefs.ErrQuota: sandbox.ErrPoolBudget,
+		errdefs.ErrUnavailable: guest.ErrNotListening, errdefs.ErrCorrupt: snapshot.ErrCorrupt,
+		errdefs.ErrUnsupported: sandbox.ErrUnsupported,
 	}
-	return fmt.Errorf("box: %w", err)
+	for _, class := range errdefs.Classes() {
+		t.Run(errdefs.Name(class), func(t *testing.T) {
+			err, ok := byClass[class]
+			if !ok {
+				t.Fatal("testerrs: no error of this class")
+			}
+			f(t, class, fmt.Errorf("box: %w", err))
+		})
+	}
 }

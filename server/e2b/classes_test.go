@@ -64,25 +64,22 @@ func TestErrorClasses(t *testing.T) {
 		errdefs.ErrCorrupt:       {500, "data_loss", 500, 500},
 		errdefs.ErrUnsupported:   {501, "unimplemented", 501, 501},
 	}
-	for _, class := range errdefs.Classes() {
-		name := errdefs.Name(class)
+	testerrs.Each(t, func(t *testing.T, class, err error) {
 		w, ok := want[class]
 		if _, mapped := classReplies[class]; !ok || !mapped {
-			t.Errorf("class %q: no reply in E2B's table", name)
-			continue
+			t.Fatal("no reply in E2B's table")
 		}
-		err := testerrs.Of(t, class)
 		api, rpc, files := answers(t, err)
 		if api.status != w.api || api.body["code"] != float64(w.api) || api.body["message"] != err.Error() {
-			t.Errorf("%q: control plane %+v, want %d", name, api, w.api)
+			t.Errorf("control plane %+v, want %d", api, w.api)
 		}
 		if rpc.status != w.rpc || rpc.body["code"] != w.code || rpc.body["message"] != err.Error() {
-			t.Errorf("%q: envd RPC %+v, want %d %q", name, rpc, w.rpc, w.code)
+			t.Errorf("envd RPC %+v, want %d %q", rpc, w.rpc, w.code)
 		}
 		if files.status != w.files || files.body["code"] != float64(w.files) || files.body["message"] != err.Error() {
-			t.Errorf("%q: envd /files %+v, want %d", name, files, w.files)
+			t.Errorf("envd /files %+v, want %d", files, w.files)
 		}
-	}
+	})
 }
 
 // TestErrorSpecialCases: errors of no class, a context that ended, and

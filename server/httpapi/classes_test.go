@@ -29,18 +29,18 @@ func TestClientErrorClasses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, class := range errdefs.Classes() {
-		sent = testerrs.Of(t, class)
+	testerrs.Each(t, func(t *testing.T, class, sentErr error) {
+		sent = sentErr
 		_, err := c.Get(t.Context(), "box")
 		if !errors.Is(err, class) || errdefs.Class(err) != class || err.Error() != sent.Error() {
-			t.Errorf("%q: the client got %v, of class %q", errdefs.Name(class), err, errdefs.Name(err))
+			t.Errorf("the client got %v, of class %q", err, errdefs.Name(err))
 		}
 		for _, other := range errdefs.Classes() {
 			if other != class && errors.Is(err, other) {
-				t.Errorf("%q: also matches %q", errdefs.Name(class), errdefs.Name(other))
+				t.Errorf("also matches %q", errdefs.Name(other))
 			}
 		}
-	}
+	})
 }
 
 // TestErrorClassesEndToEnd drives errors of four classes out of a real

@@ -63,22 +63,20 @@ func TestErrorClasses(t *testing.T) {
 		t.Fatal(err)
 	}
 	described := doc.Components.Schemas.Error.Properties
-	for _, class := range errdefs.Classes() {
-		name := errdefs.Name(class)
+	testerrs.Each(t, func(t *testing.T, class, err error) {
 		w, ok := want[class]
 		if _, mapped := classAnswers[class]; !ok || !mapped {
-			t.Errorf("class %q: no answer in the API's table", name)
-			continue
+			t.Fatal("no answer in the API's table")
 		}
-		err := testerrs.Of(t, class)
+		name := errdefs.Name(class)
 		status, e := respond(t, err)
 		if status != w.status || e.Code != w.code || e.Class != name || e.Message != err.Error() {
-			t.Errorf("%q: %d %+v, want %d %q with class %q", name, status, e, w.status, w.code, name)
+			t.Errorf("%d %+v, want %d %q with class %q", status, e, w.status, w.code, name)
 		}
 		if !slices.Contains(described.Code.Enum, e.Code) || !slices.Contains(described.Class.Enum, name) {
-			t.Errorf("%q: code %q or class not in openapi.json", name, e.Code)
+			t.Errorf("code %q or class %q not in openapi.json", e.Code, name)
 		}
-	}
+	})
 }
 
 // TestErrorSpecialCases: errors that carry data answer with it; errors of

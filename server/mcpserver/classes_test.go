@@ -31,14 +31,13 @@ func toolError(t *testing.T, err error) *mcp.CallToolResult {
 // TestToolErrorClasses walks every error class through MCP: a tool error
 // names its class in _meta and before its message.
 func TestToolErrorClasses(t *testing.T) {
-	for _, class := range errdefs.Classes() {
+	testerrs.Each(t, func(t *testing.T, class, err error) {
 		name := errdefs.Name(class)
-		err := testerrs.Of(t, class)
 		tr := toolError(t, err)
 		if text := tr.Content[0].(*mcp.TextContent).Text; tr.Meta[MetaClass] != name || text != name+": "+err.Error() {
-			t.Errorf("%q: meta %v, text %q", name, tr.Meta, text)
+			t.Errorf("meta %v, text %q", tr.Meta, text)
 		}
-	}
+	})
 	tr := toolError(t, errors.New("disk on fire"))
 	if text := tr.Content[0].(*mcp.TextContent).Text; tr.Meta != nil || text != "disk on fire" {
 		t.Errorf("an error of no class: meta %v, text %q", tr.Meta, text)
