@@ -206,37 +206,6 @@ func decodeData(data, encoding string) ([]byte, error) {
 	return nil, fmt.Errorf("unknown encoding %q", encoding)
 }
 
-// Error codes in error bodies; clients branch on them, not on messages.
-const (
-	CodeInvalid      = "invalid"      // 400: a malformed request; Field names what
-	CodeUnauthorized = "unauthorized" // 401
-	CodeDenied       = "denied"       // 403: the sandbox's trust policy refused
-	CodeNotFound     = "not_found"    // 404: never existed, or removed (the message says when)
-	CodeExpired      = "expired"      // 404: expired; ExpiredAt says when
-	CodeConflict     = "conflict"     // 409: wrong state, name in use
-	CodeTooLarge     = "too_large"    // 413
-	CodeBusy         = "busy"         // 429, 503: over the concurrency limit
-	CodeTimeout      = "timeout"      // 504
-	CodeInternal     = "internal"     // 500
-	CodeCannotStart  = "cannot_start" // 422: the main command could not start; Exit says why
-)
-
-// Error is the JSON body of every error response.
-type Error struct {
-	Status  int    `json:"-"`
-	Code    string `json:"code"`
-	Message string `json:"error"`
-	// Field is the request field a 400 is about.
-	Field string `json:"field,omitempty"`
-	// ExpiredAt is when an expired sandbox expired.
-	ExpiredAt *time.Time `json:"expired_at,omitempty"`
-	// Exit is why a sandbox's main command could not start (127: not
-	// found, 126: not executable).
-	Exit *sandbox.Exit `json:"exit,omitempty"`
-}
-
-func (e *Error) Error() string { return e.Message }
-
 // ContentTypeTar marks a tar upload or asks for a tar download.
 const ContentTypeTar = "application/x-tar"
 
@@ -284,3 +253,40 @@ type ForkRequest struct {
 	N          int    `json:"n,omitempty"`
 	NamePrefix string `json:"name_prefix,omitempty"`
 }
+
+// Error codes in error bodies; clients branch on them, not on messages.
+const (
+	CodeInvalid      = "invalid"      // 400: a malformed request; Field names what
+	CodeUnauthorized = "unauthorized" // 401
+	CodeDenied       = "denied"       // 403: the sandbox's trust policy refused
+	CodeNotFound     = "not_found"    // 404: never existed, or removed (the message says when)
+	CodeExpired      = "expired"      // 404: expired; ExpiredAt says when
+	CodeConflict     = "conflict"     // 409: wrong state, name in use, budget reached (Class tells them apart)
+	CodeTooLarge     = "too_large"    // 413
+	CodeCannotStart  = "cannot_start" // 422: the main command could not start; Exit says why
+	CodeCorrupt      = "corrupt"      // 422: stored data failed verification
+	CodeBusy         = "busy"         // 429, 503: over the concurrency limit
+	CodeInternal     = "internal"     // 500
+	CodeUnsupported  = "unsupported"  // 501: not supported by the backend
+	CodeUnavailable  = "unavailable"  // 503: the sandbox's agent cannot be reached now
+	CodeTimeout      = "timeout"      // 504
+)
+
+// Error is the JSON body of every error response.
+type Error struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"error"`
+	// Class is the error's class (errdefs.Name), for errors that have one.
+	// It is finer than Code: several classes share 409 "conflict".
+	Class string `json:"class,omitempty"`
+	// Field is the request field a 400 is about.
+	Field string `json:"field,omitempty"`
+	// ExpiredAt is when an expired sandbox expired.
+	ExpiredAt *time.Time `json:"expired_at,omitempty"`
+	// Exit is why a sandbox's main command could not start (127: not
+	// found, 126: not executable).
+	Exit *sandbox.Exit `json:"exit,omitempty"`
+}
+
+func (e *Error) Error() string { return e.Message }

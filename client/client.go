@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/api"
+	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/sandbox"
-	"smolvm.dev/smolvm/workflow/trust"
 )
 
 // Errors an API call's error matches with errors.Is.
@@ -43,6 +43,8 @@ type Error struct {
 	ExpiredAt            *time.Time
 	// Exit is why a sandbox's main command could not start.
 	Exit *sandbox.Exit
+	// class is the error's errdefs class, nil for none.
+	class error
 }
 
 // As makes errors.As find a *sandbox.StartError in a "cannot_start"
@@ -57,30 +59,25 @@ func (e *Error) As(target any) bool {
 
 func (e *Error) Error() string { return e.Message }
 
-// Is matches the package's errors, and the sandbox and policy packages'
-// sentinels a direct caller of the Manager would see.
+// codeErrors gives each code the error it stands for: the package's own,
+// or the sentinel a direct caller of the Manager would see.
+var codeErrors = map[string]error{
+	api.CodeNotFound:     ErrNotFound,
+	api.CodeExpired:      ErrExpired,
+	api.CodeUnauthorized: ErrUnauthorized,
+	api.CodeTimeout:      ErrTimeout,
+	api.CodeBusy:         ErrBusy,
+	api.CodeTooLarge:     ErrTooLarge,
+	api.CodeDenied:       errdefs.ErrDenied,
+	api.CodeInvalid:      sandbox.ErrInvalid,
+	api.CodeConflict:     sandbox.ErrState,
+}
+
+// Is matches the error its code stands for and its class, so that
+// errors.Is(err, sandbox.ErrNotFound) and errors.Is(err,
+// errdefs.ErrNotFound) hold remotely as they do locally.
 func (e *Error) Is(target error) bool {
-	switch e.Code {
-	case api.CodeNotFound:
-		return target == ErrNotFound
-	case api.CodeExpired:
-		return target == ErrExpired
-	case api.CodeUnauthorized:
-		return target == ErrUnauthorized
-	case api.CodeTimeout:
-		return target == ErrTimeout
-	case api.CodeBusy:
-		return target == ErrBusy
-	case api.CodeTooLarge:
-		return target == ErrTooLarge
-	case api.CodeDenied:
-		return target == trust.ErrDenied
-	case api.CodeInvalid:
-		return target == sandbox.ErrInvalid
-	case api.CodeConflict:
-		return target == sandbox.ErrState
-	}
-	return false
+	return target == codeErrors[e.Code] || (e.class != nil && target == e.class)
 }
 
 // Client talks to one smolvm server. It is safe for concurrent use.
@@ -177,7 +174,7 @@ func readError(resp *http.Response) error {
 }
 
 func fromAPI(status int, e *api.Error) *Error {
-	return &Error{Status: status, Code: e.Code, Message: e.Message, Field: e.Field, ExpiredAt: e.ExpiredAt, Exit: e.Exit}
+	return &Error{Status: status, Code: e.Code, Message: e.Message, Field: e.Field, ExpiredAt: e.ExpiredAt, Exit: e.Exit, class: errdefs.Parse(e.Class)}
 }
 
 // call sends a JSON body (nil for none) and decodes a JSON reply into out

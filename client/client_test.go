@@ -6,8 +6,8 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/sandbox"
-	"smolvm.dev/smolvm/workflow/trust"
 )
 
 func TestNewHosts(t *testing.T) {
@@ -28,7 +28,7 @@ func TestNewHosts(t *testing.T) {
 func TestTypedErrors(t *testing.T) {
 	for code, want := range map[string]error{
 		"not_found": ErrNotFound, "expired": ErrExpired, "unauthorized": ErrUnauthorized, "timeout": ErrTimeout,
-		"busy": ErrBusy, "too_large": ErrTooLarge, "denied": trust.ErrDenied, "invalid": sandbox.ErrInvalid,
+		"busy": ErrBusy, "too_large": ErrTooLarge, "denied": errdefs.ErrDenied, "invalid": sandbox.ErrInvalid,
 	} {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.Header.Get("Authorization") != "Bearer tok" {

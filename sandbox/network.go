@@ -1,13 +1,14 @@
 package sandbox
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
 	"strings"
 	"time"
+
+	"smolvm.dev/smolvm/errdefs"
 )
 
 // NetworkMode is how much of the network a sandbox may reach.
@@ -24,7 +25,7 @@ const (
 )
 
 // ErrInvalidNetwork marks bad user input.
-var ErrInvalidNetwork = errors.New("invalid network setting")
+var ErrInvalidNetwork = errdefs.New(errdefs.ErrInvalid, "invalid network setting")
 
 // Network is what a sandbox may reach. It is part of the sandbox's config,
 // so checkpoints and forks carry it.

@@ -1,8 +1,9 @@
 package sandbox
 
 import (
-	"errors"
 	"time"
+
+	"smolvm.dev/smolvm/errdefs"
 )
 
 // State is a sandbox's lifecycle state as users see it.
@@ -105,12 +106,12 @@ const (
 
 // Errors callers match with errors.Is.
 var (
-	ErrNotFound  = errors.New("no such sandbox")
-	ErrNameInUse = errors.New("name already in use")
-	ErrState     = errors.New("wrong state")
-	ErrInvalid   = errors.New("invalid argument")
-	ErrOrphan    = errors.New("orphaned by a crashed create")
+	ErrNotFound  = errdefs.New(errdefs.ErrNotFound, "no such sandbox")
+	ErrNameInUse = errdefs.New(errdefs.ErrAlreadyExists, "name already in use")
+	ErrState     = errdefs.New(errdefs.ErrConflict, "wrong state")
+	ErrInvalid   = errdefs.New(errdefs.ErrInvalid, "invalid argument")
+	ErrOrphan    = errdefs.New(errdefs.ErrConflict, "orphaned by a crashed create")
 	// ErrExpired matches an *ExpiredError.
-	ErrExpired    = errors.New("sandbox expired")
-	ErrNotRunning = errors.New("sandbox is not running")
+	ErrExpired    = errdefs.New(errdefs.ErrNotFound, "sandbox expired")
+	ErrNotRunning = errdefs.New(errdefs.ErrConflict, "sandbox is not running")
 )

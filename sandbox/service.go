@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"smolvm.dev/smolvm/errdefs"
 )
 
 // Service runs sandboxes. The local manager (runtime/manager) implements it
@@ -100,8 +102,8 @@ func (e *ExpiredError) Error() string {
 	return msg
 }
 
-// Is makes errors.Is(err, ErrExpired) match.
-func (e *ExpiredError) Is(target error) bool { return target == ErrExpired }
+// Is makes errors.Is(err, ErrExpired) match, and ErrExpired's class.
+func (e *ExpiredError) Is(target error) bool { return errors.Is(ErrExpired, target) }
 
 // CreateOptions describe a new sandbox.
 type CreateOptions struct {
@@ -152,8 +154,8 @@ const (
 
 // Errors callers match with errors.Is.
 var (
-	ErrPoolNotFound = errors.New("no such pool")
-	ErrPoolBudget   = errors.New("pool memory budget reached")
+	ErrPoolNotFound = errdefs.New(errdefs.ErrNotFound, "no such pool")
+	ErrPoolBudget   = errdefs.New(errdefs.ErrQuota, "pool memory budget reached")
 )
 
 // PoolOptions describe a new pool.
@@ -170,7 +172,7 @@ type PoolOptions struct {
 const MaxFork = 64
 
 // ErrUnsupported is returned when the backend cannot snapshot.
-var ErrUnsupported = errors.New("not supported by this backend")
+var ErrUnsupported = errdefs.New(errdefs.ErrUnsupported, "not supported by this backend")
 
 // CheckpointOptions describe a checkpoint.
 type CheckpointOptions struct {

@@ -12,10 +12,12 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+
+	"smolvm.dev/smolvm/errdefs"
 )
 
 // ErrTooLarge is returned when an archive exceeds the extraction limit.
-var ErrTooLarge = errors.New("archive exceeds size limit")
+var ErrTooLarge = errdefs.New(errdefs.ErrQuota, "archive exceeds size limit")
 
 // WriteTar writes src (a file or a directory tree) as a tar stream whose
 // entries are rooted at src's base name. Symlinks are stored, not followed.

@@ -11,6 +11,7 @@ import (
 	"os"
 	"time"
 
+	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -35,7 +36,7 @@ func NewClient(d Dialer) *Client { return &Client{dial: d} }
 
 // ErrUnavailable means the agent could not be reached: the sandbox is not
 // running, or it died mid-operation.
-var ErrUnavailable = errors.New("sandbox agent unavailable")
+var ErrUnavailable = errdefs.New(errdefs.ErrUnavailable, "sandbox agent unavailable")
 
 // ErrNotListening is the ErrUnavailable of an operation that never
 // reached the agent, so nothing of it ran: the agent is booting, closed
@@ -46,6 +47,20 @@ var ErrNotListening = fmt.Errorf("%w: not listening", ErrUnavailable)
 type OpError struct{ Exit sandbox.Exit }
 
 func (e *OpError) Error() string { return e.Exit.Error }
+
+// kindClasses gives the error kinds of file operations their classes.
+var kindClasses = map[string]error{
+	sandbox.KindNotFound: errdefs.ErrNotFound,
+	sandbox.KindExists:   errdefs.ErrAlreadyExists,
+	sandbox.KindInvalid:  errdefs.ErrInvalid,
+}
+
+// Is matches the class of the refusal's kind, so that a missing path is
+// errdefs.ErrNotFound.
+func (e *OpError) Is(target error) bool {
+	c, ok := kindClasses[e.Exit.Kind]
+	return ok && target == c
+}
 
 // Wait polls until the agent answers a ping or ctx ends.
 func (c *Client) Wait(ctx context.Context) error {
@@ -233,7 +248,7 @@ func (c *Client) List(ctx context.Context, path string, depth int) ([]sandbox.Fi
 	return fis, c.fsJSON(ctx, Request{Op: OpList, Path: path, Depth: depth}, nil, &fis)
 }
 
-// Mkdir creates path and its parents; it fails with KindExists when path
+// Mkdir creates path and its parents; it fails with sandbox.KindExists when path
 // is already there.
 func (c *Client) Mkdir(ctx context.Context, path string) (sandbox.FileInfo, error) {
 	var fi sandbox.FileInfo

@@ -14,15 +14,16 @@ import (
 	"strings"
 	"time"
 
+	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/sandbox"
 )
 
 // Errors callers test with errors.Is; they are always wrapped with detail.
 var (
-	ErrNotFound   = errors.New("image not found")
-	ErrInvalidRef = errors.New("invalid image reference")
-	ErrCorrupt    = errors.New("corrupt image")
+	ErrNotFound   = errdefs.New(errdefs.ErrNotFound, "image not found")
+	ErrInvalidRef = errdefs.New(errdefs.ErrInvalid, "invalid image reference")
+	ErrCorrupt    = errdefs.New(errdefs.ErrCorrupt, "corrupt image")
 )
 
 // Rootfs is what a backend stacks to build a sandbox's root filesystem.

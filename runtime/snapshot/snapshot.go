@@ -18,17 +18,18 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/sandbox"
 )
 
 // Errors callers test with errors.Is; they are always wrapped with detail.
 var (
-	ErrNotFound    = errors.New("snapshot not found")
-	ErrCorrupt     = errors.New("corrupt snapshot")
-	ErrInUse       = errors.New("snapshot in use")
-	ErrNameInUse   = errors.New("snapshot name in use")
-	ErrInvalidName = errors.New("invalid snapshot name")
+	ErrNotFound    = errdefs.New(errdefs.ErrNotFound, "snapshot not found")
+	ErrCorrupt     = errdefs.New(errdefs.ErrCorrupt, "corrupt snapshot")
+	ErrInUse       = errdefs.New(errdefs.ErrConflict, "snapshot in use")
+	ErrNameInUse   = errdefs.New(errdefs.ErrAlreadyExists, "snapshot name in use")
+	ErrInvalidName = errdefs.New(errdefs.ErrInvalid, "invalid snapshot name")
 )
 
 // Store is the snapshot store of one data directory. It is safe for

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -272,13 +273,12 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	if errors.Is(err, image.ErrNotFound) {
 		sb, err = h.fromTemplate(r.Context(), req.TemplateID, opts)
 	}
+	if errors.Is(err, image.ErrNotFound) || errors.Is(err, image.ErrInvalidRef) {
+		// A template that names nothing is a bad argument to create.
+		err = errdefs.New(errdefs.ErrInvalid, "templateID: "+err.Error())
+	}
 	if err != nil {
-		status := statusOf(err)
-		if errors.Is(err, image.ErrNotFound) || errors.Is(err, image.ErrInvalidRef) {
-			status = http.StatusBadRequest
-			err = fmt.Errorf("templateID: %w", err)
-		}
-		writeAPIError(w, status, err.Error())
+		writeErr(w, err)
 		return
 	}
 	in := info{Metadata: req.Metadata, Token: newToken()}
@@ -287,7 +287,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := h.saveInfo(r.Context(), sb.ID, in); err != nil {
 		h.m.Remove(r.Context(), sb.ID, true)
-		writeAPIError(w, http.StatusInternalServerError, err.Error())
+		writeErr(w, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, newSandboxJSON(sb, in.Token))
@@ -300,7 +300,7 @@ func (h *Handler) lookup(w http.ResponseWriter, r *http.Request, id string) (*sa
 	sb, err := h.m.Get(r.Context(), id)
 	switch {
 	case err != nil:
-		writeAPIError(w, statusOf(err), err.Error())
+		writeErr(w, err)
 		return nil, false
 	case !live(sb):
 		writeAPIError(w, http.StatusNotFound, notLive(sb))
@@ -316,7 +316,7 @@ func (h *Handler) getInfo(w http.ResponseWriter, r *http.Request) {
 	}
 	in, err := h.loadInfo(r.Context(), sb.ID)
 	if err != nil {
-		writeAPIError(w, http.StatusInternalServerError, err.Error())
+		writeErr(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, newDetailJSON(sb, in.Metadata))
@@ -347,12 +347,12 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	// is gone (removed by the CLI, reaped after expiry) and can go too.
 	mds, err := h.allInfo(r.Context())
 	if err != nil {
-		writeAPIError(w, http.StatusInternalServerError, err.Error())
+		writeErr(w, err)
 		return
 	}
 	sbs, err := h.m.List(r.Context())
 	if err != nil {
-		writeAPIError(w, http.StatusInternalServerError, err.Error())
+		writeErr(w, err)
 		return
 	}
 	out := []detailJSON{}
@@ -385,11 +385,11 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request) {
 	}
 	h.procs.forget(sb.ID)
 	if err := h.m.Remove(r.Context(), sb.ID, true); err != nil {
-		writeAPIError(w, statusOf(err), err.Error())
+		writeErr(w, err)
 		return
 	}
 	if err := h.deleteInfo(r.Context(), sb.ID); err != nil {
-		writeAPIError(w, http.StatusInternalServerError, err.Error())
+		writeErr(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -430,7 +430,7 @@ func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if _, err := h.m.SetTTL(r.Context(), sb.ID, *ttl); err != nil {
-		writeAPIError(w, statusOf(err), err.Error())
+		writeErr(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -451,20 +451,20 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
 	status := http.StatusOK
 	if sb.State == sandbox.StatePaused {
 		if sb, err = h.m.Resume(r.Context(), sb.ID); err != nil {
-			writeAPIError(w, statusOf(err), err.Error())
+			writeErr(w, err)
 			return
 		}
 		status = http.StatusCreated
 	}
 	if ttl != nil {
 		if sb, err = h.m.SetTTL(r.Context(), sb.ID, *ttl); err != nil {
-			writeAPIError(w, statusOf(err), err.Error())
+			writeErr(w, err)
 			return
 		}
 	}
 	in, err := h.loadInfo(r.Context(), sb.ID)
 	if err != nil {
-		writeAPIError(w, http.StatusInternalServerError, err.Error())
+		writeErr(w, err)
 		return
 	}
 	writeJSON(w, status, newSandboxJSON(sb, in.Token))
@@ -480,7 +480,7 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if _, err := h.m.Pause(r.Context(), sb.ID); err != nil {
-		writeAPIError(w, statusOf(err), err.Error())
+		writeErr(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -521,12 +521,12 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
 	}
 	src, err := h.loadInfo(r.Context(), sb.ID)
 	if err != nil {
-		writeAPIError(w, http.StatusInternalServerError, err.Error())
+		writeErr(w, err)
 		return
 	}
 	forks, err := h.m.Fork(r.Context(), sb.ID, sandbox.ForkOptions{N: n})
 	if err != nil {
-		writeAPIError(w, statusOf(err), err.Error())
+		writeErr(w, err)
 		return
 	}
 	out := make([]forkResult, 0, len(forks))
@@ -567,7 +567,7 @@ func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) {
 	}
 	st, err := h.m.Stats(r.Context(), sb.ID)
 	if err != nil {
-		writeAPIError(w, statusOf(err), err.Error())
+		writeErr(w, err)
 		return
 	}
 	now := time.Now()
@@ -601,7 +601,7 @@ func (h *Handler) updateNetwork(w http.ResponseWriter, r *http.Request) {
 	}
 	if p != nil {
 		if _, err := h.m.NetUpdate(r.Context(), sb.ID, *p); err != nil {
-			writeAPIError(w, statusOf(err), err.Error())
+			writeErr(w, err)
 			return
 		}
 	}

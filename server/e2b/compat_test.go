@@ -96,7 +96,7 @@ func smolvmServe(t testing.TB) *server {
 // compatDir is the Node project that runs scenarios through the real SDK.
 func compatDir() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "sdk", "e2b-compat")
+	return filepath.Join(filepath.Dir(file), "..", "..", "sdk", "e2b-compat")
 }
 
 // nodeTools returns node and npm, skipping without them outside CI.

@@ -24,14 +24,18 @@ import (
 
 // Connect error codes, as they appear on the wire.
 const (
-	codeInvalidArgument = "invalid_argument"
-	codeNotFound        = "not_found"
-	codeAlreadyExists   = "already_exists"
-	codeUnauthenticated = "unauthenticated"
-	codeUnavailable     = "unavailable"
-	codeUnimplemented   = "unimplemented"
-	codeInternal        = "internal"
-	codeFailedPrecond   = "failed_precondition"
+	codeInvalidArgument   = "invalid_argument"
+	codeNotFound          = "not_found"
+	codeAlreadyExists     = "already_exists"
+	codePermissionDenied  = "permission_denied"
+	codeResourceExhausted = "resource_exhausted"
+	codeUnauthenticated   = "unauthenticated"
+	codeUnavailable       = "unavailable"
+	codeUnimplemented     = "unimplemented"
+	codeDeadlineExceeded  = "deadline_exceeded"
+	codeDataLoss          = "data_loss"
+	codeInternal          = "internal"
+	codeFailedPrecond     = "failed_precondition"
 )
 
 // rpcError is a Connect error. The SDK maps codes to its error classes:
@@ -58,14 +62,30 @@ func (e *rpcError) httpStatus() int {
 		return http.StatusNotFound
 	case codeAlreadyExists:
 		return http.StatusConflict
+	case codePermissionDenied:
+		return http.StatusForbidden
+	case codeResourceExhausted:
+		return http.StatusTooManyRequests
 	case codeUnauthenticated:
 		return http.StatusUnauthorized
 	case codeUnavailable:
 		return http.StatusServiceUnavailable
 	case codeUnimplemented:
 		return http.StatusNotImplemented
+	case codeDeadlineExceeded:
+		return http.StatusGatewayTimeout
 	}
 	return http.StatusInternalServerError
+}
+
+// fileStatus is the status envd's HTTP routes (/files, /health) answer
+// with: Connect's, except that an unreachable sandbox is 502, as E2B's
+// proxy answers, which the SDK reads as "not running".
+func (e *rpcError) fileStatus() int {
+	if e.Code == codeUnavailable {
+		return http.StatusBadGateway
+	}
+	return e.httpStatus()
 }
 
 // maxRequest bounds a Connect request message; envd requests are small

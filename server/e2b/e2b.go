@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"time"
 
+	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/runtime/store"
@@ -120,19 +121,61 @@ func tokenEqual(a, b string) bool {
 	return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
 }
 
-// statusOf maps a manager error to an HTTP status.
-func statusOf(err error) int {
+// reply is E2B's answer to an error: the control plane's status, and
+// envd's Connect code (whose status envd's HTTP routes answer with).
+type reply struct {
+	status int
+	code   string
+}
+
+// classReplies is E2B's answer to each error class.
+var classReplies = map[error]reply{
+	errdefs.ErrNotFound:      {http.StatusNotFound, codeNotFound},
+	errdefs.ErrAlreadyExists: {http.StatusConflict, codeAlreadyExists},
+	errdefs.ErrInvalid:       {http.StatusBadRequest, codeInvalidArgument},
+	// E2B's envd cannot be reached while its sandbox is not running; the
+	// SDK reads unavailable as "the sandbox timed out or was killed".
+	errdefs.ErrConflict: {http.StatusConflict, codeUnavailable},
+	errdefs.ErrDenied:   {http.StatusForbidden, codePermissionDenied},
+	// The SDK reads 429 as E2B's own limits (RateLimitError).
+	errdefs.ErrQuota: {http.StatusTooManyRequests, codeResourceExhausted},
+	// 502 is what E2B's proxy answers for a sandbox it cannot reach.
+	errdefs.ErrUnavailable: {http.StatusBadGateway, codeUnavailable},
+	errdefs.ErrCorrupt:     {http.StatusInternalServerError, codeDataLoss},
+	errdefs.ErrUnsupported: {http.StatusNotImplemented, codeUnimplemented},
+}
+
+// replyOf is E2B's answer to err: by its class; an error already in
+// Connect's terms keeps its code, and a context that ended is a timeout.
+func replyOf(err error) reply {
+	var rerr *rpcError
+	r, ok := classReplies[errdefs.Class(err)]
 	switch {
-	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, sandbox.ErrExpired):
-		return http.StatusNotFound
-	case errors.Is(err, sandbox.ErrInvalid):
-		return http.StatusBadRequest
-	case errors.Is(err, sandbox.ErrNotRunning), errors.Is(err, sandbox.ErrState):
-		return http.StatusConflict
+	case ok:
+		return r
+	case errors.As(err, &rerr):
+		return reply{rerr.httpStatus(), rerr.Code}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return http.StatusGatewayTimeout
+		return reply{http.StatusGatewayTimeout, codeDeadlineExceeded}
 	}
-	return http.StatusInternalServerError
+	return reply{http.StatusInternalServerError, codeInternal}
+}
+
+// statusOf is the control plane's status for err.
+func statusOf(err error) int { return replyOf(err).status }
+
+// writeErr answers a control-plane request with err.
+func writeErr(w http.ResponseWriter, err error) {
+	writeAPIError(w, statusOf(err), err.Error())
+}
+
+// rpcFrom is envd's Connect error for err.
+func rpcFrom(err error) *rpcError {
+	var rerr *rpcError
+	if errors.As(err, &rerr) {
+		return rerr
+	}
+	return &rpcError{Code: replyOf(err).code, Message: err.Error()}
 }
 
 // notLive says why a sandbox E2B cannot use (stopped, created, not yet

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -61,27 +62,26 @@ func (h *Handler) withSandbox(fn func(*envdCall)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get(headerSandboxID)
 		if p := r.Header.Get(headerSandboxPort); p != "" && p != envdPort {
-			envdError(w, r, http.StatusBadGateway, fmt.Sprintf("port %s of sandbox %q: only envd (%s) is served here; publish other ports with smolvm run --publish", p, id, envdPort))
+			envdError(w, r, errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("port %s of sandbox %q: only envd (%s) is served here; publish other ports with smolvm run --publish", p, id, envdPort)))
 			return
 		}
 		sb, err := h.m.Get(r.Context(), id)
 		if err != nil {
-			envdError(w, r, statusOf(err), err.Error())
+			envdError(w, r, err)
 			return
 		}
 		in, err := h.loadInfo(r.Context(), sb.ID)
 		if err != nil {
-			envdError(w, r, http.StatusInternalServerError, err.Error())
+			envdError(w, r, err)
 			return
 		}
 		if !tokenEqual(r.Header.Get(headerAccessToken), in.Token) {
-			envdError(w, r, http.StatusUnauthorized, "missing or invalid envd access token (X-Access-Token)")
+			envdError(w, r, rpcErrorf(codeUnauthenticated, "missing or invalid envd access token (X-Access-Token)"))
 			return
 		}
 		if sb.State != sandbox.StateRunning {
-			// 502 is what E2B's proxy answers for a sandbox that is not
-			// running; the SDK reads it as "not running".
-			envdError(w, r, http.StatusBadGateway, notLive(sb))
+			// E2B's proxy cannot reach a sandbox that is not running.
+			envdError(w, r, errdefs.New(errdefs.ErrUnavailable, notLive(sb)))
 			return
 		}
 		fn(&envdCall{w: w, r: r, sb: sb, user: basicUser(r)})
@@ -94,23 +94,18 @@ const envdPort = "49983"
 // envdError answers a failed envd request: envd's {code, message} for its
 // HTTP routes (/files, /health), a Connect error for the RPC services,
 // whose client reads the code from the body.
-func envdError(w http.ResponseWriter, r *http.Request, status int, msg string) {
+func envdError(w http.ResponseWriter, r *http.Request, err error) {
 	if r.URL.Path == "/health" || r.URL.Path == "/files" {
-		writeAPIError(w, status, msg)
+		httpError(w, err)
 		return
 	}
-	code := codeInternal
-	switch status {
-	case http.StatusBadRequest:
-		code = codeInvalidArgument
-	case http.StatusUnauthorized:
-		code = codeUnauthenticated
-	case http.StatusNotFound:
-		code = codeNotFound
-	case http.StatusBadGateway, http.StatusConflict:
-		code = codeUnavailable
-	}
-	writeUnary(w, nil, &rpcError{Code: code, Message: msg})
+	writeUnary(w, nil, rpcFrom(err))
+}
+
+// httpError answers a request to one of envd's HTTP routes with err.
+func httpError(w http.ResponseWriter, err error) {
+	rerr := rpcFrom(err)
+	writeAPIError(w, rerr.fileStatus(), rerr.Message)
 }
 
 // basicUser returns the user of "Authorization: Basic base64(user:)",
@@ -170,23 +165,14 @@ func checkPath(field, p string) error {
 
 // fsError maps an agent failure to a Connect error.
 func fsError(op, p string, err error) *rpcError {
-	switch guest.ErrorKind(err) {
-	case sandbox.KindNotFound:
-		return rpcErrorf(codeNotFound, "%s %s: no such file or directory", op, p)
-	case sandbox.KindExists:
-		return rpcErrorf(codeAlreadyExists, "%s %s: already exists", op, p)
-	case sandbox.KindInvalid:
-		return rpcErrorf(codeInvalidArgument, "%s %s: %v", op, p, err)
-	case "":
-		return rpcErrorf(codeUnavailable, "%s %s: %v", op, p, err)
+	msg := err.Error()
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		msg = "no such file or directory"
+	case errors.Is(err, errdefs.ErrAlreadyExists):
+		msg = "already exists"
 	}
-	return rpcErrorf(codeInternal, "%s %s: %v", op, p, err)
-}
-
-// httpFSError maps an agent failure to envd's HTTP error.
-func httpFSError(w http.ResponseWriter, op, p string, err error) {
-	rerr := fsError(op, p, err)
-	writeAPIError(w, rerr.httpStatus(), rerr.Message)
+	return rpcErrorf(replyOf(err).code, "%s %s: %s", op, p, msg)
 }
 
 // The filesystem service's messages, with protobuf's JSON names.
@@ -252,7 +238,7 @@ func (h *Handler) fsBegin(ctx context.Context, c *envdCall, raw []byte, req any,
 	}
 	ac, err := h.m.Agent(ctx, c.sb.ID)
 	if err != nil {
-		return nil, rpcErrorf(codeUnavailable, "%v", err)
+		return nil, rpcFrom(err)
 	}
 	return ac, nil
 }
@@ -348,13 +334,13 @@ func (h *Handler) readFile(c *envdCall) {
 	}
 	ac, err := h.m.Agent(c.r.Context(), c.sb.ID)
 	if err != nil {
-		writeAPIError(c.w, http.StatusBadGateway, err.Error())
+		httpError(c.w, err)
 		return
 	}
 	lw := &lazyWriter{w: c.w}
 	if err := ac.ReadFile(c.r.Context(), p, lw); err != nil {
 		if !lw.started {
-			httpFSError(c.w, "read", p, err)
+			httpError(c.w, fsError("read", p, err))
 		}
 		return
 	}
@@ -395,7 +381,7 @@ func (h *Handler) writeFiles(c *envdCall) {
 	qpath := c.r.URL.Query().Get("path")
 	ac, err := h.m.Agent(c.r.Context(), c.sb.ID)
 	if err != nil {
-		writeAPIError(c.w, http.StatusBadGateway, err.Error())
+		httpError(c.w, err)
 		return
 	}
 	ct, _, _ := mime.ParseMediaType(c.r.Header.Get("Content-Type"))
@@ -486,7 +472,7 @@ func (h *Handler) upload(ctx context.Context, ac *guest.Client, p string, body i
 	}
 	if err != nil {
 		rerr := fsError("write", p, err)
-		return fi, rerr.httpStatus(), errors.New(rerr.Message)
+		return fi, rerr.fileStatus(), errors.New(rerr.Message)
 	}
 	return fi, http.StatusOK, nil
 }

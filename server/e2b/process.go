@@ -3,7 +3,6 @@ package e2b
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -14,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -433,7 +431,7 @@ func (h *Handler) stream(c *envdCall, p *process, sub *subscriber) {
 				}
 			}
 			if p.execErr != nil {
-				st.End(rpcFromExec(p.execErr))
+				st.End(rpcFrom(p.execErr))
 				return
 			}
 			if st.Send(eventResponse{processEvent{End: &p.end}}) == nil {
@@ -544,12 +542,4 @@ func (h *Handler) update(ctx context.Context, c *envdCall, raw []byte) (any, *rp
 	case <-p.done:
 	}
 	return struct{}{}, nil
-}
-
-// rpcFromExec maps a failure to run a command to a Connect error.
-func rpcFromExec(err error) *rpcError {
-	if errors.Is(err, sandbox.ErrNotRunning) || errors.Is(err, guest.ErrUnavailable) {
-		return rpcErrorf(codeUnavailable, "%v", err)
-	}
-	return rpcErrorf(codeFailedPrecond, "%v", err)
 }

@@ -69,16 +69,14 @@ func (h *Handler) createSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sn, err := h.m.Checkpoint(r.Context(), sb.ID, sandbox.CheckpointOptions{Name: req.Name})
-	switch {
-	case errors.Is(err, snapshot.ErrInvalidName):
-		writeAPIError(w, http.StatusBadRequest, "name: "+err.Error())
-	case errors.Is(err, snapshot.ErrNameInUse):
-		writeAPIError(w, http.StatusConflict, "name: "+err.Error())
-	case err != nil:
-		writeAPIError(w, statusOf(err), err.Error())
-	default:
-		writeJSON(w, http.StatusCreated, newSnapshotJSON(sn))
+	if errors.Is(err, snapshot.ErrInvalidName) || errors.Is(err, snapshot.ErrNameInUse) {
+		err = fmt.Errorf("name: %w", err)
 	}
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, newSnapshotJSON(sn))
 }
 
 // listSnapshots answers GET /snapshots, filtered by the sandbox they were
@@ -91,7 +89,7 @@ func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	}
 	sns, err := h.snaps.List(r.Context())
 	if err != nil {
-		writeAPIError(w, http.StatusInternalServerError, err.Error())
+		writeErr(w, err)
 		return
 	}
 	q := r.URL.Query()
@@ -118,12 +116,11 @@ func (h *Handler) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	}
 	err := h.snaps.Remove(r.Context(), id, func(id string) (bool, error) { return h.m.SnapshotInUse(r.Context(), id) })
 	switch {
-	case errors.Is(err, snapshot.ErrNotFound), errors.Is(err, snapshot.ErrInvalidName):
+	case errors.Is(err, snapshot.ErrInvalidName):
+		// An ID that is no snapshot name names no snapshot.
 		writeAPIError(w, http.StatusNotFound, err.Error())
-	case errors.Is(err, snapshot.ErrInUse):
-		writeAPIError(w, http.StatusConflict, err.Error())
 	case err != nil:
-		writeAPIError(w, http.StatusInternalServerError, err.Error())
+		writeErr(w, err)
 	default:
 		w.WriteHeader(http.StatusNoContent)
 	}

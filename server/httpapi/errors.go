@@ -11,20 +11,42 @@ import (
 	"strings"
 
 	"smolvm.dev/smolvm/api"
-	"smolvm.dev/smolvm/runtime/image"
-	"smolvm.dev/smolvm/runtime/snapshot"
+	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/sandbox"
-	"smolvm.dev/smolvm/workflow/trust"
 )
 
-// errorFor maps a Manager error to its response. The message is the
-// error's own text, so the CLI prints the same line in both modes.
+// answer is a status and the code that goes with it.
+type answer struct {
+	status int
+	code   string
+}
+
+// classAnswers is the API's answer to each error class.
+var classAnswers = map[error]answer{
+	errdefs.ErrNotFound:      {http.StatusNotFound, api.CodeNotFound},
+	errdefs.ErrAlreadyExists: {http.StatusConflict, api.CodeConflict},
+	errdefs.ErrInvalid:       {http.StatusBadRequest, api.CodeInvalid},
+	errdefs.ErrConflict:      {http.StatusConflict, api.CodeConflict},
+	errdefs.ErrDenied:        {http.StatusForbidden, api.CodeDenied},
+	errdefs.ErrQuota:         {http.StatusConflict, api.CodeConflict},
+	errdefs.ErrUnavailable:   {http.StatusServiceUnavailable, api.CodeUnavailable},
+	errdefs.ErrCorrupt:       {http.StatusUnprocessableEntity, api.CodeCorrupt},
+	errdefs.ErrUnsupported:   {http.StatusNotImplemented, api.CodeUnsupported},
+}
+
+// errorFor maps a Manager error to its response: by its class, except for
+// the errors that carry data. The message is the error's own text, so the
+// CLI prints the same line in both modes.
 func errorFor(err error) *api.Error {
 	var ae *api.Error
 	if errors.As(err, &ae) {
 		return ae
 	}
-	e := &api.Error{Status: http.StatusInternalServerError, Code: api.CodeInternal, Message: err.Error()}
+	a, classed := classAnswers[errdefs.Class(err)]
+	if !classed {
+		a = answer{http.StatusInternalServerError, api.CodeInternal}
+	}
+	e := &api.Error{Status: a.status, Code: a.code, Message: err.Error(), Class: errdefs.Name(err)}
 	var (
 		ee *sandbox.ExpiredError
 		se *sandbox.StartError
@@ -35,23 +57,8 @@ func errorFor(err error) *api.Error {
 		e.Status, e.Code, e.Exit = http.StatusUnprocessableEntity, api.CodeCannotStart, &exit
 	case errors.As(err, &ee):
 		at := ee.At
-		e.Status, e.Code, e.ExpiredAt = http.StatusNotFound, api.CodeExpired, &at
-	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, image.ErrNotFound), errors.Is(err, snapshot.ErrNotFound),
-		errors.Is(err, sandbox.ErrPoolNotFound):
-		e.Status, e.Code = http.StatusNotFound, api.CodeNotFound
-	case errors.Is(err, sandbox.ErrInvalid), errors.Is(err, image.ErrInvalidRef), errors.Is(err, snapshot.ErrInvalidName):
-		e.Status, e.Code = http.StatusBadRequest, api.CodeInvalid
-	case errors.Is(err, sandbox.ErrNameInUse), errors.Is(err, sandbox.ErrState), errors.Is(err, sandbox.ErrNotRunning), errors.Is(err, sandbox.ErrOrphan),
-		errors.Is(err, snapshot.ErrInUse), errors.Is(err, snapshot.ErrNameInUse), errors.Is(err, sandbox.ErrPoolBudget):
-		e.Status, e.Code = http.StatusConflict, api.CodeConflict
-	case errors.Is(err, sandbox.ErrUnsupported):
-		e.Status, e.Code = http.StatusNotImplemented, "unsupported"
-	case errors.Is(err, snapshot.ErrCorrupt):
-		e.Status, e.Code = http.StatusUnprocessableEntity, "corrupt"
-		e.Status, e.Code = http.StatusConflict, api.CodeConflict
-	case errors.Is(err, trust.ErrDenied):
-		e.Status, e.Code = http.StatusForbidden, api.CodeDenied
-	case errors.Is(err, context.DeadlineExceeded):
+		e.Code, e.ExpiredAt = api.CodeExpired, &at
+	case !classed && errors.Is(err, context.DeadlineExceeded):
 		e.Status, e.Code = http.StatusGatewayTimeout, api.CodeTimeout
 	}
 	return e
@@ -134,5 +141,7 @@ func typeName(e *json.UnmarshalTypeError) string {
 }
 
 func invalid(field, msg string) *api.Error {
-	return &api.Error{Status: http.StatusBadRequest, Code: api.CodeInvalid, Field: field, Message: msg}
+	e := errorFor(errdefs.New(errdefs.ErrInvalid, msg))
+	e.Field = field
+	return e
 }

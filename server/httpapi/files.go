@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"smolvm.dev/smolvm/api"
+	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -48,10 +49,12 @@ func fileError(err error) error {
 	if !errors.As(err, &oe) {
 		return err
 	}
-	if oe.Exit.Kind == sandbox.KindNotFound {
-		return &api.Error{Status: http.StatusNotFound, Code: CodeNoSuchFile, Message: err.Error()}
+	if errors.Is(err, errdefs.ErrNotFound) {
+		e := errorFor(err)
+		e.Code = CodeNoSuchFile
+		return e
 	}
-	return &api.Error{Status: http.StatusBadRequest, Code: api.CodeInvalid, Field: "path", Message: err.Error()}
+	return invalid("path", err.Error())
 }
 
 // upload writes the body at path: the file itself, or with Content-Type

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -31,6 +31,7 @@ func New(m sandbox.Service, version string) *mcp.Server {
 			"run commands and move files in it; checkpoint, restore and fork it to branch work. " +
 			"Sandboxes are named by ID or name.",
 	})
+	s.AddReceivingMiddleware(classify)
 	t := &tools{m: m}
 	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_create", Description: "Create and start a sandbox. Returns its ID."}, t.create)
 	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_list", Description: "List sandboxes and their states."}, t.list)
@@ -46,6 +47,32 @@ func New(m sandbox.Service, version string) *mcp.Server {
 
 type tools struct {
 	m sandbox.Service
+}
+
+// MetaClass is the _meta key of a tool error's class (errdefs.Name).
+const MetaClass = "smolvm.dev/class"
+
+// classify marks a tool error that has a class: its text starts with the
+// class ("not_found: no such sandbox ..."), for the model, and the result's
+// _meta names it under MetaClass, for programs.
+func classify(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		res, err := next(ctx, method, req)
+		tr, ok := res.(*mcp.CallToolResult)
+		if !ok || !tr.IsError {
+			return res, err
+		}
+		if class := errdefs.Name(tr.GetError()); class != "" {
+			tr.Meta = mcp.Meta{MetaClass: class}
+			tr.Content = []mcp.Content{&mcp.TextContent{Text: class + ": " + tr.GetError().Error()}}
+		}
+		return res, err
+	}
+}
+
+// invalid is a tool's refusal of its arguments.
+func invalid(format string, args ...any) error {
+	return errdefs.New(errdefs.ErrInvalid, fmt.Sprintf(format, args...))
 }
 
 // sandboxInfo is how a sandbox is shown to the model.
@@ -71,7 +98,7 @@ type createIn struct {
 
 func (t *tools) create(ctx context.Context, _ *mcp.CallToolRequest, in createIn) (*mcp.CallToolResult, sandboxInfo, error) {
 	if in.TimeoutSeconds < 0 {
-		return nil, sandboxInfo{}, errors.New("timeout_seconds: must not be negative")
+		return nil, sandboxInfo{}, invalid("timeout_seconds: must not be negative")
 	}
 	o := sandbox.CreateOptions{Name: in.Name, Image: in.Image, Start: true}
 	o.Config.TTL = sandbox.DefaultTTL
@@ -80,7 +107,7 @@ func (t *tools) create(ctx context.Context, _ *mcp.CallToolRequest, in createIn)
 	}
 	for _, k := range slices.Sorted(maps.Keys(in.Env)) {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return nil, sandboxInfo{}, fmt.Errorf("env: invalid name %q", k)
+			return nil, sandboxInfo{}, invalid("env: invalid name %q", k)
 		}
 		o.Config.Env = append(o.Config.Env, k+"="+in.Env[k])
 	}
@@ -149,7 +176,7 @@ const defaultExecTimeout = 5 * time.Minute
 
 func (t *tools) exec(ctx context.Context, _ *mcp.CallToolRequest, in execIn) (*mcp.CallToolResult, execOut, error) {
 	if in.Sandbox == "" || in.Command == "" {
-		return nil, execOut{}, errors.New("sandbox and command are required")
+		return nil, execOut{}, invalid("sandbox and command are required")
 	}
 	timeout := defaultExecTimeout
 	if in.TimeoutSeconds > 0 {
@@ -243,7 +270,7 @@ func (t *tools) writeFile(ctx context.Context, _ *mcp.CallToolRequest, in writeI
 	case "base64":
 		r = base64.NewDecoder(base64.StdEncoding, r)
 	default:
-		return nil, writeOut{}, fmt.Errorf("encoding: %q is not utf-8 or base64", in.Encoding)
+		return nil, writeOut{}, invalid("encoding: %q is not utf-8 or base64", in.Encoding)
 	}
 	cr := &countingReader{r: r}
 	if err := t.m.WriteFile(ctx, in.Sandbox, in.Path, cr); err != nil {
@@ -256,10 +283,10 @@ func (t *tools) writeFile(ctx context.Context, _ *mcp.CallToolRequest, in writeI
 // what it says, not depend on a working directory it cannot see.
 func checkPath(p string) error {
 	if !strings.HasPrefix(p, "/") {
-		return fmt.Errorf("path %q: must be absolute", p)
+		return invalid("path %q: must be absolute", p)
 	}
 	if slices.Contains(strings.Split(p, "/"), "..") {
-		return fmt.Errorf("path %q: '..' elements are not allowed", p)
+		return invalid("path %q: '..' elements are not allowed", p)
 	}
 	return nil
 }
@@ -303,7 +330,7 @@ type forkIn struct {
 
 func (t *tools) fork(ctx context.Context, _ *mcp.CallToolRequest, in forkIn) (*mcp.CallToolResult, listOut, error) {
 	if in.Count < 0 || in.Count > sandbox.MaxFork {
-		return nil, listOut{}, fmt.Errorf("count: must be between 1 and %d", sandbox.MaxFork)
+		return nil, listOut{}, invalid("count: must be between 1 and %d", sandbox.MaxFork)
 	}
 	sbs, err := t.m.Fork(ctx, in.Sandbox, sandbox.ForkOptions{N: in.Count})
 	if err != nil {

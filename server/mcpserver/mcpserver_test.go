@@ -13,6 +13,7 @@ import (
 
 	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/internal/testmgr"
+	"smolvm.dev/smolvm/server/mcpserver"
 )
 
 // session starts `smolvm mcp` as a child process over a fresh data dir and
@@ -174,5 +175,33 @@ func TestToolsOverStdio(t *testing.T) {
 	must(t, cs, "sandbox_list", nil, &list)
 	if len(list.Sandboxes) != 4 {
 		t.Fatalf("list: %+v", list)
+	}
+}
+
+// TestToolErrorsCarryClass: tool errors from the real server name their
+// class, in _meta and before the message.
+func TestToolErrorsCarryClass(t *testing.T) {
+	cs := session(t)
+	for _, c := range []struct {
+		tool  string
+		args  map[string]any
+		class string
+	}{
+		{"sandbox_exec", map[string]any{"sandbox": "nope", "command": "true"}, "not_found"},
+		{"sandbox_remove", map[string]any{"sandbox": "nope"}, "not_found"},
+		{"sandbox_create", map[string]any{"name": "bad name"}, "invalid"},
+		{"file_read", map[string]any{"sandbox": "nope", "path": "relative"}, "invalid"},
+	} {
+		res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: c.tool, Arguments: c.args})
+		if err != nil {
+			t.Fatalf("%s: %v", c.tool, err)
+		}
+		text := ""
+		if len(res.Content) == 1 {
+			text = res.Content[0].(*mcp.TextContent).Text
+		}
+		if !res.IsError || res.Meta[mcpserver.MetaClass] != c.class || !strings.HasPrefix(text, c.class+": ") {
+			t.Errorf("%s %v: error %v, meta %v, text %q; want class %q", c.tool, c.args, res.IsError, res.Meta, text, c.class)
+		}
 	}
 }

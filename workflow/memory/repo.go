@@ -10,13 +10,15 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"smolvm.dev/smolvm/errdefs"
 )
 
 // Dir is where facts live, relative to the repository root.
 const Dir = ".smolvm/memory"
 
 // ErrNotFound is returned for an id that matches no fact.
-var ErrNotFound = errors.New("no such fact")
+var ErrNotFound = errdefs.New(errdefs.ErrNotFound, "no such fact")
 
 // Repo is the memory of one git repository.
 type Repo struct {

@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"time"
 
+	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/runtime/store"
 )
 
 // ErrDenied matches every error Check returns for an action that may not
 // proceed.
-var ErrDenied = errors.New("denied by policy")
+var ErrDenied = errdefs.New(errdefs.ErrDenied, "denied by policy")
 
 // DeniedError says why an action may not proceed.
 type DeniedError struct {
@@ -36,7 +37,7 @@ func (e *DeniedError) Error() string {
 	return s
 }
 
-func (e *DeniedError) Is(target error) bool { return target == ErrDenied }
+func (e *DeniedError) Is(target error) bool { return errors.Is(ErrDenied, target) }
 
 // DefaultPoll is how often a waiting Check looks for an answer.
 const DefaultPoll = 200 * time.Millisecond

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"time"
 
+	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/runtime/store"
 )
 
@@ -66,7 +67,7 @@ const (
 
 // ErrAnswered is returned when answering an approval that is no longer
 // pending, for instance because another approver was first.
-var ErrAnswered = errors.New("approval already answered")
+var ErrAnswered = errdefs.New(errdefs.ErrConflict, "approval already answered")
 
 // Ledger keeps pending approvals and the audit log in the state database,
 // where every smolvm process sees them.

@@ -9,11 +9,12 @@ import (
 	"os/exec"
 	"strings"
 
+	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/workflow/trust"
 )
 
 // ErrNothingToCommit is returned by Commit for a tree without changes.
-var ErrNothingToCommit = errors.New("nothing to commit")
+var ErrNothingToCommit = errdefs.New(errdefs.ErrConflict, "nothing to commit")
 
 // Commit stages every change in the git work tree (git add -A) and commits
 // it with msg, once gate allows the git-commit action. Git runs on the

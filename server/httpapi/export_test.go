@@ -1,0 +1,4 @@
+package httpapi
+
+// WriteError lets the external tests answer with the server's own errors.
+var WriteError = writeError
