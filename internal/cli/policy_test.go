@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/workflow/trust"
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/workflow/trust"
 )
 
 // policyRun runs smolvm with args and returns its output and exit status.
