@@ -14,6 +14,7 @@ import (
 	"smolvm.dev/smolvm/runtime/network"
 	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/workflow/trust"
 )
 
 // runscPath finds runsc: the flag or $SMOLVM_RUNSC, then beside the smolvm
@@ -104,6 +105,7 @@ func (a *app) openWith(ctx context.Context, st *store.Store) (*env, error) {
 		return nil, err
 	}
 	o := manager.Options{DataDir: a.dataDir, Store: st, Images: images, Backend: be, GuestBinary: bin, Snapshots: snaps}
+	o.Gate = trust.NewGates(st)
 	// The host namespace and upstream DNS are overridable for tests,
 	// which must never send traffic off the machine.
 	o.Network = &network.Host{

@@ -232,3 +232,19 @@ func TestPolicySince(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIPolicyGate: a sandbox run with --policy has every exec pass the
+// repository's policy (the gate the CLI gives its manager).
+func TestCLIPolicyGate(t *testing.T) {
+	c := newSandboxCLI(t)
+	repo := t.TempDir()
+	os.MkdirAll(filepath.Join(repo, ".smolvm"), 0o755)
+	os.WriteFile(filepath.Join(repo, trust.FileName), []byte("default = \"deny\"\n[run]\nallow = [\"echo\"]\n"), 0o644)
+	c.must("run", "-d", "--name", "gated", "--policy", repo)
+	if out := c.must("exec", "gated", "--", "echo", "hi"); out != "hi\n" {
+		t.Fatalf("allowed exec: %q", out)
+	}
+	if _, errOut, code := c.run("", "exec", "gated", "--", "rm", "-rf", "/tmp"); code != 126 || !strings.Contains(errOut, "policy denies") {
+		t.Fatalf("denied exec: exit %d: %s", code, errOut)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/workflow/trust"
 )
 
 // Deps is a data dir with its stores, the real runsc backend and a fresh
@@ -23,6 +24,8 @@ type Deps struct {
 	Snapshots   *snapshot.Store
 	Backend     *gvisor.Backend
 	GuestBinary string
+	// Gate is the trust policy's exec gate over Store.
+	Gate *trust.Gates
 }
 
 // Open returns Deps over dir, with store handles of their own, skipping
@@ -49,5 +52,5 @@ func Open(t testing.TB, dir string) *Deps {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Deps{Dir: dir, Store: st, Images: images, Snapshots: snaps, Backend: be, GuestBinary: testenv.Guest(t)}
+	return &Deps{Dir: dir, Store: st, Images: images, Snapshots: snaps, Backend: be, GuestBinary: testenv.Guest(t), Gate: trust.NewGates(st)}
 }

@@ -36,7 +36,7 @@ func New(t testing.TB, opts ...func(*manager.Options)) *Env { return Open(t, t.T
 func Open(t testing.TB, dir string, opts ...func(*manager.Options)) *Env {
 	t.Helper()
 	d := testdeps.Open(t, dir)
-	o := manager.Options{DataDir: dir, Store: d.Store, Images: d.Images, Backend: d.Backend, GuestBinary: d.GuestBinary, Snapshots: d.Snapshots}
+	o := manager.Options{DataDir: dir, Store: d.Store, Images: d.Images, Backend: d.Backend, GuestBinary: d.GuestBinary, Snapshots: d.Snapshots, Gate: d.Gate}
 	for _, f := range opts {
 		f(&o)
 	}

@@ -43,7 +43,7 @@ func newManager(t testing.TB, opts ...func(*Options)) *testManager {
 func openManager(t testing.TB, dir string, opts ...func(*Options)) *testManager {
 	t.Helper()
 	d := testdeps.Open(t, dir)
-	o := Options{DataDir: dir, Store: d.Store, Images: d.Images, Backend: d.Backend, GuestBinary: d.GuestBinary, Snapshots: d.Snapshots}
+	o := Options{DataDir: dir, Store: d.Store, Images: d.Images, Backend: d.Backend, GuestBinary: d.GuestBinary, Snapshots: d.Snapshots, Gate: d.Gate}
 	for _, f := range opts {
 		f(&o)
 	}

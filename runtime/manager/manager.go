@@ -39,6 +39,7 @@ type Manager struct {
 	events      hub
 	refill      func(pool string)
 	net         *network.Host
+	gate        Gate
 }
 
 // Options configure a Manager.
@@ -58,6 +59,9 @@ type Options struct {
 	Refill func(pool string)
 	// Network sets up sandbox networks; nil allows only --net none.
 	Network *network.Host
+	// Gate admits sandboxes under a trust policy and their commands; nil
+	// refuses every sandbox with a Config.Policy.
+	Gate Gate
 }
 
 // New returns a Manager.
@@ -75,7 +79,7 @@ func New(ctx context.Context, o Options) (*Manager, error) {
 			return nil, err
 		}
 	}
-	return &Manager{dataDir: o.DataDir, st: o.Store, images: o.Images, be: o.Backend, snaps: o.Snapshots, guestBinary: o.GuestBinary, refill: o.Refill, net: o.Network}, nil
+	return &Manager{dataDir: o.DataDir, st: o.Store, images: o.Images, be: o.Backend, snaps: o.Snapshots, guestBinary: o.GuestBinary, refill: o.Refill, net: o.Network, gate: o.Gate}, nil
 }
 
 // Create makes a sandbox, and starts it when asked. It either succeeds or
@@ -167,12 +171,7 @@ func (m *Manager) create(ctx context.Context, o sandbox.CreateOptions, pool stri
 // checkConfig fills defaults and checks cfg.
 func (m *Manager) checkConfig(cfg *sandbox.Config) error {
 	if cfg.Policy != "" {
-		abs, pol, err := validPolicy(cfg.Policy)
-		if err != nil {
-			return err
-		}
-		cfg.Policy = abs
-		if err := m.policyNetwork(cfg, pol); err != nil {
+		if err := m.policyConfig(cfg); err != nil {
 			return err
 		}
 	}

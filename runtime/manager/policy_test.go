@@ -93,3 +93,34 @@ deny = ["rm"]
 		t.Fatalf("--policy without a policy file: %v", err)
 	}
 }
+
+// TestPolicyReload: the gate follows edits to policy.toml between two
+// execs in one manager, an edit in the same second included.
+func TestPolicyReload(t *testing.T) {
+	m := newManager(t)
+	ctx := context.Background()
+	repo := t.TempDir()
+	os.MkdirAll(filepath.Join(repo, ".smolvm"), 0o755)
+	path := filepath.Join(repo, ".smolvm", "policy.toml")
+	// Same size, same inode: only the times tell the versions apart.
+	allowed := "default = \"deny\"\n[run]\nallow = [\"echo\"]\ndeny = [\"true\"]\n"
+	denied := "default = \"deny\"\n[run]\ndeny = [\"echo\"]\nallow = [\"true\"]\n"
+	os.WriteFile(path, []byte(allowed), 0o644)
+	sb := m.run(t, sandbox.Config{Policy: repo})
+	echo := func() error {
+		_, err := m.Exec(ctx, sb.ID, sandbox.Process{Args: []string{"echo", "hi"}}, sandbox.Stdio{})
+		return err
+	}
+	if err := echo(); err != nil {
+		t.Fatalf("echo under the first policy: %v", err)
+	}
+	for i, text := range []string{denied, allowed, denied} {
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		err := echo()
+		if want := text == denied; errors.Is(err, trust.ErrDenied) != want || (!want && err != nil) {
+			t.Fatalf("edit %d: echo: %v, want denied %v", i+1, err, want)
+		}
+	}
+}
