@@ -9,8 +9,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/internal/units"
+	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/runtime/network"
 )
 
