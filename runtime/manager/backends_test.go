@@ -63,8 +63,11 @@ func TestBackendsByRecord(t *testing.T) {
 		t.Fatalf("list without the backend: %v", err)
 	}
 	ops := map[string]func() error{
-		"get":  func() error { _, err := m2.Get(ctx, plain.ID); return err },
-		"exec": func() error { _, err := m2.Exec(ctx, plain.ID, guest.Process{Args: []string{"true"}}, guest.Stdio{}); return err },
+		"get": func() error { _, err := m2.Get(ctx, plain.ID); return err },
+		"exec": func() error {
+			_, err := m2.Exec(ctx, plain.ID, guest.Process{Args: []string{"true"}}, guest.Stdio{})
+			return err
+		},
 		"stop": func() error { _, err := m2.Stop(ctx, plain.ID, 0); return err },
 		"rm":   func() error { return m2.Remove(ctx, plain.ID, true) },
 	}

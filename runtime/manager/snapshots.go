@@ -249,8 +249,8 @@ func (m *Manager) refillTargets(copies ...*record) {
 // restores it from the checkpoint that checkpointDir finds. With early, a
 // new copy is created before checkpointDir is asked, so a fork creates its
 // copies while the checkpoint is being written; a restore from a stored
-// snapshot gains nothing by it and leaves the create to runsc restore, one
-// runsc process fewer. A target is created already. On failure it removes
+// snapshot gains nothing by it and leaves the create to the backend's
+// Restore, which can do both at once. A target is created already. On failure it removes
 // everything it made.
 func (m *Manager) materialize(ctx context.Context, r *record, sn backend.Snapshotter, early bool, checkpointDir func(context.Context) (string, error)) (*sandbox.Sandbox, error) {
 	fail := func(err error) (*sandbox.Sandbox, error) {
@@ -345,7 +345,7 @@ func (m *Manager) Fork(ctx context.Context, ref string, o sandbox.ForkOptions) (
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// The source is saved while the copies are being made (records,
-	// targets taken from pools, runsc create of the others), and the
+	// targets taken from pools, backend creates of the others), and the
 	// copies restore as soon as the image is whole, while the source
 	// resumes. A failed copy does not interrupt the save: a checkpoint cut
 	// short could leave the source quiesced.
@@ -393,8 +393,8 @@ func (m *Manager) Fork(ctx context.Context, ref string, o sandbox.ForkOptions) (
 		copies[i], unlocks[i] = r, unlock
 	}
 	eg, ectx := errgroup.WithContext(cctx)
-	// A copy's restore partly waits (on runsc's start, its sentry, the
-	// agent's wake-up), so several per core finish sooner: ten copies into
+	// A copy's restore partly waits (on the backend's processes starting,
+	// the guest's wake-up), so several per core finish sooner: ten copies into
 	// restore targets on 2 cores took 540-580 ms eight at a time, 685 ms
 	// two at a time and 600-620 ms sixteen at a time.
 	eg.SetLimit(4 * runtime.NumCPU())

@@ -152,9 +152,21 @@ func mainLog(t *testing.T, h Harness, s *backend.Spec, follow bool) (stdout, std
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	r, err := h.Backend.MainLog(ctx, s, follow)
+	stdout, stderr, err := readLog(ctx, h, s, follow)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("main log did not end")
+	}
+	return stdout, stderr
+}
+
+// readLog reads s's main-process log until it ends.
+func readLog(ctx context.Context, h Harness, s *backend.Spec, follow bool) (stdout, stderr string, err error) {
+	r, err := h.Backend.MainLog(ctx, s, follow)
+	if err != nil {
+		return "", "", err
 	}
 	defer r.Close()
 	var out, errb strings.Builder
@@ -162,14 +174,14 @@ func mainLog(t *testing.T, h Harness, s *backend.Spec, follow bool) (stdout, std
 	for {
 		line, err := br.ReadBytes('\n')
 		if errors.Is(err, io.EOF) && len(line) == 0 {
-			break
+			return out.String(), errb.String(), nil
 		}
 		if err != nil {
-			t.Fatalf("main log: %v (line %q)", err, line)
+			return "", "", fmt.Errorf("main log: %w (line %q)", err, line)
 		}
 		var e guest.LogEntry
 		if err := json.Unmarshal(line, &e); err != nil {
-			t.Fatalf("main log line %q: %v", line, err)
+			return "", "", fmt.Errorf("main log line %q: %w", line, err)
 		}
 		w := &out
 		if e.Stream == "stderr" {
@@ -177,10 +189,6 @@ func mainLog(t *testing.T, h Harness, s *backend.Spec, follow bool) (stdout, std
 		}
 		w.Write(e.Bytes())
 	}
-	if ctx.Err() != nil {
-		t.Fatal("main log did not end")
-	}
-	return out.String(), errb.String()
 }
 
 func testExec(t *testing.T, h Harness) {
@@ -291,13 +299,8 @@ func testFollowLog(t *testing.T, h Harness) {
 	idle := runIdle(t, h)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	r, err := h.Backend.MainLog(ctx, idle, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if n, err := io.Copy(io.Discard, r); n != 0 || err != nil {
-		t.Fatalf("following an idle sandbox: %d bytes, %v", n, err)
+	if out, errOut, err := readLog(ctx, h, idle, true); out != "" || errOut != "" || err != nil {
+		t.Fatalf("following an idle sandbox: %q %q %v", out, errOut, err)
 	}
 }
 
@@ -526,9 +529,16 @@ func snapshotter(t *testing.T, h Harness) backend.Snapshotter {
 	return sn
 }
 
-// counting is a script that leaves a process counting in /tmp/counter,
-// state that lives only in memory and in the writable layer.
-const counting = `echo written > /root/f; (i=0; while true; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.05; done) >/dev/null 2>&1 &`
+// runCounting starts a sandbox with a file in its writable layer and a
+// process counting in /tmp/counter: state that lives only in memory.
+func runCounting(t *testing.T, h Harness) *backend.Spec {
+	t.Helper()
+	s := runIdle(t, h)
+	if _, _, exit := sh(t, h, s, `echo written > /root/f; (i=0; while true; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.05; done) >/dev/null 2>&1 &`); exit.Code != 0 {
+		t.Fatal(exit)
+	}
+	return s
+}
 
 // stillCounting prints "counting" once the counter moves.
 const stillCounting = `a=$(cat /tmp/counter); for i in $(seq 100); do sleep 0.1; b=$(cat /tmp/counter); [ $b -gt $a ] 2>/dev/null && echo counting && break; done`
@@ -540,10 +550,7 @@ const stillCounting = `a=$(cat /tmp/counter); for i in $(seq 100); do sleep 0.1;
 func testCheckpointRestoreFork(t *testing.T, h Harness) {
 	sn := snapshotter(t, h)
 	ctx := context.Background()
-	src := runIdle(t, h)
-	if _, _, exit := sh(t, h, src, counting); exit.Code != 0 {
-		t.Fatal(exit)
-	}
+	src := runCounting(t, h)
 	dir := t.TempDir()
 	saved := false
 	err := sn.Checkpoint(ctx, src, dir, backend.CheckpointOptions{LeaveRunning: true, Saved: func() {
@@ -613,10 +620,7 @@ func testCheckpointStops(t *testing.T, h Harness) {
 func testPauseResume(t *testing.T, h Harness) {
 	sn := snapshotter(t, h)
 	ctx := context.Background()
-	s := runIdle(t, h)
-	if _, _, exit := sh(t, h, s, counting); exit.Code != 0 {
-		t.Fatal(exit)
-	}
+	s := runCounting(t, h)
 	if err := sn.Pause(ctx, s); err != nil {
 		t.Fatal(err)
 	}
