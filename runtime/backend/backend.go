@@ -98,7 +98,9 @@ type Spec struct {
 	Env     []string
 	WorkDir string // default working directory
 	User    string // default user
-	Limits  Limits
+	// Limits bound CPU, memory and processes; the disk limit a backend
+	// applies is Rootfs.WritableSize.
+	Limits Limits
 	// GuestBinary is the host path of the static smolvm-guest binary run
 	// as the sandbox's PID 1.
 	GuestBinary string

@@ -63,8 +63,8 @@ func (m *Manager) CreatePool(ctx context.Context, o sandbox.PoolOptions) (*sandb
 	return p, nil
 }
 
-// pool is a pool's record.
-type pool struct {
+// poolRecord is a pool's record.
+type poolRecord struct {
 	sandbox.Pool
 	// backend runs the pool's members: the default backend when the pool
 	// was created.
@@ -72,9 +72,9 @@ type pool struct {
 }
 
 // loadPool reads a pool's record, without its members.
-func (m *Manager) loadPool(ctx context.Context, name string) (*pool, error) {
+func (m *Manager) loadPool(ctx context.Context, name string) (*poolRecord, error) {
 	var (
-		p       pool
+		p       poolRecord
 		limits  string
 		created int64
 	)
@@ -108,7 +108,7 @@ func (m *Manager) Pool(ctx context.Context, name string) (*sandbox.Pool, error) 
 }
 
 // pool is Pool with the pool's backend.
-func (m *Manager) pool(ctx context.Context, name string) (*pool, error) {
+func (m *Manager) pool(ctx context.Context, name string) (*poolRecord, error) {
 	p, err := m.loadPool(ctx, name)
 	if err != nil {
 		return nil, err
