@@ -46,6 +46,9 @@ type CreateRequest struct {
 	Network *sandbox.Network `json:"network,omitempty"`
 	// Start defaults to true.
 	Start *bool `json:"start,omitempty"`
+	// Backend runs the sandbox; absent is the server's default (or the
+	// pool's).
+	Backend string `json:"backend,omitempty"`
 }
 
 // StopRequest is the optional body of POST /v1/sandboxes/{id}/stop.

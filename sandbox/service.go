@@ -114,6 +114,8 @@ type CreateOptions struct {
 	// Pool takes a ready sandbox from this pool (see CreatePool), which
 	// skips every cold step; it implies Start.
 	Pool string
+	// Backend runs the sandbox; empty: the default one, or the pool's.
+	Backend string
 }
 
 // StartError is a sandbox whose main command could not be started.

@@ -29,16 +29,24 @@ type session struct {
 	ctx context.Context
 	cmd *cobra.Command
 	st  *store.Store
+	env *env
 }
 
 func (s *session) close() {
+	if s.env != nil {
+		s.env.Close()
+	}
 	if s.st != nil {
 		s.st.Close()
 	}
 }
 
-// store opens the data dir's database, once per session.
+// store opens the data dir's database, once per session: the runtime's,
+// if it is open.
 func (s *session) store() (*store.Store, error) {
+	if s.env != nil {
+		return s.env.st, nil
+	}
 	if s.st == nil {
 		st, err := store.Open(s.ctx, s.dataDir)
 		if err != nil {
@@ -49,13 +57,17 @@ func (s *session) store() (*store.Store, error) {
 	return s.st, nil
 }
 
-// runtime opens the sandbox manager on the data dir, whatever --host says.
+// runtime opens the sandbox manager on the data dir, once per session,
+// whatever --host says.
 func (s *session) runtime() (*env, error) {
-	st, err := s.store()
-	if err != nil {
-		return nil, err
+	if s.env == nil {
+		e, err := s.open(s.ctx)
+		if err != nil {
+			return nil, err
+		}
+		s.env = e
 	}
-	return s.openWith(s.ctx, st)
+	return s.env, nil
 }
 
 // sandboxes returns the sandbox operations: through the server --host

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 
+	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/runtime/backend/gvisor"
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/runtime/manager"
@@ -66,32 +67,11 @@ type env struct {
 	mgr    *manager.Manager
 }
 
-func (e *env) Close() error { return e.st.Close() }
+func (e *env) Close() error { return e.mgr.Close() }
 
-// open opens the data dir, the image and snapshot stores and the sandbox
-// manager.
+// open opens the data dir's sandbox manager, over the gVisor backend, and
+// its stores.
 func (a *app) open(ctx context.Context) (*env, error) {
-	st, err := store.Open(ctx, a.dataDir)
-	if err != nil {
-		return nil, err
-	}
-	e, err := a.openWith(ctx, st)
-	if err != nil {
-		st.Close()
-		return nil, err
-	}
-	return e, nil
-}
-
-func (a *app) openWith(ctx context.Context, st *store.Store) (*env, error) {
-	images, err := image.Open(ctx, a.dataDir, st)
-	if err != nil {
-		return nil, err
-	}
-	snaps, err := snapshot.Open(ctx, a.dataDir, st)
-	if err != nil {
-		return nil, err
-	}
 	runsc, err := a.runscPath()
 	if err != nil {
 		return nil, err
@@ -104,23 +84,22 @@ func (a *app) openWith(ctx context.Context, st *store.Store) (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := manager.Options{DataDir: a.dataDir, Store: st, Images: images, Backend: be, GuestBinary: bin, Snapshots: snaps}
-	o.Gate = trust.NewGates(st)
-	// The host namespace and upstream DNS are overridable for tests,
-	// which must never send traffic off the machine.
-	o.Network = &network.Host{
-		NetNS: os.Getenv("SMOLVM_NET_NETNS"), Resolver: os.Getenv("SMOLVM_NET_RESOLVER"),
-		Dir: filepath.Join(a.dataDir, "net"), Store: st,
+	c := manager.Config{
+		DataDir: a.dataDir, Backends: []backend.Backend{be}, GuestBinary: bin,
+		// The host namespace and upstream DNS are overridable for tests,
+		// which must never send traffic off the machine.
+		Network: &network.Host{NetNS: os.Getenv("SMOLVM_NET_NETNS"), Resolver: os.Getenv("SMOLVM_NET_RESOLVER")},
+		Gate:    func(st *store.Store) manager.Gate { return trust.NewGates(st) },
 	}
 	if a.self != "" {
 		if !a.noRefill {
-			o.Refill = func(pool string) { a.spawnFill(runsc, pool) }
+			c.Refill = func(pool string) { a.spawnFill(runsc, pool) }
 		}
-		o.Network.Helper = []string{a.self, "--data-dir", a.dataDir, "net-helper"}
+		c.Network.Helper = []string{a.self, "--data-dir", a.dataDir, "net-helper"}
 	}
-	mgr, err := manager.New(ctx, o)
+	m, err := manager.Open(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	return &env{st: st, images: images, snaps: snaps, mgr: mgr}, nil
+	return &env{st: m.Store(), images: m.Images(), snaps: m.Snapshots(), mgr: m}, nil
 }

@@ -66,6 +66,8 @@ func TestCLIRemoteMatchesDirect(t *testing.T) {
 			{"stop", name},
 			{"exec", name, "--", "true"},
 			{"rm", name},
+			{"run", "--rm", "--backend", "gvisor", "--", "echo", "on gvisor"},
+			{"run", "-d", "--backend", "nope"},
 		}
 	}
 	type result struct {

@@ -68,7 +68,7 @@ func (f *limitFlags) limits(fs *pflag.FlagSet) (sandbox.Limits, error) {
 type createFlags struct {
 	limitFlags
 	name, image, workdir, user, hostname string
-	policy, pool, onExpiry               string
+	policy, pool, onExpiry, backend      string
 	env                                  []string
 	timeout, idle                        time.Duration
 	net                                  netFlags
@@ -79,6 +79,7 @@ func (f *createFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.name, "name", "", "sandbox name (default sb-<id>)")
 	fs.StringVar(&f.image, "image", "", "image reference or ID (default: host, the host's /usr read-only)")
 	fs.StringVar(&f.pool, "pool", "", "take a ready sandbox from this pool (see smolvm pool)")
+	fs.StringVar(&f.backend, "backend", "", "backend to run the sandbox on (default: this smolvm's default, or the pool's)")
 	f.limitFlags.register(fs)
 	fs.StringArrayVarP(&f.env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
 	fs.StringVarP(&f.workdir, "workdir", "w", "", "working directory inside the sandbox")
@@ -97,7 +98,7 @@ func (f *createFlags) options(fs *pflag.FlagSet, cmd []string, start bool) (sand
 	if err != nil {
 		return sandbox.CreateOptions{}, err
 	}
-	o := sandbox.CreateOptions{Name: f.name, Image: f.image, Start: start, Pool: f.pool, Config: sandbox.Config{
+	o := sandbox.CreateOptions{Name: f.name, Image: f.image, Backend: f.backend, Start: start, Pool: f.pool, Config: sandbox.Config{
 		Cmd: cmd, Env: f.env, WorkDir: f.workdir, User: f.user, Hostname: f.hostname,
 		TTL: f.timeout, IdleTimeout: f.idle, OnExpiry: f.onExpiry, Policy: f.policy,
 		Limits: limits,

@@ -110,6 +110,7 @@ func TestCLIBadInput(t *testing.T) {
 	}{
 		{[]string{"run", "-d", "--image", "nosuch:latest"}, "nosuch"},
 		{[]string{"run", "-d", "--image", "Bad::Ref"}, "invalid"},
+		{[]string{"run", "-d", "--backend", "nope"}, `backend not available: "nope"`},
 		{[]string{"run", "-d", "--name", "taken"}, "already in use"},
 		{[]string{"run", "-d", "--memory", "1k"}, "--memory"},
 		{[]string{"run", "-d", "--cpus", "0"}, "--cpus"},

@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -20,7 +19,6 @@ import (
 	"github.com/miekg/dns"
 
 	"smolvm.dev/smolvm/runtime/network"
-	"smolvm.dev/smolvm/runtime/store"
 )
 
 // Addresses of the world. The internet's are documentation ranges, which
@@ -153,10 +151,11 @@ func (w *World) close() {
 	}
 }
 
-// Host is a sandbox network host for data dir dataDir that lives in this
-// world; helper is a smolvm binary (testenv.Smolvm) to run the helpers.
-func (w *World) Host(dataDir string, st *store.Store, helper string) *network.Host {
-	return &network.Host{NetNS: w.HostNS, Resolver: w.Resolver, Dir: filepath.Join(dataDir, "net"), Store: st, Helper: []string{helper, "net-helper"}}
+// Host is a sandbox network host that lives in this world, for
+// manager.Config (which gives it its directory and store); helper is a
+// smolvm binary (testenv.Smolvm) to run the helpers.
+func (w *World) Host(helper string) *network.Host {
+	return &network.Host{NetNS: w.HostNS, Resolver: w.Resolver, Helper: []string{helper, "net-helper"}}
 }
 
 // Listen opens a TCP listener in namespace ns.

@@ -1,5 +1,5 @@
-// Package testmgr gives tests outside package sandbox a real Manager: a
-// fresh data dir, real SQLite, real runsc. (Package sandbox's own tests
+// Package testmgr gives tests outside package manager a real Manager: a
+// fresh data dir, real SQLite, real runsc. (Package manager's own tests
 // cannot import it, which would be a cycle: they have newManager.)
 package testmgr
 
@@ -8,10 +8,12 @@ import (
 	"testing"
 
 	"smolvm.dev/smolvm/internal/testdeps"
+	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/workflow/trust"
 )
 
 // Env is a Manager and the stores it works with.
@@ -28,22 +30,25 @@ type Env struct {
 
 // New returns an Env over a fresh data dir. It skips the test without
 // root or runsc (see testenv.Runsc), and removes every sandbox at cleanup.
-// opts adjust the Manager's options (a network host, say).
-func New(t testing.TB, opts ...func(*manager.Options)) *Env { return Open(t, t.TempDir(), opts...) }
+// opts adjust the Manager's config (a network host, say).
+func New(t testing.TB, opts ...func(*manager.Config)) *Env { return Open(t, t.TempDir(), opts...) }
 
 // Open is New over dir, which other processes (a smolvm serve under test)
 // may use too: every sandbox in it is removed at cleanup.
-func Open(t testing.TB, dir string, opts ...func(*manager.Options)) *Env {
+func Open(t testing.TB, dir string, opts ...func(*manager.Config)) *Env {
 	t.Helper()
-	d := testdeps.Open(t, dir)
-	o := manager.Options{DataDir: dir, Store: d.Store, Images: d.Images, Backend: d.Backend, GuestBinary: d.GuestBinary, Snapshots: d.Snapshots, Gate: d.Gate}
+	c := manager.Config{DataDir: dir, Backends: testdeps.Backends(t), GuestBinary: testenv.Guest(t),
+		Gate: func(st *store.Store) manager.Gate { return trust.NewGates(st) }}
 	for _, f := range opts {
-		f(&o)
+		f(&c)
 	}
-	m, err := manager.New(context.Background(), o)
+	m, err := manager.Open(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Registered first, so it runs last: after the removals below and
+	// whatever cleanups the test registers later.
+	t.Cleanup(func() { m.Close() })
 	t.Cleanup(func() {
 		// Sandboxes hold mounts under dir: remove them before TempDir's
 		// cleanup tries to. Pool members are unlisted: remove pools first.
@@ -57,5 +62,5 @@ func Open(t testing.TB, dir string, opts ...func(*manager.Options)) *Env {
 		}
 		m.GC(context.Background())
 	})
-	return &Env{Dir: dir, Store: d.Store, Images: d.Images, Snapshots: d.Snapshots, Manager: m, GuestBinary: d.GuestBinary}
+	return &Env{Dir: dir, Store: m.Store(), Images: m.Images(), Snapshots: m.Snapshots(), Manager: m, GuestBinary: c.GuestBinary}
 }

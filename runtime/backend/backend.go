@@ -4,6 +4,7 @@ package backend
 
 import (
 	"context"
+	"io"
 	"syscall"
 	"time"
 
@@ -22,10 +23,15 @@ type Backend interface {
 	Name() string
 	// Create prepares the sandbox without running anything in it.
 	Create(ctx context.Context, spec *Spec) error
-	// Start boots a created sandbox and returns once its agent answers.
+	// Start boots a created sandbox and returns once its agent answers,
+	// or once its main process has ended, if that comes first.
 	Start(ctx context.Context, spec *Spec) error
 	// Run is Create and Start in one step, by the backend's fastest path.
 	Run(ctx context.Context, spec *Spec) error
+	// Restart boots a stopped sandbox again, as Start boots a created
+	// one: its main process runs from the beginning, and MainExit and
+	// MainLog are the new run's.
+	Restart(ctx context.Context, spec *Spec) error
 	// Exec runs a process in a running sandbox.
 	Exec(ctx context.Context, spec *Spec, p sandbox.Process, stdio sandbox.Stdio) (sandbox.Exit, error)
 	// Guest returns a client for the sandbox's guest supervisor (files, pings).
@@ -36,6 +42,14 @@ type Backend interface {
 	Stats(ctx context.Context, spec *Spec) (*sandbox.Stats, error)
 	// State reports what is really running, independent of any record.
 	State(ctx context.Context, spec *Spec) (Status, error)
+	// MainExit reports how the main process ended, and when; nil while
+	// it runs, or if it never started (a sandbox without one, or killed
+	// from outside).
+	MainExit(ctx context.Context, spec *Spec) (*Exit, error)
+	// MainLog returns the main process's output: guest.LogEntry values
+	// as JSON lines, oldest first. With follow, reads wait for more until
+	// the sandbox stops or ctx ends, and then return io.EOF.
+	MainLog(ctx context.Context, spec *Spec, follow bool) (io.ReadCloser, error)
 	// Stop ends every process: SIGTERM, then SIGKILL after timeout.
 	Stop(ctx context.Context, spec *Spec, timeout time.Duration) error
 	// Delete releases everything Create and Start made. It is idempotent
@@ -76,7 +90,7 @@ type Spec struct {
 	// Dir is a private directory for this sandbox; the backend may put
 	// anything in it and Delete empties it.
 	Dir string
-	// Rootfs is the read-only image content the sandbox sees as /.
+	// Rootfs is what the sandbox sees as /.
 	Rootfs Rootfs
 	// Main is the sandbox's main process; nil keeps the sandbox idle
 	// until stopped, ready for execs.
@@ -84,7 +98,9 @@ type Spec struct {
 	Env     []string
 	WorkDir string // default working directory
 	User    string // default user
-	Limits  sandbox.Limits
+	// Limits bound CPU, memory and processes; the disk limit a backend
+	// applies is Rootfs.WritableSize.
+	Limits sandbox.Limits
 	// GuestBinary is the host path of the static smolvm-guest binary run
 	// as the sandbox's PID 1.
 	GuestBinary string
@@ -101,16 +117,43 @@ type Spec struct {
 	NetNS string `json:",omitempty"`
 }
 
-// Rootfs is layered, read-only image content.
+// Rootfs describes a sandbox's root filesystem: an image's read-only
+// layers, host paths mounted read-only over them, and a writable layer on
+// top, private to the sandbox. Each backend builds it its own way: gVisor
+// stacks the layer directories with overlayfs; a VM backend can turn the
+// layers into one disk image per image ID and give each sandbox an overlay
+// disk of WritableSize.
 type Rootfs struct {
-	LowerDirs []string // lowest first
-	Mounts    []Mount  // extra read-only bind mounts
+	// ImageID names the layers: every Rootfs with this ID has the same
+	// Layers, so what a backend builds from them it may cache by ID.
+	ImageID string
+	Layers  []Layer // lowest first
+	Mounts  []Mount // mounted over the layers, read-only
+	// WritableSize caps the writable layer in bytes (0: no cap); a
+	// sandbox that fills it gets ENOSPC, and the host disk is untouched.
+	WritableSize int64
+}
+
+// Layer is one read-only layer of an image.
+type Layer struct {
+	// Digest is the layer's content digest (its OCI diffID); empty for
+	// content smolvm generates, such as the builtin image's root.
+	Digest string `json:",omitempty"`
+	// Dir is the host directory holding the layer's files.
+	Dir string
 }
 
 // Mount is a read-only bind mount from the host.
 type Mount struct {
 	Source      string
 	Destination string
+}
+
+// Exit is how a sandbox's main process ended.
+type Exit struct {
+	sandbox.Exit
+	// At is when the guest recorded the exit.
+	At time.Time
 }
 
 // Status is what a backend observes.

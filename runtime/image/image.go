@@ -358,14 +358,32 @@ func (s *Store) Rootfs(img *sandbox.Image) Rootfs {
 		return s.hostRootfs()
 	}
 	var r Rootfs
-	// A layer repeated higher up is entirely shadowed by its upper copy, and
-	// overlayfs does not take the same lower directory twice.
-	for i, d := range img.Layers {
-		if !slices.Contains(img.Layers[i+1:], d) {
-			r.LowerDirs = append(r.LowerDirs, s.layerDir(d))
-		}
+	for _, l := range s.Layers(img) {
+		r.LowerDirs = append(r.LowerDirs, l.Dir)
 	}
 	return r
+}
+
+// Layer is a layer of an image as extracted on the host.
+type Layer struct {
+	DiffID string // empty for the builtin image's generated root
+	Dir    string
+}
+
+// Layers returns img's layers, lowest first. A layer repeated higher up is
+// left out: its upper copy shadows it entirely, and overlayfs does not
+// take the same lower directory twice.
+func (s *Store) Layers(img *sandbox.Image) []Layer {
+	if img.Builtin {
+		return []Layer{{Dir: s.hostRoot()}}
+	}
+	var out []Layer
+	for i, d := range img.Layers {
+		if !slices.Contains(img.Layers[i+1:], d) {
+			out = append(out, Layer{DiffID: d, Dir: s.layerDir(d)})
+		}
+	}
+	return out
 }
 
 // shortID is the 12-hex-digit form of an ID shown to users.

@@ -1,16 +1,13 @@
 package manager
 
 import (
-	"bytes"
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
-	"time"
 
 	"smolvm.dev/smolvm/internal/archive"
 	"smolvm.dev/smolvm/runtime/guest"
@@ -38,7 +35,7 @@ func (m *Manager) PutArchive(ctx context.Context, ref, dst string, r io.Reader) 
 	if err != nil {
 		return err
 	}
-	if err := m.withGuest(ctx, rec, func() error { return m.be.Guest(&rec.spec).Put(ctx, dst, r) }); err != nil {
+	if err := m.withGuest(ctx, rec, func() error { return rec.be.Guest(&rec.spec).Put(ctx, dst, r) }); err != nil {
 		return fmt.Errorf("cp to %s:%s: %w", rec.Name, dst, err)
 	}
 	return nil
@@ -72,7 +69,7 @@ func (m *Manager) GetArchive(ctx context.Context, ref, src string, w io.Writer) 
 	if err != nil {
 		return err
 	}
-	if err := m.withGuest(ctx, rec, func() error { return m.be.Guest(&rec.spec).Get(ctx, src, w) }); err != nil {
+	if err := m.withGuest(ctx, rec, func() error { return rec.be.Guest(&rec.spec).Get(ctx, src, w) }); err != nil {
 		return fmt.Errorf("cp from %s:%s: %w", rec.Name, src, err)
 	}
 	return nil
@@ -84,7 +81,7 @@ func (m *Manager) Stats(ctx context.Context, ref string) (*sandbox.Stats, error)
 	if err != nil {
 		return nil, err
 	}
-	return m.be.Stats(ctx, &r.spec)
+	return r.be.Stats(ctx, &r.spec)
 }
 
 // Logs writes the main process's output. With Follow it keeps going until
@@ -94,100 +91,33 @@ func (m *Manager) Logs(ctx context.Context, ref string, o sandbox.LogOptions) er
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(r.spec.Dir, "run", "main.log")
-	if err := copyLogFile(path+".1", o); err != nil {
-		return err
-	}
-	f, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) && !o.Follow {
-		return nil
-	}
-	for errors.Is(err, fs.ErrNotExist) {
-		// Not started yet: wait for the file while following.
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(50 * time.Millisecond):
-		}
-		f, err = os.Open(path)
-	}
+	log, err := r.be.MainLog(ctx, &r.spec, o.Follow)
 	if err != nil {
-		return err
+		return fmt.Errorf("logs of %s: %w", r.Name, err)
 	}
-	defer f.Close()
-	lr := &logReader{r: f}
+	defer log.Close()
+	br := bufio.NewReader(log)
 	for {
-		if err := lr.copy(o); err != nil {
-			return err
-		}
-		if !o.Follow {
-			return nil
-		}
-		cur, err := m.get(ctx, r.ID)
-		if err != nil {
-			return err
-		}
-		if cur.State != sandbox.StateRunning && cur.State != sandbox.StatePaused && cur.State != sandbox.StateCreated {
-			return lr.copy(o) // what was written before it stopped
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-func copyLogFile(path string, o sandbox.LogOptions) error {
-	f, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return (&logReader{r: f}).copy(o)
-}
-
-// logReader decodes log entries from a file that may still be growing. A
-// partial last line is kept until the rest of it is written.
-type logReader struct {
-	r       io.Reader
-	pending []byte
-}
-
-func (lr *logReader) copy(o sandbox.LogOptions) error {
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := lr.r.Read(buf)
-		lr.pending = append(lr.pending, buf[:n]...)
-		for {
-			i := bytes.IndexByte(lr.pending, '\n')
-			if i < 0 {
-				break
-			}
-			line := lr.pending[:i]
-			lr.pending = lr.pending[i+1:]
-			var e guest.LogEntry
-			if json.Unmarshal(line, &e) != nil {
-				continue
-			}
-			w := o.Stdout
-			if e.Stream == "stderr" {
-				w = o.Stderr
-			}
-			if w != nil {
-				if _, err := w.Write(e.Bytes()); err != nil {
-					return err
-				}
-			}
-		}
-		if errors.Is(err, io.EOF) || n == 0 {
+		// A last line without its newline is still being written.
+		line, err := br.ReadBytes('\n')
+		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
-			return err
+			return fmt.Errorf("logs of %s: %w", r.Name, err)
+		}
+		var e guest.LogEntry
+		if json.Unmarshal(line, &e) != nil {
+			continue
+		}
+		w := o.Stdout
+		if e.Stream == "stderr" {
+			w = o.Stderr
+		}
+		if w != nil {
+			if _, err := w.Write(e.Bytes()); err != nil {
+				return err
+			}
 		}
 	}
 }
@@ -200,7 +130,7 @@ func (m *Manager) Agent(ctx context.Context, ref string) (*guest.Client, error) 
 	if err != nil {
 		return nil, err
 	}
-	return m.be.Guest(&r.spec), nil
+	return r.be.Guest(&r.spec), nil
 }
 
 // ReadFile streams the regular file at path out of a running sandbox.
@@ -211,7 +141,7 @@ func (m *Manager) ReadFile(ctx context.Context, ref, path string) (io.ReadCloser
 	}
 	pr, pw := io.Pipe()
 	go func() {
-		err := m.withGuest(ctx, rec, func() error { return m.be.Guest(&rec.spec).ReadFile(ctx, path, pw) })
+		err := m.withGuest(ctx, rec, func() error { return rec.be.Guest(&rec.spec).ReadFile(ctx, path, pw) })
 		if err != nil {
 			err = fmt.Errorf("read %s:%s: %w", rec.Name, path, err)
 		}
@@ -227,7 +157,7 @@ func (m *Manager) WriteFile(ctx context.Context, ref, path string, r io.Reader) 
 		return err
 	}
 	err = m.withGuest(ctx, rec, func() error {
-		_, err := m.be.Guest(&rec.spec).WriteFile(ctx, path, r)
+		_, err := rec.be.Guest(&rec.spec).WriteFile(ctx, path, r)
 		return err
 	})
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 // no record owns, checkpoints of crashed snapshot operations, and stale
 // lock files. It returns what it removed.
 func (m *Manager) GC(ctx context.Context) ([]string, error) {
-	rs, err := listRecords(ctx, m.st, "", true)
+	rs, err := m.listRecords(ctx, "", true)
 	if err != nil {
 		return nil, err
 	}
@@ -60,8 +60,14 @@ func (m *Manager) GC(ctx context.Context) ([]string, error) {
 		if known[id] || m.locked(id) {
 			continue
 		}
+		// No record says which backend made it: each one deletes what
+		// it would have made.
 		spec := &backend.Spec{ID: id, Dir: filepath.Join(m.dataDir, "sandboxes", id)}
-		if err := m.be.Delete(ctx, spec); err != nil {
+		var err error
+		for _, be := range m.backends.All() {
+			err = errors.Join(err, be.Delete(ctx, spec))
+		}
+		if err != nil {
 			errs = append(errs, err)
 			continue
 		}

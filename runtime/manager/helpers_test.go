@@ -21,47 +21,48 @@ import (
 
 	"smolvm.dev/smolvm/internal/testdeps"
 	"smolvm.dev/smolvm/internal/testenv"
-	"smolvm.dev/smolvm/runtime/image"
-	"smolvm.dev/smolvm/runtime/snapshot"
+	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/workflow/trust"
 )
 
 // testManager is a Manager over a fresh data dir, with real runsc.
 type testManager struct {
 	*Manager
-	dir    string
-	images *image.Store
-	snaps  *snapshot.Store
+	dir string
 }
 
-func newManager(t testing.TB, opts ...func(*Options)) *testManager {
+func newManager(t testing.TB, opts ...func(*Config)) *testManager {
 	return openManager(t, t.TempDir(), opts...)
 }
 
 // openManager opens a Manager, with its own store handles, over dir. Tests
 // open several over one dir to show state lives on disk, not in memory.
-func openManager(t testing.TB, dir string, opts ...func(*Options)) *testManager {
+func openManager(t testing.TB, dir string, opts ...func(*Config)) *testManager {
 	t.Helper()
-	d := testdeps.Open(t, dir)
-	o := Options{DataDir: dir, Store: d.Store, Images: d.Images, Backend: d.Backend, GuestBinary: d.GuestBinary, Snapshots: d.Snapshots, Gate: d.Gate}
+	c := Config{DataDir: dir, Backends: testdeps.Backends(t), GuestBinary: testenv.Guest(t),
+		Gate: func(st *store.Store) Gate { return trust.NewGates(st) }}
 	for _, f := range opts {
-		f(&o)
+		f(&c)
 	}
-	m, err := New(context.Background(), o)
+	m, err := Open(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The store closes last, after the removals below and whatever
+	// cleanups the test registers later.
+	t.Cleanup(func() { m.Close() })
 	t.Cleanup(func() {
 		// Sandboxes hold mounts under dir: remove them before TempDir's
 		// cleanup tries to.
 		// listRecords, not List: pooled sandboxes too.
-		rs, _ := listRecords(context.Background(), d.Store, "", true)
+		rs, _ := listRecords(context.Background(), m.st, "", true)
 		for _, r := range rs {
 			m.Remove(context.Background(), r.ID, true)
 		}
 		m.GC(context.Background())
 	})
-	return &testManager{Manager: m, dir: dir, images: d.Images, snaps: d.Snapshots}
+	return &testManager{Manager: m, dir: dir}
 }
 
 // run starts an idle sandbox from the host image.

@@ -421,7 +421,8 @@ func TestCrashDuringForkIntoTargets(t *testing.T) {
 		// agent waiting for an identity nobody writes: it serves again,
 		// as itself, after its quiesce timeout.
 		wctx, cancel := context.WithTimeout(ctx, guest.DefaultQuiesceTimeout+5*time.Second)
-		err := m.be.Guest(&lookupT(t, m, src.ID).spec).Wait(wctx)
+		r := lookupT(t, m, src.ID)
+		err := r.be.Guest(&r.spec).Wait(wctx)
 		cancel()
 		if err != nil {
 			t.Fatalf("source after a fork killed at %v: %v", delay*time.Millisecond, err)
@@ -448,7 +449,7 @@ func TestCrashDuringForkIntoTargets(t *testing.T) {
 
 func lookupT(t *testing.T, m *testManager, id string) *record {
 	t.Helper()
-	r, err := lookup(context.Background(), m.st, id)
+	r, err := m.lookup(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,10 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
+	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/sandbox"
@@ -36,7 +35,7 @@ func expiredError(r *record) error {
 
 // markExpired turns a sandbox the agent stopped for its lifetime into an
 // expired one, dated when the agent acted rather than when we noticed.
-func markExpired(r *record, exit sandbox.Exit) bool {
+func markExpired(r *record, exit *backend.Exit) bool {
 	switch exit.Reason {
 	case guest.ReasonExpired:
 		r.Reason = fmt.Sprintf("time to live (%s) ended", r.Config.TTL)
@@ -45,10 +44,8 @@ func markExpired(r *record, exit sandbox.Exit) bool {
 		}
 	case guest.ReasonIdle:
 		r.Reason = fmt.Sprintf("idle for %s", r.Config.IdleTimeout)
-		if fi, err := os.Stat(filepath.Join(r.spec.Dir, "run", "exit.json")); err == nil {
-			t := fi.ModTime().UTC().Truncate(time.Millisecond)
-			r.FinishedAt = &t
-		}
+		t := exit.At.UTC().Truncate(time.Millisecond)
+		r.FinishedAt = &t
 	default:
 		return false
 	}
@@ -81,7 +78,7 @@ func (m *Manager) afterTransition(ctx context.Context, r *record) error {
 		if r.Reason == reasonPaused {
 			r.Reason = ""
 		}
-		return m.be.Guest(&r.spec).SetDeadline(ctx, r.spec.Deadline)
+		return r.be.Guest(&r.spec).SetDeadline(ctx, r.spec.Deadline)
 	}
 	return nil
 }
@@ -91,15 +88,15 @@ const reasonPaused = "time to live ended: paused"
 
 // expirePause pauses a sandbox whose TTL ended with OnExpiry pause.
 func (m *Manager) expirePause(ctx context.Context, id string) error {
-	sn, err := m.snapshotter("pause")
-	if err != nil {
-		return err
-	}
 	r, unlock, err := m.acquire(ctx, id)
 	if err != nil {
 		return err
 	}
 	defer unlock()
+	sn, err := snapshotter(r.be, "pause")
+	if err != nil {
+		return err
+	}
 	if r.State != sandbox.StateRunning || r.ExpiresAt == nil || time.Now().Before(*r.ExpiresAt) {
 		return nil // resumed, extended or stopped meanwhile
 	}
@@ -133,7 +130,7 @@ func (m *Manager) SetTTL(ctx context.Context, ref string, ttl time.Duration) (*s
 	// A paused sandbox gets its deadline when resumed.
 	if r.State == sandbox.StateRunning {
 		r.setDeadline(store.Now(), ttl)
-		if err := m.be.Guest(&r.spec).SetDeadline(ctx, r.spec.Deadline); err != nil {
+		if err := r.be.Guest(&r.spec).SetDeadline(ctx, r.spec.Deadline); err != nil {
 			return nil, fmt.Errorf("set time to live of %s: %w", r.Name, err)
 		}
 	}
@@ -149,7 +146,7 @@ func (m *Manager) SetTTL(ctx context.Context, ref string, ttl time.Duration) (*s
 // returns the names it removed. A server runs it periodically; smolvm gc
 // runs it once.
 func (m *Manager) Reap(ctx context.Context, grace time.Duration) ([]string, error) {
-	rs, err := listRecords(ctx, m.st, "", false) // pool members wait, unlisted, with no TTL
+	rs, err := m.listRecords(ctx, "", false) // pool members wait, unlisted, with no TTL
 	if err != nil {
 		return nil, err
 	}

@@ -7,10 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/internal/testenv"
-	"smolvm.dev/smolvm/runtime/backend/gvisor"
-	"smolvm.dev/smolvm/runtime/image"
-	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -180,23 +176,7 @@ func TestLifetimeSurvivesRestart(t *testing.T) {
 	ctx := context.Background()
 	sb := m.run(t, sandbox.Config{TTL: 4 * time.Second})
 
-	st, err := store.Open(ctx, m.dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	images, err := image.Open(ctx, m.dir, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	be, err := gvisor.New(gvisor.Config{Runsc: testenv.Runsc(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m2, err := New(ctx, Options{DataDir: m.dir, Store: st, Images: images, Backend: be, GuestBinary: testenv.Guest(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m2 := openManager(t, m.dir)
 	got, err := m2.Get(ctx, sb.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -204,7 +184,7 @@ func TestLifetimeSurvivesRestart(t *testing.T) {
 	if got.State != sandbox.StateRunning || got.ExpiresAt == nil || !got.ExpiresAt.Equal(*sb.ExpiresAt) {
 		t.Fatalf("after restart: %+v, want running until %v", got, sb.ExpiresAt)
 	}
-	waitExpired(t, &testManager{Manager: m2, dir: m.dir}, sb.ID, 20*time.Second)
+	waitExpired(t, m2, sb.ID, 20*time.Second)
 }
 
 func listed(list []*sandbox.Sandbox, id string, st sandbox.State) bool {

@@ -1,12 +1,16 @@
 // Package manager is the local sandbox.Service: it runs sandboxes on this
-// host through a backend, with durable records in SQLite, images,
+// host through backends, with durable records in SQLite, images,
 // snapshots and warm pools.
+//
+// Open is the one way to assemble it from a data directory, for the CLI,
+// the server and tests alike. It lives here rather than in a package above
+// so that this package's own tests, which cannot import such a package,
+// take the same path.
 package manager
 
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -33,7 +37,7 @@ type Manager struct {
 	dataDir     string
 	st          *store.Store
 	images      *image.Store
-	be          backend.Backend
+	backends    *backend.Set
 	snaps       *snapshot.Store
 	guestBinary string
 	events      hub
@@ -42,45 +46,95 @@ type Manager struct {
 	gate        Gate
 }
 
-// Options configure a Manager.
-type Options struct {
+// Config describes the local runtime of one data directory.
+type Config struct {
+	// DataDir holds the database, images, snapshots and sandboxes.
 	DataDir string
-	Store   *store.Store
-	Images  *image.Store
-	Backend backend.Backend
-	// GuestBinary is the static smolvm binary run as each sandbox's PID 1.
+	// Backends run sandboxes; every operation on a sandbox goes to the
+	// backend its record names. New sandboxes get the one named
+	// DefaultBackend (the first if empty) unless they ask for another.
+	Backends       []backend.Backend
+	DefaultBackend string
+	// GuestBinary is the static smolvm-guest binary run as each sandbox's
+	// PID 1.
 	GuestBinary string
-	// Snapshots stores checkpoints; without it checkpoint, restore and
-	// fork are refused.
-	Snapshots *snapshot.Store
+	// Network sets up sandbox networks; nil allows only --net none. Open
+	// uses a copy with its directory in the data dir and the store set.
+	Network *network.Host
 	// Refill is called after a sandbox is taken from a pool; it should
 	// arrange for FillPool to run, in the background or in another
 	// process. Nil leaves refilling to the caller.
 	Refill func(pool string)
-	// Network sets up sandbox networks; nil allows only --net none.
-	Network *network.Host
-	// Gate admits sandboxes under a trust policy and their commands; nil
-	// refuses every sandbox with a Config.Policy.
-	Gate Gate
+	// Gate makes the exec gate over the data directory's database
+	// (trust.NewGates); without one, sandboxes under a trust policy are
+	// refused.
+	Gate func(*store.Store) Gate
 }
 
-// New returns a Manager.
-func New(ctx context.Context, o Options) (*Manager, error) {
-	if err := o.Store.Migrate(ctx, "sandbox", schema); err != nil {
+// Open opens the data directory's database and its image and snapshot
+// stores, and returns a Manager over them. Close closes them.
+func Open(ctx context.Context, c Config) (*Manager, error) {
+	backends, err := backend.NewSet(c.DefaultBackend, c.Backends...)
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.Open(ctx, c.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	m, err := assemble(ctx, c, st, backends)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+// assemble opens the stores in st and makes the Manager.
+func assemble(ctx context.Context, c Config, st *store.Store, backends *backend.Set) (*Manager, error) {
+	images, err := image.Open(ctx, c.DataDir, st)
+	if err != nil {
+		return nil, err
+	}
+	snaps, err := snapshot.Open(ctx, c.DataDir, st)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.Migrate(ctx, "sandbox", schema); err != nil {
 		return nil, err
 	}
 	for _, d := range []string{"sandboxes", "locks"} {
-		if err := os.MkdirAll(filepath.Join(o.DataDir, d), 0o700); err != nil {
+		if err := os.MkdirAll(filepath.Join(c.DataDir, d), 0o700); err != nil {
 			return nil, err
 		}
 	}
-	if o.Network != nil {
-		if err := o.Network.Prepare(ctx); err != nil {
+	m := &Manager{dataDir: c.DataDir, st: st, images: images, backends: backends, snaps: snaps, guestBinary: c.GuestBinary, refill: c.Refill}
+	if c.Gate != nil {
+		m.gate = c.Gate(st)
+	}
+	if c.Network != nil {
+		h := *c.Network
+		h.Dir, h.Store = filepath.Join(c.DataDir, "net"), st
+		if err := h.Prepare(ctx); err != nil {
 			return nil, err
 		}
+		m.net = &h
 	}
-	return &Manager{dataDir: o.DataDir, st: o.Store, images: o.Images, be: o.Backend, snaps: o.Snapshots, guestBinary: o.GuestBinary, refill: o.Refill, net: o.Network, gate: o.Gate}, nil
+	return m, nil
 }
+
+// Close closes the database.
+func (m *Manager) Close() error { return m.st.Close() }
+
+// Store returns the database, which other components of the data
+// directory (trust ledgers, say) register their tables in.
+func (m *Manager) Store() *store.Store { return m.st }
+
+// Images returns the image store.
+func (m *Manager) Images() *image.Store { return m.images }
+
+// Snapshots returns the snapshot store.
+func (m *Manager) Snapshots() *snapshot.Store { return m.snaps }
 
 // Create makes a sandbox, and starts it when asked. It either succeeds or
 // leaves nothing behind: a failure at any step removes what earlier steps
@@ -97,6 +151,10 @@ func (m *Manager) create(ctx context.Context, o sandbox.CreateOptions, pool stri
 	cfg := o.Config
 	if err := m.checkConfig(&cfg); err != nil {
 		return nil, err
+	}
+	be, err := m.newBackend(o.Backend)
+	if err != nil {
+		return nil, fmt.Errorf("create: %w", err)
 	}
 	id := newID()
 	name := o.Name
@@ -118,9 +176,9 @@ func (m *Manager) create(ctx context.Context, o sandbox.CreateOptions, pool stri
 		cfg.Hostname = hostnameFor(name, id)
 	}
 	r := &record{Sandbox: sandbox.Sandbox{
-		ID: id, Name: name, Image: ref, ImageID: img.ID, Backend: m.be.Name(),
+		ID: id, Name: name, Image: ref, ImageID: img.ID, Backend: be.Name(),
 		State: sandbox.StateCreating, Config: cfg, CreatedAt: store.Now(),
-	}, pool: pool}
+	}, be: be, pool: pool}
 	r.spec = m.specFor(r, img)
 	if r.spec.Main != nil {
 		if err := m.checkPolicy(ctx, r, r.spec.Main.Args); err != nil {
@@ -150,9 +208,9 @@ func (m *Manager) create(ctx context.Context, o sandbox.CreateOptions, pool stri
 		return fail(err)
 	}
 	if o.Start {
-		err = m.start(ctx, r, m.be.Run)
+		err = m.start(ctx, r, be.Run)
 	} else {
-		err = m.be.Create(ctx, &r.spec)
+		err = be.Create(ctx, &r.spec)
 		r.State = sandbox.StateCreated
 	}
 	if err != nil {
@@ -184,6 +242,19 @@ func (m *Manager) checkConfig(cfg *sandbox.Config) error {
 	return nil
 }
 
+// newBackend returns the backend a new sandbox asked for by name, or the
+// default one.
+func (m *Manager) newBackend(name string) (backend.Backend, error) {
+	if name == "" {
+		return m.backends.Default(), nil
+	}
+	be, err := m.backends.Get(name)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", sandbox.ErrInvalid, err)
+	}
+	return be, nil
+}
+
 var hostnameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 func hostnameFor(name, id string) string {
@@ -201,7 +272,7 @@ func (m *Manager) specFor(r *record, img *sandbox.Image) backend.Spec {
 		ID:          r.ID,
 		Hostname:    cfg.Hostname,
 		Dir:         filepath.Join(m.dataDir, "sandboxes", r.ID),
-		Rootfs:      m.rootfs(img),
+		Rootfs:      m.rootfs(img, cfg.Limits.Disk),
 		Env:         guest.MergeEnv(img.Config.Env, cfg.Env, []string{"SMOLVM_SANDBOX_ID=" + r.ID, "SMOLVM_SANDBOX_NAME=" + r.Name, "HOSTNAME=" + cfg.Hostname}),
 		WorkDir:     firstNonEmpty(cfg.WorkDir, img.Config.WorkingDir),
 		User:        firstNonEmpty(cfg.User, img.Config.User),
@@ -225,10 +296,14 @@ func (m *Manager) specFor(r *record, img *sandbox.Image) backend.Spec {
 	return s
 }
 
-func (m *Manager) rootfs(img *sandbox.Image) backend.Rootfs {
-	rf := m.images.Rootfs(img)
-	out := backend.Rootfs{LowerDirs: rf.LowerDirs}
-	for _, mt := range rf.Mounts {
+// rootfs describes img's root filesystem, with a writable layer of
+// disk bytes (0: no cap).
+func (m *Manager) rootfs(img *sandbox.Image, disk int64) backend.Rootfs {
+	out := backend.Rootfs{ImageID: img.ID, WritableSize: disk}
+	for _, l := range m.images.Layers(img) {
+		out.Layers = append(out.Layers, backend.Layer{Digest: l.DiffID, Dir: l.Dir})
+	}
+	for _, mt := range m.images.Rootfs(img).Mounts {
 		out.Mounts = append(out.Mounts, backend.Mount{Source: mt.Source, Destination: mt.Destination})
 	}
 	return out
@@ -241,7 +316,7 @@ func (m *Manager) ImageRootfs(ctx context.Context, ref string) (backend.Rootfs, 
 	if err != nil {
 		return backend.Rootfs{}, err
 	}
-	return m.rootfs(img), nil
+	return m.rootfs(img, 0), nil
 }
 
 func firstNonEmpty(s ...string) string {
@@ -288,28 +363,22 @@ func (m *Manager) Start(ctx context.Context, ref string) (*sandbox.Sandbox, erro
 		return nil, err
 	}
 	defer unlock()
+	boot := r.be.Start
 	switch r.State {
 	case sandbox.StateRunning:
 		return nil, fmt.Errorf("start %s: %w: already running", r.Name, sandbox.ErrState)
 	case sandbox.StatePaused:
 		return nil, fmt.Errorf("start %s: %w: paused (resume it)", r.Name, sandbox.ErrState)
 	case sandbox.StateStopped, sandbox.StateExpired:
-		// runsc cannot restart a stopped container: recreate it, keeping
-		// the record, name and image.
-		if err := m.be.Delete(ctx, &r.spec); err != nil {
-			return nil, fmt.Errorf("start %s: %w", r.Name, err)
-		}
+		boot = r.be.Restart
 		if r.Config.Network != nil {
 			if err := m.net.Ensure(ctx, r.ID, r.Config.Network); err != nil {
 				return nil, fmt.Errorf("start %s: %w", r.Name, err)
 			}
 		}
-		if err := m.be.Create(ctx, &r.spec); err != nil {
-			return nil, fmt.Errorf("start %s: %w", r.Name, err)
-		}
 	}
-	if err := m.start(ctx, r, m.be.Start); err != nil {
-		m.be.Stop(context.WithoutCancel(ctx), &r.spec, time.Second)
+	if err := m.start(ctx, r, boot); err != nil {
+		r.be.Stop(context.WithoutCancel(ctx), &r.spec, time.Second)
 		r.State, r.Reason = sandbox.StateStopped, "failed to start: "+err.Error()
 		update(context.WithoutCancel(ctx), m.st, r)
 		return nil, err
@@ -330,8 +399,12 @@ func (m *Manager) start(ctx context.Context, r *record, boot func(context.Contex
 	r.State = sandbox.StateRunning
 	// A main command that could not even start is the caller's mistake
 	// (a typo, a missing binary): report it now, not as a later "exited".
-	if exit, ok := readExit(&r.spec); ok && (exit.Kind == sandbox.KindNotFound || exit.Kind == sandbox.KindCannotRun) {
-		return &sandbox.StartError{Exit: exit}
+	exit, err := r.be.MainExit(ctx, &r.spec)
+	if err != nil {
+		return err
+	}
+	if exit != nil && (exit.Kind == sandbox.KindNotFound || exit.Kind == sandbox.KindCannotRun) {
+		return &sandbox.StartError{Exit: exit.Exit}
 	}
 	return nil
 }
@@ -343,19 +416,9 @@ func startClock(r *record) {
 	r.setDeadline(now, r.Config.TTL)
 }
 
-// readExit reads the exit the agent recorded for the main command.
-func readExit(s *backend.Spec) (sandbox.Exit, bool) {
-	var exit sandbox.Exit
-	p, err := os.ReadFile(filepath.Join(s.Dir, "run", "exit.json"))
-	if err != nil || json.Unmarshal(p, &exit) != nil {
-		return sandbox.Exit{}, false
-	}
-	return exit, true
-}
-
 // acquire looks up ref, takes its lock and reconciles it under the lock.
 func (m *Manager) acquire(ctx context.Context, ref string) (*record, func(), error) {
-	r, err := lookup(ctx, m.st, ref)
+	r, err := m.lookup(ctx, ref)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -364,7 +427,7 @@ func (m *Manager) acquire(ctx context.Context, ref string) (*record, func(), err
 		return nil, nil, err
 	}
 	// Re-read: the record may have changed while we waited.
-	r, err = lookup(ctx, m.st, r.ID)
+	r, err = m.lookup(ctx, r.ID)
 	if err != nil {
 		unlock()
 		return nil, nil, err
@@ -393,7 +456,7 @@ func (m *Manager) Stop(ctx context.Context, ref string, timeout time.Duration) (
 	if r.State != sandbox.StateRunning && r.State != sandbox.StatePaused {
 		return &r.Sandbox, nil
 	}
-	if err := m.be.Stop(ctx, &r.spec, timeout); err != nil {
+	if err := r.be.Stop(ctx, &r.spec, timeout); err != nil {
 		return nil, fmt.Errorf("stop %s: %w", r.Name, err)
 	}
 	m.finish(ctx, r, "stopped")
@@ -406,7 +469,7 @@ func (m *Manager) Stop(ctx context.Context, ref string, timeout time.Duration) (
 
 // Remove deletes a sandbox. A running one needs force.
 func (m *Manager) Remove(ctx context.Context, ref string, force bool) error {
-	r, err := lookup(ctx, m.st, ref)
+	r, err := m.lookup(ctx, ref)
 	if err != nil {
 		return err
 	}
@@ -458,7 +521,11 @@ func (m *Manager) removeOrphan(ctx context.Context, r *record) error {
 
 // release deletes what the backend and the network made for r.
 func (m *Manager) release(ctx context.Context, r *record) error {
-	err := m.be.Delete(ctx, &r.spec)
+	// A listed record may name a backend this manager lacks.
+	if err := m.bind(r); err != nil {
+		return err
+	}
+	err := r.be.Delete(ctx, &r.spec)
 	if r.Config.Network != nil {
 		err = errors.Join(err, m.net.Teardown(ctx, r.ID))
 	}
@@ -479,7 +546,7 @@ func (m *Manager) Get(ctx context.Context, ref string) (*sandbox.Sandbox, error)
 }
 
 func (m *Manager) get(ctx context.Context, ref string) (*record, error) {
-	r, err := lookup(ctx, m.st, ref)
+	r, err := m.lookup(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -491,7 +558,7 @@ func (m *Manager) get(ctx context.Context, ref string) (*record, error) {
 
 // List returns every sandbox, reconciled.
 func (m *Manager) List(ctx context.Context) ([]*sandbox.Sandbox, error) {
-	rs, err := listRecords(ctx, m.st, "", false)
+	rs, err := m.listRecords(ctx, "", false)
 	if err != nil {
 		return nil, err
 	}
@@ -506,8 +573,12 @@ func (m *Manager) List(ctx context.Context) ([]*sandbox.Sandbox, error) {
 }
 
 // reconcile brings r in line with the backend: a sandbox that died, or
-// whose main process exited, is recorded as stopped with the reason.
+// whose main process exited, is recorded as stopped with the reason. A
+// sandbox whose backend this manager lacks stays as last recorded.
 func (m *Manager) reconcile(ctx context.Context, r *record) error {
+	if r.be == nil {
+		return nil
+	}
 	if r.State == sandbox.StateCreating {
 		if !m.locked(r.ID) {
 			r.Reason = "orphaned by a crashed create; run smolvm gc"
@@ -517,7 +588,7 @@ func (m *Manager) reconcile(ctx context.Context, r *record) error {
 	if r.State != sandbox.StateRunning && r.State != sandbox.StatePaused && r.State != sandbox.StateCreated {
 		return nil
 	}
-	st, err := m.be.State(ctx, &r.spec)
+	st, err := r.be.State(ctx, &r.spec)
 	if err != nil {
 		return fmt.Errorf("state of %s: %w", r.Name, err)
 	}
@@ -549,13 +620,14 @@ func (m *Manager) reconcile(ctx context.Context, r *record) error {
 func (m *Manager) finish(ctx context.Context, r *record, reason string) {
 	now := store.Now()
 	r.State, r.FinishedAt = sandbox.StateStopped, &now
-	exit, haveExit := readExit(&r.spec)
-	stats, _ := m.be.Stats(ctx, &r.spec)
+	// An exit that cannot be read counts as none: killed.
+	exit, _ := r.be.MainExit(ctx, &r.spec)
+	stats, _ := r.be.Stats(ctx, &r.spec)
 	switch {
 	case stats != nil && stats.OOMKills > 0:
 		code := 137
 		r.ExitCode, r.Reason = &code, fmt.Sprintf("out of memory (limit %s)", units.FormatBytes(r.Config.Limits.Memory))
-	case haveExit:
+	case exit != nil:
 		code := exit.Code
 		r.ExitCode = &code
 		if !markExpired(r, exit) {
@@ -580,7 +652,7 @@ func (m *Manager) Exec(ctx context.Context, ref string, p sandbox.Process, stdio
 	}
 	var exit sandbox.Exit
 	err = m.withGuest(ctx, r, func() (err error) {
-		exit, err = m.be.Exec(ctx, &r.spec, p, stdio)
+		exit, err = r.be.Exec(ctx, &r.spec, p, stdio)
 		return err
 	})
 	if err != nil && errors.Is(err, guest.ErrUnavailable) && ctx.Err() == nil {
@@ -607,9 +679,9 @@ func (m *Manager) withGuest(ctx context.Context, r *record, op func() error) err
 	}
 	wctx, cancel := context.WithTimeout(ctx, guest.DefaultQuiesceTimeout+2*time.Second)
 	defer cancel()
-	c := m.be.Guest(&r.spec)
+	c := r.be.Guest(&r.spec)
 	for delay := time.Millisecond; c.Ping(wctx) != nil; delay = min(2*delay, 50*time.Millisecond) {
-		if st, _ := m.be.State(wctx, &r.spec); st != backend.StatusRunning {
+		if st, _ := r.be.State(wctx, &r.spec); st != backend.StatusRunning {
 			return err
 		}
 		select {
@@ -633,7 +705,7 @@ func (m *Manager) awaitDeath(ctx context.Context, id string) *record {
 		if r.State == sandbox.StateStopped {
 			return r
 		}
-		if m.be.Guest(&r.spec).Ping(ctx) == nil {
+		if r.be.Guest(&r.spec).Ping(ctx) == nil {
 			return nil
 		}
 		time.Sleep(50 * time.Millisecond)

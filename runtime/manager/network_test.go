@@ -29,7 +29,7 @@ func newNetManager(t testing.TB) (*testManager, *nettest.World) {
 	testenv.Runsc(t)
 	w := nettest.New(t)
 	helper := testenv.Smolvm(t)
-	m := newManager(t, func(o *Options) { o.Network = w.Host(o.DataDir, o.Store, helper) })
+	m := newManager(t, func(c *Config) { c.Network = w.Host(helper) })
 	return m, w
 }
 

@@ -51,8 +51,8 @@ func (m *Manager) CreatePool(ctx context.Context, o sandbox.PoolOptions) (*sandb
 	if err != nil {
 		return nil, err
 	}
-	_, err = m.st.DB().ExecContext(ctx, `INSERT INTO pools(name, image, size, targets, memory_budget, config, created_at) VALUES(?,?,?,?,?,?,?)`,
-		p.Name, p.Image, p.Size, p.Targets, p.MemoryBudget, string(limits), p.CreatedAt.UnixMilli())
+	_, err = m.st.DB().ExecContext(ctx, `INSERT INTO pools(name, image, size, targets, memory_budget, config, created_at, backend) VALUES(?,?,?,?,?,?,?,?)`,
+		p.Name, p.Image, p.Size, p.Targets, p.MemoryBudget, string(limits), p.CreatedAt.UnixMilli(), m.backends.Default().Name())
 	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed") {
 		return nil, fmt.Errorf("create pool: %w: pool %q exists", sandbox.ErrNameInUse, p.Name)
 	}
@@ -62,15 +62,23 @@ func (m *Manager) CreatePool(ctx context.Context, o sandbox.PoolOptions) (*sandb
 	return p, nil
 }
 
+// poolRecord is a pool's record.
+type poolRecord struct {
+	sandbox.Pool
+	// backend runs the pool's members: the default backend when the pool
+	// was created.
+	backend string
+}
+
 // loadPool reads a pool's record, without its members.
-func (m *Manager) loadPool(ctx context.Context, name string) (*sandbox.Pool, error) {
+func (m *Manager) loadPool(ctx context.Context, name string) (*poolRecord, error) {
 	var (
-		p       sandbox.Pool
+		p       poolRecord
 		limits  string
 		created int64
 	)
-	err := m.st.DB().QueryRowContext(ctx, `SELECT name, image, size, targets, memory_budget, config, created_at FROM pools WHERE name = ?`, name).
-		Scan(&p.Name, &p.Image, &p.Size, &p.Targets, &p.MemoryBudget, &limits, &created)
+	err := m.st.DB().QueryRowContext(ctx, `SELECT name, image, size, targets, memory_budget, config, created_at, backend FROM pools WHERE name = ?`, name).
+		Scan(&p.Name, &p.Image, &p.Size, &p.Targets, &p.MemoryBudget, &limits, &created, &p.backend)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %q", sandbox.ErrPoolNotFound, name)
 	}
@@ -81,23 +89,36 @@ func (m *Manager) loadPool(ctx context.Context, name string) (*sandbox.Pool, err
 		return nil, fmt.Errorf("pool %s: %w", name, err)
 	}
 	p.CreatedAt = time.UnixMilli(created).UTC()
+	if p.backend == "" {
+		// Made before pools recorded their backend.
+		p.backend = m.backends.Default().Name()
+	}
 	return &p, nil
 }
 
 // Pool returns a pool with its ready count and memory use. Members that
 // died are removed on the way.
 func (m *Manager) Pool(ctx context.Context, name string) (*sandbox.Pool, error) {
+	p, err := m.pool(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return &p.Pool, nil
+}
+
+// pool is Pool with the pool's backend.
+func (m *Manager) pool(ctx context.Context, name string) (*poolRecord, error) {
 	p, err := m.loadPool(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	rs, err := listRecords(ctx, m.st, name, false)
+	rs, err := m.listRecords(ctx, name, false)
 	if err != nil {
 		return nil, err
 	}
 	for _, r := range rs {
-		if m.locked(r.ID) {
-			continue // being created, or being claimed
+		if m.locked(r.ID) || r.be == nil {
+			continue // being created or claimed, or not this manager's to judge
 		}
 		if err := m.reconcile(ctx, r); err != nil {
 			return nil, err
@@ -111,7 +132,7 @@ func (m *Manager) Pool(ctx context.Context, name string) (*sandbox.Pool, error) 
 			m.discard(ctx, r)
 			continue
 		}
-		if st, err := m.be.Stats(ctx, &r.spec); err == nil {
+		if st, err := r.be.Stats(ctx, &r.spec); err == nil {
 			p.MemoryUsed += st.MemoryBytes
 		}
 	}
@@ -200,7 +221,7 @@ func (m *Manager) FillPool(ctx context.Context, name string) (int, error) {
 	}
 	made := 0
 	for {
-		p, err := m.Pool(ctx, name)
+		p, err := m.pool(ctx, name)
 		if err != nil {
 			return made, fmt.Errorf("fill pool: %w", err)
 		}
@@ -217,7 +238,7 @@ func (m *Manager) FillPool(ctx context.Context, name string) (int, error) {
 			return made, fmt.Errorf("fill pool %s: %w: %d of %d ready and %d of %d targets use %s of %s", name, sandbox.ErrPoolBudget,
 				p.Ready, p.Size, p.TargetsReady, p.Targets, units.FormatBytes(p.MemoryUsed), units.FormatBytes(p.MemoryBudget))
 		}
-		sb, err := m.create(ctx, sandbox.CreateOptions{Image: p.Image, Config: sandbox.Config{Limits: p.Limits}, Start: start}, name)
+		sb, err := m.create(ctx, sandbox.CreateOptions{Image: p.Image, Backend: p.backend, Config: sandbox.Config{Limits: p.Limits}, Start: start}, name)
 		if err != nil {
 			return made, fmt.Errorf("fill pool %s: %w", name, err)
 		}
@@ -240,6 +261,8 @@ func (m *Manager) claim(ctx context.Context, o sandbox.CreateOptions) (*sandbox.
 	switch {
 	case o.Image != "" && o.Image != p.Image:
 		return nil, fmt.Errorf("create: %w: pool %s holds image %s, not %s", sandbox.ErrInvalid, p.Name, p.Image, o.Image)
+	case o.Backend != "" && o.Backend != p.backend:
+		return nil, fmt.Errorf("create: %w: pool %s runs on backend %s, not %s", sandbox.ErrInvalid, p.Name, p.backend, o.Backend)
 	case len(o.Config.Cmd) > 0:
 		return nil, fmt.Errorf("create: %w: a pooled sandbox runs no main command; run commands with exec", sandbox.ErrInvalid)
 	case o.Config.Network.Enabled():
@@ -281,7 +304,7 @@ func (m *Manager) claim(ctx context.Context, o sandbox.CreateOptions) (*sandbox.
 		}
 		m.discard(ctx, r)
 	}
-	return m.create(ctx, sandbox.CreateOptions{Name: o.Name, Image: p.Image, Config: cfg, Start: true}, "")
+	return m.create(ctx, sandbox.CreateOptions{Name: o.Name, Image: p.Image, Backend: p.backend, Config: cfg, Start: true}, "")
 }
 
 // limitsFit reports whether the limits asked for (zero: any) are the
@@ -326,7 +349,7 @@ func (m *Manager) take(ctx context.Context, pool, name string, state sandbox.Sta
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := lookup(ctx, m.st, id)
+	r, err := m.lookup(ctx, id)
 	if err != nil {
 		unlock()
 		return nil, nil, err
@@ -355,7 +378,7 @@ func (m *Manager) adopt(ctx context.Context, r *record, cfg sandbox.Config) (*sa
 	startClock(r)
 	id := guest.Identity{Env: r.spec.Env, MachineID: r.spec.MachineID,
 		Deadline: r.spec.Deadline, Dir: r.spec.WorkDir, User: r.spec.User}
-	if err := m.be.Guest(&r.spec).SetIdentity(ctx, id); err != nil {
+	if err := r.be.Guest(&r.spec).SetIdentity(ctx, id); err != nil {
 		return nil, fmt.Errorf("%s: hand over identity: %w", r.ID, err)
 	}
 	if err := update(ctx, m.st, r); err != nil {

@@ -208,7 +208,8 @@ func TestRestoreTargets(t *testing.T) {
 
 	// A target that died while it waited is skipped.
 	for id := range targetIDs(t, m, "t") {
-		if err := m.be.Delete(ctx, &lookupT(t, m, id).spec); err != nil {
+		r := lookupT(t, m, id)
+		if err := r.be.Delete(ctx, &r.spec); err != nil {
 			t.Fatal(err)
 		}
 	}

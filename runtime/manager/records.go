@@ -57,6 +57,7 @@ var schema = []string{
 	)`,
 	`CREATE INDEX sandbox_tombstones_name ON sandbox_tombstones(name)`,
 	`ALTER TABLE pools ADD COLUMN targets INTEGER NOT NULL DEFAULT 0`,
+	`ALTER TABLE pools ADD COLUMN backend TEXT NOT NULL DEFAULT ''`,
 }
 
 const columns = `id, name, image, image_id, backend, state, config, spec, created_at, started_at, finished_at, expires_at, exit_code, reason, snapshot, forked_from, pool`
@@ -65,6 +66,9 @@ const columns = `id, name, image, image_id, backend, state, config, spec, create
 type record struct {
 	sandbox.Sandbox
 	spec backend.Spec
+	// be is the backend the record names (see bind); nil in a listed
+	// record if this manager has none by that name.
+	be backend.Backend
 	// pool names the pool a ready, unclaimed sandbox waits in; such
 	// sandboxes are not listed.
 	pool string
@@ -172,6 +176,39 @@ type execer interface {
 func deleteRecord(ctx context.Context, db execer, id string) error {
 	_, err := db.ExecContext(ctx, `DELETE FROM sandboxes WHERE id=?`, id)
 	return err
+}
+
+// bind sets r's backend: the one its record names.
+func (m *Manager) bind(r *record) error {
+	be, err := m.backends.Get(r.Backend)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: %w", r.Name, err)
+	}
+	r.be = be
+	return nil
+}
+
+// lookup finds a sandbox by exact name, exact ID, or unique ID prefix,
+// with its backend.
+func (m *Manager) lookup(ctx context.Context, ref string) (*record, error) {
+	r, err := lookup(ctx, m.st, ref)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.bind(r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// listRecords is listRecords with each record's backend, where this
+// manager has it (a nil be otherwise).
+func (m *Manager) listRecords(ctx context.Context, pool string, all bool) ([]*record, error) {
+	rs, err := listRecords(ctx, m.st, pool, all)
+	for _, r := range rs {
+		m.bind(r)
+	}
+	return rs, err
 }
 
 // lookup finds a sandbox by exact name, exact ID, or unique ID prefix.

@@ -250,8 +250,8 @@ func TestExecDuringCheckpoint(t *testing.T) {
 	m := newManager(t)
 	ctx := context.Background()
 	src := m.run(t, sandbox.Config{})
-	sn := m.be.(backend.Snapshotter)
-	spec := lookupT(t, m, src.ID).spec
+	r := lookupT(t, m, src.ID)
+	sn, spec := r.be.(backend.Snapshotter), r.spec
 	closed, release := make(chan struct{}), make(chan struct{})
 	saved := make(chan error, 1)
 	go func() {

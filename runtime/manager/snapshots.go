@@ -23,15 +23,16 @@ import (
 type restoreMeta struct {
 	Image  string         `json:"image"` // the reference the source was created with
 	Config sandbox.Config `json:"config"`
+	// Backend made the checkpoint, and is the only one that can restore
+	// it; empty in snapshots made before it was recorded (the default).
+	Backend string `json:"backend,omitempty"`
 }
 
-func (m *Manager) snapshotter(op string) (backend.Snapshotter, error) {
-	sn, ok := m.be.(backend.Snapshotter)
+// snapshotter returns be's snapshot operations, for op.
+func snapshotter(be backend.Backend, op string) (backend.Snapshotter, error) {
+	sn, ok := be.(backend.Snapshotter)
 	if !ok {
-		return nil, fmt.Errorf("%s: %w (%s)", op, sandbox.ErrUnsupported, m.be.Name())
-	}
-	if m.snaps == nil && op != "pause" && op != "resume" {
-		return nil, fmt.Errorf("%s: no snapshot store configured", op)
+		return nil, fmt.Errorf("%s: %w (%s)", op, sandbox.ErrUnsupported, be.Name())
 	}
 	return sn, nil
 }
@@ -40,15 +41,15 @@ func (m *Manager) snapshotter(op string) (backend.Snapshotter, error) {
 // writable layer as a snapshot. The sandbox keeps running unless o.Stop.
 // On failure nothing is stored and the sandbox carries on as before.
 func (m *Manager) Checkpoint(ctx context.Context, ref string, o sandbox.CheckpointOptions) (*sandbox.Snapshot, error) {
-	sn, err := m.snapshotter("checkpoint")
-	if err != nil {
-		return nil, err
-	}
 	r, unlock, err := m.acquireRunning(ctx, ref, "checkpoint")
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
+	sn, err := snapshotter(r.be, "checkpoint")
+	if err != nil {
+		return nil, err
+	}
 	g, err := m.snaps.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", r.Name, err)
@@ -67,7 +68,7 @@ func (m *Manager) Checkpoint(ctx context.Context, ref string, o sandbox.Checkpoi
 		}
 	}
 	lin := sandbox.Lineage{Sandbox: r.ID, SandboxName: r.Name, Parent: r.Snapshot}
-	snap, err := g.Commit(ctx, o.Name, r.ImageID, lin, restoreMeta{Image: r.Image, Config: r.Config})
+	snap, err := g.Commit(ctx, o.Name, r.ImageID, lin, restoreMeta{Image: r.Image, Config: r.Config, Backend: r.Backend})
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", r.Name, err)
 	}
@@ -105,10 +106,6 @@ func notRunning(r *record, op string) error {
 // are checked against their checksums first; a corrupt snapshot is refused
 // and leaves nothing behind.
 func (m *Manager) Restore(ctx context.Context, snapRef string, o sandbox.RestoreOptions) (*sandbox.Sandbox, error) {
-	sn, err := m.snapshotter("restore")
-	if err != nil {
-		return nil, err
-	}
 	snap, err := m.snaps.Get(ctx, snapRef)
 	if err != nil {
 		return nil, fmt.Errorf("restore: %w", err)
@@ -117,7 +114,17 @@ func (m *Manager) Restore(ctx context.Context, snapRef string, o sandbox.Restore
 	if err := json.Unmarshal(snap.Meta, &meta); err != nil {
 		return nil, fmt.Errorf("restore %s: %w: unreadable metadata: %v", snapRef, snapshot.ErrCorrupt, err)
 	}
-	r, unlock, err := m.newCopy(ctx, o.Name, meta.Image, snap.ImageID, meta.Config)
+	be := m.backends.Default()
+	if meta.Backend != "" {
+		if be, err = m.backends.Get(meta.Backend); err != nil {
+			return nil, fmt.Errorf("restore %s: %w", snapRef, err)
+		}
+	}
+	sn, err := snapshotter(be, "restore")
+	if err != nil {
+		return nil, err
+	}
+	r, unlock, err := m.newCopy(ctx, o.Name, meta.Image, snap.ImageID, meta.Config, be)
 	if err != nil {
 		return nil, fmt.Errorf("restore %s: %w", snapRef, err)
 	}
@@ -140,10 +147,10 @@ func (m *Manager) Restore(ctx context.Context, snapRef string, o sandbox.Restore
 }
 
 // newCopy makes the record of a copy with its own ID, name, hostname and
-// machine ID, and the saved config, and returns it locked. The copy is a
-// restore target taken from a pool where one fits (see target); otherwise
-// it is new, and not yet written.
-func (m *Manager) newCopy(ctx context.Context, name, imageRef, imageID string, cfg sandbox.Config) (*record, func(), error) {
+// machine ID, and the saved config, on be, and returns it locked. The copy
+// is a restore target taken from a pool where one fits (see target);
+// otherwise it is new, and not yet written.
+func (m *Manager) newCopy(ctx context.Context, name, imageRef, imageID string, cfg sandbox.Config, be backend.Backend) (*record, func(), error) {
 	if name != "" {
 		if err := validName(name); err != nil {
 			return nil, nil, err
@@ -153,7 +160,7 @@ func (m *Manager) newCopy(ctx context.Context, name, imageRef, imageID string, c
 	if err != nil {
 		return nil, nil, fmt.Errorf("image %s of the snapshot: %w", imageRef, err)
 	}
-	r, unlock, err := m.target(ctx, name, img.ID, cfg)
+	r, unlock, err := m.target(ctx, name, img.ID, cfg, be.Name())
 	if err != nil || r != nil {
 		if r != nil {
 			// The hostname is the target's own, fixed when it was
@@ -170,9 +177,9 @@ func (m *Manager) newCopy(ctx context.Context, name, imageRef, imageID string, c
 	}
 	cfg.Hostname = hostnameFor(name, id)
 	r = &record{Sandbox: sandbox.Sandbox{
-		ID: id, Name: name, Image: imageRef, ImageID: img.ID, Backend: m.be.Name(),
+		ID: id, Name: name, Image: imageRef, ImageID: img.ID, Backend: be.Name(),
 		State: sandbox.StateCreating, Config: cfg, CreatedAt: store.Now(),
-	}}
+	}, be: be}
 	r.spec = m.specFor(r, img)
 	if unlock, err = m.lock(id); err != nil {
 		return nil, nil, err
@@ -181,10 +188,11 @@ func (m *Manager) newCopy(ctx context.Context, name, imageRef, imageID string, c
 }
 
 // target takes a restore target for a copy of a sandbox of image imageID
-// with cfg: a created, never started member of a pool of that image and
-// those limits, locked. Targets boot with no network, so a copy with one
-// gets none. It returns nil if no pool has a target ready.
-func (m *Manager) target(ctx context.Context, name, imageID string, cfg sandbox.Config) (*record, func(), error) {
+// with cfg on the backend named be: a created, never started member of a
+// pool of that image, those limits and that backend, locked. Targets boot
+// with no network, so a copy with one gets none. It returns nil if no
+// pool has a target ready.
+func (m *Manager) target(ctx context.Context, name, imageID string, cfg sandbox.Config, be string) (*record, func(), error) {
 	if cfg.Network.Enabled() {
 		return nil, nil, nil
 	}
@@ -194,7 +202,7 @@ func (m *Manager) target(ctx context.Context, name, imageID string, cfg sandbox.
 	}
 	for _, n := range pools {
 		p, err := m.loadPool(ctx, n)
-		if err != nil || p.Targets == 0 || p.Limits != cfg.Limits {
+		if err != nil || p.Targets == 0 || p.Limits != cfg.Limits || p.backend != be {
 			continue // removed meanwhile, or no targets of these limits
 		}
 		if img, err := m.images.Get(ctx, p.Image); err != nil || img.ID != imageID {
@@ -212,7 +220,7 @@ func (m *Manager) target(ctx context.Context, name, imageID string, cfg sandbox.
 				break // empty
 			}
 			r.target = p.Name
-			if st, err := m.be.State(ctx, &r.spec); err == nil && st == backend.StatusCreated && r.ImageID == imageID {
+			if st, err := r.be.State(ctx, &r.spec); err == nil && st == backend.StatusCreated && r.ImageID == imageID {
 				return r, unlock, nil
 			}
 			m.discard(ctx, r)
@@ -241,8 +249,8 @@ func (m *Manager) refillTargets(copies ...*record) {
 // restores it from the checkpoint that checkpointDir finds. With early, a
 // new copy is created before checkpointDir is asked, so a fork creates its
 // copies while the checkpoint is being written; a restore from a stored
-// snapshot gains nothing by it and leaves the create to runsc restore, one
-// runsc process fewer. A target is created already. On failure it removes
+// snapshot gains nothing by it and leaves the create to the backend's
+// Restore, which can do both at once. A target is created already. On failure it removes
 // everything it made.
 func (m *Manager) materialize(ctx context.Context, r *record, sn backend.Snapshotter, early bool, checkpointDir func(context.Context) (string, error)) (*sandbox.Sandbox, error) {
 	fail := func(err error) (*sandbox.Sandbox, error) {
@@ -262,7 +270,7 @@ func (m *Manager) materialize(ctx context.Context, r *record, sn backend.Snapsho
 			return fail(err)
 		}
 		if early {
-			if err := m.be.Create(ctx, &r.spec); err != nil {
+			if err := r.be.Create(ctx, &r.spec); err != nil {
 				return fail(err)
 			}
 		}
@@ -302,10 +310,6 @@ func (m *Manager) Fork(ctx context.Context, ref string, o sandbox.ForkOptions) (
 	if n < 1 || n > sandbox.MaxFork {
 		return nil, fmt.Errorf("fork %s: %w: -n %d: must be between 1 and %d", ref, sandbox.ErrInvalid, o.N, sandbox.MaxFork)
 	}
-	sn, err := m.snapshotter("fork")
-	if err != nil {
-		return nil, err
-	}
 	names := make([]string, n)
 	if o.NamePrefix != "" {
 		for i := range names {
@@ -323,6 +327,10 @@ func (m *Manager) Fork(ctx context.Context, ref string, o sandbox.ForkOptions) (
 	if err := notRunning(src, "fork"); err != nil {
 		return nil, err
 	}
+	sn, err := snapshotter(src.be, "fork")
+	if err != nil {
+		return nil, err
+	}
 	// The checkpoint is private to this fork: it goes in a staging
 	// directory that is never committed, and GC removes it if we crash.
 	g, err := m.snaps.Begin(ctx)
@@ -337,7 +345,7 @@ func (m *Manager) Fork(ctx context.Context, ref string, o sandbox.ForkOptions) (
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// The source is saved while the copies are being made (records,
-	// targets taken from pools, runsc create of the others), and the
+	// targets taken from pools, backend creates of the others), and the
 	// copies restore as soon as the image is whole, while the source
 	// resumes. A failed copy does not interrupt the save: a checkpoint cut
 	// short could leave the source quiesced.
@@ -371,7 +379,7 @@ func (m *Manager) Fork(ctx context.Context, ref string, o sandbox.ForkOptions) (
 	unlocks := make([]func(), n)
 	defer func() { m.refillTargets(copies...) }()
 	for i := range copies {
-		r, unlock, err := m.newCopy(ctx, names[i], src.Image, src.ImageID, src.Config)
+		r, unlock, err := m.newCopy(ctx, names[i], src.Image, src.ImageID, src.Config, src.be)
 		if err != nil {
 			for j := range i {
 				if copies[j].target != "" {
@@ -385,8 +393,8 @@ func (m *Manager) Fork(ctx context.Context, ref string, o sandbox.ForkOptions) (
 		copies[i], unlocks[i] = r, unlock
 	}
 	eg, ectx := errgroup.WithContext(cctx)
-	// A copy's restore partly waits (on runsc's start, its sentry, the
-	// agent's wake-up), so several per core finish sooner: ten copies into
+	// A copy's restore partly waits (on the backend's processes starting,
+	// the guest's wake-up), so several per core finish sooner: ten copies into
 	// restore targets on 2 cores took 540-580 ms eight at a time, 685 ms
 	// two at a time and 600-620 ms sixteen at a time.
 	eg.SetLimit(4 * runtime.NumCPU())
@@ -446,15 +454,15 @@ func (m *Manager) Resume(ctx context.Context, ref string) (*sandbox.Sandbox, err
 }
 
 func (m *Manager) transition(ctx context.Context, ref, op string, from, to sandbox.State, do func(backend.Snapshotter, *backend.Spec) error) (*sandbox.Sandbox, error) {
-	sn, err := m.snapshotter(op)
-	if err != nil {
-		return nil, err
-	}
 	r, unlock, err := m.acquire(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
+	sn, err := snapshotter(r.be, op)
+	if err != nil {
+		return nil, err
+	}
 	if r.State != from {
 		return nil, fmt.Errorf("%s %s: %w: sandbox is %s, not %s", op, r.Name, sandbox.ErrState, r.State, from)
 	}

@@ -21,7 +21,7 @@ func TestServerNetwork(t *testing.T) {
 	testenv.Runsc(t)
 	w := nettest.New(t)
 	helper := testenv.Smolvm(t)
-	f := newFixture(t, nil, func(o *manager.Options) { o.Network = w.Host(o.DataDir, o.Store, helper) })
+	f := newFixture(t, nil, func(c *manager.Config) { c.Network = w.Host(helper) })
 
 	f.create("web", `,"network":{"mode":"egress","allow_hosts":["allowed.test"],"ports":[{"port":8000}]}`)
 	curl := func(url string) string {

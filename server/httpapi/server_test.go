@@ -36,7 +36,7 @@ type fixture struct {
 	spool string
 }
 
-func newFixture(t *testing.T, tune func(*httpapi.Options), mgr ...func(*manager.Options)) *fixture {
+func newFixture(t *testing.T, tune func(*httpapi.Options), mgr ...func(*manager.Config)) *fixture {
 	env := testmgr.New(t, mgr...)
 	spool := t.TempDir()
 	o := httpapi.Options{Manager: env.Manager, Images: env.Images, Snapshots: env.Snapshots, Token: token, TempDir: spool}

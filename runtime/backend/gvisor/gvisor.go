@@ -87,8 +87,8 @@ func (b *Backend) runscArgs(s *backend.Spec) []string {
 // never reach the image and a full "disk" is ENOSPC inside, not on the host.
 func overlayFlag(s *backend.Spec) string {
 	f := "root:dir=" + layout{s.Dir}.upper()
-	if s.Limits.Disk > 0 {
-		f += ",size=" + strconv.FormatInt(s.Limits.Disk, 10)
+	if s.Rootfs.WritableSize > 0 {
+		f += ",size=" + strconv.FormatInt(s.Rootfs.WritableSize, 10)
 	}
 	return f
 }
@@ -160,7 +160,7 @@ func (b *Backend) prepare(s *backend.Spec) error {
 // modified; the sandbox itself sees the root read-only under gVisor's own
 // writable overlay.
 func (b *Backend) mountRootfs(s *backend.Spec) (string, error) {
-	lowers := s.Rootfs.LowerDirs
+	lowers := s.Rootfs.Layers
 	if len(lowers) == 0 {
 		return "", errors.New("image has no layers")
 	}
@@ -176,8 +176,8 @@ func (b *Backend) mountRootfs(s *backend.Spec) (string, error) {
 	}
 	// overlayfs lists the top layer first.
 	dirs := make([]string, len(lowers))
-	for i, d := range lowers {
-		dirs[len(lowers)-1-i] = d
+	for i, layer := range lowers {
+		dirs[len(lowers)-1-i] = layer.Dir
 	}
 	opts := "lowerdir=" + strings.Join(dirs, ":") + ",upperdir=" + upper + ",workdir=" + work
 	if err := unix.Mount("overlay", target, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
@@ -236,6 +236,16 @@ func (b *Backend) booted(ctx context.Context, s *backend.Spec) error {
 	return nil
 }
 
+// Restart implements backend.Backend. runsc cannot start a stopped
+// container again, so the sandbox is deleted (its run dir and writable
+// layer with it) and run anew from the same spec.
+func (b *Backend) Restart(ctx context.Context, s *backend.Spec) error {
+	if err := b.Delete(ctx, s); err != nil {
+		return fmt.Errorf("restart %s: %w", s.ID, err)
+	}
+	return b.Run(ctx, s)
+}
+
 // Start implements backend.Backend.
 func (b *Backend) Start(ctx context.Context, s *backend.Spec) error {
 	l := layout{s.Dir}
@@ -292,7 +302,7 @@ func (b *Backend) bootError(s *backend.Spec) string {
 	return ": " + lastLine(string(p))
 }
 
-// Agent implements backend.Backend.
+// Guest implements backend.Backend.
 func (b *Backend) Guest(s *backend.Spec) *guest.Client {
 	return guest.NewClient(guest.UnixDialer(layout{s.Dir}.socket()))
 }
