@@ -39,9 +39,9 @@ type CreateRequest struct {
 	IdleTimeout Duration  `json:"idle_timeout,omitempty"`
 	// OnExpiry is "stop" (the default) or "pause".
 	OnExpiry string `json:"on_expiry,omitempty"`
-	// Policy is a repository root on the server whose trust policy every
+	// TrustRepo is a repository root on the server whose trust policy every
 	// command in the sandbox must pass.
-	Policy string `json:"policy,omitempty"`
+	TrustRepo string `json:"policy,omitempty"`
 	// Network is what the sandbox may reach; absent is mode none.
 	Network *sandbox.Network `json:"network,omitempty"`
 	// Start defaults to true.

@@ -67,9 +67,10 @@ type Config struct {
 	// or ExpiryPause. Pausing needs a running `smolvm serve` (or smolvm
 	// gc) to act; stopping is enforced inside the sandbox.
 	OnExpiry string `json:"on_expiry,omitempty"`
-	// Policy is a repository root whose .smolvm/policy.toml governs every
-	// command run in the sandbox, checked before it starts.
-	Policy string `json:"policy,omitempty"`
+	// TrustRepo is a repository root whose trust policy
+	// (.smolvm/policy.toml) governs every command run in the sandbox,
+	// checked before it starts. The JSON name is the CLI's --policy.
+	TrustRepo string `json:"policy,omitempty"`
 	// Network is what the sandbox may reach; nil is mode none.
 	Network *Network `json:"network,omitempty"`
 }

@@ -100,7 +100,7 @@ func (f *createFlags) options(fs *pflag.FlagSet, cmd []string, start bool) (sand
 	}
 	o := sandbox.CreateOptions{Name: f.name, Image: f.image, Backend: f.backend, Start: start, Pool: f.pool, Config: sandbox.Config{
 		Cmd: cmd, Env: f.env, WorkDir: f.workdir, User: f.user, Hostname: f.hostname,
-		TTL: f.timeout, IdleTimeout: f.idle, OnExpiry: f.onExpiry, Policy: f.policy,
+		TTL: f.timeout, IdleTimeout: f.idle, OnExpiry: f.onExpiry, TrustRepo: f.policy,
 		Limits: limits,
 	}}
 	if err := checkEnv(f.env); err != nil {

@@ -228,7 +228,7 @@ func (m *Manager) create(ctx context.Context, o sandbox.CreateOptions, pool stri
 
 // checkConfig fills defaults and checks cfg.
 func (m *Manager) checkConfig(cfg *sandbox.Config) error {
-	if cfg.Policy != "" {
+	if cfg.TrustRepo != "" {
 		if err := m.policyConfig(cfg); err != nil {
 			return err
 		}

@@ -27,11 +27,11 @@ type Gate interface {
 // checkPolicy is the exec gateway: when the sandbox has a trust policy, a
 // command runs only once the gate lets it.
 func (m *Manager) checkPolicy(ctx context.Context, r *record, argv []string) error {
-	if r.Config.Policy == "" {
+	if r.Config.TrustRepo == "" {
 		return nil
 	}
 	if m.gate == nil {
-		return fmt.Errorf("%w: %s is under the trust policy of %s, and this smolvm has no exec gate", sandbox.ErrInvalid, r.Name, r.Config.Policy)
+		return fmt.Errorf("%w: %s is under the trust policy of %s, and this smolvm has no exec gate", sandbox.ErrInvalid, r.Name, r.Config.TrustRepo)
 	}
 	if err := m.gate.Check(ctx, &r.Sandbox, argv); err != nil {
 		return fmt.Errorf("%s: %w", r.Name, err)
@@ -39,7 +39,7 @@ func (m *Manager) checkPolicy(ctx context.Context, r *record, argv []string) err
 	return nil
 }
 
-// policyConfig makes cfg.Policy absolute and has the gate check the
+// policyConfig makes cfg.TrustRepo absolute and has the gate check the
 // policy, so a typo is caught at create rather than at the first exec.
 // The policy's [net] rules become the sandbox's network when none is
 // given; without a network host, the sandbox simply has no network,
@@ -48,7 +48,7 @@ func (m *Manager) policyConfig(cfg *sandbox.Config) error {
 	if m.gate == nil {
 		return fmt.Errorf("%w: --policy: this smolvm has no exec gate", sandbox.ErrInvalid)
 	}
-	abs, err := filepath.Abs(cfg.Policy)
+	abs, err := filepath.Abs(cfg.TrustRepo)
 	if err != nil {
 		return err
 	}
@@ -56,7 +56,7 @@ func (m *Manager) policyConfig(cfg *sandbox.Config) error {
 	if err != nil {
 		return err
 	}
-	cfg.Policy = abs
+	cfg.TrustRepo = abs
 	if cfg.Network != nil || m.net != nil {
 		cfg.Network = n
 	}

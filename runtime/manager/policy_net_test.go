@@ -26,7 +26,7 @@ allow = ["allowed.test", "*.allowed.test"]
 deny = ["evil.allowed.test"]
 `), 0o644)
 
-	sb := m.run(t, sandbox.Config{Policy: repo})
+	sb := m.run(t, sandbox.Config{TrustRepo: repo})
 	if sb.Config.Network == nil || sb.Config.Network.Mode != sandbox.NetEgress || strings.Join(sb.Config.Network.Hosts, ",") != "allowed.test" {
 		t.Fatalf("network from the policy: %+v; want egress to allowed.test only (the wildcard holds a deny)", sb.Config.Network)
 	}
@@ -39,13 +39,13 @@ deny = ["evil.allowed.test"]
 		{Mode: sandbox.NetEgress, Hosts: []string{"other.test"}},
 		{Mode: sandbox.NetEgress, Hosts: []string{"*.allowed.test"}},
 	} {
-		_, err := m.Create(t.Context(), sandbox.CreateOptions{Config: sandbox.Config{Policy: repo, Network: n}})
+		_, err := m.Create(t.Context(), sandbox.CreateOptions{Config: sandbox.Config{TrustRepo: repo, Network: n}})
 		if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "trust policy") {
 			t.Errorf("create with %+v under the policy: %v", n, err)
 		}
 	}
 	// Narrower is fine.
-	if _, err := m.Create(t.Context(), sandbox.CreateOptions{Config: sandbox.Config{Policy: repo, Network: &sandbox.Network{Mode: sandbox.NetNone}}}); err != nil {
+	if _, err := m.Create(t.Context(), sandbox.CreateOptions{Config: sandbox.Config{TrustRepo: repo, Network: &sandbox.Network{Mode: sandbox.NetNone}}}); err != nil {
 		t.Errorf("--net none under the policy: %v", err)
 	}
 }

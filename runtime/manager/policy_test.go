@@ -29,7 +29,7 @@ allow = ["echo", "true", "cat"]
 ask = ["touch"]
 deny = ["rm"]
 `), 0o644)
-	sb, err := m.Create(ctx, sandbox.CreateOptions{Start: true, Config: sandbox.Config{Policy: repo}})
+	sb, err := m.Create(ctx, sandbox.CreateOptions{Start: true, Config: sandbox.Config{TrustRepo: repo}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,13 +83,13 @@ deny = ["rm"]
 	}
 
 	// A create whose main command the policy denies makes nothing.
-	if _, err := m.Create(ctx, sandbox.CreateOptions{Name: "denied", Start: true, Config: sandbox.Config{Policy: repo, Cmd: []string{"rm", "-rf", "/"}}}); !errors.Is(err, trust.ErrDenied) {
+	if _, err := m.Create(ctx, sandbox.CreateOptions{Name: "denied", Start: true, Config: sandbox.Config{TrustRepo: repo, Cmd: []string{"rm", "-rf", "/"}}}); !errors.Is(err, trust.ErrDenied) {
 		t.Fatalf("create with a denied command: %v", err)
 	}
 	if _, err := m.Get(ctx, "denied"); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatalf("denied create left a record: %v", err)
 	}
-	if _, err := m.Create(ctx, sandbox.CreateOptions{Config: sandbox.Config{Policy: t.TempDir()}}); !errors.Is(err, sandbox.ErrInvalid) {
+	if _, err := m.Create(ctx, sandbox.CreateOptions{Config: sandbox.Config{TrustRepo: t.TempDir()}}); !errors.Is(err, sandbox.ErrInvalid) {
 		t.Fatalf("--policy without a policy file: %v", err)
 	}
 }
@@ -106,7 +106,7 @@ func TestPolicyReload(t *testing.T) {
 	allowed := "default = \"deny\"\n[run]\nallow = [\"echo\"]\ndeny = [\"true\"]\n"
 	denied := "default = \"deny\"\n[run]\ndeny = [\"echo\"]\nallow = [\"true\"]\n"
 	os.WriteFile(path, []byte(allowed), 0o644)
-	sb := m.run(t, sandbox.Config{Policy: repo})
+	sb := m.run(t, sandbox.Config{TrustRepo: repo})
 	echo := func() error {
 		_, err := m.Exec(ctx, sb.ID, sandbox.Process{Args: []string{"echo", "hi"}}, sandbox.Stdio{})
 		return err

@@ -176,7 +176,7 @@ func (h *helper) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		return
 	}
 	q := req.Question[0]
-	if !cfg.Policy.AllowsName(q.Name) {
+	if !cfg.Network.AllowsName(q.Name) {
 		h.events.add(sandbox.NetworkEvent{Time: time.Now().UTC(), Proto: "dns", Name: q.Name, Dst: dns.TypeToString[q.Qtype], Reason: ReasonDNS})
 		reply(dns.RcodeRefused)
 		return
@@ -191,7 +191,7 @@ func (h *helper) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		reply(dns.RcodeServerFailure)
 		return
 	}
-	if cfg.Policy.Mode == sandbox.NetEgress {
+	if cfg.Network.Mode == sandbox.NetEgress {
 		if err := h.admit(resp); err != nil {
 			log.Printf("dns: admit %s: %v", q.Name, err)
 			reply(dns.RcodeServerFailure)
@@ -248,7 +248,7 @@ func (h *helper) admit(resp *dns.Msg) error {
 // a port in use an error of create.
 func (h *helper) publish(ctx context.Context) error {
 	var maps []sandbox.PortMapping
-	for _, p := range h.cfg.Policy.Ports {
+	for _, p := range h.cfg.Network.Ports {
 		ln, err := net.Listen("tcp", netip.AddrPortFrom(p.HostAddr(), uint16(p.HostPort)).String())
 		if err != nil {
 			var se *os.SyscallError

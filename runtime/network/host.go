@@ -52,7 +52,7 @@ type Host struct {
 type helperConfig struct {
 	ID       string               `json:"id"`
 	Addrs    sandbox.NetworkAddrs `json:"addresses"`
-	Policy   sandbox.Network      `json:"policy"`
+	Network  sandbox.Network      `json:"policy"`
 	Resolver string               `json:"resolver"`
 }
 
@@ -103,7 +103,7 @@ func (h *Host) Setup(ctx context.Context, id string, p *sandbox.Network) (err er
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(filepath.Join(d, fileConfig), helperConfig{ID: id, Addrs: a, Policy: *p, Resolver: resolver}); err != nil {
+	if err := writeFileAtomic(filepath.Join(d, fileConfig), helperConfig{ID: id, Addrs: a, Network: *p, Resolver: resolver}); err != nil {
 		return err
 	}
 	conf := fmt.Sprintf("nameserver %s\nnameserver %s\noptions edns0\n", a.Gateway4, a.Gateway6)
@@ -362,7 +362,7 @@ func (h *Host) Update(ctx context.Context, id string, p *sandbox.Network) error 
 		return fmt.Errorf("network of %s: %w", id, err)
 	}
 	// Published ports stay as bound: they are not part of a live update.
-	cfg.Policy.Mode, cfg.Policy.Hosts, cfg.Policy.CIDRs = p.Mode, p.Hosts, p.CIDRs
+	cfg.Network.Mode, cfg.Network.Hosts, cfg.Network.CIDRs = p.Mode, p.Hosts, p.CIDRs
 	// The helper rereads its config on every query, so the resolver
 	// follows before the firewall forgets old admissions.
 	if err := writeFileAtomic(cfgPath, cfg); err != nil {
@@ -373,7 +373,7 @@ func (h *Host) Update(ctx context.Context, id string, p *sandbox.Network) error 
 		if err != nil {
 			return err
 		}
-		if err := newFirewall(conn, id, a).update(&cfg.Policy); err != nil {
+		if err := newFirewall(conn, id, a).update(&cfg.Network); err != nil {
 			return fmt.Errorf("network of %s: nftables: %w", id, err)
 		}
 		return nil
@@ -390,7 +390,7 @@ func (h *Host) Status(ctx context.Context, id string) (*sandbox.NetworkState, er
 	if err := readJSON(filepath.Join(h.dir(id), fileConfig), &cfg); err != nil {
 		return nil, fmt.Errorf("network of %s: %w", id, err)
 	}
-	st := &sandbox.NetworkState{Network: cfg.Policy, Addrs: a, NetNS: h.NetNSPath(id), Helper: h.helperPid(id), Resolver: a.Gateway4}
+	st := &sandbox.NetworkState{Network: cfg.Network, Addrs: a, NetNS: h.NetNSPath(id), Helper: h.helperPid(id), Resolver: a.Gateway4}
 	readJSON(filepath.Join(h.dir(id), filePorts), &st.Ports)
 	err = InNetNS(h.NetNS, func() error {
 		conn, err := nftables.New()

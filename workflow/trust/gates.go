@@ -37,7 +37,7 @@ func NewGates(st *store.Store) *Gates {
 // Check returns nil once argv may run in sb, as Gate.Check decides and
 // records it under the requester "sandbox:NAME".
 func (g *Gates) Check(ctx context.Context, sb *sandbox.Sandbox, argv []string) error {
-	pol, err := g.policy(sb.Config.Policy)
+	pol, err := g.policy(sb.Config.TrustRepo)
 	if err != nil {
 		return err
 	}

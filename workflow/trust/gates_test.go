@@ -49,7 +49,7 @@ func writePolicy(t testing.TB, repo, text string) {
 // echo returns the gate's decision on running echo under repo's policy.
 func echo(t testing.TB, g *Gates, repo string) Outcome {
 	t.Helper()
-	err := g.Check(context.Background(), &sandbox.Sandbox{Name: "sb", Config: sandbox.Config{Policy: repo}}, []string{"echo", "hi"})
+	err := g.Check(context.Background(), &sandbox.Sandbox{Name: "sb", Config: sandbox.Config{TrustRepo: repo}}, []string{"echo", "hi"})
 	switch {
 	case err == nil:
 		return Allow
@@ -262,7 +262,7 @@ func TestGatesConcurrent(t *testing.T) {
 			if w%2 == 1 {
 				root = other
 			}
-			sb := &sandbox.Sandbox{Name: fmt.Sprint("sb", w), Config: sandbox.Config{Policy: root}}
+			sb := &sandbox.Sandbox{Name: fmt.Sprint("sb", w), Config: sandbox.Config{TrustRepo: root}}
 			for range each {
 				err := g.Check(ctx, sb, []string{"echo"})
 				var de *DeniedError
@@ -329,7 +329,7 @@ func BenchmarkGate(b *testing.B) {
 	})
 	b.Run("gates", func(b *testing.B) {
 		g, _, repo := newGates(b, echoAllowed)
-		sb := &sandbox.Sandbox{Name: "sb", Config: sandbox.Config{Policy: repo}}
+		sb := &sandbox.Sandbox{Name: "sb", Config: sandbox.Config{TrustRepo: repo}}
 		// A policy file edited more than racyWindow ago.
 		time.Sleep(racyWindow)
 		for b.Loop() {
