@@ -3,6 +3,7 @@ package manager
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -498,5 +499,38 @@ func TestCrashDuringCreate(t *testing.T) {
 	}
 	if out, _ := exec.Command("pgrep", "-f", m.dir).Output(); len(out) > 0 {
 		t.Fatalf("processes left: %s", out)
+	}
+}
+
+// TestStartOldSpec starts a stopped sandbox whose stored spec an earlier
+// smolvm wrote: the root filesystem as overlay directories, and the guest
+// binary under its old name. Start renews both from this host.
+func TestStartOldSpec(t *testing.T) {
+	m := newManager(t)
+	ctx := context.Background()
+	sb := m.run(t, sandbox.Config{})
+	if _, err := m.Stop(ctx, sb.ID, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var raw string
+	if err := m.st.DB().QueryRowContext(ctx, `SELECT spec FROM sandboxes WHERE id = ?`, sb.ID).Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	var spec map[string]any
+	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
+		t.Fatal(err)
+	}
+	spec["Rootfs"] = map[string]any{"LowerDirs": []string{"/nonexistent/layer"}}
+	spec["AgentBinary"] = spec["GuestBinary"]
+	delete(spec, "GuestBinary")
+	old, _ := json.Marshal(spec)
+	if _, err := m.st.DB().ExecContext(ctx, `UPDATE sandboxes SET spec = ? WHERE id = ?`, string(old), sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Start(ctx, sb.ID); err != nil {
+		t.Fatalf("start with an old spec: %v", err)
+	}
+	if out, _, exit := m.sh(t, sb, "echo up"); out != "up\n" || exit.Code != 0 {
+		t.Fatalf("exec after start: %q %+v", out, exit)
 	}
 }

@@ -296,6 +296,24 @@ func (m *Manager) specFor(r *record, img *sandbox.Image) backend.Spec {
 	return s
 }
 
+// refreshSpec renews what a stopped sandbox's stored spec says of this
+// host before it boots again: the guest binary's path, and the root
+// filesystem when the record was written by a smolvm that described it
+// otherwise (before Rootfs named its image), so that an upgrade does not
+// strand stopped sandboxes.
+func (m *Manager) refreshSpec(ctx context.Context, r *record) error {
+	r.spec.GuestBinary = m.guestBinary
+	if r.spec.Rootfs.ImageID != "" {
+		return nil
+	}
+	img, err := m.images.Get(ctx, r.ImageID)
+	if err != nil {
+		return fmt.Errorf("image %w", err)
+	}
+	r.spec.Rootfs = m.specFor(r, img).Rootfs
+	return nil
+}
+
 // rootfs describes img's root filesystem, with a writable layer of
 // disk bytes (0: no cap).
 func (m *Manager) rootfs(img *sandbox.Image, disk int64) backend.Rootfs {
@@ -371,6 +389,9 @@ func (m *Manager) Start(ctx context.Context, ref string) (*sandbox.Sandbox, erro
 		return nil, fmt.Errorf("start %s: %w: paused (resume it)", r.Name, sandbox.ErrState)
 	case sandbox.StateStopped, sandbox.StateExpired:
 		boot = r.be.Restart
+		if err := m.refreshSpec(ctx, r); err != nil {
+			return nil, fmt.Errorf("start %s: %w", r.Name, err)
+		}
 		if r.Config.Network != nil {
 			if err := m.net.Ensure(ctx, r.ID, r.Config.Network); err != nil {
 				return nil, fmt.Errorf("start %s: %w", r.Name, err)
