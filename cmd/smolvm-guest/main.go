@@ -1,4 +1,4 @@
-// Command smolvm-guest is the init process and exec agent inside every
+// Command smolvm-guest is the init process and exec supervisor inside every
 // sandbox. It is kept apart from the smolvm CLI so that it stays small:
 // it starts on every sandbox boot, where each page of binary costs a fault.
 package main

@@ -244,7 +244,7 @@ func TestCLIPolicyGate(t *testing.T) {
 	if out := c.must("exec", "gated", "--", "echo", "hi"); out != "hi\n" {
 		t.Fatalf("allowed exec: %q", out)
 	}
-	if _, errOut, code := c.run("", "exec", "gated", "--", "rm", "-rf", "/tmp"); code != 126 || !strings.Contains(errOut, "policy denies") {
+	if _, errOut, code := c.run("exec", "gated", "--", "rm", "-rf", "/tmp"); code != 126 || !strings.Contains(errOut, "policy denies") {
 		t.Fatalf("denied exec: exit %d: %s", code, errOut)
 	}
 }

@@ -1,4 +1,4 @@
-// Package agent is the small supervisor that runs as PID 1 inside every
+// Package guest is the small supervisor that runs as PID 1 inside every
 // sandbox, and the host-side client that talks to it.
 //
 // The host reaches the agent over a stream socket (a host Unix socket under

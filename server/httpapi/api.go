@@ -1,5 +1,6 @@
-// Package api is smolvm's HTTP API: the handlers of `smolvm serve` over a
-// manager.Manager, with token auth, a concurrency limit and metrics.
+// Package httpapi serves smolvm's native HTTP API (the wire types are in
+// package api): the handlers of `smolvm serve` over a manager.Manager,
+// with token auth, a concurrency limit and metrics.
 package httpapi
 
 import (

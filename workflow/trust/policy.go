@@ -1,4 +1,4 @@
-// Package policy decides what an agent may do in a repository (allow, ask
+// Package trust decides what an agent may do in a repository (allow, ask
 // or deny each action) from the repository's .smolvm/policy.toml, and
 // gates and audits those decisions.
 package trust
