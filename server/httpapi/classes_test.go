@@ -80,7 +80,7 @@ func TestErrorClassesEndToEnd(t *testing.T) {
 				_, err := f.c.Exec(ctx, "idle", sandbox.Process{Args: []string{"true"}}, sandbox.Stdio{})
 				return err
 			}},
-		{"a command the policy denies", "POST", "/v1/sandboxes/guarded/exec", `{"args":["rm","-rf","/tmp"]}`, 403, api.CodeDenied, errdefs.ErrDenied, trust.ErrDenied,
+		{"a command the policy denies", "POST", "/v1/sandboxes/guarded/exec", `{"args":["rm","-rf","/tmp"]}`, 403, api.CodeDenied, errdefs.ErrDenied, nil,
 			func() error { _, err := f.c.Exec(ctx, "guarded", rm, sandbox.Stdio{}); return err }},
 	} {
 		status, body, _ := f.do(c.method, c.path, c.body)
