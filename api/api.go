@@ -5,11 +5,14 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"smolvm.dev/smolvm/image"
+	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/snapshot"
 )
@@ -59,6 +62,24 @@ type Server struct {
 	// routes lists every registered "METHOD /path" pattern, for the
 	// OpenAPI test.
 	routes []string
+	// public holds the patterns served without a token.
+	public map[string]bool
+	mounts []mount
+}
+
+// mount is a Mount with its handler wrapped.
+type mount struct {
+	prefix string
+	public bool
+	h      http.Handler
+}
+
+// body says how a route takes its request body: up to limit bytes (0: the
+// handler's business, for mounts), read whole before the handler runs
+// unless stream.
+type body struct {
+	limit  int64
+	stream bool
 }
 
 // New returns a Server for o.
@@ -84,33 +105,97 @@ func New(o Options) *Server {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{o: o, mux: http.NewServeMux(), limit: newLimiter(o.MaxInFlight, o.MaxQueue), metrics: newMetrics()}
+	s := &Server{o: o, mux: http.NewServeMux(), limit: newLimiter(o.MaxInFlight, o.MaxQueue), metrics: newMetrics(), public: map[string]bool{}}
 	s.registerRoutes()
 	for _, m := range o.Mounts {
-		s.handle(m.Prefix, !m.Public, true, m.Handler)
+		s.routes = append(s.routes, m.Prefix)
+		s.mounts = append(s.mounts, mount{prefix: m.Prefix, public: m.Public, h: s.guard(m.Prefix, true, body{}, m.Handler)})
 	}
 	return s
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP checks the token before anything else, so that a caller
+// without one learns nothing about routes (every path and method gets
+// 401), then the path, then routes. Mounts get their whole prefix; a
+// Public one checks tokens and paths itself, in its own error shape.
+// Whatever the answer, the rest of an unread body is drained (bounded), so
+// a client still sending gets the answer, not a reset.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer httpguard.Drain(w, r)
+	for _, m := range s.mounts {
+		if strings.HasPrefix(r.URL.Path, m.prefix) {
+			if m.public || s.admit(w, r, "") {
+				m.h.ServeHTTP(w, r)
+			}
+			return
+		}
+	}
+	_, pattern := s.mux.Handler(r)
+	if !s.admit(w, r, pattern) {
+		return
+	}
+	if pattern == "" {
+		if allow := httpguard.Allowed(s.mux, r); len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeError(w, &Error{Status: http.StatusMethodNotAllowed, Code: CodeMethod, Message: fmt.Sprintf("%s %s: method not allowed (allowed: %s)", r.Method, r.URL.EscapedPath(), strings.Join(allow, ", "))})
+			return
+		}
+		writeError(w, &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: fmt.Sprintf("%s %s: no such route", r.Method, r.URL.EscapedPath())})
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// admit checks the token (unless pattern is public) and the path,
+// answering 401 or 400 itself.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, pattern string) bool {
+	if !s.public[pattern] && !CheckToken(r, s.o.Token) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="smolvm"`)
+		writeError(w, &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: "missing or wrong API token (Authorization: Bearer … or X-API-KEY)"})
+		return false
+	}
+	if err := httpguard.Path(r); err != nil {
+		writeError(w, invalid("", err.Error()))
+		return false
+	}
+	return true
+}
 
 // Routes returns every pattern the server registered.
 func (s *Server) Routes() []string { return append([]string(nil), s.routes...) }
 
-// handle registers h for pattern, wrapped in metrics and, as asked, the
-// token check and the concurrency limit.
-func (s *Server) handle(pattern string, auth, limited bool, h http.Handler) {
+// handle registers h for pattern behind guard; without auth it is served
+// without a token.
+func (s *Server) handle(pattern string, auth, limited bool, b body, h http.Handler) {
 	s.routes = append(s.routes, pattern)
+	if !auth {
+		s.public[pattern] = true
+	}
+	s.mux.Handle(pattern, s.guard(pattern, limited, b, h))
+}
+
+// guard wraps h in metrics, the checks of its path parameters (each with
+// the names rule of its kind) and of the body's size, and if limited the
+// concurrency limit. A route whose parameter has no rule is a bug found
+// here, at start-up.
+func (s *Server) guard(pattern string, limited bool, b body, h http.Handler) http.Handler {
+	if err := httpguard.Known(pattern); err != nil {
+		panic(err)
+	}
 	obs := s.metrics.route(pattern)
-	s.mux.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		defer func() { obs.observe(rec.status, time.Since(start)) }()
-		if auth && !CheckToken(r, s.o.Token) {
-			rec.Header().Set("WWW-Authenticate", `Bearer realm="smolvm"`)
-			writeError(rec, &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: "missing or wrong API token (Authorization: Bearer … or X-API-KEY)"})
+		if err := httpguard.Params(r, pattern); err != nil {
+			writeError(rec, err)
 			return
+		}
+		if b.limit > 0 {
+			if err := httpguard.Declared(r, b.limit); err != nil {
+				refuseBody(rec, err)
+				return
+			}
 		}
 		if limited {
 			release, err := s.limit.acquire(r.Context())
@@ -121,8 +206,23 @@ func (s *Server) handle(pattern string, auth, limited bool, h http.Handler) {
 			}
 			defer release()
 		}
+		if b.limit > 0 && !b.stream {
+			if err := httpguard.Buffer(r, b.limit); err != nil {
+				refuseBody(rec, err)
+				return
+			}
+		}
 		h.ServeHTTP(rec, r)
-	}))
+	})
+}
+
+// refuseBody answers a body that was not read whole: 413 over the limit
+// (the connection then closes), 400 if it could not be read.
+func refuseBody(w http.ResponseWriter, err error) {
+	if httpguard.IsTooLarge(err) {
+		httpguard.Refuse(w)
+	}
+	writeError(w, err)
 }
 
 // Run serves until ctx ends, then shuts down, giving open requests a

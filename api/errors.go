@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,9 +10,11 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"smolvm.dev/smolvm/agent"
 	"smolvm.dev/smolvm/image"
+	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/policy"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/snapshot"
@@ -25,7 +28,8 @@ const (
 	CodeNotFound     = "not_found"    // 404: never existed, or removed (the message says when)
 	CodeExpired      = "expired"      // 404: expired; ExpiredAt says when
 	CodeConflict     = "conflict"     // 409: wrong state, name in use
-	CodeTooLarge     = "too_large"    // 413
+	CodeTooLarge     = "too_large"    // 413: the limit is in the message
+	CodeMethod       = "method"       // 405: the Allow header lists the methods
 	CodeBusy         = "busy"         // 429, 503: over the concurrency limit
 	CodeTimeout      = "timeout"      // 504
 	CodeInternal     = "internal"     // 500
@@ -59,8 +63,13 @@ func errorFor(err error) *Error {
 	var (
 		ee *sandbox.ExpiredError
 		se *sandbox.StartError
+		pe *httpguard.ParamError
 	)
 	switch {
+	case httpguard.IsTooLarge(err):
+		e.Status, e.Code = http.StatusRequestEntityTooLarge, CodeTooLarge
+	case errors.As(err, &pe):
+		e.Status, e.Code, e.Field = http.StatusBadRequest, CodeInvalid, pe.Param
 	case errors.As(err, &se):
 		exit := se.Exit
 		e.Status, e.Code, e.Exit = http.StatusUnprocessableEntity, CodeCannotStart, &exit
@@ -106,9 +115,17 @@ const maxBody = 1 << 20
 // wrong types, trailing data and oversized bodies are 400s that name the
 // field at fault.
 func decode(r io.Reader, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r, maxBody+1))
+	body, err := io.ReadAll(io.LimitReader(r, maxBody+1))
+	if err != nil {
+		return invalid("", "request body: "+err.Error())
+	}
+	// JSON is UTF-8; the decoder would quietly turn bad bytes into U+FFFD.
+	if !utf8.Valid(body) {
+		return invalid("", "request body: not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
+	err = dec.Decode(v)
 	if err == nil {
 		if dec.More() {
 			return invalid("", "request body: unexpected data after the JSON object")

@@ -8,11 +8,12 @@ import (
 	"net/http"
 	"os"
 	"path"
-	"slices"
 	"strconv"
 	"strings"
 
 	"smolvm.dev/smolvm/agent"
+	"smolvm.dev/smolvm/internal/httpguard"
+	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -38,8 +39,9 @@ func sandboxPath(r *http.Request) (string, error) {
 		return "", invalid("path", `query parameter "path": required`)
 	case !strings.HasPrefix(p, "/"):
 		return "", invalid("path", fmt.Sprintf(`query parameter "path": %q: must be absolute`, p))
-	case slices.Contains(strings.Split(p, "/"), ".."):
-		return "", invalid("path", fmt.Sprintf(`query parameter "path": %q: ".." is not allowed`, p))
+	}
+	if err := names.CheckPath(p); err != nil {
+		return "", invalid("path", `query parameter "path": `+err.Error())
 	}
 	return path.Clean(p), nil
 }
@@ -75,12 +77,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("%s: %w: sandbox is %s", sb.Name, sandbox.ErrNotRunning, sb.State))
 		return
 	}
-	tooLarge := &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge,
-		Message: fmt.Sprintf("upload exceeds the limit of %d bytes", s.o.MaxUpload)}
-	if r.ContentLength > s.o.MaxUpload {
-		writeError(w, tooLarge)
-		return
-	}
+	// A declared length over the limit was refused before this handler.
 	spool, err := os.CreateTemp(s.o.TempDir, "upload-*")
 	if err != nil {
 		writeError(w, err)
@@ -94,7 +91,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if n > s.o.MaxUpload {
-		writeError(w, tooLarge)
+		refuseBody(w, &httpguard.TooLargeError{Limit: s.o.MaxUpload})
 		return
 	}
 	if _, err := spool.Seek(0, io.SeekStart); err != nil {

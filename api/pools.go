@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"smolvm.dev/smolvm/backend"
+	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -43,6 +44,10 @@ func (s *Server) listPools(w http.ResponseWriter, r *http.Request) {
 func (s *Server) createPool(w http.ResponseWriter, r *http.Request) {
 	var req PoolRequest
 	if err := decode(r.Body, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := checkNames(field{"name", names.Pool, req.Name}, field{"image", names.Image, req.Image}); err != nil {
 		writeError(w, err)
 		return
 	}

@@ -33,22 +33,32 @@ type fixture struct {
 	c   *client.Client
 	// spool is the server's upload spool directory.
 	spool string
+	srv   *api.Server
 }
 
 func newFixture(t *testing.T, tune func(*api.Options), mgr ...func(*sandbox.Options)) *fixture {
+	return newFixtureOn(t, func(o *api.Options, _ *testmgr.Env) {
+		if tune != nil {
+			tune(o)
+		}
+	}, mgr...)
+}
+
+// newFixtureOn is newFixture with tune given the Manager's Env too (to
+// mount handlers over its store).
+func newFixtureOn(t *testing.T, tune func(*api.Options, *testmgr.Env), mgr ...func(*sandbox.Options)) *fixture {
 	env := testmgr.New(t, mgr...)
 	spool := t.TempDir()
 	o := api.Options{Manager: env.Manager, Images: env.Images, Snapshots: env.Snapshots, Token: token, TempDir: spool}
-	if tune != nil {
-		tune(&o)
-	}
-	hs := httptest.NewServer(api.New(o))
+	tune(&o, env)
+	srv := api.New(o)
+	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
 	c, err := client.New(hs.URL, token)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{t: t, env: env, url: hs.URL, c: c, spool: spool}
+	return &fixture{t: t, env: env, url: hs.URL, c: c, spool: spool, srv: srv}
 }
 
 // do sends a raw request with the token and returns status and body.

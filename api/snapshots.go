@@ -3,6 +3,7 @@ package api
 import (
 	"net/http"
 
+	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/snapshot"
 )
@@ -40,7 +41,11 @@ func (s *Server) registerSnapshotRoutes(route func(string, http.HandlerFunc)) {
 
 func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request) {
 	var req CheckpointRequest
-	if err := decodeOptional(r, &req); err != nil {
+	err := decodeOptional(r, &req)
+	if err == nil {
+		err = checkNames(field{"name", names.Snapshot, req.Name})
+	}
+	if err != nil {
 		writeError(w, err)
 		return
 	}
@@ -50,7 +55,11 @@ func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	var req ForkRequest
-	if err := decodeOptional(r, &req); err != nil {
+	err := decodeOptional(r, &req)
+	if err == nil {
+		err = checkNames(field{"name_prefix", names.Sandbox, req.NamePrefix})
+	}
+	if err != nil {
 		writeError(w, err)
 		return
 	}
@@ -70,7 +79,11 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
 	var req RestoreRequest
-	if err := decodeOptional(r, &req); err != nil {
+	err := decodeOptional(r, &req)
+	if err == nil {
+		err = checkNames(field{"name", names.Sandbox, req.Name})
+	}
+	if err != nil {
 		writeError(w, err)
 		return
 	}

@@ -20,18 +20,20 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // Connect error codes, as they appear on the wire.
 const (
-	codeInvalidArgument = "invalid_argument"
-	codeNotFound        = "not_found"
-	codeAlreadyExists   = "already_exists"
-	codeUnauthenticated = "unauthenticated"
-	codeUnavailable     = "unavailable"
-	codeUnimplemented   = "unimplemented"
-	codeInternal        = "internal"
-	codeFailedPrecond   = "failed_precondition"
+	codeInvalidArgument   = "invalid_argument"
+	codeNotFound          = "not_found"
+	codeAlreadyExists     = "already_exists"
+	codeUnauthenticated   = "unauthenticated"
+	codeUnavailable       = "unavailable"
+	codeUnimplemented     = "unimplemented"
+	codeInternal          = "internal"
+	codeFailedPrecond     = "failed_precondition"
+	codeResourceExhausted = "resource_exhausted"
 )
 
 // rpcError is a Connect error. The SDK maps codes to its error classes:
@@ -109,6 +111,9 @@ func decodeMessage(body []byte, v any) *rpcError {
 	if len(body) == 0 {
 		body = []byte("{}")
 	}
+	if !utf8.Valid(body) {
+		return rpcErrorf(codeInvalidArgument, "malformed request: not valid UTF-8")
+	}
 	if err := json.Unmarshal(body, v); err != nil {
 		return rpcErrorf(codeInvalidArgument, "malformed request: %s", describeJSONError(err))
 	}
@@ -126,13 +131,19 @@ func describeJSONError(err error) string {
 
 // writeUnary sends a unary response or error.
 func writeUnary(w http.ResponseWriter, v any, rerr *rpcError) {
-	w.Header().Set("Content-Type", "application/json")
 	if rerr != nil {
-		w.WriteHeader(rerr.httpStatus())
-		json.NewEncoder(w).Encode(rerr)
+		writeRPCError(w, rerr.httpStatus(), rerr)
 		return
 	}
+	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(v)
+}
+
+// writeRPCError sends a Connect error with status.
+func writeRPCError(w http.ResponseWriter, status int, rerr *rpcError) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(rerr)
 }
 
 const (

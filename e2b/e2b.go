@@ -9,8 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
+	"smolvm.dev/smolvm/image"
+	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/snapshot"
 	"smolvm.dev/smolvm/store"
@@ -66,6 +69,8 @@ type Handler struct {
 	procs     *procTable
 	api       *http.ServeMux
 	envdMux   *http.ServeMux
+	// routes and envdRoutes list the patterns of each API, for tests.
+	routes, envdRoutes []string
 }
 
 // New returns a Handler.
@@ -87,21 +92,87 @@ func New(ctx context.Context, o Options) (*Handler, error) {
 		h.maxUpload = 1 << 30
 	}
 	h.api = h.apiRoutes()
-	h.envdMux = h.envdRoutes()
+	h.envdMux = h.envdServeMux()
 	return h, nil
 }
 
-// ServeHTTP routes a request to envd or to the control plane.
+// ServeHTTP authenticates a request before anything else, so that a
+// caller without credentials learns nothing about routes; then it checks
+// the path and the body's size, and routes: requests with an
+// E2b-Sandbox-Id header to envd, all others to the control plane. Errors
+// take the shape of the API at hand. Whatever the answer, the rest of an
+// unread body is drained (bounded), so a client still sending gets the
+// answer rather than a reset.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Header.Get(headerSandboxID) != "" {
-		h.envdMux.ServeHTTP(w, r)
+	defer httpguard.Drain(w, r)
+	if id := r.Header.Get(headerSandboxID); id != "" {
+		h.serveEnvd(w, r, id)
 		return
 	}
 	if !h.authorize(r) {
 		writeAPIError(w, http.StatusUnauthorized, "missing or invalid API key (X-API-KEY)")
 		return
 	}
-	h.api.ServeHTTP(w, r)
+	if err := httpguard.Path(r); err != nil {
+		writeAPIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := httpguard.Buffer(r, maxRequest); err != nil {
+		refuseBody(w, err, writeAPIError)
+		return
+	}
+	if routed(w, r, h.api, writeAPIError) {
+		h.api.ServeHTTP(w, r)
+	}
+}
+
+// failFunc writes an error in one API's shape.
+type failFunc func(w http.ResponseWriter, status int, msg string)
+
+// refuseBody answers a body that was not read whole: 413 over the limit
+// (the connection then closes), 400 if it could not be read.
+func refuseBody(w http.ResponseWriter, err error, fail failFunc) {
+	if httpguard.IsTooLarge(err) {
+		httpguard.Refuse(w)
+		fail(w, http.StatusRequestEntityTooLarge, err.Error())
+		return
+	}
+	fail(w, http.StatusBadRequest, err.Error())
+}
+
+// routed reports whether mux has a route for r, and answers 405 (a known
+// path, another method) or 404 with fail if it has none.
+func routed(w http.ResponseWriter, r *http.Request, mux *http.ServeMux, fail failFunc) bool {
+	if _, p := mux.Handler(r); p != "" {
+		return true
+	}
+	if allow := httpguard.Allowed(mux, r); len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		fail(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: method not allowed (allowed: %s)", r.Method, r.URL.EscapedPath(), strings.Join(allow, ", ")))
+		return false
+	}
+	fail(w, http.StatusNotFound, fmt.Sprintf("%s %s is not part of the E2B API served by smolvm", r.Method, r.URL.EscapedPath()))
+	return false
+}
+
+// checkParams wraps fn with the check of pattern's path parameters, each
+// with the names rule of its kind (a bad one is a 400 in fail's shape).
+func checkParams(pattern string, fn http.HandlerFunc, fail failFunc) http.HandlerFunc {
+	if err := httpguard.Known(pattern); err != nil {
+		panic(err)
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := httpguard.Params(r, pattern); err != nil {
+			fail(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		fn(w, r)
+	}
+}
+
+// Routes returns the patterns the control plane and envd serve.
+func (h *Handler) Routes() (api, envd []string) {
+	return append([]string(nil), h.routes...), append([]string(nil), h.envdRoutes...)
 }
 
 // Close ends every command the handler started. Commands survive their
@@ -122,11 +193,13 @@ func tokenEqual(a, b string) bool {
 // statusOf maps a manager error to an HTTP status.
 func statusOf(err error) int {
 	switch {
-	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, sandbox.ErrExpired):
+	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, sandbox.ErrExpired), errors.Is(err, sandbox.ErrPoolNotFound),
+		errors.Is(err, snapshot.ErrNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, sandbox.ErrInvalid):
+	case errors.Is(err, sandbox.ErrInvalid), errors.Is(err, snapshot.ErrInvalidName), errors.Is(err, image.ErrInvalidRef):
 		return http.StatusBadRequest
-	case errors.Is(err, sandbox.ErrNotRunning), errors.Is(err, sandbox.ErrState):
+	case errors.Is(err, sandbox.ErrNotRunning), errors.Is(err, sandbox.ErrState), errors.Is(err, sandbox.ErrOrphan),
+		errors.Is(err, sandbox.ErrNameInUse):
 		return http.StatusConflict
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout

@@ -10,20 +10,26 @@ import (
 	"net/http"
 	"path"
 	"strconv"
-	"strings"
 	"time"
 
 	"smolvm.dev/smolvm/agent"
+	"smolvm.dev/smolvm/internal/httpguard"
+	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/sandbox"
 )
 
-func (h *Handler) envdRoutes() *http.ServeMux {
+func (h *Handler) envdServeMux() *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /health", h.health)
-	mux.HandleFunc("GET /files", h.withSandbox(h.readFile))
-	mux.HandleFunc("POST /files", h.withSandbox(h.writeFiles))
+	// Unknown paths (404) and methods (405) are answered by routed.
+	handle := func(pattern string, fn http.HandlerFunc) {
+		h.envdRoutes = append(h.envdRoutes, pattern)
+		mux.HandleFunc(pattern, fn)
+	}
+	handle("GET /health", h.health)
+	handle("GET /files", h.withSandbox(h.readFile))
+	handle("POST /files", h.withSandbox(h.writeFiles))
 	rpc := func(method string, fn func(context.Context, *envdCall, []byte) (any, *rpcError)) {
-		mux.HandleFunc("POST /"+method, h.withSandbox(h.unary(fn)))
+		handle("POST /"+method, h.withSandbox(h.unary(fn)))
 	}
 	rpc("filesystem.Filesystem/Stat", h.stat)
 	rpc("filesystem.Filesystem/ListDir", h.listDir)
@@ -31,18 +37,81 @@ func (h *Handler) envdRoutes() *http.ServeMux {
 	rpc("filesystem.Filesystem/Move", h.move)
 	rpc("filesystem.Filesystem/Remove", h.remove)
 	// Start and Connect stream; the rest are unary.
-	mux.HandleFunc("POST /process.Process/Start", h.withSandbox(h.start))
-	mux.HandleFunc("POST /process.Process/Connect", h.withSandbox(h.connectProcess))
+	handle("POST /process.Process/Start", h.withSandbox(h.start))
+	handle("POST /process.Process/Connect", h.withSandbox(h.connectProcess))
 	rpc("process.Process/List", h.listProcesses)
 	rpc("process.Process/SendInput", h.sendInput)
 	rpc("process.Process/SendSignal", h.sendSignal)
 	rpc("process.Process/CloseStdin", h.closeStdin)
 	rpc("process.Process/Update", h.update)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeUnary(w, nil, rpcErrorf(codeUnimplemented, "%s %s is not served by smolvm's envd", r.Method, r.URL.Path))
-	})
 	return mux
 }
+
+// serveEnvd serves an envd request for sandbox id: it authenticates it by
+// the sandbox's access token before anything else, then checks the path,
+// the port and the body's size, and routes it. An unknown method is a 404
+// (what connect-go answers, and what Connect clients read as
+// unimplemented), a wrong HTTP method a 405.
+func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
+	fail := func(w http.ResponseWriter, status int, msg string) { envdError(w, r, status, msg) }
+	tok := r.Header.Get(headerAccessToken)
+	if tok == "" {
+		fail(w, http.StatusUnauthorized, "missing envd access token (X-Access-Token)")
+		return
+	}
+	if err := names.Check(names.Sandbox, id); err != nil {
+		fail(w, http.StatusBadRequest, headerSandboxID+": "+err.Error())
+		return
+	}
+	sb, err := h.m.Get(r.Context(), id)
+	if err != nil {
+		fail(w, statusOf(err), err.Error())
+		return
+	}
+	in, err := h.loadInfo(r.Context(), sb.ID)
+	if err != nil {
+		fail(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	if !tokenEqual(tok, in.Token) {
+		fail(w, http.StatusUnauthorized, "missing or invalid envd access token (X-Access-Token)")
+		return
+	}
+	if err := httpguard.Path(r); err != nil {
+		fail(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if p := r.Header.Get(headerSandboxPort); p != "" && p != envdPort {
+		if err := names.Check(names.Port, p); err != nil {
+			fail(w, http.StatusBadRequest, headerSandboxPort+": "+err.Error())
+			return
+		}
+		fail(w, http.StatusNotFound, fmt.Sprintf("port %s of sandbox %q: only envd (%s) is served here; publish other ports with smolvm run --publish", p, id, envdPort))
+		return
+	}
+	// Uploads stream, with a limit per file (writeFiles); every other
+	// request is one small message.
+	if r.Method != http.MethodPost || r.URL.Path != "/files" {
+		if err := httpguard.Buffer(r, maxRequest); err != nil {
+			refuseBody(w, err, fail)
+			return
+		}
+	}
+	unknown := func(w http.ResponseWriter, status int, msg string) {
+		if r.URL.Path == "/files" || r.URL.Path == "/health" {
+			writeAPIError(w, status, msg)
+			return
+		}
+		writeRPCError(w, status, rpcErrorf(codeUnimplemented, "%s", msg))
+	}
+	if routed(w, r, h.envdMux, unknown) {
+		h.envdMux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sandboxKey{}, sb)))
+	}
+}
+
+// sandboxKey holds, in a request's context, the sandbox serveEnvd
+// authenticated the request for.
+type sandboxKey struct{}
 
 // envdCall is an authenticated envd request for one running sandbox.
 type envdCall struct {
@@ -54,28 +123,14 @@ type envdCall struct {
 	user string
 }
 
-// withSandbox checks a request's sandbox and access token before fn runs.
-// Failures take the shape the SDK's client for that route expects (see
-// envdError).
+// withSandbox runs fn for the sandbox serveEnvd authenticated, if it
+// runs. Failures take the shape the SDK's client for that route expects
+// (see envdError).
 func (h *Handler) withSandbox(fn func(*envdCall)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		id := r.Header.Get(headerSandboxID)
-		if p := r.Header.Get(headerSandboxPort); p != "" && p != envdPort {
-			envdError(w, r, http.StatusBadGateway, fmt.Sprintf("port %s of sandbox %q: only envd (%s) is served here; publish other ports with smolvm run --publish", p, id, envdPort))
-			return
-		}
-		sb, err := h.m.Get(r.Context(), id)
-		if err != nil {
-			envdError(w, r, statusOf(err), err.Error())
-			return
-		}
-		in, err := h.loadInfo(r.Context(), sb.ID)
-		if err != nil {
-			envdError(w, r, http.StatusInternalServerError, err.Error())
-			return
-		}
-		if !tokenEqual(r.Header.Get(headerAccessToken), in.Token) {
-			envdError(w, r, http.StatusUnauthorized, "missing or invalid envd access token (X-Access-Token)")
+		sb, ok := r.Context().Value(sandboxKey{}).(*sandbox.Sandbox)
+		if !ok {
+			envdError(w, r, http.StatusUnauthorized, "envd request without an authenticated sandbox")
 			return
 		}
 		if sb.State != sandbox.StateRunning {
@@ -109,6 +164,10 @@ func envdError(w http.ResponseWriter, r *http.Request, status int, msg string) {
 		code = codeNotFound
 	case http.StatusBadGateway, http.StatusConflict:
 		code = codeUnavailable
+	case http.StatusRequestEntityTooLarge:
+		// Connect has no code of its own for it: keep the status.
+		writeRPCError(w, status, &rpcError{Code: codeResourceExhausted, Message: msg})
+		return
 	}
 	writeUnary(w, nil, &rpcError{Code: code, Message: msg})
 }
@@ -157,13 +216,8 @@ func checkPath(field, p string) error {
 	if p == "" {
 		return fmt.Errorf("%s: required", field)
 	}
-	if strings.ContainsRune(p, 0) {
-		return fmt.Errorf("%s: contains a NUL byte", field)
-	}
-	for _, el := range strings.Split(p, "/") {
-		if el == ".." {
-			return fmt.Errorf("%s: %q: '..' elements are not allowed", field, p)
-		}
+	if err := names.CheckPath(p); err != nil {
+		return fmt.Errorf("%s: %w", field, err)
 	}
 	return nil
 }
@@ -407,6 +461,9 @@ func (h *Handler) writeFiles(c *envdCall) {
 		}
 		fi, status, err := h.upload(c.r.Context(), ac, p, body)
 		if err != nil {
+			if status == http.StatusRequestEntityTooLarge {
+				httpguard.Refuse(c.w) // the rest of the body stays unread
+			}
 			writeAPIError(c.w, status, err.Error())
 			return false
 		}

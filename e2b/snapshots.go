@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"smolvm.dev/smolvm/image"
+	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/snapshot"
 )
@@ -95,6 +96,14 @@ func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
+	for k, kind := range map[string]names.Kind{"sandboxID": names.Sandbox, "name": names.Snapshot} {
+		if v := q.Get(k); v != "" {
+			if err := names.Check(kind, v); err != nil {
+				writeAPIError(w, http.StatusBadRequest, k+": "+err.Error())
+				return
+			}
+		}
+	}
 	for _, sn := range sns {
 		if id := q.Get("sandboxID"); id != "" && sn.Lineage.Sandbox != id {
 			continue
@@ -111,7 +120,7 @@ func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request) {
 // deleteSnapshot calls. Only snapshots are templates that can be deleted
 // here; a snapshot a sandbox was restored from is kept (409).
 func (h *Handler) deleteTemplate(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	id := r.PathValue("template")
 	if h.snaps == nil {
 		writeAPIError(w, http.StatusNotFound, fmt.Sprintf("snapshot %q not found", id))
 		return

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/store"
 )
 
@@ -142,6 +143,9 @@ var idPattern = regexp.MustCompile(`^(sha256:)?[0-9a-f]{12,64}$`)
 func (s *Store) Get(ctx context.Context, nameOrID string) (*Image, error) {
 	if nameOrID == hostName {
 		return s.host()
+	}
+	if err := names.Check(names.Image, nameOrID); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidRef, err)
 	}
 	if idPattern.MatchString(nameOrID) {
 		id, err := s.resolveID(ctx, nameOrID)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 
 	"smolvm.dev/smolvm/agent"
 	"smolvm.dev/smolvm/backend"
+	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/internal/units"
 	"smolvm.dev/smolvm/store"
 )
@@ -71,7 +71,7 @@ func (m *Manager) CreatePool(ctx context.Context, o PoolOptions) (*Pool, error) 
 	if o.Name == "" {
 		o.Name = o.Image
 	}
-	if err := validName(o.Name); err != nil {
+	if err := names.Check(names.Pool, o.Name); err != nil {
 		return nil, fmt.Errorf("create pool: %w", err)
 	}
 	if o.Size < 0 || o.Size > MaxPoolSize || o.Targets < 0 || o.Targets > MaxPoolSize || o.Size+o.Targets == 0 {
@@ -109,6 +109,9 @@ func (m *Manager) CreatePool(ctx context.Context, o PoolOptions) (*Pool, error) 
 
 // loadPool reads a pool's record, without its members.
 func (m *Manager) loadPool(ctx context.Context, name string) (*Pool, error) {
+	if err := names.Check(names.Pool, name); err != nil {
+		return nil, err
+	}
 	var (
 		p       Pool
 		limits  string
@@ -204,6 +207,9 @@ func (m *Manager) Pools(ctx context.Context) ([]*Pool, error) {
 // RemovePool removes a pool and the sandboxes waiting in it. Sandboxes
 // already taken from it are not affected.
 func (m *Manager) RemovePool(ctx context.Context, name string) error {
+	if err := names.Check(names.Pool, name); err != nil {
+		return fmt.Errorf("remove pool: %w", err)
+	}
 	res, err := m.st.DB().ExecContext(ctx, `DELETE FROM pools WHERE name = ?`, name)
 	if err != nil {
 		return fmt.Errorf("remove pool %s: %w", name, err)
@@ -235,7 +241,11 @@ func (m *Manager) removeMembers(ctx context.Context, pool string) error {
 // on a pool at a time; another returns at once. It returns how many
 // sandboxes it made.
 func (m *Manager) FillPool(ctx context.Context, name string) (int, error) {
-	f, err := os.OpenFile(m.lockPath("pool-"+name), os.O_RDWR|os.O_CREATE, 0o600)
+	// The name becomes a file name: check it before anything else.
+	if err := names.Check(names.Pool, name); err != nil {
+		return 0, fmt.Errorf("fill pool: %w", err)
+	}
+	f, err := m.openLock("pool-" + name)
 	if err != nil {
 		return 0, fmt.Errorf("fill pool %s: %w", name, err)
 	}

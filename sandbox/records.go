@@ -175,8 +175,8 @@ func deleteRecord(ctx context.Context, db execer, id string) error {
 
 // lookup finds a sandbox by exact name, exact ID, or unique ID prefix.
 func lookup(ctx context.Context, st *store.Store, ref string) (*record, error) {
-	if ref == "" {
-		return nil, fmt.Errorf("%w: empty name", ErrNotFound)
+	if err := validName(ref); err != nil {
+		return nil, err
 	}
 	r, err := scanRecord(st.DB().QueryRowContext(ctx, `SELECT `+columns+` FROM sandboxes WHERE name=? OR id=?`, ref, ref))
 	if err == nil {

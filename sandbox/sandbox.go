@@ -7,11 +7,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"regexp"
 	"runtime"
 	"time"
 
 	"smolvm.dev/smolvm/backend"
+	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/network"
 )
 
@@ -118,7 +118,7 @@ var (
 	ErrNotFound  = errors.New("no such sandbox")
 	ErrNameInUse = errors.New("name already in use")
 	ErrState     = errors.New("wrong state")
-	ErrInvalid   = errors.New("invalid argument")
+	ErrInvalid   = names.ErrInvalid
 	ErrOrphan    = errors.New("orphaned by a crashed create")
 	// ErrExpired matches an *ExpiredError.
 	ErrExpired    = errors.New("sandbox expired")
@@ -171,14 +171,7 @@ func (c *Config) validate() error {
 	return nil
 }
 
-var nameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
-
-func validName(name string) error {
-	if !nameRE.MatchString(name) {
-		return fmt.Errorf("%w: name %q: use 1-63 letters, digits, '_', '.', '-', starting with a letter or digit", ErrInvalid, name)
-	}
-	return nil
-}
+func validName(name string) error { return names.Check(names.Sandbox, name) }
 
 // newID returns a random 12-hex-digit ID, short enough to type.
 func newID() string {

@@ -626,7 +626,10 @@ func (a *app) gcCmd() *cobra.Command {
 				return err
 			}
 			defer e.Close()
-			removed, err := e.mgr.GC(cmd.Context())
+			completed, removed, err := e.mgr.Recover(cmd.Context())
+			for _, n := range completed {
+				fmt.Fprintln(a.stdout, "completed", n)
+			}
 			for _, r := range removed {
 				fmt.Fprintln(a.stdout, "removed", r)
 			}
