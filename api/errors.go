@@ -123,6 +123,9 @@ func decode(r io.Reader, v any) error {
 	if !utf8.Valid(body) {
 		return invalid("", "request body: not valid UTF-8")
 	}
+	if string(bytes.TrimSpace(body)) == "null" {
+		return invalid("", "request body: want a JSON object, not null")
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	err = dec.Decode(v)

@@ -231,6 +231,10 @@ func fsError(op, p string, err error) *rpcError {
 		return rpcErrorf(codeAlreadyExists, "%s %s: already exists", op, p)
 	case agent.KindInvalid:
 		return rpcErrorf(codeInvalidArgument, "%s %s: %v", op, p, err)
+	case agent.KindIO:
+		// The sandbox refused it (busy, read-only, not empty, another
+		// device): the caller's to fix, not a failure of the server.
+		return rpcErrorf(codeFailedPrecond, "%s %s: %v", op, p, err)
 	case "":
 		return rpcErrorf(codeUnavailable, "%s %s: %v", op, p, err)
 	}

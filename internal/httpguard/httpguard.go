@@ -170,29 +170,44 @@ func Buffer(r *http.Request, limit int64) error {
 	return nil
 }
 
-// Bounds of Drain: a client sending more, or for longer, may see the
-// connection reset after its answer.
+// Bounds of Drain: a client sending more, or for longer, or pausing for
+// longer than DrainIdle, may see the connection reset after its answer.
 const (
 	DrainMax  = 64 << 20
 	DrainTime = 5 * time.Second
+	DrainIdle = time.Second
 )
 
 // Drain reads and discards what is left of r's body, within DrainMax
-// bytes and DrainTime. Call it once the answer is written: net/http closes
-// a connection with a large unread body, and a client still sending then
-// gets a reset instead of the answer. It leaves alone upgraded
-// connections, and clients waiting for 100 Continue (they send nothing
-// once they have a final answer).
+// bytes and DrainTime, as long as bytes keep coming. Call it once the
+// answer is written: net/http closes a connection with a large unread
+// body, and a client still sending then gets a reset instead of the
+// answer. (A client that waits for 100 Continue sends nothing once it has
+// a final answer: Drain gives up after DrainIdle.) Upgraded connections
+// are left alone.
 func Drain(w http.ResponseWriter, r *http.Request) {
-	if r.Body == nil || r.Body == http.NoBody || r.Header.Get("Upgrade") != "" ||
-		strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
+	if r.Body == nil || r.Body == http.NoBody || r.Header.Get("Upgrade") != "" {
 		return
 	}
 	rc := http.NewResponseController(w)
 	rc.Flush()
-	rc.SetReadDeadline(time.Now().Add(DrainTime))
-	io.CopyN(io.Discard, r.Body, DrainMax)
-	rc.SetReadDeadline(time.Time{})
+	defer rc.SetReadDeadline(time.Time{})
+	end := time.Now().Add(DrainTime)
+	buf := make([]byte, 32<<10)
+	for n := 0; n < DrainMax; {
+		deadline := time.Now().Add(DrainIdle)
+		if deadline.After(end) {
+			deadline = end
+		}
+		if rc.SetReadDeadline(deadline) != nil {
+			return
+		}
+		m, err := r.Body.Read(buf)
+		n += m
+		if err != nil {
+			return
+		}
+	}
 }
 
 // Refuse prepares w for an answer that leaves the body unread: reads may
