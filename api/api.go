@@ -26,8 +26,8 @@ type Options struct {
 	// auth off (only sensible on a private Unix socket).
 	Token string
 	// Mounts are extra handlers served under path prefixes, behind the
-	// same auth (unless Public), limiter and metrics. The handler sees
-	// the full path.
+	// same auth and path checks (unless Public), limiter and metrics. The
+	// handler sees the full path.
 	Mounts []Mount
 	// TempDir is where uploads are spooled until complete.
 	TempDir string
@@ -48,8 +48,10 @@ type Options struct {
 type Mount struct {
 	Prefix  string
 	Handler http.Handler
-	// Public skips the server's token check, for handlers that
-	// authenticate requests themselves (with CheckToken).
+	// Public skips the server's token and path checks, for handlers that
+	// authenticate requests themselves (with CheckToken) and answer in
+	// their own error shape: they must check paths (httpguard.Path) and
+	// names too. A mount gets every path under Prefix, ".." and all.
 	Public bool
 }
 

@@ -618,7 +618,7 @@ func splitSandboxPath(s string) (string, string) {
 func (a *app) gcCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "gc",
-		Short: "Remove what crashes left behind (orphaned sandboxes, mounts, cgroups) and sandboxes expired over an hour ago",
+		Short: "Finish or remove what crashes left behind (half-made sandboxes, mounts, cgroups) and remove sandboxes expired over an hour ago",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			e, err := a.open(cmd.Context())
