@@ -5,7 +5,6 @@ package api
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -136,16 +135,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.admit(w, r, pattern) {
 		return
 	}
-	if pattern == "" {
-		if allow := httpguard.Allowed(s.mux, r); len(allow) > 0 {
-			w.Header().Set("Allow", strings.Join(allow, ", "))
-			writeError(w, &Error{Status: http.StatusMethodNotAllowed, Code: CodeMethod, Message: fmt.Sprintf("%s %s: method not allowed (allowed: %s)", r.Method, r.URL.EscapedPath(), strings.Join(allow, ", "))})
-			return
-		}
-		writeError(w, &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: fmt.Sprintf("%s %s: no such route", r.Method, r.URL.EscapedPath())})
-		return
+	if httpguard.Routed(w, r, s.mux, fail) {
+		s.mux.ServeHTTP(w, r)
 	}
-	s.mux.ServeHTTP(w, r)
+}
+
+// fail writes an error the guards found, with the code for its status.
+func fail(w http.ResponseWriter, status int, msg string) {
+	code := map[int]string{http.StatusNotFound: CodeNotFound, http.StatusMethodNotAllowed: CodeMethod,
+		http.StatusRequestEntityTooLarge: CodeTooLarge}[status]
+	if code == "" {
+		code = CodeInvalid
+	}
+	writeError(w, &Error{Status: status, Code: code, Message: msg})
 }
 
 // admit checks the token (unless pattern is public) and the path,
@@ -195,7 +197,7 @@ func (s *Server) guard(pattern string, limited bool, b body, h http.Handler) htt
 		}
 		if b.limit > 0 {
 			if err := httpguard.Declared(r, b.limit); err != nil {
-				refuseBody(rec, err)
+				httpguard.RefuseBody(rec, err, fail)
 				return
 			}
 		}
@@ -210,21 +212,12 @@ func (s *Server) guard(pattern string, limited bool, b body, h http.Handler) htt
 		}
 		if b.limit > 0 && !b.stream {
 			if err := httpguard.Buffer(r, b.limit); err != nil {
-				refuseBody(rec, err)
+				httpguard.RefuseBody(rec, err, fail)
 				return
 			}
 		}
 		h.ServeHTTP(rec, r)
 	})
-}
-
-// refuseBody answers a body that was not read whole: 413 over the limit
-// (the connection then closes), 400 if it could not be read.
-func refuseBody(w http.ResponseWriter, err error) {
-	if httpguard.IsTooLarge(err) {
-		httpguard.Refuse(w)
-	}
-	writeError(w, err)
 }
 
 // Run serves until ctx ends, then shuts down, giving open requests a

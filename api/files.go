@@ -91,7 +91,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if n > s.o.MaxUpload {
-		refuseBody(w, &httpguard.TooLargeError{Limit: s.o.MaxUpload})
+		httpguard.RefuseBody(w, &httpguard.TooLargeError{Limit: s.o.MaxUpload}, fail)
 		return
 	}
 	if _, err := spool.Seek(0, io.SeekStart); err != nil {

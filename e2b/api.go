@@ -29,7 +29,7 @@ var noEnd = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
 
 func (h *Handler) apiRoutes() *http.ServeMux {
 	mux := http.NewServeMux()
-	// Unknown paths (404) and methods (405) are answered by routed.
+	// Unknown paths (404) and methods (405) are answered by httpguard.Routed.
 	handle := func(pattern string, fn http.HandlerFunc) {
 		h.routes = append(h.routes, pattern)
 		mux.HandleFunc(pattern, checkParams(pattern, fn, writeAPIError))

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"smolvm.dev/smolvm/image"
@@ -118,46 +117,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := httpguard.Buffer(r, maxRequest); err != nil {
-		refuseBody(w, err, writeAPIError)
+		httpguard.RefuseBody(w, err, writeAPIError)
 		return
 	}
-	if routed(w, r, h.api, writeAPIError) {
+	if httpguard.Routed(w, r, h.api, writeAPIError) {
 		h.api.ServeHTTP(w, r)
 	}
 }
 
-// failFunc writes an error in one API's shape.
-type failFunc func(w http.ResponseWriter, status int, msg string)
-
-// refuseBody answers a body that was not read whole: 413 over the limit
-// (the connection then closes), 400 if it could not be read.
-func refuseBody(w http.ResponseWriter, err error, fail failFunc) {
-	if httpguard.IsTooLarge(err) {
-		httpguard.Refuse(w)
-		fail(w, http.StatusRequestEntityTooLarge, err.Error())
-		return
-	}
-	fail(w, http.StatusBadRequest, err.Error())
-}
-
-// routed reports whether mux has a route for r, and answers 405 (a known
-// path, another method) or 404 with fail if it has none.
-func routed(w http.ResponseWriter, r *http.Request, mux *http.ServeMux, fail failFunc) bool {
-	if _, p := mux.Handler(r); p != "" {
-		return true
-	}
-	if allow := httpguard.Allowed(mux, r); len(allow) > 0 {
-		w.Header().Set("Allow", strings.Join(allow, ", "))
-		fail(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: method not allowed (allowed: %s)", r.Method, r.URL.EscapedPath(), strings.Join(allow, ", ")))
-		return false
-	}
-	fail(w, http.StatusNotFound, fmt.Sprintf("%s %s is not part of the E2B API served by smolvm", r.Method, r.URL.EscapedPath()))
-	return false
-}
-
 // checkParams wraps fn with the check of pattern's path parameters, each
 // with the names rule of its kind (a bad one is a 400 in fail's shape).
-func checkParams(pattern string, fn http.HandlerFunc, fail failFunc) http.HandlerFunc {
+func checkParams(pattern string, fn http.HandlerFunc, fail httpguard.Fail) http.HandlerFunc {
 	if err := httpguard.Known(pattern); err != nil {
 		panic(err)
 	}

@@ -84,7 +84,7 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("405 body %v lacks E2B's numeric code", body)
 		}
 		status, body = s.call(t, "GET", "/nope", apiKey, "")
-		wantError(t, "unknown path", status, body, http.StatusNotFound, "not part of the E2B API")
+		wantError(t, "unknown path", status, body, http.StatusNotFound, "no such route")
 		status, body = s.call(t, "GET", "/sandboxes/..%2F..%2Fx", apiKey, "")
 		wantError(t, "traversal in {id}", status, body, http.StatusBadRequest, "sandbox name")
 		status, body = s.call(t, "POST", "/v2/sandboxes", apiKey, `{"templateID":"`+strings.Repeat("x", maxRequest)+`"}`)

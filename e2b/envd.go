@@ -20,7 +20,7 @@ import (
 
 func (h *Handler) envdServeMux() *http.ServeMux {
 	mux := http.NewServeMux()
-	// Unknown paths (404) and methods (405) are answered by routed.
+	// Unknown paths (404) and methods (405) are answered by httpguard.Routed.
 	handle := func(pattern string, fn http.HandlerFunc) {
 		h.envdRoutes = append(h.envdRoutes, pattern)
 		mux.HandleFunc(pattern, fn)
@@ -93,7 +93,7 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 	// request is one small message.
 	if r.Method != http.MethodPost || r.URL.Path != "/files" {
 		if err := httpguard.Buffer(r, maxRequest); err != nil {
-			refuseBody(w, err, fail)
+			httpguard.RefuseBody(w, err, fail)
 			return
 		}
 	}
@@ -104,7 +104,7 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 		}
 		writeRPCError(w, status, rpcErrorf(codeUnimplemented, "%s", msg))
 	}
-	if routed(w, r, h.envdMux, unknown) {
+	if httpguard.Routed(w, r, h.envdMux, unknown) {
 		h.envdMux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sandboxKey{}, sb)))
 	}
 }

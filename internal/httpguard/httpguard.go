@@ -217,6 +217,37 @@ func Refuse(w http.ResponseWriter) {
 	w.Header().Set("Connection", "close")
 }
 
+// Fail writes an error with status and msg in one API's shape.
+type Fail func(w http.ResponseWriter, status int, msg string)
+
+// Routed reports whether mux has a route for r. If it has none it answers
+// with fail: 405 with an Allow header for a known path and another method,
+// 404 otherwise.
+func Routed(w http.ResponseWriter, r *http.Request, mux *http.ServeMux, fail Fail) bool {
+	if _, p := mux.Handler(r); p != "" {
+		return true
+	}
+	if allow := Allowed(mux, r); len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		fail(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: method not allowed (allowed: %s)", r.Method, r.URL.EscapedPath(), strings.Join(allow, ", ")))
+		return false
+	}
+	fail(w, http.StatusNotFound, fmt.Sprintf("%s %s: no such route", r.Method, r.URL.EscapedPath()))
+	return false
+}
+
+// RefuseBody answers err from Declared or Buffer with fail: 413 over the
+// limit (after Refuse: the connection closes), 400 if the body could not
+// be read.
+func RefuseBody(w http.ResponseWriter, err error, fail Fail) {
+	if IsTooLarge(err) {
+		Refuse(w)
+		fail(w, http.StatusRequestEntityTooLarge, err.Error())
+		return
+	}
+	fail(w, http.StatusBadRequest, err.Error())
+}
+
 // Allowed returns the methods mux serves r's path with, for a 405's Allow
 // header; none means the path is unknown (404).
 func Allowed(mux *http.ServeMux, r *http.Request) []string {
