@@ -265,7 +265,8 @@ const (
 	CodeNotFound     = "not_found"    // 404: never existed, or removed (the message says when)
 	CodeExpired      = "expired"      // 404: expired; ExpiredAt says when
 	CodeConflict     = "conflict"     // 409: wrong state, name in use, budget reached (Class tells them apart)
-	CodeTooLarge     = "too_large"    // 413
+	CodeTooLarge     = "too_large"    // 413: the limit is in the message
+	CodeMethod       = "method"       // 405: the Allow header lists the methods
 	CodeCannotStart  = "cannot_start" // 422: the main command could not start; Exit says why
 	CodeCorrupt      = "corrupt"      // 422: stored data failed verification
 	CodeBusy         = "busy"         // 429, 503: over the concurrency limit

@@ -574,14 +574,17 @@ func splitSandboxPath(s string) (string, string) {
 func (a *app) gcCmd() *cobra.Command {
 	return a.withSession(&cobra.Command{
 		Use:   "gc",
-		Short: "Remove what crashes left behind (orphaned sandboxes, mounts, cgroups) and sandboxes expired over an hour ago",
+		Short: "Finish or remove what crashes left behind (half-made sandboxes, mounts, cgroups) and remove sandboxes expired over an hour ago",
 		Args:  cobra.NoArgs,
 	}, func(s *session, args []string) error {
 		e, err := s.runtime()
 		if err != nil {
 			return err
 		}
-		removed, err := e.mgr.GC(s.ctx)
+		completed, removed, err := e.mgr.Recover(s.ctx)
+		for _, n := range completed {
+			fmt.Fprintln(a.stdout, "completed", n)
+		}
 		for _, r := range removed {
 			fmt.Fprintln(a.stdout, "removed", r)
 		}

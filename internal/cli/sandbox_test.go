@@ -104,6 +104,9 @@ func TestCLIBadInput(t *testing.T) {
 	c := newSandboxCLI(t)
 	c.must("run", "-d", "--name", "taken")
 	before := c.must("ls", "-q")
+	// "pool fill ../../../x" once made <data>/../x.lock: the directory
+	// above the data dir must stay as it is.
+	parent, _ := os.ReadDir(filepath.Dir(c.dataDir))
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -122,6 +125,14 @@ func TestCLIBadInput(t *testing.T) {
 		{[]string{"rm", "taken"}, "-f"},
 		{[]string{"cp", "a", "b"}, "SANDBOX:PATH"},
 		{[]string{"run", "--bogus-flag"}, "unknown flag"},
+		// Names are checked before they reach a path (internal/names).
+		{[]string{"pool", "fill", "../../../x"}, "pool name"},
+		{[]string{"pool", "rm", "../x"}, "pool name"},
+		{[]string{"exec", "../x", "--", "true"}, "sandbox name"},
+		{[]string{"rm", strings.Repeat("a", 300)}, "longer than 63 bytes"},
+		{[]string{"restore", "../x"}, "snapshot name"},
+		{[]string{"snapshot", "rm", "a\x00b"}, "snapshot name"},
+		{[]string{"run", "-d", "--name", "../x"}, "sandbox name"},
 	} {
 		_, errOut, code := c.run(tc.args...)
 		if code != 125 || !strings.Contains(errOut, tc.want) || strings.Count(errOut, "\n") != 1 {
@@ -130,6 +141,9 @@ func TestCLIBadInput(t *testing.T) {
 	}
 	if after := c.must("ls", "-q"); after != before {
 		t.Fatalf("bad input changed the sandbox list: %q -> %q", before, after)
+	}
+	if after, _ := os.ReadDir(filepath.Dir(c.dataDir)); len(after) != len(parent) {
+		t.Fatalf("bad input made files beside the data dir: %v -> %v", parent, after)
 	}
 
 	// An unwritable data dir and a missing runsc.

@@ -83,6 +83,18 @@ set to the token.`,
 				return err
 			}
 			logger := slog.New(slog.NewTextHandler(a.stderr, nil))
+			// A crash (kill -9, power loss) may have left creates half-made:
+			// finish or remove them before serving, so no one needs smolvm gc.
+			completed, removed, err := e.mgr.Recover(ctx)
+			for _, n := range completed {
+				logger.Info("completed a create cut short by a crash", "sandbox", n)
+			}
+			for _, what := range removed {
+				logger.Info("removed what a crash left", "what", what)
+			}
+			if err != nil {
+				logger.Warn("recovery after a crash", "err", err)
+			}
 			// E2B's API under /e2b/: its envd requests carry a per-sandbox
 			// access token, not the API token, so it checks tokens itself.
 			e2bAPI, err := e2b.New(ctx, e2b.Options{

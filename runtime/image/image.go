@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -122,6 +123,9 @@ var idPattern = regexp.MustCompile(`^(sha256:)?[0-9a-f]{12,64}$`)
 func (s *Store) Get(ctx context.Context, nameOrID string) (*sandbox.Image, error) {
 	if nameOrID == hostName {
 		return s.host()
+	}
+	if err := names.Check(names.Image, nameOrID); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidRef, err)
 	}
 	if idPattern.MatchString(nameOrID) {
 		id, err := s.resolveID(ctx, nameOrID)

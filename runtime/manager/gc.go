@@ -89,7 +89,7 @@ func (m *Manager) GC(ctx context.Context) ([]string, error) {
 	for _, l := range locks {
 		id := strings.TrimSuffix(l.Name(), ".lock")
 		if !known[id] && !m.locked(id) {
-			os.Remove(m.lockPath(id))
+			m.removeLock(id)
 		}
 	}
 	if m.net != nil {
@@ -105,7 +105,10 @@ func (m *Manager) GC(ctx context.Context) ([]string, error) {
 			alive[r.ID] = true
 		}
 		creating := func(id string) bool {
-			_, err := os.Stat(m.lockPath(id))
+			p, err := m.lockPath(id)
+			if err == nil {
+				_, err = os.Stat(p)
+			}
 			return err == nil && m.locked(id)
 		}
 		nets, err := m.net.GC(ctx, func(id string) bool { return alive[id] || creating(id) })

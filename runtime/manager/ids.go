@@ -4,20 +4,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"regexp"
 	"runtime"
 
+	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/sandbox"
 )
 
-var nameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
-
-func validName(name string) error {
-	if !nameRE.MatchString(name) {
-		return fmt.Errorf("%w: name %q: use 1-63 letters, digits, '_', '.', '-', starting with a letter or digit", sandbox.ErrInvalid, name)
-	}
-	return nil
-}
+func validName(name string) error { return names.Check(names.Sandbox, name) }
 
 // newID returns a random 12-hex-digit ID, short enough to type.
 func newID() string {

@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/internal/units"
 	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/runtime/guest"
@@ -349,7 +350,7 @@ func firstNonEmpty(s ...string) string {
 // lock takes the sandbox's lifecycle lock. It is an flock, so a crashed
 // holder releases it, which is how GC tells an orphan from a slow create.
 func (m *Manager) lock(id string) (func(), error) {
-	f, err := os.OpenFile(m.lockPath(id), os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := m.openLock(id)
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", id, err)
 	}
@@ -362,7 +363,7 @@ func (m *Manager) lock(id string) (func(), error) {
 
 // locked reports whether another process holds id's lock right now.
 func (m *Manager) locked(id string) bool {
-	f, err := os.OpenFile(m.lockPath(id), os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := m.openLock(id)
 	if err != nil {
 		return false
 	}
@@ -370,8 +371,27 @@ func (m *Manager) locked(id string) bool {
 	return unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil
 }
 
-func (m *Manager) lockPath(id string) string {
-	return filepath.Join(m.dataDir, "locks", id+".lock")
+// openLock opens (creating) the lock file named id in the data dir's
+// locks directory; id is a sandbox ID, or "pool-" and a pool's name.
+func (m *Manager) openLock(id string) (*os.File, error) {
+	p, err := m.lockPath(id)
+	if err != nil {
+		return nil, err
+	}
+	return os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
+}
+
+// lockPath is where id's lock file lives: always inside the locks
+// directory, whatever id holds.
+func (m *Manager) lockPath(id string) (string, error) {
+	return names.Join(m.dataDir, "locks", id+".lock")
+}
+
+// removeLock removes id's lock file, once its sandbox is gone.
+func (m *Manager) removeLock(id string) {
+	if p, err := m.lockPath(id); err == nil {
+		os.Remove(p)
+	}
 }
 
 // Start starts a created or stopped sandbox.
@@ -522,7 +542,7 @@ func (m *Manager) removeRecord(ctx context.Context, r *record) error {
 	if err != nil {
 		return fmt.Errorf("remove %s: %w", r.Name, err)
 	}
-	os.Remove(m.lockPath(r.ID))
+	m.removeLock(r.ID)
 	m.publish("removed", &r.Sandbox)
 	return nil
 }
@@ -536,7 +556,7 @@ func (m *Manager) removeOrphan(ctx context.Context, r *record) error {
 	if err := deleteRecord(ctx, m.st.DB(), r.ID); err != nil {
 		return fmt.Errorf("remove %s: %w", r.Name, err)
 	}
-	os.Remove(m.lockPath(r.ID))
+	m.removeLock(r.ID)
 	return nil
 }
 

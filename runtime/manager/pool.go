@@ -6,12 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/internal/units"
 	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/runtime/store"
@@ -26,7 +26,7 @@ func (m *Manager) CreatePool(ctx context.Context, o sandbox.PoolOptions) (*sandb
 	if o.Name == "" {
 		o.Name = o.Image
 	}
-	if err := validName(o.Name); err != nil {
+	if err := names.Check(names.Pool, o.Name); err != nil {
 		return nil, fmt.Errorf("create pool: %w", err)
 	}
 	if o.Size < 0 || o.Size > sandbox.MaxPoolSize || o.Targets < 0 || o.Targets > sandbox.MaxPoolSize || o.Size+o.Targets == 0 {
@@ -72,6 +72,9 @@ type poolRecord struct {
 
 // loadPool reads a pool's record, without its members.
 func (m *Manager) loadPool(ctx context.Context, name string) (*poolRecord, error) {
+	if err := names.Check(names.Pool, name); err != nil {
+		return nil, err
+	}
 	var (
 		p       poolRecord
 		limits  string
@@ -180,6 +183,9 @@ func (m *Manager) Pools(ctx context.Context) ([]*sandbox.Pool, error) {
 // RemovePool removes a pool and the sandboxes waiting in it. Sandboxes
 // already taken from it are not affected.
 func (m *Manager) RemovePool(ctx context.Context, name string) error {
+	if err := names.Check(names.Pool, name); err != nil {
+		return fmt.Errorf("remove pool: %w", err)
+	}
 	res, err := m.st.DB().ExecContext(ctx, `DELETE FROM pools WHERE name = ?`, name)
 	if err != nil {
 		return fmt.Errorf("remove pool %s: %w", name, err)
@@ -211,7 +217,11 @@ func (m *Manager) removeMembers(ctx context.Context, pool string) error {
 // on a pool at a time; another returns at once. It returns how many
 // sandboxes it made.
 func (m *Manager) FillPool(ctx context.Context, name string) (int, error) {
-	f, err := os.OpenFile(m.lockPath("pool-"+name), os.O_RDWR|os.O_CREATE, 0o600)
+	// The name becomes a file name: check it before anything else.
+	if err := names.Check(names.Pool, name); err != nil {
+		return 0, fmt.Errorf("fill pool: %w", err)
+	}
+	f, err := m.openLock("pool-" + name)
 	if err != nil {
 		return 0, fmt.Errorf("fill pool %s: %w", name, err)
 	}

@@ -213,8 +213,8 @@ func (m *Manager) listRecords(ctx context.Context, pool string, all bool) ([]*re
 
 // lookup finds a sandbox by exact name, exact ID, or unique ID prefix.
 func lookup(ctx context.Context, st *store.Store, ref string) (*record, error) {
-	if ref == "" {
-		return nil, fmt.Errorf("%w: empty name", sandbox.ErrNotFound)
+	if err := validName(ref); err != nil {
+		return nil, err
 	}
 	r, err := scanRecord(st.DB().QueryRowContext(ctx, `SELECT `+columns+` FROM sandboxes WHERE name=? OR id=?`, ref, ref))
 	if err == nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"runtime"
 	"sync"
 	"time"
@@ -296,7 +295,7 @@ func (m *Manager) discard(ctx context.Context, r *record) {
 	defer cancel()
 	m.release(cctx, r)
 	deleteRecord(cctx, m.st.DB(), r.ID)
-	os.Remove(m.lockPath(r.ID))
+	m.removeLock(r.ID)
 }
 
 // Fork makes o.N running copies of a running sandbox, which keeps running.

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -100,28 +101,43 @@ func (s *Store) lock() (unlock func(), err error) {
 	return func() { f.Close() }, nil
 }
 
-// path is the directory of a committed snapshot.
-func (s *Store) path(id string) string {
-	return filepath.Join(s.dir, strings.TrimPrefix(id, "sha256:"))
+// path is the directory of a committed snapshot; it is always inside the
+// store's directory.
+func (s *Store) path(id string) (string, error) {
+	return names.Join(s.dir, strings.TrimPrefix(id, "sha256:"))
 }
 
 var (
 	hexDir    = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	idPattern = regexp.MustCompile(`^(sha256:)?[0-9a-f]{6,64}$`)
-	namePat   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 )
+
+// checkRef checks a snapshot name or ID given by a user (names.Snapshot).
+func checkRef(nameOrID string) error {
+	if err := names.Check(names.Snapshot, nameOrID); err != nil {
+		return nameError{err}
+	}
+	return nil
+}
 
 // checkName rejects names that could not be typed on a command line or
 // that would shadow an ID prefix.
 func checkName(name string) error {
-	if !namePat.MatchString(name) {
-		return fmt.Errorf("%w %q: use up to 128 letters, digits, '_', '.' or '-', starting with a letter or digit", ErrInvalidName, name)
+	if err := checkRef(name); err != nil {
+		return err
 	}
 	if idPattern.MatchString(name) {
-		return fmt.Errorf("%w %q: it looks like a snapshot ID", ErrInvalidName, name)
+		return nameError{fmt.Errorf("%w: snapshot name %q: it looks like a snapshot ID", names.ErrInvalid, name)}
 	}
 	return nil
 }
+
+// nameError is a bad snapshot name: it matches ErrInvalidName as well as
+// names.ErrInvalid.
+type nameError struct{ error }
+
+func (e nameError) Is(target error) bool { return target == ErrInvalidName }
+func (e nameError) Unwrap() error        { return e.error }
 
 // Get finds a snapshot by name, full ID, or unique ID prefix of at least 6
 // hex digits.
@@ -134,6 +150,9 @@ func (s *Store) Get(ctx context.Context, nameOrID string) (*sandbox.Snapshot, er
 }
 
 func (s *Store) resolve(ctx context.Context, nameOrID string) (string, error) {
+	if err := checkRef(nameOrID); err != nil {
+		return "", err
+	}
 	db := s.st.DB()
 	var id string
 	err := db.QueryRowContext(ctx, `SELECT snapshot_id FROM snapshot_names WHERE name = ?`, nameOrID).Scan(&id)
@@ -235,7 +254,10 @@ func (s *Store) List(ctx context.Context) ([]sandbox.Snapshot, error) {
 // uses the hardware CRC rather than SHA-256, so it is cheap enough to run
 // before each restore.
 func (s *Store) Verify(ctx context.Context, snap *sandbox.Snapshot) (string, error) {
-	dir := s.path(snap.ID)
+	dir, err := s.path(snap.ID)
+	if err != nil {
+		return "", err
+	}
 	buf := make([]byte, 1<<20)
 	for _, f := range snap.Files {
 		if err := ctx.Err(); err != nil {
@@ -308,7 +330,11 @@ func (s *Store) Remove(ctx context.Context, nameOrID string, inUse func(id strin
 	if _, err := s.st.DB().ExecContext(ctx, `DELETE FROM snapshots WHERE id = ?`, snap.ID); err != nil {
 		return fmt.Errorf("remove snapshot %s: %w", nameOrID, err)
 	}
-	if err := os.RemoveAll(s.path(snap.ID)); err != nil {
+	dir, err := s.path(snap.ID)
+	if err == nil {
+		err = os.RemoveAll(dir)
+	}
+	if err != nil {
 		return fmt.Errorf("remove snapshot %s: %w", nameOrID, err)
 	}
 	return nil

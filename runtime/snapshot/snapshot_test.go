@@ -176,9 +176,15 @@ func TestCommitGetList(t *testing.T) {
 			t.Errorf("Get(%s) = %+v", q, got)
 		}
 	}
-	for _, q := range []string{"missing", hexID[:5], "sha256:" + strings.Repeat("0", 64), ""} {
+	for _, q := range []string{"missing", hexID[:5], "sha256:" + strings.Repeat("0", 64)} {
 		if _, err := s.Get(ctx, q); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), q) {
 			t.Errorf("Get(%q) = %v, want ErrNotFound naming it", q, err)
+		}
+	}
+	// Malformed names are refused before any lookup (internal/names).
+	for _, q := range []string{"", "../x", "a\x00", strings.Repeat("s", 200)} {
+		if _, err := s.Get(ctx, q); !errors.Is(err, ErrInvalidName) {
+			t.Errorf("Get(%q) = %v, want ErrInvalidName", q, err)
 		}
 	}
 	all, err := s.List(ctx)

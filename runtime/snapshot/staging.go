@@ -169,7 +169,10 @@ func (g *Staging) commit(ctx context.Context, name, imageID string, lin sandbox.
 		return nil, err
 	}
 	defer unlock()
-	target := g.s.path(id)
+	target, err := g.s.path(id)
+	if err != nil {
+		return nil, err
+	}
 	renamed := false
 	err = g.s.st.Tx(ctx, func(tx *sql.Tx) error {
 		if name != "" {

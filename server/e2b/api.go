@@ -11,8 +11,10 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -27,26 +29,28 @@ var noEnd = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
 
 func (h *Handler) apiRoutes() *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /sandboxes", h.create)
-	mux.HandleFunc("POST /v2/sandboxes", h.create)
-	mux.HandleFunc("GET /sandboxes", h.list)
-	mux.HandleFunc("GET /v2/sandboxes", h.list)
-	mux.HandleFunc("GET /sandboxes/{id}", h.getInfo)
-	mux.HandleFunc("DELETE /sandboxes/{id}", h.kill)
-	mux.HandleFunc("POST /sandboxes/{id}/timeout", h.setTimeout)
-	mux.HandleFunc("POST /sandboxes/{id}/connect", h.connect)
-	mux.HandleFunc("POST /v2/sandboxes/{id}/connect", h.connect)
-	mux.HandleFunc("POST /sandboxes/{id}/resume", h.connect)
-	mux.HandleFunc("POST /sandboxes/{id}/pause", h.pause)
-	mux.HandleFunc("PUT /sandboxes/{id}/network", h.updateNetwork)
-	mux.HandleFunc("POST /sandboxes/{id}/fork", h.fork)
-	mux.HandleFunc("GET /sandboxes/{id}/metrics", h.metrics)
-	mux.HandleFunc("POST /sandboxes/{id}/snapshots", h.createSnapshot)
-	mux.HandleFunc("GET /snapshots", h.listSnapshots)
-	mux.HandleFunc("DELETE /templates/{id}", h.deleteTemplate)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeAPIError(w, http.StatusNotImplemented, fmt.Sprintf("%s %s is not part of the E2B API served by smolvm", r.Method, r.URL.Path))
-	})
+	// Unknown paths (404) and methods (405) are answered by httpguard.Routed.
+	handle := func(pattern string, fn http.HandlerFunc) {
+		h.routes = append(h.routes, pattern)
+		mux.HandleFunc(pattern, checkParams(pattern, fn, writeAPIError))
+	}
+	handle("POST /sandboxes", h.create)
+	handle("POST /v2/sandboxes", h.create)
+	handle("GET /sandboxes", h.list)
+	handle("GET /v2/sandboxes", h.list)
+	handle("GET /sandboxes/{id}", h.getInfo)
+	handle("DELETE /sandboxes/{id}", h.kill)
+	handle("POST /sandboxes/{id}/timeout", h.setTimeout)
+	handle("POST /sandboxes/{id}/connect", h.connect)
+	handle("POST /v2/sandboxes/{id}/connect", h.connect)
+	handle("POST /sandboxes/{id}/resume", h.connect)
+	handle("POST /sandboxes/{id}/pause", h.pause)
+	handle("PUT /sandboxes/{id}/network", h.updateNetwork)
+	handle("POST /sandboxes/{id}/fork", h.fork)
+	handle("GET /sandboxes/{id}/metrics", h.metrics)
+	handle("POST /sandboxes/{id}/snapshots", h.createSnapshot)
+	handle("GET /snapshots", h.listSnapshots)
+	handle("DELETE /templates/{template}", h.deleteTemplate)
 	return mux
 }
 
@@ -78,6 +82,9 @@ func decodeBody(r *http.Request, v any) error {
 	}
 	if len(strings.TrimSpace(string(b))) == 0 {
 		return nil
+	}
+	if !utf8.Valid(b) {
+		return errors.New("body: not valid UTF-8")
 	}
 	if err := json.Unmarshal(b, v); err != nil {
 		return fmt.Errorf("malformed JSON body: %s", describeJSONError(err))
@@ -222,6 +229,10 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.TemplateID == "" {
 		writeAPIError(w, http.StatusBadRequest, "templateID: required (a smolvm image name)")
+		return
+	}
+	if err := names.Check(names.Image, req.TemplateID); err != nil {
+		writeAPIError(w, http.StatusBadRequest, "templateID: "+err.Error())
 		return
 	}
 	if req.Timeout != nil && *req.Timeout < 0 {

@@ -1,21 +1,17 @@
 package e2b
 
 import (
-	"bufio"
 	"context"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
-	"syscall"
 	"testing"
 
-	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/internal/testmgr"
+	"smolvm.dev/smolvm/internal/testserve"
 )
 
 const testKey = "e2b-test-key"
@@ -57,40 +53,8 @@ func newServerOn(t testing.TB, env *testmgr.Env) *server {
 func smolvmServe(t testing.TB) *server {
 	t.Helper()
 	env := testmgr.New(t) // registered first, so it cleans up after the server stops
-	bin := testenv.Smolvm(t)
-	global := []string{"--data-dir", env.Dir, "--runsc", testenv.Runsc(t)}
-	tok, err := exec.Command(bin, append(global, "serve", "token")...).Output()
-	if err != nil {
-		t.Fatalf("smolvm serve token: %v", err)
-	}
-	cmd := exec.Command(bin, append(global, "serve", "--listen", "127.0.0.1:0")...)
-	cmd.Env = append(os.Environ(), "SMOLVM_GUEST_BINARY="+env.GuestBinary)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
-	})
-	// The log's first line says where it listens: "... msg=serving at=http://127.0.0.1:PORT ...".
-	sc := bufio.NewScanner(stderr)
-	var base string
-	for base == "" && sc.Scan() {
-		for _, f := range strings.Fields(sc.Text()) {
-			if at, ok := strings.CutPrefix(f, "at="); ok {
-				base = at
-			}
-		}
-	}
-	if base == "" {
-		t.Fatalf("smolvm serve did not say where it listens: %v", sc.Err())
-	}
-	go io.Copy(io.Discard, stderr)
-	return &server{URL: base + "/e2b", Key: strings.TrimSpace(string(tok)), env: env}
+	srv := testserve.Start(t, env.Dir, env.GuestBinary)
+	return &server{URL: srv.URL + "/e2b", Key: srv.Token, env: env}
 }
 
 // compatDir is the Node project that runs scenarios through the real SDK.

@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // Connect error codes, as they appear on the wire.
@@ -129,6 +130,9 @@ func decodeMessage(body []byte, v any) *rpcError {
 	if len(body) == 0 {
 		body = []byte("{}")
 	}
+	if !utf8.Valid(body) {
+		return rpcErrorf(codeInvalidArgument, "malformed request: not valid UTF-8")
+	}
 	if err := json.Unmarshal(body, v); err != nil {
 		return rpcErrorf(codeInvalidArgument, "malformed request: %s", describeJSONError(err))
 	}
@@ -146,13 +150,19 @@ func describeJSONError(err error) string {
 
 // writeUnary sends a unary response or error.
 func writeUnary(w http.ResponseWriter, v any, rerr *rpcError) {
-	w.Header().Set("Content-Type", "application/json")
 	if rerr != nil {
-		w.WriteHeader(rerr.httpStatus())
-		json.NewEncoder(w).Encode(rerr)
+		writeRPCError(w, rerr.httpStatus(), rerr)
 		return
 	}
+	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(v)
+}
+
+// writeRPCError sends a Connect error with status.
+func writeRPCError(w http.ResponseWriter, status int, rerr *rpcError) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(rerr)
 }
 
 const (

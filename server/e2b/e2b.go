@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/runtime/store"
@@ -68,6 +69,8 @@ type Handler struct {
 	procs     *procTable
 	api       *http.ServeMux
 	envdMux   *http.ServeMux
+	// routes and envdRoutes list the patterns of each API, for tests.
+	routes, envdRoutes []string
 }
 
 // New returns a Handler.
@@ -89,21 +92,58 @@ func New(ctx context.Context, o Options) (*Handler, error) {
 		h.maxUpload = 1 << 30
 	}
 	h.api = h.apiRoutes()
-	h.envdMux = h.envdRoutes()
+	h.envdMux = h.envdServeMux()
 	return h, nil
 }
 
-// ServeHTTP routes a request to envd or to the control plane.
+// ServeHTTP authenticates a request before anything else, so that a
+// caller without credentials learns nothing about routes; then it checks
+// the path and the body's size, and routes: requests with an
+// E2b-Sandbox-Id header to envd, all others to the control plane. Errors
+// take the shape of the API at hand. Whatever the answer, the rest of an
+// unread body is drained (bounded), so a client still sending gets the
+// answer rather than a reset.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Header.Get(headerSandboxID) != "" {
-		h.envdMux.ServeHTTP(w, r)
+	defer httpguard.Drain(w, r)
+	if id := r.Header.Get(headerSandboxID); id != "" {
+		h.serveEnvd(w, r, id)
 		return
 	}
 	if !h.authorize(r) {
 		writeAPIError(w, http.StatusUnauthorized, "missing or invalid API key (X-API-KEY)")
 		return
 	}
-	h.api.ServeHTTP(w, r)
+	if err := httpguard.Path(r); err != nil {
+		writeAPIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := httpguard.Buffer(r, maxRequest); err != nil {
+		httpguard.RefuseBody(w, err, writeAPIError)
+		return
+	}
+	if httpguard.Routed(w, r, h.api, writeAPIError) {
+		h.api.ServeHTTP(w, r)
+	}
+}
+
+// checkParams wraps fn with the check of pattern's path parameters, each
+// with the names rule of its kind (a bad one is a 400 in fail's shape).
+func checkParams(pattern string, fn http.HandlerFunc, fail httpguard.Fail) http.HandlerFunc {
+	if err := httpguard.Known(pattern); err != nil {
+		panic(err)
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := httpguard.Params(r, pattern); err != nil {
+			fail(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		fn(w, r)
+	}
+}
+
+// Routes returns the patterns the control plane and envd serve.
+func (h *Handler) Routes() (api, envd []string) {
+	return append([]string(nil), h.routes...), append([]string(nil), h.envdRoutes...)
 }
 
 // Close ends every command the handler started. Commands survive their

@@ -72,6 +72,24 @@ func TestBadInput(t *testing.T) {
 		}
 	})
 
+	t.Run("auth before routing", func(t *testing.T) {
+		for _, c := range []struct{ method, path string }{{"GET", "/nope"}, {"PATCH", "/sandboxes"}, {"GET", "/sandboxes/../x"}, {"POST", "/sandboxes/%2e%2e"}} {
+			status, body := s.call(t, c.method, c.path, nil, "")
+			wantError(t, c.method+" "+c.path+" without a key", status, body, http.StatusUnauthorized, "API key")
+		}
+		status, body := s.call(t, "PATCH", "/sandboxes", apiKey, "")
+		wantError(t, "wrong method", status, body, http.StatusMethodNotAllowed, "method not allowed")
+		if body["code"] != float64(405) {
+			t.Errorf("405 body %v lacks E2B's numeric code", body)
+		}
+		status, body = s.call(t, "GET", "/nope", apiKey, "")
+		wantError(t, "unknown path", status, body, http.StatusNotFound, "no such route")
+		status, body = s.call(t, "GET", "/sandboxes/..%2F..%2Fx", apiKey, "")
+		wantError(t, "traversal in {id}", status, body, http.StatusBadRequest, "sandbox name")
+		status, body = s.call(t, "POST", "/v2/sandboxes", apiKey, `{"templateID":"`+strings.Repeat("x", maxRequest)+`"}`)
+		wantError(t, "body over the limit", status, body, http.StatusRequestEntityTooLarge, "limit")
+	})
+
 	t.Run("malformed create", func(t *testing.T) {
 		for _, c := range []struct{ body, field string }{
 			{`{"templateID": 5}`, "templateID"},
@@ -125,10 +143,15 @@ func TestBadInput(t *testing.T) {
 		status, body = s.call(t, "GET", "/sandboxes/"+gone, apiKey, "")
 		wantError(t, "get removed", status, body, http.StatusNotFound, "removed at")
 
-		// envd speaks Connect: the code is a string the SDK maps.
-		status, body = s.call(t, "POST", "/filesystem.Filesystem/Stat", map[string]string{headerSandboxID: "000000000000"}, `{"path":"/"}`)
+		// envd speaks Connect: the code is a string the SDK maps. Without
+		// an access token the answer is 401, whatever the sandbox.
+		status, body = s.call(t, "POST", "/filesystem.Filesystem/Stat", map[string]string{headerSandboxID: "000000000000", headerAccessToken: "x"}, `{"path":"/"}`)
 		if status != http.StatusNotFound || body["code"] != codeNotFound {
 			t.Errorf("envd of an unknown sandbox: %d %v", status, body)
+		}
+		status, body = s.call(t, "POST", "/filesystem.Filesystem/Stat", map[string]string{headerSandboxID: "000000000000"}, `{"path":"/"}`)
+		if status != http.StatusUnauthorized || body["code"] != codeUnauthenticated {
+			t.Errorf("envd of an unknown sandbox without a token: %d %v", status, body)
 		}
 	})
 
@@ -177,9 +200,14 @@ func TestBadInput(t *testing.T) {
 		if status != http.StatusNotFound || body["code"] != codeNotFound {
 			t.Errorf("input to an unknown pid: %d %v", status, body)
 		}
+		// What connect-go answers for a procedure it does not serve.
 		status, body = s.call(t, "POST", "/process.Process/StreamInput", envd, `{}`)
-		if status != http.StatusNotImplemented || body["code"] != codeUnimplemented {
+		if status != http.StatusNotFound || body["code"] != codeUnimplemented {
 			t.Errorf("an unserved method: %d %v", status, body)
+		}
+		status, body = s.call(t, "GET", "/process.Process/List", envd, "")
+		if status != http.StatusMethodNotAllowed || body["code"] != codeUnimplemented {
+			t.Errorf("a wrong HTTP method: %d %v", status, body)
 		}
 	})
 

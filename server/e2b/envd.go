@@ -10,21 +10,27 @@ import (
 	"net/http"
 	"path"
 	"strconv"
-	"strings"
 	"time"
 
 	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/internal/httpguard"
+	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/sandbox"
 )
 
-func (h *Handler) envdRoutes() *http.ServeMux {
+func (h *Handler) envdServeMux() *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /health", h.health)
-	mux.HandleFunc("GET /files", h.withSandbox(h.readFile))
-	mux.HandleFunc("POST /files", h.withSandbox(h.writeFiles))
+	// Unknown paths (404) and methods (405) are answered by httpguard.Routed.
+	handle := func(pattern string, fn http.HandlerFunc) {
+		h.envdRoutes = append(h.envdRoutes, pattern)
+		mux.HandleFunc(pattern, fn)
+	}
+	handle("GET /health", h.health)
+	handle("GET /files", h.withSandbox(h.readFile))
+	handle("POST /files", h.withSandbox(h.writeFiles))
 	rpc := func(method string, fn func(context.Context, *envdCall, []byte) (any, *rpcError)) {
-		mux.HandleFunc("POST /"+method, h.withSandbox(h.unary(fn)))
+		handle("POST /"+method, h.withSandbox(h.unary(fn)))
 	}
 	rpc("filesystem.Filesystem/Stat", h.stat)
 	rpc("filesystem.Filesystem/ListDir", h.listDir)
@@ -32,18 +38,96 @@ func (h *Handler) envdRoutes() *http.ServeMux {
 	rpc("filesystem.Filesystem/Move", h.move)
 	rpc("filesystem.Filesystem/Remove", h.remove)
 	// Start and Connect stream; the rest are unary.
-	mux.HandleFunc("POST /process.Process/Start", h.withSandbox(h.start))
-	mux.HandleFunc("POST /process.Process/Connect", h.withSandbox(h.connectProcess))
+	handle("POST /process.Process/Start", h.withSandbox(h.start))
+	handle("POST /process.Process/Connect", h.withSandbox(h.connectProcess))
 	rpc("process.Process/List", h.listProcesses)
 	rpc("process.Process/SendInput", h.sendInput)
 	rpc("process.Process/SendSignal", h.sendSignal)
 	rpc("process.Process/CloseStdin", h.closeStdin)
 	rpc("process.Process/Update", h.update)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeUnary(w, nil, rpcErrorf(codeUnimplemented, "%s %s is not served by smolvm's envd", r.Method, r.URL.Path))
-	})
 	return mux
 }
+
+// serveEnvd serves an envd request for sandbox id: it authenticates it by
+// the sandbox's access token before anything else, then checks the path,
+// the port and the body's size, and routes it. An unknown method is a 404
+// (what connect-go answers, and what Connect clients read as
+// unimplemented), a wrong HTTP method a 405.
+func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
+	tok := r.Header.Get(headerAccessToken)
+	if tok == "" {
+		envdError(w, r, rpcErrorf(codeUnauthenticated, "missing envd access token (X-Access-Token)"))
+		return
+	}
+	if err := names.Check(names.Sandbox, id); err != nil {
+		envdError(w, r, fmt.Errorf("%s: %w", headerSandboxID, err))
+		return
+	}
+	sb, err := h.m.Get(r.Context(), id)
+	if err != nil {
+		envdError(w, r, err)
+		return
+	}
+	in, err := h.loadInfo(r.Context(), sb.ID)
+	if err != nil {
+		envdError(w, r, err)
+		return
+	}
+	if !tokenEqual(tok, in.Token) {
+		envdError(w, r, rpcErrorf(codeUnauthenticated, "missing or invalid envd access token (X-Access-Token)"))
+		return
+	}
+	if err := httpguard.Path(r); err != nil {
+		envdError(w, r, errdefs.New(errdefs.ErrInvalid, err.Error()))
+		return
+	}
+	if p := r.Header.Get(headerSandboxPort); p != "" && p != envdPort {
+		if err := names.Check(names.Port, p); err != nil {
+			envdError(w, r, fmt.Errorf("%s: %w", headerSandboxPort, err))
+			return
+		}
+		envdError(w, r, errdefs.New(errdefs.ErrNotFound, fmt.Sprintf("port %s of sandbox %q: only envd (%s) is served here; publish other ports with smolvm run --publish", p, id, envdPort)))
+		return
+	}
+	// Uploads stream, with a limit per file (writeFiles); every other
+	// request is one small message.
+	if r.Method != http.MethodPost || r.URL.Path != "/files" {
+		if err := httpguard.Buffer(r, maxRequest); err != nil {
+			httpguard.RefuseBody(w, err, func(w http.ResponseWriter, status int, msg string) {
+				if isEnvdHTTP(r) {
+					writeAPIError(w, status, msg)
+					return
+				}
+				// Connect has no code of its own for a body too large: keep
+				// the status.
+				code := codeInvalidArgument
+				if status == http.StatusRequestEntityTooLarge {
+					code = codeResourceExhausted
+				}
+				writeRPCError(w, status, &rpcError{Code: code, Message: msg})
+			})
+			return
+		}
+	}
+	unknown := func(w http.ResponseWriter, status int, msg string) {
+		if isEnvdHTTP(r) {
+			writeAPIError(w, status, msg)
+			return
+		}
+		writeRPCError(w, status, rpcErrorf(codeUnimplemented, "%s", msg))
+	}
+	if httpguard.Routed(w, r, h.envdMux, unknown) {
+		h.envdMux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sandboxKey{}, sb)))
+	}
+}
+
+// sandboxKey holds, in a request's context, the sandbox serveEnvd
+// authenticated the request for.
+type sandboxKey struct{}
+
+// isEnvdHTTP reports whether r is for one of envd's plain HTTP routes,
+// whose errors are envd's {code, message} rather than Connect's.
+func isEnvdHTTP(r *http.Request) bool { return r.URL.Path == "/health" || r.URL.Path == "/files" }
 
 // envdCall is an authenticated envd request for one running sandbox.
 type envdCall struct {
@@ -55,28 +139,14 @@ type envdCall struct {
 	user string
 }
 
-// withSandbox checks a request's sandbox and access token before fn runs.
-// Failures take the shape the SDK's client for that route expects (see
-// envdError).
+// withSandbox runs fn for the sandbox serveEnvd authenticated, if it
+// runs. Failures take the shape the SDK's client for that route expects
+// (see envdError).
 func (h *Handler) withSandbox(fn func(*envdCall)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		id := r.Header.Get(headerSandboxID)
-		if p := r.Header.Get(headerSandboxPort); p != "" && p != envdPort {
-			envdError(w, r, errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("port %s of sandbox %q: only envd (%s) is served here; publish other ports with smolvm run --publish", p, id, envdPort)))
-			return
-		}
-		sb, err := h.m.Get(r.Context(), id)
-		if err != nil {
-			envdError(w, r, err)
-			return
-		}
-		in, err := h.loadInfo(r.Context(), sb.ID)
-		if err != nil {
-			envdError(w, r, err)
-			return
-		}
-		if !tokenEqual(r.Header.Get(headerAccessToken), in.Token) {
-			envdError(w, r, rpcErrorf(codeUnauthenticated, "missing or invalid envd access token (X-Access-Token)"))
+		sb, ok := r.Context().Value(sandboxKey{}).(*sandbox.Sandbox)
+		if !ok {
+			envdError(w, r, rpcErrorf(codeUnauthenticated, "envd request without an authenticated sandbox"))
 			return
 		}
 		if sb.State != sandbox.StateRunning {
@@ -95,7 +165,7 @@ const envdPort = "49983"
 // HTTP routes (/files, /health), a Connect error for the RPC services,
 // whose client reads the code from the body.
 func envdError(w http.ResponseWriter, r *http.Request, err error) {
-	if r.URL.Path == "/health" || r.URL.Path == "/files" {
+	if isEnvdHTTP(r) {
 		httpError(w, err)
 		return
 	}
@@ -152,13 +222,8 @@ func checkPath(field, p string) error {
 	if p == "" {
 		return fmt.Errorf("%s: required", field)
 	}
-	if strings.ContainsRune(p, 0) {
-		return fmt.Errorf("%s: contains a NUL byte", field)
-	}
-	for _, el := range strings.Split(p, "/") {
-		if el == ".." {
-			return fmt.Errorf("%s: %q: '..' elements are not allowed", field, p)
-		}
+	if err := names.CheckPath(p); err != nil {
+		return fmt.Errorf("%s: %w", field, err)
 	}
 	return nil
 }
@@ -167,6 +232,10 @@ func checkPath(field, p string) error {
 func fsError(op, p string, err error) *rpcError {
 	msg := err.Error()
 	switch {
+	case guest.ErrorKind(err) == sandbox.KindIO:
+		// The sandbox refused it (busy, read-only, not empty, another
+		// device): the caller's to fix, not a failure of the server.
+		return rpcErrorf(codeFailedPrecond, "%s %s: %s", op, p, msg)
 	case errors.Is(err, errdefs.ErrNotFound):
 		msg = "no such file or directory"
 	case errors.Is(err, errdefs.ErrAlreadyExists):
@@ -393,6 +462,9 @@ func (h *Handler) writeFiles(c *envdCall) {
 		}
 		fi, status, err := h.upload(c.r.Context(), ac, p, body)
 		if err != nil {
+			if status == http.StatusRequestEntityTooLarge {
+				httpguard.Refuse(c.w) // the rest of the body stays unread
+			}
 			writeAPIError(c.w, status, err.Error())
 			return false
 		}

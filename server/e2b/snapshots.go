@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 
+	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/sandbox"
@@ -93,6 +94,14 @@ func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
+	for k, kind := range map[string]names.Kind{"sandboxID": names.Sandbox, "name": names.Snapshot} {
+		if v := q.Get(k); v != "" {
+			if err := names.Check(kind, v); err != nil {
+				writeAPIError(w, http.StatusBadRequest, k+": "+err.Error())
+				return
+			}
+		}
+	}
 	for _, sn := range sns {
 		if id := q.Get("sandboxID"); id != "" && sn.Lineage.Sandbox != id {
 			continue
@@ -109,7 +118,7 @@ func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request) {
 // deleteSnapshot calls. Only snapshots are templates that can be deleted
 // here; a snapshot a sandbox was restored from is kept (409).
 func (h *Handler) deleteTemplate(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	id := r.PathValue("template")
 	if h.snaps == nil {
 		writeAPIError(w, http.StatusNotFound, fmt.Sprintf("snapshot %q not found", id))
 		return

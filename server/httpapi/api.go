@@ -8,9 +8,11 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"smolvm.dev/smolvm/api"
+	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/runtime/snapshot"
@@ -26,8 +28,8 @@ type Options struct {
 	// auth off (only sensible on a private Unix socket).
 	Token string
 	// Mounts are extra handlers served under path prefixes, behind the
-	// same auth (unless Public), limiter and metrics. The handler sees
-	// the full path.
+	// same auth and path checks (unless Public), limiter and metrics. The
+	// handler sees the full path.
 	Mounts []Mount
 	// TempDir is where uploads are spooled until complete.
 	TempDir string
@@ -48,8 +50,10 @@ type Options struct {
 type Mount struct {
 	Prefix  string
 	Handler http.Handler
-	// Public skips the server's token check, for handlers that
-	// authenticate requests themselves (with CheckToken).
+	// Public skips the server's token and path checks, for handlers that
+	// authenticate requests themselves (with CheckToken) and answer in
+	// their own error shape: they must check paths (httpguard.Path) and
+	// names too. A mount gets every path under Prefix, ".." and all.
 	Public bool
 }
 
@@ -62,6 +66,24 @@ type Server struct {
 	// routes lists every registered "METHOD /path" pattern, for the
 	// OpenAPI test.
 	routes []string
+	// public holds the patterns served without a token.
+	public map[string]bool
+	mounts []mount
+}
+
+// mount is a Mount with its handler wrapped.
+type mount struct {
+	prefix string
+	public bool
+	h      http.Handler
+}
+
+// body says how a route takes its request body: up to limit bytes (0: the
+// handler's business, for mounts), read whole before the handler runs
+// unless stream.
+type body struct {
+	limit  int64
+	stream bool
 }
 
 // New returns a Server for o.
@@ -87,33 +109,100 @@ func New(o Options) *Server {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{o: o, mux: http.NewServeMux(), limit: newLimiter(o.MaxInFlight, o.MaxQueue), metrics: newMetrics()}
+	s := &Server{o: o, mux: http.NewServeMux(), limit: newLimiter(o.MaxInFlight, o.MaxQueue), metrics: newMetrics(), public: map[string]bool{}}
 	s.registerRoutes()
 	for _, m := range o.Mounts {
-		s.handle(m.Prefix, !m.Public, true, m.Handler)
+		s.routes = append(s.routes, m.Prefix)
+		s.mounts = append(s.mounts, mount{prefix: m.Prefix, public: m.Public, h: s.guard(m.Prefix, true, body{}, m.Handler)})
 	}
 	return s
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP checks the token before anything else, so that a caller
+// without one learns nothing about routes (every path and method gets
+// 401), then the path, then routes. Mounts get their whole prefix; a
+// Public one checks tokens and paths itself, in its own error shape.
+// Whatever the answer, the rest of an unread body is drained (bounded), so
+// a client still sending gets the answer, not a reset.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer httpguard.Drain(w, r)
+	for _, m := range s.mounts {
+		if strings.HasPrefix(r.URL.Path, m.prefix) {
+			if m.public || s.admit(w, r, "") {
+				m.h.ServeHTTP(w, r)
+			}
+			return
+		}
+	}
+	_, pattern := s.mux.Handler(r)
+	if !s.admit(w, r, pattern) {
+		return
+	}
+	if httpguard.Routed(w, r, s.mux, fail) {
+		s.mux.ServeHTTP(w, r)
+	}
+}
+
+// fail writes an error the guards found, with the code for its status.
+func fail(w http.ResponseWriter, status int, msg string) {
+	code := map[int]string{http.StatusNotFound: api.CodeNotFound, http.StatusMethodNotAllowed: api.CodeMethod,
+		http.StatusRequestEntityTooLarge: api.CodeTooLarge}[status]
+	if code == "" {
+		code = api.CodeInvalid
+	}
+	writeError(w, &api.Error{Status: status, Code: code, Message: msg})
+}
+
+// admit checks the token (unless pattern is public) and the path,
+// answering 401 or 400 itself.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, pattern string) bool {
+	if !s.public[pattern] && !CheckToken(r, s.o.Token) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="smolvm"`)
+		writeError(w, &api.Error{Status: http.StatusUnauthorized, Code: api.CodeUnauthorized, Message: "missing or wrong API token (Authorization: Bearer … or X-API-KEY)"})
+		return false
+	}
+	if err := httpguard.Path(r); err != nil {
+		writeError(w, invalid("", err.Error()))
+		return false
+	}
+	return true
+}
 
 // Routes returns every pattern the server registered.
 func (s *Server) Routes() []string { return append([]string(nil), s.routes...) }
 
-// handle registers h for pattern, wrapped in metrics and, as asked, the
-// token check and the concurrency limit.
-func (s *Server) handle(pattern string, auth, limited bool, h http.Handler) {
+// handle registers h for pattern behind guard; without auth it is served
+// without a token.
+func (s *Server) handle(pattern string, auth, limited bool, b body, h http.Handler) {
 	s.routes = append(s.routes, pattern)
+	if !auth {
+		s.public[pattern] = true
+	}
+	s.mux.Handle(pattern, s.guard(pattern, limited, b, h))
+}
+
+// guard wraps h in metrics, the checks of its path parameters (each with
+// the names rule of its kind) and of the body's size, and if limited the
+// concurrency limit. A route whose parameter has no rule is a bug found
+// here, at start-up.
+func (s *Server) guard(pattern string, limited bool, b body, h http.Handler) http.Handler {
+	if err := httpguard.Known(pattern); err != nil {
+		panic(err)
+	}
 	obs := s.metrics.route(pattern)
-	s.mux.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		defer func() { obs.observe(rec.status, time.Since(start)) }()
-		if auth && !CheckToken(r, s.o.Token) {
-			rec.Header().Set("WWW-Authenticate", `Bearer realm="smolvm"`)
-			writeError(rec, &api.Error{Status: http.StatusUnauthorized, Code: api.CodeUnauthorized, Message: "missing or wrong API token (Authorization: Bearer … or X-API-KEY)"})
+		if err := httpguard.Params(r, pattern); err != nil {
+			writeError(rec, err)
 			return
+		}
+		if b.limit > 0 {
+			if err := httpguard.Declared(r, b.limit); err != nil {
+				httpguard.RefuseBody(rec, err, fail)
+				return
+			}
 		}
 		if limited {
 			release, err := s.limit.acquire(r.Context())
@@ -124,8 +213,14 @@ func (s *Server) handle(pattern string, auth, limited bool, h http.Handler) {
 			}
 			defer release()
 		}
+		if b.limit > 0 && !b.stream {
+			if err := httpguard.Buffer(r, b.limit); err != nil {
+				httpguard.RefuseBody(rec, err, fail)
+				return
+			}
+		}
 		h.ServeHTTP(rec, r)
-	}))
+	})
 }
 
 // Run serves until ctx ends, then shuts down, giving open requests a

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,9 +10,11 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"unicode/utf8"
 
 	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -50,8 +53,13 @@ func errorFor(err error) *api.Error {
 	var (
 		ee *sandbox.ExpiredError
 		se *sandbox.StartError
+		pe *httpguard.ParamError
 	)
 	switch {
+	case httpguard.IsTooLarge(err):
+		e.Status, e.Code = http.StatusRequestEntityTooLarge, api.CodeTooLarge
+	case errors.As(err, &pe):
+		e.Status, e.Code, e.Field = http.StatusBadRequest, api.CodeInvalid, pe.Param
 	case errors.As(err, &se):
 		exit := se.Exit
 		e.Status, e.Code, e.Exit = http.StatusUnprocessableEntity, api.CodeCannotStart, &exit
@@ -82,9 +90,20 @@ const maxBody = 1 << 20
 // wrong types, trailing data and oversized bodies are 400s that name the
 // field at fault.
 func decode(r io.Reader, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r, maxBody+1))
+	body, err := io.ReadAll(io.LimitReader(r, maxBody+1))
+	if err != nil {
+		return invalid("", "request body: "+err.Error())
+	}
+	// JSON is UTF-8; the decoder would quietly turn bad bytes into U+FFFD.
+	if !utf8.Valid(body) {
+		return invalid("", "request body: not valid UTF-8")
+	}
+	if string(bytes.TrimSpace(body)) == "null" {
+		return invalid("", "request body: want a JSON object, not null")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
+	err = dec.Decode(v)
 	if err == nil {
 		if dec.More() {
 			return invalid("", "request body: unexpected data after the JSON object")

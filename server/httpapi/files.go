@@ -8,12 +8,13 @@ import (
 	"net/http"
 	"os"
 	"path"
-	"slices"
 	"strconv"
 	"strings"
 
 	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/internal/httpguard"
+	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -37,8 +38,9 @@ func sandboxPath(r *http.Request) (string, error) {
 		return "", invalid("path", `query parameter "path": required`)
 	case !strings.HasPrefix(p, "/"):
 		return "", invalid("path", fmt.Sprintf(`query parameter "path": %q: must be absolute`, p))
-	case slices.Contains(strings.Split(p, "/"), ".."):
-		return "", invalid("path", fmt.Sprintf(`query parameter "path": %q: ".." is not allowed`, p))
+	}
+	if err := names.CheckPath(p); err != nil {
+		return "", invalid("path", `query parameter "path": `+err.Error())
 	}
 	return path.Clean(p), nil
 }
@@ -76,12 +78,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("%s: %w: sandbox is %s", sb.Name, sandbox.ErrNotRunning, sb.State))
 		return
 	}
-	tooLarge := &api.Error{Status: http.StatusRequestEntityTooLarge, Code: api.CodeTooLarge,
-		Message: fmt.Sprintf("upload exceeds the limit of %d bytes", s.o.MaxUpload)}
-	if r.ContentLength > s.o.MaxUpload {
-		writeError(w, tooLarge)
-		return
-	}
+	// A declared length over the limit was refused before this handler.
 	spool, err := os.CreateTemp(s.o.TempDir, "upload-*")
 	if err != nil {
 		writeError(w, err)
@@ -95,7 +92,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if n > s.o.MaxUpload {
-		writeError(w, tooLarge)
+		httpguard.RefuseBody(w, &httpguard.TooLargeError{Limit: s.o.MaxUpload}, fail)
 		return
 	}
 	if _, err := spool.Seek(0, io.SeekStart); err != nil {

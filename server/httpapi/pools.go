@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"smolvm.dev/smolvm/api"
+	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -26,6 +27,10 @@ func (s *Server) listPools(w http.ResponseWriter, r *http.Request) {
 func (s *Server) createPool(w http.ResponseWriter, r *http.Request) {
 	var req api.PoolRequest
 	if err := decode(r.Body, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := checkNames(field{"name", names.Pool, req.Name}, field{"image", names.Image, req.Image}); err != nil {
 		writeError(w, err)
 		return
 	}

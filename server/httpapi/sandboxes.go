@@ -8,15 +8,21 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/api"
+	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/sandbox"
 )
 
 // registerRoutes registers every route; openapi.json must list each one
 // (TestOpenAPIMatchesRoutes checks both ways).
 func (s *Server) registerRoutes() {
-	public := func(pattern string, h http.HandlerFunc) { s.handle(pattern, false, false, h) }
-	unlimited := func(pattern string, h http.HandlerFunc) { s.handle(pattern, true, false, h) }
-	route := func(pattern string, h http.HandlerFunc) { s.handle(pattern, true, true, h) }
+	jsonBody := body{limit: maxBody}
+	public := func(pattern string, h http.HandlerFunc) { s.handle(pattern, false, false, jsonBody, h) }
+	unlimited := func(pattern string, h http.HandlerFunc) { s.handle(pattern, true, false, jsonBody, h) }
+	route := func(pattern string, h http.HandlerFunc) { s.handle(pattern, true, true, jsonBody, h) }
+	// Uploads stream to a spool file, up to their own, larger limit.
+	upload := func(pattern string, h http.HandlerFunc) {
+		s.handle(pattern, true, true, body{limit: s.o.MaxUpload, stream: true}, h)
+	}
 
 	public("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -39,7 +45,7 @@ func (s *Server) registerRoutes() {
 	route("POST /v1/sandboxes/{id}/timeout", s.setTimeout)
 	route("POST /v1/sandboxes/{id}/exec", s.exec)
 	route("GET /v1/sandboxes/{id}/exec/ws", s.execWS)
-	route("PUT /v1/sandboxes/{id}/files", s.upload)
+	upload("PUT /v1/sandboxes/{id}/files", s.upload)
 	route("GET /v1/sandboxes/{id}/files", s.download)
 	route("GET /v1/sandboxes/{id}/logs", s.logs)
 	route("GET /v1/sandboxes/{id}/stats", s.stats)
@@ -62,6 +68,9 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 // server's defaults.
 func (s *Server) createOptions(req *api.CreateRequest) (sandbox.CreateOptions, error) {
 	if err := checkEnv("env", req.Env); err != nil {
+		return sandbox.CreateOptions{}, err
+	}
+	if err := checkNames(field{"name", names.Sandbox, req.Name}, field{"image", names.Image, req.Image}, field{"pool", names.Pool, req.Pool}); err != nil {
 		return sandbox.CreateOptions{}, err
 	}
 	ttl := s.o.DefaultTTL

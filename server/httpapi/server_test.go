@@ -34,22 +34,32 @@ type fixture struct {
 	c   *client.Client
 	// spool is the server's upload spool directory.
 	spool string
+	srv   *httpapi.Server
 }
 
 func newFixture(t *testing.T, tune func(*httpapi.Options), mgr ...func(*manager.Config)) *fixture {
+	return newFixtureOn(t, func(o *httpapi.Options, _ *testmgr.Env) {
+		if tune != nil {
+			tune(o)
+		}
+	}, mgr...)
+}
+
+// newFixtureOn is newFixture with tune given the Manager's Env too (to
+// mount handlers over its store).
+func newFixtureOn(t *testing.T, tune func(*httpapi.Options, *testmgr.Env), mgr ...func(*manager.Config)) *fixture {
 	env := testmgr.New(t, mgr...)
 	spool := t.TempDir()
 	o := httpapi.Options{Manager: env.Manager, Images: env.Images, Snapshots: env.Snapshots, Token: token, TempDir: spool}
-	if tune != nil {
-		tune(&o)
-	}
-	hs := httptest.NewServer(httpapi.New(o))
+	tune(&o, env)
+	srv := httpapi.New(o)
+	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
 	c, err := client.New(hs.URL, token)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{t: t, env: env, url: hs.URL, c: c, spool: spool}
+	return &fixture{t: t, env: env, url: hs.URL, c: c, spool: spool, srv: srv}
 }
 
 // do sends a raw request with the token and returns status and body.

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"smolvm.dev/smolvm/api"
+	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -20,7 +21,11 @@ func (s *Server) registerSnapshotRoutes(route func(string, http.HandlerFunc)) {
 
 func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request) {
 	var req api.CheckpointRequest
-	if err := decodeOptional(r, &req); err != nil {
+	err := decodeOptional(r, &req)
+	if err == nil {
+		err = checkNames(field{"name", names.Snapshot, req.Name})
+	}
+	if err != nil {
 		writeError(w, err)
 		return
 	}
@@ -30,7 +35,11 @@ func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	var req api.ForkRequest
-	if err := decodeOptional(r, &req); err != nil {
+	err := decodeOptional(r, &req)
+	if err == nil {
+		err = checkNames(field{"name_prefix", names.Sandbox, req.NamePrefix})
+	}
+	if err != nil {
 		writeError(w, err)
 		return
 	}
@@ -50,7 +59,11 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
 	var req api.RestoreRequest
-	if err := decodeOptional(r, &req); err != nil {
+	err := decodeOptional(r, &req)
+	if err == nil {
+		err = checkNames(field{"name", names.Sandbox, req.Name})
+	}
+	if err != nil {
 		writeError(w, err)
 		return
 	}

@@ -1,0 +1,269 @@
+// Package httpguard holds what every HTTP surface of smolvm serve (the
+// native API, E2B's control plane and envd) checks before a handler runs:
+// the request path, the names in path parameters and the size of the body.
+// It also drains what an early answer left unread, so that a refused
+// request gets its answer rather than a connection reset. Each surface
+// writes the errors in its own shape.
+package httpguard
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"smolvm.dev/smolvm/internal/names"
+	"smolvm.dev/smolvm/internal/units"
+)
+
+// Path checks a request's path: every segment, as sent and decoded, is
+// non-empty, not "." or "..", free of NUL bytes and valid UTF-8. The
+// ServeMux would otherwise redirect "." and ".." away before any check,
+// and an empty segment is an empty name.
+func Path(r *http.Request) error {
+	raw := r.URL.EscapedPath()
+	if raw == "/" {
+		return nil
+	}
+	if !strings.HasPrefix(raw, "/") {
+		return fmt.Errorf("%w: path %s: must start with '/'", names.ErrInvalid, quote(raw))
+	}
+	for _, seg := range strings.Split(raw[1:], "/") {
+		dec, err := url.PathUnescape(seg)
+		why := ""
+		switch {
+		case err != nil:
+			why = "a malformed %-escape"
+		case dec == "":
+			why = "an empty segment"
+		case dec == "." || dec == "..":
+			why = fmt.Sprintf("a %q segment", dec)
+		case strings.IndexByte(dec, 0) >= 0:
+			why = "a NUL byte"
+		case !utf8.ValidString(dec):
+			why = "bytes that are not UTF-8"
+		}
+		if why != "" {
+			return fmt.Errorf("%w: path %s: has %s", names.ErrInvalid, quote(raw), why)
+		}
+	}
+	return nil
+}
+
+// quote repeats at most 100 bytes of a path in a message.
+func quote(s string) string {
+	if len(s) > 100 {
+		return fmt.Sprintf("%q…", s[:100])
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+// KindOf returns the kind of name a path wildcard holds: {id} a sandbox,
+// {snapshot} and {template} a snapshot, {pool} a pool.
+func KindOf(wildcard string) (names.Kind, bool) {
+	switch wildcard {
+	case "id":
+		return names.Sandbox, true
+	case "snapshot", "template":
+		return names.Snapshot, true
+	case "pool":
+		return names.Pool, true
+	}
+	return 0, false
+}
+
+// Wildcards returns the names of a ServeMux pattern's wildcards.
+func Wildcards(pattern string) []string {
+	var out []string
+	for rest := pattern; ; {
+		i := strings.IndexByte(rest, '{')
+		if i < 0 {
+			return out
+		}
+		j := strings.IndexByte(rest[i:], '}')
+		if j < 0 {
+			return out
+		}
+		out = append(out, strings.TrimSuffix(rest[i+1:i+j], "..."))
+		rest = rest[i+j+1:]
+	}
+}
+
+// Known returns an error naming a wildcard of pattern that KindOf does not
+// know: every route must say what its parameters are (checked when routes
+// are registered).
+func Known(pattern string) error {
+	for _, w := range Wildcards(pattern) {
+		if _, ok := KindOf(w); !ok {
+			return fmt.Errorf("route %q: no name rule for {%s} (add it to httpguard.KindOf)", pattern, w)
+		}
+	}
+	return nil
+}
+
+// ParamError is a path parameter that is not a valid name.
+type ParamError struct {
+	Param string
+	Err   error
+}
+
+func (e *ParamError) Error() string { return e.Err.Error() }
+func (e *ParamError) Unwrap() error { return e.Err }
+
+// Params checks the values of pattern's wildcards in r (served by a
+// ServeMux with that pattern) with names.Check; the error is a
+// *ParamError matching names.ErrInvalid.
+func Params(r *http.Request, pattern string) error {
+	for _, w := range Wildcards(pattern) {
+		k, ok := KindOf(w)
+		if !ok {
+			return &ParamError{Param: w, Err: fmt.Errorf("%w: no rule for path parameter {%s}", names.ErrInvalid, w)}
+		}
+		if err := names.Check(k, r.PathValue(w)); err != nil {
+			return &ParamError{Param: w, Err: err}
+		}
+	}
+	return nil
+}
+
+// TooLargeError is a request body over a route's limit.
+type TooLargeError struct{ Limit int64 }
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("request body over the limit of %s (%d bytes)", units.FormatBytes(e.Limit), e.Limit)
+}
+
+// Declared returns a *TooLargeError if r says its body is longer than
+// limit: such a body is refused before a byte of it is read.
+func Declared(r *http.Request, limit int64) error {
+	if r.ContentLength > limit {
+		return &TooLargeError{Limit: limit}
+	}
+	return nil
+}
+
+// Buffer reads r's whole body, up to limit bytes, and puts it back in
+// memory, so that no handler reads past the limit. A longer body is a
+// *TooLargeError (and stays unread, for Drain); a body that cannot be read
+// is another error.
+func Buffer(r *http.Request, limit int64) error {
+	if err := Declared(r, limit); err != nil {
+		return err
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return fmt.Errorf("reading the request body: %w", err)
+	}
+	if int64(len(b)) > limit {
+		return &TooLargeError{Limit: limit}
+	}
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	return nil
+}
+
+// Bounds of Drain: a client sending more, or for longer, or pausing for
+// longer than DrainIdle, may see the connection reset after its answer.
+const (
+	DrainMax  = 64 << 20
+	DrainTime = 5 * time.Second
+	DrainIdle = time.Second
+)
+
+// Drain reads and discards what is left of r's body, within DrainMax
+// bytes and DrainTime, as long as bytes keep coming. Call it once the
+// answer is written: net/http closes a connection with a large unread
+// body, and a client still sending then gets a reset instead of the
+// answer. (A client that waits for 100 Continue sends nothing once it has
+// a final answer: Drain gives up after DrainIdle.) Upgraded connections
+// are left alone.
+func Drain(w http.ResponseWriter, r *http.Request) {
+	if r.Body == nil || r.Body == http.NoBody || r.Header.Get("Upgrade") != "" {
+		return
+	}
+	rc := http.NewResponseController(w)
+	rc.Flush()
+	defer rc.SetReadDeadline(time.Time{})
+	end := time.Now().Add(DrainTime)
+	buf := make([]byte, 32<<10)
+	for n := 0; n < DrainMax; {
+		deadline := time.Now().Add(DrainIdle)
+		if deadline.After(end) {
+			deadline = end
+		}
+		if rc.SetReadDeadline(deadline) != nil {
+			return
+		}
+		m, err := r.Body.Read(buf)
+		n += m
+		if err != nil {
+			return
+		}
+	}
+}
+
+// Refuse prepares w for an answer that leaves the body unread: reads may
+// then go on after the answer (Drain), and the connection closes after it.
+func Refuse(w http.ResponseWriter) {
+	http.NewResponseController(w).EnableFullDuplex()
+	w.Header().Set("Connection", "close")
+}
+
+// Fail writes an error with status and msg in one API's shape.
+type Fail func(w http.ResponseWriter, status int, msg string)
+
+// Routed reports whether mux has a route for r. If it has none it answers
+// with fail: 405 with an Allow header for a known path and another method,
+// 404 otherwise.
+func Routed(w http.ResponseWriter, r *http.Request, mux *http.ServeMux, fail Fail) bool {
+	if _, p := mux.Handler(r); p != "" {
+		return true
+	}
+	if allow := Allowed(mux, r); len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		fail(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: method not allowed (allowed: %s)", r.Method, r.URL.EscapedPath(), strings.Join(allow, ", ")))
+		return false
+	}
+	fail(w, http.StatusNotFound, fmt.Sprintf("%s %s: no such route", r.Method, r.URL.EscapedPath()))
+	return false
+}
+
+// RefuseBody answers err from Declared or Buffer with fail: 413 over the
+// limit (after Refuse: the connection closes), 400 if the body could not
+// be read.
+func RefuseBody(w http.ResponseWriter, err error, fail Fail) {
+	if IsTooLarge(err) {
+		Refuse(w)
+		fail(w, http.StatusRequestEntityTooLarge, err.Error())
+		return
+	}
+	fail(w, http.StatusBadRequest, err.Error())
+}
+
+// Allowed returns the methods mux serves r's path with, for a 405's Allow
+// header; none means the path is unknown (404).
+func Allowed(mux *http.ServeMux, r *http.Request) []string {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, p := mux.Handler(probe); p != "" {
+			allow = append(allow, m)
+		}
+	}
+	return slices.Clip(allow)
+}
+
+// IsTooLarge reports whether err is a body over its limit.
+func IsTooLarge(err error) bool {
+	var te *TooLargeError
+	return errors.As(err, &te)
+}
