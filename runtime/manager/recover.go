@@ -49,7 +49,7 @@ func (m *Manager) rollForward(ctx context.Context, id string) (bool, error) {
 		return false, err
 	}
 	defer unlock()
-	r, err := lookup(ctx, m.st, id)
+	r, err := m.lookup(ctx, id)
 	if errors.Is(err, sandbox.ErrNotFound) {
 		return false, nil
 	}
