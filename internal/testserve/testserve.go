@@ -27,11 +27,11 @@ type Server struct {
 	log        strings.Builder
 }
 
-// Start starts `smolvm serve --listen 127.0.0.1:0` over dir with agent
-// as the sandboxes' agent and args added, and returns once it serves (its
-// start-up recovery done). It is stopped at the end of the test if still
+// Start starts `smolvm serve --listen 127.0.0.1:0` over dir, with guest
+// as the sandboxes' guest binary and args added, and returns once it
+// serves (its start-up recovery done). It is stopped at the end of the test if still
 // running.
-func Start(t testing.TB, dir, agent string, args ...string) *Server {
+func Start(t testing.TB, dir, guest string, args ...string) *Server {
 	t.Helper()
 	bin := testenv.Smolvm(t)
 	global := []string{"--data-dir", dir, "--runsc", testenv.Runsc(t)}
@@ -40,7 +40,7 @@ func Start(t testing.TB, dir, agent string, args ...string) *Server {
 		t.Fatalf("smolvm serve token: %v", err)
 	}
 	cmd := exec.Command(bin, append(append(global, "serve", "--listen", "127.0.0.1:0"), args...)...)
-	cmd.Env = append(os.Environ(), "SMOLVM_AGENT_BINARY="+agent, "SMOLVM_HOST=")
+	cmd.Env = append(os.Environ(), "SMOLVM_GUEST_BINARY="+guest, "SMOLVM_HOST=")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
