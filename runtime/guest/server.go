@@ -274,6 +274,8 @@ func (s *Server) handle(nc net.Conn) {
 		exit = s.get(c, req.Path)
 	case OpStat, OpList, OpMkdir, OpRemove, OpRename, OpWriteFile, OpReadFile:
 		exit = s.fsOp(c, req)
+	case OpWatch:
+		exit = s.watch(c, req)
 	case OpIdentity:
 		if req.Identity == nil {
 			exit = sandbox.Exit{Code: 125, Error: "identity: none given", Kind: sandbox.KindInvalid}

@@ -1,0 +1,211 @@
+package guest
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"smolvm.dev/smolvm/errdefs"
+)
+
+// watchEvents starts a watch on dir and returns its events as they come
+// and its end.
+func watchEvents(t *testing.T, c *Client, dir string, recursive bool) (<-chan WatchEvent, <-chan error, context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	events, done := make(chan WatchEvent, 1024), make(chan error, 1)
+	ready := make(chan struct{})
+	go func() {
+		done <- c.Watch(ctx, dir, recursive, func(ev WatchEvent) error {
+			if ev.Op == "" {
+				close(ready)
+				return nil
+			}
+			events <- ev
+			return nil
+		})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("watch %s: %v", dir, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the watch never started")
+	}
+	return events, done, cancel
+}
+
+// expect reads events until each of want has been seen.
+func expect(t *testing.T, events <-chan WatchEvent, want ...WatchEvent) {
+	t.Helper()
+	missing := map[WatchEvent]bool{}
+	for _, w := range want {
+		missing[w] = true
+	}
+	var seen []WatchEvent
+	timeout := time.After(5 * time.Second)
+	for len(missing) > 0 {
+		select {
+		case ev := <-events:
+			seen = append(seen, ev)
+			delete(missing, ev)
+		case <-timeout:
+			t.Fatalf("missing %v; saw %v", missing, seen)
+		}
+	}
+}
+
+func TestWatch(t *testing.T) {
+	c, _ := startAgent(t, nil)
+	ctx := context.Background()
+	dir := t.TempDir()
+	events, done, cancel := watchEvents(t, c, dir, true)
+
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.WriteFile(filepath.Join(dir, "a.txt"), []byte("x"), 0o644))
+	expect(t, events, WatchEvent{WatchCreate, "a.txt"}, WatchEvent{WatchWrite, "a.txt"})
+	// A directory made with its contents at once: what was there before
+	// its watch is reported too.
+	must(os.MkdirAll(filepath.Join(dir, "d", "e"), 0o755))
+	expect(t, events, WatchEvent{WatchCreate, "d"}, WatchEvent{WatchCreate, "d/e"})
+	must(os.WriteFile(filepath.Join(dir, "d", "e", "deep.txt"), []byte("y"), 0o644))
+	expect(t, events, WatchEvent{WatchCreate, "d/e/deep.txt"}, WatchEvent{WatchWrite, "d/e/deep.txt"})
+	must(os.Rename(filepath.Join(dir, "a.txt"), filepath.Join(dir, "d", "b.txt")))
+	expect(t, events, WatchEvent{WatchRename, "a.txt"}, WatchEvent{WatchCreate, "d/b.txt"})
+	must(os.Chmod(filepath.Join(dir, "d", "b.txt"), 0o600))
+	expect(t, events, WatchEvent{WatchChmod, "d/b.txt"})
+	must(os.Remove(filepath.Join(dir, "d", "b.txt")))
+	expect(t, events, WatchEvent{WatchRemove, "d/b.txt"})
+	// A directory moved within the tree is followed under its new name.
+	must(os.Rename(filepath.Join(dir, "d"), filepath.Join(dir, "moved")))
+	expect(t, events, WatchEvent{WatchRename, "d"}, WatchEvent{WatchCreate, "moved"})
+	must(os.WriteFile(filepath.Join(dir, "moved", "e", "n.txt"), nil, 0o644))
+	expect(t, events, WatchEvent{WatchCreate, "moved/e/n.txt"})
+
+	// An upload (a temporary file renamed into place) is a create and a
+	// write of its own name; the temporary file never shows.
+	_, err := c.WriteFile(ctx, filepath.Join(dir, "up.txt"), strings.NewReader("data"))
+	must(err)
+	expect(t, events, WatchEvent{WatchCreate, "up.txt"}, WatchEvent{WatchWrite, "up.txt"})
+	must(os.WriteFile(filepath.Join(dir, "last"), nil, 0o644))
+	for ev := range drainUntil(t, events, WatchEvent{WatchCreate, "last"}) {
+		if strings.Contains(ev.Name, uploadTempMarker) {
+			t.Fatalf("the upload's temporary file showed: %+v", ev)
+		}
+	}
+
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a cancelled watch ended with %v", err)
+	}
+}
+
+// drainUntil returns the events up to and including last.
+func drainUntil(t *testing.T, events <-chan WatchEvent, last WatchEvent) map[WatchEvent]bool {
+	t.Helper()
+	seen := map[WatchEvent]bool{}
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case ev := <-events:
+			seen[ev] = true
+			if ev == last {
+				return seen
+			}
+		case <-timeout:
+			t.Fatalf("no %v; saw %v", last, seen)
+		}
+	}
+}
+
+func TestWatchNotRecursive(t *testing.T) {
+	c, _ := startAgent(t, nil)
+	dir := t.TempDir()
+	os.Mkdir(filepath.Join(dir, "sub"), 0o755)
+	events, _, _ := watchEvents(t, c, dir, false)
+	os.WriteFile(filepath.Join(dir, "sub", "hidden"), nil, 0o644)
+	os.WriteFile(filepath.Join(dir, "top"), nil, 0o644)
+	if seen := drainUntil(t, events, WatchEvent{WatchCreate, "top"}); seen[WatchEvent{WatchCreate, "sub/hidden"}] {
+		t.Fatal("a watch that is not recursive saw a subdirectory")
+	}
+}
+
+func TestWatchEnds(t *testing.T) {
+	c, _ := startAgent(t, nil)
+	ctx := context.Background()
+	dir := t.TempDir()
+	nothing := func(WatchEvent) error { return nil }
+	if err := c.Watch(ctx, filepath.Join(dir, "missing"), true, nothing); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("watching a missing directory: %v", err)
+	}
+	os.WriteFile(filepath.Join(dir, "file"), nil, 0o644)
+	if err := c.Watch(ctx, filepath.Join(dir, "file"), true, nothing); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("watching a file: %v", err)
+	}
+	// The watched directory removed ends the watch as not found.
+	sub := filepath.Join(dir, "gone")
+	os.Mkdir(sub, 0o755)
+	_, done, _ := watchEvents(t, c, sub, true)
+	os.Remove(sub)
+	select {
+	case err := <-done:
+		if !errors.Is(err, errdefs.ErrNotFound) {
+			t.Fatalf("a removed directory ended its watch with %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the watch outlived its directory")
+	}
+}
+
+// A client that stops reading loses its watch once MaxWatchQueue events
+// wait, rather than growing the agent's memory.
+func TestWatchOverflow(t *testing.T) {
+	c, _ := startAgent(t, nil)
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	block, done := make(chan struct{}), make(chan error, 1)
+	ready := make(chan struct{})
+	go func() {
+		done <- c.Watch(ctx, dir, false, func(ev WatchEvent) error {
+			if ev.Op == "" {
+				close(ready)
+				return nil
+			}
+			<-block // a client that never reads again
+			return nil
+		})
+	}()
+	<-ready
+	f, err := os.Create(filepath.Join(dir, "hot"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// Each write is an event; the socket's buffers hold some of them.
+	for i := 0; i < 7000; i++ { // 14,000 events: past what the agent and the socket hold, short of the kernel's own limit (16,384)
+		if _, err := f.WriteString("x"); err != nil {
+			t.Fatal(err)
+		}
+		f.Chmod(os.FileMode(0o600 | i%2*0o44)) // differs from the last event: not coalesced
+	}
+	close(block)
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "events were lost") {
+			t.Fatalf("an overflowing watch ended with %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("an overflowing watch never ended")
+	}
+}
