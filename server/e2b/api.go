@@ -348,7 +348,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	want, err := url.ParseQuery(q.Get("metadata"))
+	want, err := metadataFilter(q.Get("metadata"))
 	if err != nil {
 		writeAPIError(w, http.StatusBadRequest, "metadata: "+err.Error())
 		return
@@ -380,9 +380,34 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func matches(md map[string]string, want url.Values) bool {
-	for k := range want {
-		if md[k] != want.Get(k) {
+// metadataFilter decodes the metadata query of a list: the SDK encodes
+// each key and value with encodeURIComponent, then the pairs as a query
+// string ("k%3Dv%26k2%3Dv%2520w" once in the URL), so each key and value
+// is escaped once more inside it.
+func metadataFilter(q string) (map[string]string, error) {
+	pairs, err := url.ParseQuery(q)
+	if err != nil {
+		return nil, err
+	}
+	want := map[string]string{}
+	for k, vs := range pairs {
+		key, err := url.PathUnescape(k)
+		if err != nil {
+			return nil, fmt.Errorf("key %q: %w", k, err)
+		}
+		v, err := url.PathUnescape(vs[0])
+		if err != nil {
+			return nil, fmt.Errorf("value of %q: %w", key, err)
+		}
+		want[key] = v
+	}
+	return want, nil
+}
+
+// matches reports whether md holds every pair of want.
+func matches(md, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := md[k]; !ok || got != v {
 			return false
 		}
 	}

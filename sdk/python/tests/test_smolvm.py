@@ -52,6 +52,33 @@ class SDKTest(unittest.TestCase):
         ttl = (self.box.expires_at - self.box.created_at).total_seconds()
         self.assertTrue(14 * 60 < ttl < 16 * 60, ttl)
 
+    def test_pty(self):
+        def until(t, want):
+            seen, deadline = b"", time.time() + 10
+            while want not in seen:
+                if time.time() > deadline:
+                    self.fail(f"no {want!r} from the terminal; saw {seen!r}")
+                b = t.read(timeout=0.5)
+                self.assertIsNotNone(b, f"the terminal ended before {want!r}; saw {seen!r}")
+                seen += b
+            return seen
+
+        with self.c.pty(self.box.id, ["sh"], rows=24, cols=80) as t:
+            t.write("stty size\n")
+            until(t, b"24 80")
+            t.resize(30, 100)
+            t.write("stty size; tty\n")
+            self.assertIn(b"/dev/pts/", until(t, b"30 100"))
+            t.kill()
+            self.assertEqual(t.wait(10).get("signal"), 9)
+            self.assertIsNone(t.read(timeout=1), "a killed terminal's output ends")
+        # A shell that exits on its own reports its status.
+        with self.c.pty(self.box.id, ["sh"]) as t:
+            t.write("exit 3\n")
+            self.assertEqual(t.wait(10).get("code"), 3)
+        with self.assertRaises(smolvm.NotFound):
+            self.c.pty("no-such-box", ["sh"])
+
     def test_exec_streams_and_exit_code(self):
         chunks = []
         r = self.c.exec(self.box.id, ["sh", "-c", "echo one; sleep 0.2; echo two; echo err >&2; exit 3"],

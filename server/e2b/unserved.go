@@ -1,0 +1,38 @@
+package e2b
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	"smolvm.dev/smolvm/internal/httpguard"
+)
+
+// unservedAPIs are the parts of E2B's control plane that the SDK can call
+// and smolvm does not serve, by path prefix. A call to one is a 501 that
+// names what is missing, not a 404 the SDK would read as "no such
+// volume" or "no such secret".
+var unservedAPIs = []struct{ prefix, what string }{
+	{"/volumes", "volumes"},
+	{"/volumecontent/", "volumes"},
+	{"/secrets", "secrets"},
+	{"/templates", "template builds, aliases and tags; a smolvm template is an image or a snapshot (smolvm image, smolvm checkpoint)"},
+	{"/v2/templates", "template builds; a smolvm template is an image or a snapshot (smolvm image, smolvm checkpoint)"},
+	{"/v3/templates", "template builds; a smolvm template is an image or a snapshot (smolvm image, smolvm checkpoint)"},
+}
+
+// noRoute answers a control-plane request no route serves: E2B's error
+// body, and for a part of E2B's API smolvm lacks, a 501 that says so.
+func noRoute(r *http.Request) httpguard.Fail {
+	return func(w http.ResponseWriter, status int, msg string) {
+		if status == http.StatusNotFound {
+			for _, u := range unservedAPIs {
+				if strings.HasPrefix(r.URL.Path, u.prefix) {
+					writeAPIError(w, http.StatusNotImplemented, fmt.Sprintf("%s %s: smolvm does not serve E2B's %s", r.Method, r.URL.EscapedPath(), u.what))
+					return
+				}
+			}
+		}
+		writeAPIError(w, status, msg)
+	}
+}
