@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -73,7 +74,11 @@ func (s *Server) watch(c *conn, req Request) sandbox.Exit {
 	// them.
 	f := os.NewFile(uintptr(fd), "inotify")
 	defer f.Close()
-	w := &watcher{fd: fd, root: root, recursive: req.Recursive, dirs: map[int32]string{}, wds: map[string]int32{}}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return fileExit(fmt.Errorf("watch %s: inotify: %w", root, err))
+	}
+	w := &watcher{fd: rc, root: root, recursive: req.Recursive, dirs: map[int32]string{}, wds: map[string]int32{}}
 	if err := w.add("", nil); err != nil {
 		return watchExit(err)
 	}
@@ -138,7 +143,9 @@ var errTooManyDirs = fmt.Errorf("watch: more than %d directories", MaxWatchDirs)
 // watcher follows one directory (and, recursively, those below it) with
 // one inotify instance.
 type watcher struct {
-	fd        int
+	// fd is the inotify instance, used through Control: the client's
+	// leaving closes it from another goroutine.
+	fd        syscall.RawConn
 	root      string
 	recursive bool
 	dirs      map[int32]string // watch descriptor → directory relative to root ("" is root)
@@ -160,7 +167,14 @@ func (w *watcher) add(rel string, emit func(WatchEvent) error) error {
 	if rel != "" {
 		mask |= unix.IN_DONT_FOLLOW
 	}
-	wd, err := unix.InotifyAddWatch(w.fd, p, mask)
+	var (
+		wd  int
+		err error
+	)
+	cerr := w.fd.Control(func(fd uintptr) { wd, err = unix.InotifyAddWatch(int(fd), p, mask) })
+	if cerr != nil {
+		return cerr // closed: the watch is ending
+	}
 	if err != nil {
 		if rel != "" && (errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR)) {
 			return nil // gone again already
@@ -198,7 +212,7 @@ func (w *watcher) add(rel string, emit func(WatchEvent) error) error {
 func (w *watcher) drop(rel string) {
 	for d, wd := range w.wds {
 		if d == rel || strings.HasPrefix(d, rel+"/") {
-			unix.InotifyRmWatch(w.fd, uint32(wd))
+			w.fd.Control(func(fd uintptr) { unix.InotifyRmWatch(int(fd), uint32(wd)) })
 			delete(w.wds, d)
 			delete(w.dirs, wd)
 		}

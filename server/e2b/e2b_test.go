@@ -37,6 +37,37 @@ func (s *server) call(t *testing.T, method, path string, hdr map[string]string, 
 
 var apiKey = map[string]string{"X-API-KEY": testKey}
 
+// stream makes a server-streaming Connect call with one request message,
+// and returns the status and the error of its end message.
+func (s *server) stream(t *testing.T, method string, hdr map[string]string, msg string) (int, *rpcError) {
+	t.Helper()
+	env := append([]byte{0, 0, 0, 0, byte(len(msg))}, msg...)
+	req, _ := http.NewRequest("POST", s.URL+"/"+method, bytes.NewReader(env))
+	req.Header.Set("Content-Type", "application/connect+json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for len(b) >= 5 {
+		n := int(b[1])<<24 | int(b[2])<<16 | int(b[3])<<8 | int(b[4])
+		if len(b) < 5+n {
+			break
+		}
+		if b[0]&flagEndStream != 0 {
+			var end struct{ Error *rpcError }
+			json.Unmarshal(b[5:5+n], &end)
+			return resp.StatusCode, end.Error
+		}
+		b = b[5+n:]
+	}
+	return resp.StatusCode, nil
+}
+
 // create makes a sandbox through the API and returns its ID and envd token.
 func (s *server) create(t *testing.T) (id, token string) {
 	t.Helper()
@@ -208,6 +239,31 @@ func TestBadInput(t *testing.T) {
 		status, body = s.call(t, "GET", "/process.Process/List", envd, "")
 		if status != http.StatusMethodNotAllowed || body["code"] != codeUnimplemented {
 			t.Errorf("a wrong HTTP method: %d %v", status, body)
+		}
+	})
+
+	t.Run("streams end with their errors", func(t *testing.T) {
+		// A Connect client reads no body from a stream answered with
+		// anything but 200: errors travel in the end message.
+		for _, c := range []struct{ method, body, code, mentions string }{
+			{"filesystem.Filesystem/WatchDir", `{"path":"/no/such/dir","recursive":true}`, codeNotFound, "no such file"},
+			{"filesystem.Filesystem/WatchDir", `{"path":"/etc/hostname"}`, codeInvalidArgument, "not a directory"},
+			{"filesystem.Filesystem/WatchDir", `{"path":"/tmp/../.."}`, codeInvalidArgument, "path"},
+			{"process.Process/Connect", `{"process":{"pid":4242}}`, codeNotFound, "4242"},
+			{"process.Process/Start", `{"process":{}}`, codeInvalidArgument, "process.cmd"},
+			{"process.Process/StreamInput", `{}`, codeUnimplemented, "does not serve"},
+		} {
+			status, end := s.stream(t, c.method, envd, c.body)
+			if status != http.StatusOK || end == nil || end.Code != c.code || !strings.Contains(end.Message, c.mentions) {
+				t.Errorf("%s %s: %d, end %+v; want 200 ending with %s mentioning %q", c.method, c.body, status, end, c.code, c.mentions)
+			}
+		}
+	})
+
+	t.Run("unserved E2B APIs", func(t *testing.T) {
+		for _, p := range []string{"/volumes", "/secrets", "/templates/aliases/x", "/v3/templates"} {
+			status, body := s.call(t, "GET", p, apiKey, "")
+			wantError(t, p, status, body, http.StatusNotImplemented, "smolvm does not serve E2B's")
 		}
 	})
 

@@ -574,18 +574,20 @@ class _WebSocket:
         if token:
             lines.append("Authorization: Bearer " + token)
         sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+        # The response's headers and the frames after them come from one
+        # buffered reader.
         self._rf = sock.makefile("rb")
-        resp = http.client.HTTPResponse(sock)
-        resp.fp = self._rf  # headers and body from the same buffered reader the frames use
-        resp.begin()
-        if resp.status != 101:
-            body = resp.read()
-            sock.close()
-            raise _error(resp.status, body)
-        want = base64.b64encode(hashlib.sha1((key + self._GUID).encode()).digest()).decode()
-        if resp.getheader("Sec-WebSocket-Accept") != want:
-            sock.close()
-            raise SmolvmError("smolvm server: bad WebSocket handshake")
+        resp = http.client.HTTPResponse(_Files(self._rf))
+        try:
+            resp.begin()
+            if resp.status != 101:
+                raise _error(resp.status, resp.read())
+            want = base64.b64encode(hashlib.sha1((key + self._GUID).encode()).digest()).decode()
+            if resp.getheader("Sec-WebSocket-Accept") != want:
+                raise SmolvmError("smolvm server: bad WebSocket handshake")
+        except BaseException:
+            self.close()
+            raise
         sock.settimeout(None)  # a terminal may be quiet for long
 
     def send(self, payload: bytes, text: bool = False, opcode: Optional[int] = None) -> None:
@@ -645,7 +647,18 @@ class _WebSocket:
                 return
             self._closed = True
         try:
-            self._sock.shutdown(socket.SHUT_RDWR)
+            self._sock.shutdown(socket.SHUT_RDWR)  # ends a read in progress, so the reader can close
         except OSError:
             pass
+        self._rf.close()
         self._sock.close()
+
+
+class _Files:
+    """What http.client.HTTPResponse needs of a socket: its reader."""
+
+    def __init__(self, f: Any):
+        self._f = f
+
+    def makefile(self, mode: str) -> Any:
+        return self._f
