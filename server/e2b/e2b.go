@@ -67,7 +67,7 @@ type Handler struct {
 	maxUpload int64
 	ttl       time.Duration
 	procs     *procTable
-	watches   *watchCounts
+	watches   *watchSet
 	api       *http.ServeMux
 	envdMux   *http.ServeMux
 	// routes and envdRoutes list the patterns of each API, for tests.
@@ -87,7 +87,7 @@ func New(ctx context.Context, o Options) (*Handler, error) {
 	}
 	h := &Handler{
 		m: o.Manager, st: o.Store, snaps: o.Snapshots, authorize: o.Authorize, maxUpload: o.MaxUpload, ttl: o.DefaultTTL,
-		procs: newProcTable(), watches: &watchCounts{n: map[string]int{}},
+		procs: newProcTable(), watches: newWatchSet(),
 	}
 	if h.maxUpload <= 0 {
 		h.maxUpload = 1 << 30

@@ -7,8 +7,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -257,6 +259,46 @@ func TestBadInput(t *testing.T) {
 			if status != http.StatusOK || end == nil || end.Code != c.code || !strings.Contains(end.Message, c.mentions) {
 				t.Errorf("%s %s: %d, end %+v; want 200 ending with %s mentioning %q", c.method, c.body, status, end, c.code, c.mentions)
 			}
+		}
+	})
+
+	t.Run("polled watchers", func(t *testing.T) {
+		// E2B's Python SDK watches with these unary calls.
+		status, body := s.call(t, "POST", "/filesystem.Filesystem/CreateWatcher", envd, `{"path":"/tmp","recursive":true}`)
+		id, _ := body["watcherId"].(string)
+		if status != http.StatusOK || id == "" {
+			t.Fatalf("create watcher: %d %v", status, body)
+		}
+		if status, body := s.call(t, "POST", "/filesystem.Filesystem/MakeDir", envd, `{"path":"/tmp/polled/sub"}`); status != http.StatusOK {
+			t.Fatalf("make dir: %d %v", status, body)
+		}
+		watcher := `{"watcherId":"` + id + `"}`
+		var got []any
+		for deadline := time.Now().Add(5 * time.Second); len(got) < 2 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			status, body = s.call(t, "POST", "/filesystem.Filesystem/GetWatcherEvents", envd, watcher)
+			if status != http.StatusOK {
+				t.Fatalf("get events: %d %v", status, body)
+			}
+			evs, _ := body["events"].([]any)
+			got = append(got, evs...)
+		}
+		want := []any{
+			map[string]any{"name": "polled", "type": "EVENT_TYPE_CREATE"},
+			map[string]any{"name": "polled/sub", "type": "EVENT_TYPE_CREATE"},
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("events %v, want %v", got, want)
+		}
+		if status, body := s.call(t, "POST", "/filesystem.Filesystem/RemoveWatcher", envd, watcher); status != http.StatusOK {
+			t.Fatalf("remove watcher: %d %v", status, body)
+		}
+		status, body = s.call(t, "POST", "/filesystem.Filesystem/GetWatcherEvents", envd, watcher)
+		if status != http.StatusNotFound || body["code"] != codeNotFound {
+			t.Errorf("events of a removed watcher: %d %v", status, body)
+		}
+		status, body = s.call(t, "POST", "/filesystem.Filesystem/CreateWatcher", envd, `{"path":"/no/such/dir"}`)
+		if status != http.StatusNotFound || body["code"] != codeNotFound {
+			t.Errorf("a watcher of a missing directory: %d %v", status, body)
 		}
 	})
 

@@ -38,6 +38,9 @@ func (h *Handler) envdServeMux() *http.ServeMux {
 	rpc("filesystem.Filesystem/Move", h.move)
 	rpc("filesystem.Filesystem/Remove", h.remove)
 	handle("POST /filesystem.Filesystem/WatchDir", h.withSandbox(h.watchDir))
+	rpc("filesystem.Filesystem/CreateWatcher", h.createWatcher)
+	rpc("filesystem.Filesystem/GetWatcherEvents", h.getWatcherEvents)
+	rpc("filesystem.Filesystem/RemoveWatcher", h.removeWatcher)
 	// Start and Connect stream (as does WatchDir); the rest are unary.
 	handle("POST /process.Process/Start", h.withSandbox(h.start))
 	handle("POST /process.Process/Connect", h.withSandbox(h.connectProcess))

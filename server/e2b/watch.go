@@ -3,6 +3,7 @@ package e2b
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -40,6 +41,10 @@ type filesystemEvent struct {
 	Type string `json:"type"`
 }
 
+func newFilesystemEvent(ev guest.WatchEvent) *filesystemEvent {
+	return &filesystemEvent{Name: ev.Name, Type: eventTypes[ev.Op]}
+}
+
 // eventTypes names the agent's watch operations as envd's EventType.
 var eventTypes = map[string]string{
 	guest.WatchCreate: "EVENT_TYPE_CREATE",
@@ -49,26 +54,35 @@ var eventTypes = map[string]string{
 	guest.WatchChmod:  "EVENT_TYPE_CHMOD",
 }
 
-// watchCounts counts the open watches of each sandbox.
-type watchCounts struct {
-	mu sync.Mutex
-	n  map[string]int
+// watchSet holds the open watches of every sandbox: a count of each
+// sandbox's, and the polled ones by ID.
+type watchSet struct {
+	mu     sync.Mutex
+	n      map[string]int
+	polled map[string]*polledWatch
+}
+
+func newWatchSet() *watchSet {
+	return &watchSet{n: map[string]int{}, polled: map[string]*polledWatch{}}
 }
 
 // acquire takes one of sandboxID's watches, or says why it cannot.
-func (wc *watchCounts) acquire(sandboxID string) (release func(), rerr *rpcError) {
-	wc.mu.Lock()
-	defer wc.mu.Unlock()
-	if wc.n[sandboxID] >= maxWatches {
+func (ws *watchSet) acquire(sandboxID string) (release func(), rerr *rpcError) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.n[sandboxID] >= maxWatches {
 		return nil, rpcErrorf(codeResourceExhausted, "sandbox %q already has %d directory watches; stop one first", sandboxID, maxWatches)
 	}
-	wc.n[sandboxID]++
+	ws.n[sandboxID]++
+	var once sync.Once
 	return func() {
-		wc.mu.Lock()
-		defer wc.mu.Unlock()
-		if wc.n[sandboxID]--; wc.n[sandboxID] == 0 {
-			delete(wc.n, sandboxID)
-		}
+		once.Do(func() {
+			ws.mu.Lock()
+			defer ws.mu.Unlock()
+			if ws.n[sandboxID]--; ws.n[sandboxID] == 0 {
+				delete(ws.n, sandboxID)
+			}
+		})
 	}, nil
 }
 
@@ -117,7 +131,7 @@ func (h *Handler) watchDir(c *envdCall) {
 			}()
 			return st.Send(watchDirResponse{Start: &struct{}{}})
 		}
-		return st.Send(watchDirResponse{Filesystem: &filesystemEvent{Name: ev.Name, Type: eventTypes[ev.Op]}})
+		return st.Send(watchDirResponse{Filesystem: newFilesystemEvent(ev)})
 	})
 	stopKeepalive()
 	keepalives.Wait() // nothing may write once the handler returns
@@ -149,4 +163,167 @@ func keepalive(ctx context.Context, r *http.Request, st *stream, msg any) {
 			return
 		}
 	}
+}
+
+// envd's polled watchers (CreateWatcher, GetWatcherEvents, RemoveWatcher),
+// which E2B's Python SDK uses for watch_dir: the same agent watch, its
+// events kept for the caller to fetch, at most guest.MaxWatchQueue of
+// them. A watcher that falls that far behind ends, and says so at its next
+// fetch. One that ended is forgotten a minute after its end if nobody
+// fetched it.
+
+// polledWatch is one watcher made by CreateWatcher.
+type polledWatch struct {
+	sandboxID string
+	cancel    context.CancelFunc
+
+	mu     sync.Mutex
+	events []filesystemEvent
+	// end is why the watch ended (nil while it runs or after a clean end);
+	// ended is set once it has.
+	end   *rpcError
+	ended bool
+}
+
+func (pw *polledWatch) add(ev guest.WatchEvent) error {
+	pw.mu.Lock()
+	defer pw.mu.Unlock()
+	if len(pw.events) >= guest.MaxWatchQueue {
+		return fmt.Errorf("watcher: more than %d events not fetched; events were lost", guest.MaxWatchQueue)
+	}
+	pw.events = append(pw.events, *newFilesystemEvent(ev))
+	return nil
+}
+
+type createWatcherRequest struct {
+	Path      string `json:"path"`
+	Recursive bool   `json:"recursive"`
+}
+
+type watcherRequest struct {
+	WatcherID string `json:"watcherId"`
+}
+
+func (h *Handler) createWatcher(ctx context.Context, c *envdCall, raw []byte) (any, *rpcError) {
+	var req createWatcherRequest
+	ac, rerr := h.fsBegin(ctx, c, raw, &req, func() map[string]string { return map[string]string{"path": req.Path} })
+	if rerr != nil {
+		return nil, rerr
+	}
+	release, rerr := h.watches.acquire(c.sb.ID)
+	if rerr != nil {
+		return nil, rerr
+	}
+	// The watch outlives this call: it ends with the server, or when
+	// removed.
+	wctx, cancel := context.WithCancel(h.procs.ctx)
+	pw := &polledWatch{sandboxID: c.sb.ID, cancel: cancel}
+	started := make(chan error, 1)
+	go func() {
+		defer release()
+		var ok bool
+		err := ac.Watch(wctx, req.Path, req.Recursive, func(ev guest.WatchEvent) error {
+			if ev.Op == "" {
+				ok = true
+				started <- nil
+				return nil
+			}
+			return pw.add(ev)
+		})
+		if !ok {
+			started <- err
+			cancel()
+			return
+		}
+		pw.mu.Lock()
+		pw.ended = true
+		if err != nil && wctx.Err() == nil {
+			pw.end = fsError("watch", req.Path, err)
+		}
+		pw.mu.Unlock()
+		time.AfterFunc(time.Minute, func() { h.watches.forget(pw) })
+	}()
+	select {
+	case err := <-started:
+		if err != nil {
+			return nil, fsError("watch", req.Path, err)
+		}
+	case <-ctx.Done():
+		cancel()
+		return nil, rpcFrom(ctx.Err())
+	}
+	id := newToken()
+	h.watches.mu.Lock()
+	h.watches.polled[id] = pw
+	h.watches.mu.Unlock()
+	return struct {
+		WatcherID string `json:"watcherId"`
+	}{id}, nil
+}
+
+// forget drops pw from the table, wherever it is.
+func (ws *watchSet) forget(pw *polledWatch) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for id, p := range ws.polled {
+		if p == pw {
+			delete(ws.polled, id)
+		}
+	}
+}
+
+// find returns sandboxID's watcher named by raw's watcherId.
+func (ws *watchSet) find(sandboxID string, raw []byte) (string, *polledWatch, *rpcError) {
+	var req watcherRequest
+	if rerr := decodeMessage(raw, &req); rerr != nil {
+		return "", nil, rerr
+	}
+	if req.WatcherID == "" {
+		return "", nil, rpcErrorf(codeInvalidArgument, "watcherId: required")
+	}
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	pw, ok := ws.polled[req.WatcherID]
+	if !ok || pw.sandboxID != sandboxID {
+		return "", nil, rpcErrorf(codeNotFound, "watcher %q not found", req.WatcherID)
+	}
+	return req.WatcherID, pw, nil
+}
+
+func (h *Handler) getWatcherEvents(ctx context.Context, c *envdCall, raw []byte) (any, *rpcError) {
+	id, pw, rerr := h.watches.find(c.sb.ID, raw)
+	if rerr != nil {
+		return nil, rerr
+	}
+	pw.mu.Lock()
+	events, end, ended := pw.events, pw.end, pw.ended
+	pw.events = nil
+	pw.mu.Unlock()
+	if len(events) == 0 && ended {
+		h.watches.mu.Lock()
+		delete(h.watches.polled, id)
+		h.watches.mu.Unlock()
+		if end == nil {
+			end = rpcErrorf(codeNotFound, "watcher %q has ended", id)
+		}
+		return nil, end
+	}
+	if events == nil {
+		events = []filesystemEvent{}
+	}
+	return struct {
+		Events []filesystemEvent `json:"events"`
+	}{events}, nil
+}
+
+func (h *Handler) removeWatcher(ctx context.Context, c *envdCall, raw []byte) (any, *rpcError) {
+	id, pw, rerr := h.watches.find(c.sb.ID, raw)
+	if rerr != nil {
+		return nil, rerr
+	}
+	pw.cancel()
+	h.watches.mu.Lock()
+	delete(h.watches.polled, id)
+	h.watches.mu.Unlock()
+	return struct{}{}, nil
 }

@@ -349,7 +349,7 @@ test('what smolvm does not serve is an E2B error that says so', async () => {
   const sbx = await newSandbox()
   // The SDK refuses these itself for the envd version smolvm reports;
   // a raw call shows the server's answer.
-  const res = await fetch(`${process.env.E2B_SANDBOX_URL}/filesystem.Filesystem/CreateWatcher`, {
+  const res = await fetch(`${process.env.E2B_SANDBOX_URL}/process.Process/StreamInput`, {
     method: 'POST',
     headers: { 'Content-Type': 'application/json', 'E2b-Sandbox-Id': sbx.sandboxId, 'X-Access-Token': sbx.envdAccessToken ?? '' },
     body: '{}',
