@@ -16,17 +16,25 @@ import (
 // and its end.
 func watchEvents(t *testing.T, c *Client, dir string, recursive bool) (<-chan WatchEvent, <-chan error, context.CancelFunc) {
 	t.Helper()
+	events := make(chan WatchEvent, 1024)
+	done, cancel := startWatch(t, c, dir, recursive, func(ev WatchEvent) { events <- ev })
+	return events, done, cancel
+}
+
+// startWatch starts a watch on dir that hands events to fn, and returns
+// once it is in place.
+func startWatch(t *testing.T, c *Client, dir string, recursive bool, fn func(WatchEvent)) (<-chan error, context.CancelFunc) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	events, done := make(chan WatchEvent, 1024), make(chan error, 1)
-	ready := make(chan struct{})
+	done, ready := make(chan error, 1), make(chan struct{})
 	go func() {
 		done <- c.Watch(ctx, dir, recursive, func(ev WatchEvent) error {
 			if ev.Op == "" {
 				close(ready)
 				return nil
 			}
-			events <- ev
+			fn(ev)
 			return nil
 		})
 	}()
@@ -37,7 +45,7 @@ func watchEvents(t *testing.T, c *Client, dir string, recursive bool) (<-chan Wa
 	case <-time.After(5 * time.Second):
 		t.Fatal("the watch never started")
 	}
-	return events, done, cancel
+	return done, cancel
 }
 
 // expect reads events until each of want has been seen.
@@ -172,21 +180,8 @@ func TestWatchEnds(t *testing.T) {
 func TestWatchOverflow(t *testing.T) {
 	c, _ := startAgent(t, nil)
 	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	block, done := make(chan struct{}), make(chan error, 1)
-	ready := make(chan struct{})
-	go func() {
-		done <- c.Watch(ctx, dir, false, func(ev WatchEvent) error {
-			if ev.Op == "" {
-				close(ready)
-				return nil
-			}
-			<-block // a client that never reads again
-			return nil
-		})
-	}()
-	<-ready
+	block := make(chan struct{})
+	done, _ := startWatch(t, c, dir, false, func(WatchEvent) { <-block }) // a client that never reads again
 	f, err := os.Create(filepath.Join(dir, "hot"))
 	if err != nil {
 		t.Fatal(err)
@@ -205,7 +200,7 @@ func TestWatchOverflow(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "events were lost") {
 			t.Fatalf("an overflowing watch ended with %v", err)
 		}
-	case <-ctx.Done():
+	case <-time.After(30 * time.Second):
 		t.Fatal("an overflowing watch never ended")
 	}
 }

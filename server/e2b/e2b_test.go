@@ -18,11 +18,20 @@ import (
 // call sends one request and returns the status and decoded JSON body.
 func (s *server) call(t *testing.T, method, path string, hdr map[string]string, body string) (int, map[string]any) {
 	t.Helper()
-	req, err := http.NewRequest(method, s.URL+path, strings.NewReader(body))
+	status, b := s.send(t, method, path, hdr, "application/json", []byte(body))
+	var out map[string]any
+	json.Unmarshal(b, &out)
+	return status, out
+}
+
+// send sends one request and returns the status and the body.
+func (s *server) send(t *testing.T, method, path string, hdr map[string]string, contentType string, body []byte) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, s.URL+path, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Type", contentType)
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
@@ -32,9 +41,7 @@ func (s *server) call(t *testing.T, method, path string, hdr map[string]string, 
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	var out map[string]any
-	json.Unmarshal(b, &out)
-	return resp.StatusCode, out
+	return resp.StatusCode, b
 }
 
 var apiKey = map[string]string{"X-API-KEY": testKey}
@@ -43,18 +50,7 @@ var apiKey = map[string]string{"X-API-KEY": testKey}
 // and returns the status and the error of its end message.
 func (s *server) stream(t *testing.T, method string, hdr map[string]string, msg string) (int, *rpcError) {
 	t.Helper()
-	env := append([]byte{0, 0, 0, 0, byte(len(msg))}, msg...)
-	req, _ := http.NewRequest("POST", s.URL+"/"+method, bytes.NewReader(env))
-	req.Header.Set("Content-Type", "application/connect+json")
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	status, b := s.send(t, "POST", "/"+method, hdr, "application/connect+json", append([]byte{0, 0, 0, 0, byte(len(msg))}, msg...))
 	for len(b) >= 5 {
 		n := int(b[1])<<24 | int(b[2])<<16 | int(b[3])<<8 | int(b[4])
 		if len(b) < 5+n {
@@ -63,11 +59,11 @@ func (s *server) stream(t *testing.T, method string, hdr map[string]string, msg 
 		if b[0]&flagEndStream != 0 {
 			var end struct{ Error *rpcError }
 			json.Unmarshal(b[5:5+n], &end)
-			return resp.StatusCode, end.Error
+			return status, end.Error
 		}
 		b = b[5+n:]
 	}
-	return resp.StatusCode, nil
+	return status, nil
 }
 
 // create makes a sandbox through the API and returns its ID and envd token.
