@@ -156,9 +156,9 @@ type watcher struct {
 }
 
 // add watches the directory rel and, recursively, those below it. With
-// emit, entries found below it are reported as created: they appeared
+// found, entries found below it are added to it as created: they appeared
 // before the watch on rel was in place (mkdir -p, an extracted archive).
-func (w *watcher) add(rel string, emit func(WatchEvent) error) error {
+func (w *watcher) add(rel string, found *[]WatchEvent) error {
 	if len(w.dirs) >= MaxWatchDirs {
 		return errTooManyDirs
 	}
@@ -194,13 +194,11 @@ func (w *watcher) add(rel string, emit func(WatchEvent) error) error {
 	}
 	for _, e := range ents {
 		name := filepath.Join(rel, e.Name())
-		if emit != nil && !isUploadTemp(e.Name()) {
-			if err := emit(WatchEvent{Op: WatchCreate, Name: name}); err != nil {
-				return err
-			}
+		if found != nil && !isUploadTemp(e.Name()) {
+			*found = append(*found, WatchEvent{Op: WatchCreate, Name: name})
 		}
 		if e.IsDir() {
-			if err := w.add(name, emit); err != nil {
+			if err := w.add(name, found); err != nil {
 				return err
 			}
 		}
@@ -298,16 +296,28 @@ func (w *watcher) handle(wd int32, mask, cookie uint32, name string, emit func(W
 	case mask&unix.IN_ATTRIB != 0:
 		ops = []string{WatchChmod}
 	}
+	// A new directory is watched before anything about it goes out, so a
+	// client acting on the event finds it watched; what it already held
+	// follows its own create.
+	var found []WatchEvent
+	switch {
+	case isDir && w.recursive && mask&unix.IN_CREATE != 0:
+		err = w.add(rel, &found)
+	case isDir && w.recursive && mask&unix.IN_MOVED_TO != 0:
+		err = w.add(rel, nil) // moved in whole: only the move is news
+	}
+	if err != nil {
+		return false, err
+	}
 	for _, op := range ops {
 		if err := emit(WatchEvent{Op: op, Name: rel}); err != nil {
 			return false, err
 		}
 	}
-	switch {
-	case isDir && w.recursive && mask&unix.IN_CREATE != 0:
-		return false, w.add(rel, emit)
-	case isDir && w.recursive && mask&unix.IN_MOVED_TO != 0:
-		return false, w.add(rel, nil) // moved in whole: only the move is news
+	for _, ev := range found {
+		if err := emit(ev); err != nil {
+			return false, err
+		}
 	}
 	return false, nil
 }
