@@ -174,10 +174,13 @@ func TestBadInput(t *testing.T) {
 
 		// envd speaks Connect: the code is a string the SDK maps. Without
 		// an access token the answer is 401, whatever the sandbox.
+		// E2B's proxy answers for a sandbox it cannot find: unreachable.
 		status, body = s.call(t, "POST", "/filesystem.Filesystem/Stat", map[string]string{headerSandboxID: "000000000000", headerAccessToken: "x"}, `{"path":"/"}`)
-		if status != http.StatusNotFound || body["code"] != codeNotFound {
+		if status != http.StatusServiceUnavailable || body["code"] != codeUnavailable || !strings.Contains(body["message"].(string), "never existed") {
 			t.Errorf("envd of an unknown sandbox: %d %v", status, body)
 		}
+		status, body = s.call(t, "GET", "/health", map[string]string{headerSandboxID: gone, headerAccessToken: "x"}, "")
+		wantError(t, "health of a removed sandbox", status, body, http.StatusBadGateway, "removed at")
 		status, body = s.call(t, "POST", "/filesystem.Filesystem/Stat", map[string]string{headerSandboxID: "000000000000"}, `{"path":"/"}`)
 		if status != http.StatusUnauthorized || body["code"] != codeUnauthenticated {
 			t.Errorf("envd of an unknown sandbox without a token: %d %v", status, body)
@@ -245,7 +248,7 @@ func TestBadInput(t *testing.T) {
 		// anything but 200: errors travel in the end message.
 		for _, c := range []struct{ method, body, code, mentions string }{
 			{"filesystem.Filesystem/WatchDir", `{"path":"/no/such/dir","recursive":true}`, codeNotFound, "no such file"},
-			{"filesystem.Filesystem/WatchDir", `{"path":"/etc/hostname"}`, codeInvalidArgument, "not a directory"},
+			{"filesystem.Filesystem/WatchDir", `{"path":"/etc/passwd"}`, codeInvalidArgument, "not a directory"},
 			{"filesystem.Filesystem/WatchDir", `{"path":"/tmp/../.."}`, codeInvalidArgument, "path"},
 			{"process.Process/Connect", `{"process":{"pid":4242}}`, codeNotFound, "4242"},
 			{"process.Process/Start", `{"process":{}}`, codeInvalidArgument, "process.cmd"},

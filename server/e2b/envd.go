@@ -68,6 +68,11 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	sb, err := h.m.Get(r.Context(), id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		// E2B's proxy cannot reach a sandbox that is gone: 502, which the
+		// SDK reads as "not running" (isRunning is false after a kill).
+		err = errdefs.New(errdefs.ErrUnavailable, err.Error())
+	}
 	if err != nil {
 		envdError(w, r, err)
 		return
