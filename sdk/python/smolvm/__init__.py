@@ -585,6 +585,7 @@ class _WebSocket:
             want = base64.b64encode(hashlib.sha1((key + self._GUID).encode()).digest()).decode()
             if resp.getheader("Sec-WebSocket-Accept") != want:
                 raise SmolvmError("smolvm server: bad WebSocket handshake")
+            resp.fp = None  # the frames' reader now: the response must not close it when collected
         except BaseException:
             self.close()
             raise

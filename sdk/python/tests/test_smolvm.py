@@ -67,8 +67,14 @@ class SDKTest(unittest.TestCase):
             t.write("stty size\n")
             until(t, b"24 80")
             t.resize(30, 100)
-            t.write("stty size; tty\n")
-            self.assertIn(b"/dev/pts/", until(t, b"30 100"))
+            # The resize travels apart from the input: ask until it is seen.
+            seen, deadline = b"", time.time() + 10
+            while b"30 100" not in seen and time.time() < deadline:
+                t.write("stty size; tty\n")
+                seen += t.read(timeout=0.3) or b""
+            self.assertIn(b"30 100", seen)
+            if b"/dev/pts/" not in seen:
+                until(t, b"/dev/pts/")
             t.kill()
             self.assertEqual(t.wait(10).get("signal"), 9)
             self.assertIsNone(t.read(timeout=1), "a killed terminal's output ends")

@@ -59,7 +59,11 @@ test('pty: write, resize, read, kill', { skip }, async () => {
   t.write('stty size\n')
   await until('24 80')
   t.resize({ rows: 30, cols: 100 })
-  t.write('stty size; tty\n')
+  // The resize travels apart from the input: ask until it is seen.
+  for (const deadline = Date.now() + 10_000; !out.includes('30 100') && Date.now() < deadline; ) {
+    t.write('stty size; tty\n')
+    await new Promise((r) => setTimeout(r, 300))
+  }
   await until('30 100')
   assert.match(out, /\/dev\/pts\//)
   t.kill()
