@@ -220,8 +220,13 @@ func TestServerSandboxes(t *testing.T) {
 		io.WriteString(shW, "tty\n")
 		waitFor(t, func() bool { return strings.Contains(shOut.String(), "/dev/pts/") }, "the shell's terminal")
 		signals <- syscall.SIGKILL
-		if err := <-done; err != nil || exit.Signal != int(syscall.SIGKILL) {
-			t.Fatalf("killed tty exec: %v %+v %q", err, exit, shOut.String())
+		select {
+		case err := <-done:
+			if err != nil || exit.Signal != int(syscall.SIGKILL) {
+				t.Fatalf("killed tty exec: %v %+v %q", err, exit, shOut.String())
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the shell outlived its SIGKILL by 10s: %q", shOut.String())
 		}
 	})
 
