@@ -302,9 +302,14 @@ func TestBadInput(t *testing.T) {
 	})
 
 	t.Run("unserved E2B APIs", func(t *testing.T) {
-		for _, p := range []string{"/volumes", "/secrets", "/templates/aliases/x", "/v3/templates"} {
+		for _, p := range []string{"/volumes", "/secrets", "/templates/aliases/x", "/v3/templates", "/templates/base/builds/b1/status", "/volumecontent/v/file"} {
 			status, body := s.call(t, "GET", p, apiKey, "")
 			wantError(t, p, status, body, http.StatusNotImplemented, "smolvm does not serve E2B's")
+		}
+		// A served route's bad name is that route's answer, not a 501.
+		status, body := s.call(t, "DELETE", "/templates/%2F", apiKey, "")
+		if status >= 500 {
+			t.Errorf("DELETE /templates/%%2F: %d %v", status, body)
 		}
 	})
 
