@@ -78,7 +78,7 @@ func (s *Server) watch(c *conn, req Request) sandbox.Exit {
 	if err != nil {
 		return fileExit(fmt.Errorf("watch %s: inotify: %w", root, err))
 	}
-	w := &watcher{fd: rc, root: root, recursive: req.Recursive, dirs: map[int32]string{}, wds: map[string]int32{}}
+	w := newWatcher(rc, root, req.Recursive)
 	if err := w.add("", nil); err != nil {
 		return watchExit(err)
 	}
@@ -153,6 +153,16 @@ type watcher struct {
 	// moved holds the cookies of renames away from the agent's own
 	// temporary upload files (writeFile): their arrival is the upload.
 	moved map[uint32]bool
+	// scanned holds entries a new directory's scan reported as created: one
+	// made between its watch and its scan is reported by both, and its
+	// inotify create is dropped. Bounded: past MaxWatchQueue it starts
+	// over (a duplicate create then, never a missed one).
+	scanned map[string]bool
+}
+
+func newWatcher(fd syscall.RawConn, root string, recursive bool) *watcher {
+	return &watcher{fd: fd, root: root, recursive: recursive, dirs: map[int32]string{}, wds: map[string]int32{},
+		moved: map[uint32]bool{}, scanned: map[string]bool{}}
 }
 
 // add watches the directory rel and, recursively, those below it. With
@@ -196,6 +206,10 @@ func (w *watcher) add(rel string, found *[]WatchEvent) error {
 		name := filepath.Join(rel, e.Name())
 		if found != nil && !isUploadTemp(e.Name()) {
 			*found = append(*found, WatchEvent{Op: WatchCreate, Name: name})
+			if len(w.scanned) >= MaxWatchQueue {
+				clear(w.scanned)
+			}
+			w.scanned[name] = true
 		}
 		if e.IsDir() {
 			if err := w.add(name, found); err != nil {
@@ -220,7 +234,6 @@ func (w *watcher) drop(rel string) {
 // run reads events until f is closed or the watched directory goes away,
 // handing each to emit.
 func (w *watcher) run(ctx context.Context, f *os.File, emit func(WatchEvent) error) error {
-	w.moved = map[uint32]bool{}
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := f.Read(buf)
@@ -272,6 +285,13 @@ func (w *watcher) handle(wd int32, mask, cookie uint32, name string, emit func(W
 			w.moved[cookie] = true
 		}
 		return false, nil
+	}
+	if mask&unix.IN_CREATE != 0 && w.scanned[rel] {
+		delete(w.scanned, rel) // reported, and watched, by its parent's scan
+		return false, nil
+	}
+	if mask&(unix.IN_DELETE|unix.IN_MOVED_FROM) != 0 {
+		delete(w.scanned, rel) // a create of the name from now on is news
 	}
 	var ops []string
 	switch {

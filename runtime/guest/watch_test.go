@@ -5,10 +5,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"smolvm.dev/smolvm/errdefs"
 )
 
@@ -202,5 +204,50 @@ func TestWatchOverflow(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("an overflowing watch never ended")
+	}
+}
+
+// An entry made between a new directory's watch and its scan is reported
+// once, by the scan; made again after a removal, it is news again.
+func TestWatchScanReportsOnce(t *testing.T) {
+	dir := t.TempDir()
+	for _, p := range []string{"d/x", "d/y"} {
+		if err := os.MkdirAll(filepath.Join(dir, p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(fd), "inotify")
+	defer f.Close()
+	rc, _ := f.SyscallConn()
+	w := newWatcher(rc, dir, true)
+	if err := w.add("", nil); err != nil {
+		t.Fatal(err)
+	}
+	var got []WatchEvent
+	emit := func(ev WatchEvent) error { got = append(got, ev); return nil }
+	// The events inotify would queue for d made with x and y in it, x
+	// after d's watch (so both its create and the scan report it), y
+	// before; then y removed and made again.
+	for _, ev := range []struct {
+		dir  string
+		mask uint32
+		name string
+	}{
+		{"", unix.IN_CREATE | unix.IN_ISDIR, "d"},
+		{"d", unix.IN_CREATE | unix.IN_ISDIR, "x"},
+		{"d", unix.IN_DELETE | unix.IN_ISDIR, "y"},
+		{"d", unix.IN_CREATE | unix.IN_ISDIR, "y"},
+	} {
+		if _, err := w.handle(w.wds[ev.dir], ev.mask, 0, ev.name, emit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []WatchEvent{{WatchCreate, "d"}, {WatchCreate, "d/x"}, {WatchCreate, "d/y"}, {WatchRemove, "d/y"}, {WatchCreate, "d/y"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("events %v, want %v", got, want)
 	}
 }
