@@ -246,7 +246,7 @@ test('files.watchDir: create, write, rename and remove, recursively', async () =
   await sbx.files.makeDir('/work/watched/sub')
   const events = []
   const seen = (type, name) => events.some((e) => e.type === type && e.name === name)
-  const until = (what, ...want) => waitFor(() => want.every(([t, n]) => seen(t, n)), 5000, `${what} (saw ${JSON.stringify(events)})`)
+  const until = (what, ...want) => waitFor(() => want.every(([t, n]) => seen(t, n)), 10_000, `${what} (saw ${JSON.stringify(events)})`)
   const w = await sbx.files.watchDir('/work/watched', (e) => events.push(e), { recursive: true })
 
   // An upload is a create and a write of its own name.
@@ -280,8 +280,8 @@ test('files.watchDir: create, write, rename and remove, recursively', async () =
   await waitFor(() => exited, 5000, 'the watch of a removed directory to end')
   assert.ok(exited instanceof NotFoundError, `ended with ${exited}`)
   let timedOut
-  await sbx.files.watchDir('/work/watched', () => {}, { timeoutMs: 1000, onExit: (err) => (timedOut = err ?? 'no error') })
-  await waitFor(() => timedOut, 5000, 'the watch to time out')
+  await sbx.files.watchDir('/work/watched', () => {}, { timeoutMs: 2000, onExit: (err) => (timedOut = err ?? 'no error') })
+  await waitFor(() => timedOut, 10_000, 'the watch to time out')
   assert.ok(timedOut instanceof TimeoutError, `ended with ${timedOut}`)
 
   // Watches per sandbox are bounded; a stopped one frees its place.
