@@ -14,8 +14,9 @@ import (
 // envd's Filesystem.WatchDir: a stream of changes under a directory, read
 // by the sandbox's agent with inotify (guest.Client.Watch). It lasts until
 // the client leaves, the call's timeout (the SDK's timeoutMs, 60 s by
-// default) passes, or the directory goes away. A pause, checkpoint or fork ends
-// it too: the agent drops its host connections for them.
+// default) passes, or the directory goes away. A checkpoint or fork ends
+// it too: the agent drops its host connections for them. A pause does not:
+// it freezes the sandbox, connections and all.
 
 // maxWatches bounds the watches open at once on one sandbox; each holds an
 // agent connection and an inotify instance in the sandbox.

@@ -312,6 +312,10 @@ test('a dead sandbox answers in E2B\'s terms, never hangs', async () => {
 test('pause, then connect resumes', async () => {
   const sbx = await newSandbox()
   await sbx.files.write('/tmp/state', 'kept')
+  // A pause freezes the sandbox with its connections: a watch open
+  // across it sees what happens after the resume.
+  const seen = []
+  const w = await sbx.files.watchDir('/tmp', (e) => seen.push(e.name))
   assert.equal(await sbx.pause(), true)
   assert.equal((await sbx.getInfo()).state, 'paused')
   const paused = await Sandbox.list({ query: { state: ['paused'] } }).nextItems()
@@ -321,7 +325,9 @@ test('pause, then connect resumes', async () => {
   const resumed = await Sandbox.connect(sbx.sandboxId)
   assert.equal((await resumed.getInfo()).state, 'running')
   assert.equal(await resumed.files.read('/tmp/state'), 'kept')
-  assert.equal((await resumed.commands.run('echo back')).stdout, 'back\n')
+  assert.equal((await resumed.commands.run('echo back > /tmp/after')).exitCode, 0)
+  await waitFor(() => seen.includes('after'), 5000, `the watch to see a write after the resume (saw ${seen})`)
+  await w.stop()
 
   // A paused sandbox can be killed without resuming it.
   await resumed.pause()
@@ -400,7 +406,11 @@ test('createSnapshot, then Sandbox.create from it', async () => {
   const sbx = await newSandbox()
   await sbx.files.write('/tmp/snap', 'saved')
   const name = `snap-${Date.now()}`
+  // A checkpoint closes the agent's connections: a watch ends.
+  let watchEnded
+  await sbx.files.watchDir('/tmp', () => {}, { onExit: (err) => (watchEnded = err ?? 'no error') })
   const snap = await sbx.createSnapshot({ name })
+  await waitFor(() => watchEnded, 5000, 'the checkpoint to end the watch')
   assert.match(snap.snapshotId, /^sha256:[0-9a-f]{64}$/)
   assert.deepEqual(snap.names, [name])
   await sbx.files.write('/tmp/snap', 'changed after')
