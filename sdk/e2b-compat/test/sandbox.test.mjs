@@ -336,7 +336,7 @@ test('pause, then connect resumes', async () => {
   await assert.rejects(Sandbox.connect(sbx.sandboxId), NotFoundError)
 })
 
-test('list filters by metadata and state as the SDK encodes them', async () => {
+test('list filters by metadata, state, template and start time as the SDK sends them', async () => {
   const tag = `m${Date.now()}`
   const odd = 'a b&c=d/é%'
   const one = await newSandbox({ metadata: { tag, kind: odd } })
@@ -349,6 +349,11 @@ test('list filters by metadata and state as the SDK encodes them', async () => {
   assert.deepEqual(await ids({ metadata: { tag }, state: ['paused'] }), [two.sandboxId])
   assert.deepEqual(await ids({ metadata: { tag }, state: ['running'] }), [one.sandboxId])
   assert.deepEqual(await ids({ metadata: { tag }, state: ['running', 'paused'] }), [one.sandboxId, two.sandboxId].sort())
+  const { templateId, startedAt } = await one.getInfo()
+  assert.deepEqual(await ids({ metadata: { tag }, template: templateId }), [one.sandboxId, two.sandboxId].sort())
+  assert.deepEqual(await ids({ metadata: { tag }, template: 'no-such-template' }), [])
+  assert.ok((await ids({ metadata: { tag }, startedAfter: new Date(startedAt.getTime() - 1) })).includes(one.sandboxId))
+  assert.deepEqual(await ids({ metadata: { tag }, startedAfter: new Date(Date.now() + 60_000) }), [])
 })
 
 test('what smolvm does not serve is an E2B error that says so', async () => {
