@@ -297,6 +297,15 @@ test('files.watchDir: create, write, rename and remove, recursively', async () =
   await Promise.all(many.map((h) => h.stop()))
 })
 
+test('stdin a command never reads does not hold up its kill', async () => {
+  const sbx = await newSandbox()
+  const h = await sbx.commands.run('sleep 100', { background: true, stdin: true })
+  await sbx.commands.sendStdin(h.pid, 'x'.repeat(1 << 20), { requestTimeoutMs: 10_000 })
+  assert.equal(await sbx.commands.kill(h.pid), true)
+  const res = await h.wait().catch((e) => e)
+  assert.ok(res instanceof CommandExitError, `got ${res}`)
+})
+
 test('a dead sandbox answers in E2B\'s terms, never hangs', async () => {
   const sbx = await newSandbox()
   const h = await sbx.commands.run('sleep 60', { background: true })
