@@ -9,8 +9,9 @@ import (
 // read yet. Up to it the agent keeps reading the host's frames, so a
 // signal or resize sent after input the command ignores still arrives (a
 // write to a full pipe would stall the frame loop, and a kill with it);
-// past it the agent stops reading, which holds the host back.
-const maxPendingStdin = 8 << 20
+// past it the agent stops reading, which holds the host back. One E2B
+// sendStdin message (at most 4 MiB) fits.
+const maxPendingStdin = 4 << 20
 
 // stdinQueue hands a command its stdin from a goroutine of its own, so the
 // frame loop never waits on the command.
