@@ -194,7 +194,10 @@ func (r hostileReq) send(ctx context.Context, hc *http.Client, base string) (int
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return resp.StatusCode, fmt.Errorf("reading the answer (%d): %w", resp.StatusCode, err)
 	}
-	if resp.StatusCode >= 500 && resp.StatusCode != http.StatusServiceUnavailable {
+	// 502 is E2B's proxy's answer for envd of a sandbox it cannot reach
+	// (not running, or not there), which the SDK reads as "not running".
+	unreachable := resp.StatusCode == http.StatusBadGateway && r.header.Get("E2b-Sandbox-Id") != ""
+	if resp.StatusCode >= 500 && resp.StatusCode != http.StatusServiceUnavailable && !unreachable {
 		return resp.StatusCode, fmt.Errorf("%d %s", resp.StatusCode, head.Bytes())
 	}
 	return resp.StatusCode, nil

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -152,5 +153,31 @@ func TestBackgroundJobOutlivesExec(t *testing.T) {
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil || strings.Contains(string(stat), ") Z ") {
 		t.Fatalf("the background job died with its exec: %q %v", stat, err)
+	}
+}
+
+// A command that reads no stdin still gets its signals: input it ignores
+// must not stall the agent's frame loop (and a kill with it).
+func TestSignalPastUnreadStdin(t *testing.T) {
+	c, _ := startAgent(t, nil)
+	sigs := make(chan syscall.Signal, 1)
+	done := make(chan sandbox.Exit, 1)
+	go func() {
+		exit, err := c.Exec(context.Background(), sandbox.Process{Args: []string{"sleep", "100"}},
+			sandbox.Stdio{Stdin: bytes.NewReader(make([]byte, 2<<20)), Signals: sigs})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- exit
+	}()
+	time.Sleep(500 * time.Millisecond) // the input is sent, and stuck in front of the pipe
+	sigs <- syscall.SIGKILL
+	select {
+	case exit := <-done:
+		if exit.Signal != int(syscall.SIGKILL) {
+			t.Fatalf("exit %+v, want killed", exit)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a SIGKILL sent after 2 MiB of unread stdin never arrived")
 	}
 }

@@ -164,7 +164,7 @@ func writeFile(c *conn, p string) (sandbox.FileInfo, error) {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return sandbox.FileInfo{}, err
 	}
-	f, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".smolvm-*")
+	f, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+uploadTempMarker+"*")
 	if err != nil {
 		return sandbox.FileInfo{}, err
 	}

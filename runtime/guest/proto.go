@@ -60,6 +60,10 @@ const (
 	OpRename    = "rename" // Path to Dest; FileInfo of Dest
 	OpWriteFile = "write"  // replace Path with stdin, atomically; FileInfo
 	OpReadFile  = "read"   // Path's bytes, raw, on stdout
+	// OpWatch streams changes under the directory Path (every level below
+	// with Recursive) as JSON WatchEvents, one per stdout frame, until the
+	// client closes the connection.
+	OpWatch = "watch"
 	// OpDeadline moves the sandbox's deadline (Request.Deadline; nil
 	// removes it), so a time to live can be extended while it runs.
 	OpDeadline = "deadline"
@@ -77,6 +81,8 @@ type Request struct {
 	// Dest is a rename's destination; Depth bounds a listing.
 	Dest  string `json:"dest,omitempty"`
 	Depth int    `json:"depth,omitempty"`
+	// Recursive makes OpWatch follow every directory below Path.
+	Recursive bool `json:"recursive,omitempty"`
 	// Deadline is OpDeadline's new deadline.
 	Deadline *time.Time `json:"deadline,omitempty"`
 }

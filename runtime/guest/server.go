@@ -274,6 +274,8 @@ func (s *Server) handle(nc net.Conn) {
 		exit = s.get(c, req.Path)
 	case OpStat, OpList, OpMkdir, OpRemove, OpRename, OpWriteFile, OpReadFile:
 		exit = s.fsOp(c, req)
+	case OpWatch:
+		exit = s.watch(c, req)
 	case OpIdentity:
 		if req.Identity == nil {
 			exit = sandbox.Exit{Code: 125, Error: "identity: none given", Kind: sandbox.KindInvalid}
@@ -421,6 +423,15 @@ func (s *Server) exec(c *conn, p sandbox.Process) sandbox.Exit {
 	// leaves its background jobs.
 	exited := make(chan struct{})
 	defer close(exited)
+	var inq *stdinQueue
+	if stdin != nil {
+		eof := func() { stdin.Close() }
+		if ptmx != nil {
+			eof = func() { stdin.Write([]byte{4}) } // ^D: EOF for the terminal's reader
+		}
+		inq = newStdinQueue(stdin, eof)
+		defer inq.stop()
+	}
 	go func() {
 		for {
 			typ, b, err := c.read()
@@ -436,16 +447,12 @@ func (s *Server) exec(c *conn, p sandbox.Process) sandbox.Exit {
 			}
 			switch typ {
 			case frameStdin:
-				if stdin != nil {
-					stdin.Write(b)
+				if inq != nil {
+					inq.put(b)
 				}
 			case frameStdinEOF:
-				if stdin != nil {
-					if ptmx != nil {
-						stdin.Write([]byte{4}) // ^D: EOF for the terminal's reader
-					} else {
-						stdin.Close()
-					}
+				if inq != nil {
+					inq.end()
 				}
 			case frameResize:
 				var sz sandbox.Size

@@ -109,6 +109,30 @@ export class InvalidRequestError extends SmolvmError {}
 export class TooLargeError extends SmolvmError {}
 export class BusyError extends SmolvmError {}
 
+export interface PtyOptions {
+  /** Default: bash -i -l. */
+  args?: string[]
+  rows?: number
+  cols?: number
+  env?: Record<string, string>
+  workdir?: string
+  user?: string
+  timeout?: Seconds
+  /** The terminal's output, as it comes. */
+  onData?: (data: Buffer) => void
+}
+
+/** A command on a terminal inside a sandbox. */
+export class Pty {
+  write(data: string | Uint8Array): void
+  resize(size: { rows: number; cols: number }): void
+  /** Default SIGKILL (9). */
+  kill(signal?: number): void
+  wait(): Promise<Exit>
+  /** Closing the connection kills the command. */
+  close(): void
+}
+
 export class Client {
   constructor(opts?: { host?: string; token?: string })
   create(opts?: CreateOptions): Promise<Sandbox>
@@ -124,6 +148,7 @@ export class Client {
     args: string[],
     opts?: ExecOptions & { onStdout?: (data: Buffer) => void; onStderr?: (data: Buffer) => void },
   ): Promise<ExecResult>
+  pty(ref: string, opts?: PtyOptions): Promise<Pty>
   writeFile(ref: string, path: string, data: string | Uint8Array): Promise<void>
   readFile(ref: string, path: string): Promise<Buffer>
   checkpoint(ref: string, opts?: { name?: string; stop?: boolean }): Promise<Snapshot>

@@ -1,6 +1,10 @@
 // SDK for smolvm's HTTP API (`smolvm serve`): fetch-based, no runtime
 // dependencies. Types are in index.d.ts.
 
+import { request as httpRequest } from 'node:http'
+import { request as httpsRequest } from 'node:https'
+import { createHash, randomBytes } from 'node:crypto'
+
 /** An error response from the server. */
 export class SmolvmError extends Error {
   constructor(message, { code = '', status = 0, field = '', body = {} } = {}) {
@@ -210,6 +214,18 @@ export class Client {
     throw new SmolvmError('smolvm server: exec stream ended without an exit')
   }
 
+  /**
+   * Start args (default bash -i -l, as E2B's pty.create) on a terminal of
+   * rows x cols, over the exec WebSocket. onData gets the terminal's output
+   * as it comes. Resolves once the server has accepted the connection.
+   */
+  async pty(ref, { args = ['/bin/bash', '-i', '-l'], rows = 24, cols = 80, env, workdir, user, timeout, onData } = {}) {
+    const url = new URL(this.base + this.#sb(ref, '/exec/ws'))
+    const ws = await WebSocketConn.open(url, this.token)
+    ws.send(JSON.stringify({ args, tty: true, rows, cols, env: envList(env), workdir, user, timeout: duration(timeout) }), true)
+    return new Pty(ws, onData)
+  }
+
   /** Write data as the file at path (absolute) inside the sandbox. */
   async writeFile(ref, path, data) {
     const body = typeof data === 'string' ? Buffer.from(data) : data
@@ -253,5 +269,183 @@ export class Client {
   async *events({ signal } = {}) {
     const resp = await this.#fetch('GET', '/v1/events', { signal })
     yield* jsonLines(resp.body)
+  }
+}
+
+// Exec WebSocket stream bytes (api.StreamStdin and friends).
+const STDIN = 0
+const STDOUT = 1
+const STDERR = 2
+
+/** A command on a terminal inside a sandbox (Client.pty). */
+export class Pty {
+  #ws
+  #exited
+  constructor(ws, onData) {
+    this.#ws = ws
+    this.#exited = new Promise((resolve, reject) => {
+      let settled = false
+      ws.onMessage = (text, data) => {
+        if (!text) {
+          if (data.length > 0 && (data[0] === STDOUT || data[0] === STDERR)) onData?.(data.subarray(1))
+          return
+        }
+        const m = JSON.parse(data.toString())
+        if (m.exit) {
+          settled = true
+          resolve(m.exit)
+        } else if (m.error) {
+          settled = true
+          reject(errorFrom(m.error))
+        }
+        if (settled) ws.close()
+      }
+      ws.onClose = (err) => {
+        if (!settled) reject(new SmolvmError(`smolvm server: exec connection closed without an exit${err ? `: ${err.message}` : ''}`))
+      }
+    })
+    this.#exited.catch(() => {}) // read by wait(); not an unhandled rejection meanwhile
+  }
+
+  /** Type data (a string or bytes) into the terminal. */
+  write(data) {
+    const b = typeof data === 'string' ? Buffer.from(data) : Buffer.from(data)
+    this.#ws.send(Buffer.concat([Buffer.from([STDIN]), b]), false)
+  }
+
+  resize({ rows, cols }) {
+    this.#ws.send(JSON.stringify({ resize: { rows, cols } }), true)
+  }
+
+  /** Send signal (default SIGKILL, 9) to the command's process group. */
+  kill(signal = 9) {
+    this.#ws.send(JSON.stringify({ signal }), true)
+  }
+
+  /** The command's exit ({code, signal, ...}); rejects if it could not run. */
+  wait() {
+    return this.#exited
+  }
+
+  /** Close the connection, which kills the command. */
+  close() {
+    this.#ws.close()
+  }
+}
+
+/** The client side of RFC 6455, enough for the exec WebSocket. */
+class WebSocketConn {
+  onMessage = () => {}
+  onClose = () => {}
+  #sock
+  #buf = Buffer.alloc(0)
+  #frags = []
+  #fragText = false
+  #closed = false
+
+  static open(url, token) {
+    const key = randomBytes(16).toString('base64')
+    const headers = { Connection: 'Upgrade', Upgrade: 'websocket', 'Sec-WebSocket-Key': key, 'Sec-WebSocket-Version': '13' }
+    if (token) headers.Authorization = `Bearer ${token}`
+    const req = (url.protocol === 'https:' ? httpsRequest : httpRequest)(url, { headers })
+    return new Promise((resolve, reject) => {
+      req.on('upgrade', (res, sock, head) => {
+        const want = createHash('sha1').update(key + '258EAFA5-E914-47DA-95CA-C5AB0DC85B11').digest('base64')
+        if (res.headers['sec-websocket-accept'] !== want) {
+          sock.destroy()
+          reject(new SmolvmError('smolvm server: bad WebSocket handshake'))
+          return
+        }
+        resolve(new WebSocketConn(sock, head))
+      })
+      req.on('response', async (res) => {
+        let text = ''
+        for await (const chunk of res) text += chunk
+        try {
+          reject(errorFrom(JSON.parse(text), res.statusCode))
+        } catch {
+          reject(new SmolvmError(`smolvm server: HTTP ${res.statusCode}: ${text.slice(0, 200)}`, { status: res.statusCode }))
+        }
+      })
+      req.on('error', reject)
+      req.end()
+    })
+  }
+
+  constructor(sock, head) {
+    this.#sock = sock
+    sock.setNoDelay(true)
+    sock.on('data', (b) => this.#read(b))
+    sock.on('close', () => this.#end())
+    sock.on('error', (err) => this.#end(err))
+    if (head?.length) queueMicrotask(() => this.#read(head))
+  }
+
+  send(data, text) {
+    if (this.#closed) throw new SmolvmError('smolvm server: the terminal\'s connection is closed')
+    const payload = typeof data === 'string' ? Buffer.from(data) : data
+    const n = payload.length
+    const hdr = n < 126 ? Buffer.alloc(2) : n < 65536 ? Buffer.alloc(4) : Buffer.alloc(10)
+    hdr[0] = 0x80 | (text === true ? 0x1 : text === false ? 0x2 : text)
+    if (n < 126) hdr[1] = 0x80 | n
+    else if (n < 65536) {
+      hdr[1] = 0x80 | 126
+      hdr.writeUInt16BE(n, 2)
+    } else {
+      hdr[1] = 0x80 | 127
+      hdr.writeBigUInt64BE(BigInt(n), 2)
+    }
+    const mask = randomBytes(4)
+    const masked = Buffer.alloc(n)
+    for (let i = 0; i < n; i++) masked[i] = payload[i] ^ mask[i & 3]
+    this.#sock.write(Buffer.concat([hdr, mask, masked]))
+  }
+
+  close() {
+    if (!this.#closed) this.#sock.destroy()
+  }
+
+  #end(err) {
+    if (this.#closed) return
+    this.#closed = true
+    this.#sock.destroy()
+    this.onClose(err)
+  }
+
+  #read(chunk) {
+    this.#buf = Buffer.concat([this.#buf, chunk])
+    for (;;) {
+      const b = this.#buf
+      if (b.length < 2) return
+      let n = b[1] & 0x7f
+      let off = 2
+      if (n === 126) {
+        if (b.length < 4) return
+        n = b.readUInt16BE(2)
+        off = 4
+      } else if (n === 127) {
+        if (b.length < 10) return
+        n = Number(b.readBigUInt64BE(2))
+        off = 10
+      }
+      if (b.length < off + n) return
+      const op = b[0] & 0x0f
+      const fin = (b[0] & 0x80) !== 0
+      const payload = b.subarray(off, off + n)
+      this.#buf = b.subarray(off + n)
+      if (op === 0x8) return this.#end()
+      if (op === 0x9) {
+        this.send(payload, 0xa)
+        continue
+      }
+      if (op === 0xa) continue
+      if (op === 0x1 || op === 0x2) this.#fragText = op === 0x1
+      this.#frags.push(payload)
+      if (fin) {
+        const msg = Buffer.concat(this.#frags)
+        this.#frags = []
+        this.onMessage(this.#fragText, msg)
+      }
+    }
   }
 }

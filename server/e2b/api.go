@@ -334,7 +334,8 @@ func (h *Handler) getInfo(w http.ResponseWriter, r *http.Request) {
 }
 
 // list answers GET /v2/sandboxes: running and paused sandboxes, filtered
-// by state=running,paused and metadata=k%3Dv%26k2%3Dv2 as the SDK sends.
+// by state=running,paused, metadata=k%3Dv%26k2%3Dv2, template and
+// startedAfter as the SDK sends them.
 func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	states := map[string]bool{}
@@ -348,11 +349,19 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	want, err := url.ParseQuery(q.Get("metadata"))
+	want, err := metadataFilter(q.Get("metadata"))
 	if err != nil {
 		writeAPIError(w, http.StatusBadRequest, "metadata: "+err.Error())
 		return
 	}
+	var after time.Time
+	if v := q.Get("startedAfter"); v != "" {
+		if after, err = time.Parse(time.RFC3339Nano, v); err != nil {
+			writeAPIError(w, http.StatusBadRequest, fmt.Sprintf("startedAfter: %q is not an RFC 3339 time", v))
+			return
+		}
+	}
+	template := q.Get("template")
 	// E2B state first: a row is saved only after its sandbox's record
 	// exists, so any row the later List lacks belongs to a sandbox that
 	// is gone (removed by the CLI, reaped after expiry) and can go too.
@@ -370,8 +379,11 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	for _, sb := range sbs {
 		md := mds[sb.ID]
 		delete(mds, sb.ID)
-		if live(sb) && (len(states) == 0 || states[string(sb.State)]) && matches(md, want) {
-			out = append(out, newDetailJSON(sb, md))
+		if !live(sb) || (len(states) > 0 && !states[string(sb.State)]) || !matches(md, want) {
+			continue
+		}
+		if d := newDetailJSON(sb, md); (template == "" || d.TemplateID == template) && d.StartedAt.After(after) {
+			out = append(out, d)
 		}
 	}
 	for id := range mds {
@@ -380,9 +392,34 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func matches(md map[string]string, want url.Values) bool {
-	for k := range want {
-		if md[k] != want.Get(k) {
+// metadataFilter decodes the metadata query of a list: the SDK encodes
+// each key and value with encodeURIComponent, then the pairs as a query
+// string ("k%3Dv%26k2%3Dv%2520w" once in the URL), so each key and value
+// is escaped once more inside it.
+func metadataFilter(q string) (map[string]string, error) {
+	pairs, err := url.ParseQuery(q)
+	if err != nil {
+		return nil, err
+	}
+	want := map[string]string{}
+	for k, vs := range pairs {
+		key, err := url.PathUnescape(k)
+		if err != nil {
+			return nil, fmt.Errorf("key %q: %w", k, err)
+		}
+		v, err := url.PathUnescape(vs[0])
+		if err != nil {
+			return nil, fmt.Errorf("value of %q: %w", key, err)
+		}
+		want[key] = v
+	}
+	return want, nil
+}
+
+// matches reports whether md holds every pair of want.
+func matches(md, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := md[k]; !ok || got != v {
 			return false
 		}
 	}

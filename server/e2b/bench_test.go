@@ -21,7 +21,8 @@ var sdkCommand = sandbox.Process{Args: []string{"/bin/bash", "-l", "-c", "true"}
 // BenchmarkSDK measures create + commands.run('true'), and
 // commands.run('true') alone, through the real e2b SDK against the E2B
 // handler on a loopback listener, and the same operations on the Manager
-// directly, in one run. b.N is the sample count of each series:
+// directly, in one run; and files.write alone against files.write until a
+// watchDir sees it. b.N is the sample count of each series:
 //
 //	go test -run X -bench SDK -benchtime 20x ./e2b
 func BenchmarkSDK(b *testing.B) {
@@ -67,13 +68,15 @@ func BenchmarkSDK(b *testing.B) {
 		b.Fatalf("bench.mjs: %v", err)
 	}
 	measureDirect(n - n/2)
-	var res struct{ CreateRun, Exec []float64 }
+	var res struct{ CreateRun, Exec, Write, Watched []float64 }
 	if err := json.Unmarshal(out, &res); err != nil {
 		b.Fatalf("bench.mjs printed %q: %v", out, err)
 	}
 	viaSDK := bench.Series{Name: "e2b SDK: Sandbox.create + commands.run('true')", Samples: millis(res.CreateRun)}
 	sdkExec := bench.Series{Name: "e2b SDK: commands.run('true')", Samples: millis(res.Exec)}
-	bench.Print(os.Stdout, []bench.Series{direct, viaSDK, directExec, sdkExec})
+	sdkWrite := bench.Series{Name: "e2b SDK: files.write", Samples: millis(res.Write)}
+	sdkWatched := bench.Series{Name: "e2b SDK: files.write until watchDir sees it", Samples: millis(res.Watched)}
+	bench.Print(os.Stdout, []bench.Series{direct, viaSDK, directExec, sdkExec, sdkWrite, sdkWatched})
 	for _, p := range [][2]bench.Series{{viaSDK, direct}, {sdkExec, directExec}} {
 		fmt.Printf("SDK overhead at p50, %s: %+.2fms\n", p[0].Name, float64((p[0].Quantile(0.5)-p[1].Quantile(0.5)).Microseconds())/1000)
 	}
@@ -81,6 +84,7 @@ func BenchmarkSDK(b *testing.B) {
 	b.ReportMetric(float64(viaSDK.Quantile(0.99).Microseconds())/1000, "sdk-create-run-p99-ms")
 	b.ReportMetric(float64(sdkExec.Quantile(0.5).Microseconds())/1000, "sdk-run-p50-ms")
 	b.ReportMetric(float64(sdkExec.Quantile(0.99).Microseconds())/1000, "sdk-run-p99-ms")
+	b.ReportMetric(float64(sdkWatched.Quantile(0.5).Microseconds())/1000, "sdk-write-watched-p50-ms")
 }
 
 func millis(ms []float64) []time.Duration {

@@ -16,8 +16,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -222,6 +224,25 @@ func (s *stream) envelope(flags byte, b []byte) error {
 		s.err = err
 	}
 	return s.err
+}
+
+// keepaliveInterval is how often a stream sends a keepalive message, so a
+// quiet stream keeps its connection: what the SDK asks for in its
+// Keepalive-Ping-Interval header (seconds), 50 s without.
+func keepaliveInterval(r *http.Request) time.Duration {
+	if s, err := strconv.Atoi(r.Header.Get("Keepalive-Ping-Interval")); err == nil && s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	return 50 * time.Second
+}
+
+// isStreaming reports whether r is a streaming Connect call. Its errors
+// must travel in the stream's end message, with status 200: a Connect
+// client reads no body from any other status of a stream, only a code
+// guessed from the status ("HTTP 404" is unimplemented).
+func isStreaming(r *http.Request) bool {
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	return strings.HasPrefix(ct, "application/connect+")
 }
 
 // connectTimeout reads the Connect-Timeout-Ms header: the deadline the

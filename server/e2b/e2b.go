@@ -67,6 +67,7 @@ type Handler struct {
 	maxUpload int64
 	ttl       time.Duration
 	procs     *procTable
+	watches   *watchSet
 	api       *http.ServeMux
 	envdMux   *http.ServeMux
 	// routes and envdRoutes list the patterns of each API, for tests.
@@ -86,7 +87,7 @@ func New(ctx context.Context, o Options) (*Handler, error) {
 	}
 	h := &Handler{
 		m: o.Manager, st: o.Store, snaps: o.Snapshots, authorize: o.Authorize, maxUpload: o.MaxUpload, ttl: o.DefaultTTL,
-		procs: newProcTable(),
+		procs: newProcTable(), watches: newWatchSet(),
 	}
 	if h.maxUpload <= 0 {
 		h.maxUpload = 1 << 30
@@ -121,7 +122,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httpguard.RefuseBody(w, err, writeAPIError)
 		return
 	}
-	if httpguard.Routed(w, r, h.api, writeAPIError) {
+	if httpguard.Routed(w, r, h.api, noRoute(r)) {
 		h.api.ServeHTTP(w, r)
 	}
 }

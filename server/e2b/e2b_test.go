@@ -7,8 +7,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -16,11 +18,20 @@ import (
 // call sends one request and returns the status and decoded JSON body.
 func (s *server) call(t *testing.T, method, path string, hdr map[string]string, body string) (int, map[string]any) {
 	t.Helper()
-	req, err := http.NewRequest(method, s.URL+path, strings.NewReader(body))
+	status, b := s.send(t, method, path, hdr, "application/json", []byte(body))
+	var out map[string]any
+	json.Unmarshal(b, &out)
+	return status, out
+}
+
+// send sends one request and returns the status and the body.
+func (s *server) send(t *testing.T, method, path string, hdr map[string]string, contentType string, body []byte) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, s.URL+path, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Type", contentType)
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
@@ -30,12 +41,30 @@ func (s *server) call(t *testing.T, method, path string, hdr map[string]string, 
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	var out map[string]any
-	json.Unmarshal(b, &out)
-	return resp.StatusCode, out
+	return resp.StatusCode, b
 }
 
 var apiKey = map[string]string{"X-API-KEY": testKey}
+
+// stream makes a server-streaming Connect call with one request message,
+// and returns the status and the error of its end message.
+func (s *server) stream(t *testing.T, method string, hdr map[string]string, msg string) (int, *rpcError) {
+	t.Helper()
+	status, b := s.send(t, "POST", "/"+method, hdr, "application/connect+json", append([]byte{0, 0, 0, 0, byte(len(msg))}, msg...))
+	for len(b) >= 5 {
+		n := int(b[1])<<24 | int(b[2])<<16 | int(b[3])<<8 | int(b[4])
+		if len(b) < 5+n {
+			break
+		}
+		if b[0]&flagEndStream != 0 {
+			var end struct{ Error *rpcError }
+			json.Unmarshal(b[5:5+n], &end)
+			return status, end.Error
+		}
+		b = b[5+n:]
+	}
+	return status, nil
+}
 
 // create makes a sandbox through the API and returns its ID and envd token.
 func (s *server) create(t *testing.T) (id, token string) {
@@ -145,10 +174,13 @@ func TestBadInput(t *testing.T) {
 
 		// envd speaks Connect: the code is a string the SDK maps. Without
 		// an access token the answer is 401, whatever the sandbox.
+		// E2B's proxy answers for a sandbox it cannot find: unreachable.
 		status, body = s.call(t, "POST", "/filesystem.Filesystem/Stat", map[string]string{headerSandboxID: "000000000000", headerAccessToken: "x"}, `{"path":"/"}`)
-		if status != http.StatusNotFound || body["code"] != codeNotFound {
+		if status != http.StatusServiceUnavailable || body["code"] != codeUnavailable || !strings.Contains(body["message"].(string), "never existed") {
 			t.Errorf("envd of an unknown sandbox: %d %v", status, body)
 		}
+		status, body = s.call(t, "GET", "/health", map[string]string{headerSandboxID: gone, headerAccessToken: "x"}, "")
+		wantError(t, "health of a removed sandbox", status, body, http.StatusBadGateway, "removed at")
 		status, body = s.call(t, "POST", "/filesystem.Filesystem/Stat", map[string]string{headerSandboxID: "000000000000"}, `{"path":"/"}`)
 		if status != http.StatusUnauthorized || body["code"] != codeUnauthenticated {
 			t.Errorf("envd of an unknown sandbox without a token: %d %v", status, body)
@@ -208,6 +240,76 @@ func TestBadInput(t *testing.T) {
 		status, body = s.call(t, "GET", "/process.Process/List", envd, "")
 		if status != http.StatusMethodNotAllowed || body["code"] != codeUnimplemented {
 			t.Errorf("a wrong HTTP method: %d %v", status, body)
+		}
+	})
+
+	t.Run("streams end with their errors", func(t *testing.T) {
+		// A Connect client reads no body from a stream answered with
+		// anything but 200: errors travel in the end message.
+		for _, c := range []struct{ method, body, code, mentions string }{
+			{"filesystem.Filesystem/WatchDir", `{"path":"/no/such/dir","recursive":true}`, codeNotFound, "no such file"},
+			{"filesystem.Filesystem/WatchDir", `{"path":"/etc/passwd"}`, codeInvalidArgument, "not a directory"},
+			{"filesystem.Filesystem/WatchDir", `{"path":"/tmp/../.."}`, codeInvalidArgument, "path"},
+			{"process.Process/Connect", `{"process":{"pid":4242}}`, codeNotFound, "4242"},
+			{"process.Process/Start", `{"process":{}}`, codeInvalidArgument, "process.cmd"},
+			{"process.Process/StreamInput", `{}`, codeUnimplemented, "does not serve"},
+		} {
+			status, end := s.stream(t, c.method, envd, c.body)
+			if status != http.StatusOK || end == nil || end.Code != c.code || !strings.Contains(end.Message, c.mentions) {
+				t.Errorf("%s %s: %d, end %+v; want 200 ending with %s mentioning %q", c.method, c.body, status, end, c.code, c.mentions)
+			}
+		}
+	})
+
+	t.Run("polled watchers", func(t *testing.T) {
+		// E2B's Python SDK watches with these unary calls.
+		status, body := s.call(t, "POST", "/filesystem.Filesystem/CreateWatcher", envd, `{"path":"/tmp","recursive":true}`)
+		id, _ := body["watcherId"].(string)
+		if status != http.StatusOK || id == "" {
+			t.Fatalf("create watcher: %d %v", status, body)
+		}
+		if status, body := s.call(t, "POST", "/filesystem.Filesystem/MakeDir", envd, `{"path":"/tmp/polled/sub"}`); status != http.StatusOK {
+			t.Fatalf("make dir: %d %v", status, body)
+		}
+		watcher := `{"watcherId":"` + id + `"}`
+		var got []any
+		for deadline := time.Now().Add(5 * time.Second); len(got) < 2 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			status, body = s.call(t, "POST", "/filesystem.Filesystem/GetWatcherEvents", envd, watcher)
+			if status != http.StatusOK {
+				t.Fatalf("get events: %d %v", status, body)
+			}
+			evs, _ := body["events"].([]any)
+			got = append(got, evs...)
+		}
+		want := []any{
+			map[string]any{"name": "polled", "type": "EVENT_TYPE_CREATE"},
+			map[string]any{"name": "polled/sub", "type": "EVENT_TYPE_CREATE"},
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("events %v, want %v", got, want)
+		}
+		if status, body := s.call(t, "POST", "/filesystem.Filesystem/RemoveWatcher", envd, watcher); status != http.StatusOK {
+			t.Fatalf("remove watcher: %d %v", status, body)
+		}
+		status, body = s.call(t, "POST", "/filesystem.Filesystem/GetWatcherEvents", envd, watcher)
+		if status != http.StatusNotFound || body["code"] != codeNotFound {
+			t.Errorf("events of a removed watcher: %d %v", status, body)
+		}
+		status, body = s.call(t, "POST", "/filesystem.Filesystem/CreateWatcher", envd, `{"path":"/no/such/dir"}`)
+		if status != http.StatusNotFound || body["code"] != codeNotFound {
+			t.Errorf("a watcher of a missing directory: %d %v", status, body)
+		}
+	})
+
+	t.Run("unserved E2B APIs", func(t *testing.T) {
+		for _, p := range []string{"/volumes", "/secrets", "/templates/aliases/x", "/v3/templates", "/templates/base/builds/b1/status", "/volumecontent/v/file"} {
+			status, body := s.call(t, "GET", p, apiKey, "")
+			wantError(t, p, status, body, http.StatusNotImplemented, "smolvm does not serve E2B's")
+		}
+		// A served route's bad name is that route's answer, not a 501.
+		status, body := s.call(t, "DELETE", "/templates/%2F", apiKey, "")
+		if status >= 500 {
+			t.Errorf("DELETE /templates/%%2F: %d %v", status, body)
 		}
 	})
 

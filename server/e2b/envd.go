@@ -37,7 +37,11 @@ func (h *Handler) envdServeMux() *http.ServeMux {
 	rpc("filesystem.Filesystem/MakeDir", h.makeDir)
 	rpc("filesystem.Filesystem/Move", h.move)
 	rpc("filesystem.Filesystem/Remove", h.remove)
-	// Start and Connect stream; the rest are unary.
+	handle("POST /filesystem.Filesystem/WatchDir", h.withSandbox(h.watchDir))
+	rpc("filesystem.Filesystem/CreateWatcher", h.createWatcher)
+	rpc("filesystem.Filesystem/GetWatcherEvents", h.getWatcherEvents)
+	rpc("filesystem.Filesystem/RemoveWatcher", h.removeWatcher)
+	// Start and Connect stream (as does WatchDir); the rest are unary.
 	handle("POST /process.Process/Start", h.withSandbox(h.start))
 	handle("POST /process.Process/Connect", h.withSandbox(h.connectProcess))
 	rpc("process.Process/List", h.listProcesses)
@@ -64,6 +68,11 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	sb, err := h.m.Get(r.Context(), id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		// E2B's proxy cannot reach a sandbox that is gone: 502, which the
+		// SDK reads as "not running" (isRunning is false after a kill).
+		err = errdefs.New(errdefs.ErrUnavailable, err.Error())
+	}
 	if err != nil {
 		envdError(w, r, err)
 		return
@@ -114,7 +123,12 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 			writeAPIError(w, status, msg)
 			return
 		}
-		writeRPCError(w, status, rpcErrorf(codeUnimplemented, "%s", msg))
+		rerr := rpcErrorf(codeUnimplemented, "%s (smolvm's envd does not serve it)", msg)
+		if isStreaming(r) {
+			newStream(w).End(rerr)
+			return
+		}
+		writeRPCError(w, status, rerr)
 	}
 	if httpguard.Routed(w, r, h.envdMux, unknown) {
 		h.envdMux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sandboxKey{}, sb)))
@@ -163,13 +177,17 @@ const envdPort = "49983"
 
 // envdError answers a failed envd request: envd's {code, message} for its
 // HTTP routes (/files, /health), a Connect error for the RPC services,
-// whose client reads the code from the body.
+// whose client reads the code from the body (or, for a stream, from its
+// end message).
 func envdError(w http.ResponseWriter, r *http.Request, err error) {
-	if isEnvdHTTP(r) {
+	switch {
+	case isEnvdHTTP(r):
 		httpError(w, err)
-		return
+	case isStreaming(r):
+		newStream(w).End(rpcFrom(err))
+	default:
+		writeUnary(w, nil, rpcFrom(err))
 	}
-	writeUnary(w, nil, rpcFrom(err))
 }
 
 // httpError answers a request to one of envd's HTTP routes with err.

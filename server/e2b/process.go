@@ -324,16 +324,16 @@ func endOf(e sandbox.Exit) endEvent {
 func (h *Handler) start(c *envdCall) {
 	var req startRequest
 	if rerr := readEnveloped(c.r, &req); rerr != nil {
-		writeUnary(c.w, nil, rerr)
+		envdError(c.w, c.r, rerr)
 		return
 	}
 	if req.Process == nil || req.Process.Cmd == "" {
-		writeUnary(c.w, nil, rpcErrorf(codeInvalidArgument, "process.cmd: required"))
+		envdError(c.w, c.r, rpcErrorf(codeInvalidArgument, "process.cmd: required"))
 		return
 	}
 	timeout, rerr := connectTimeout(c.r)
 	if rerr != nil {
-		writeUnary(c.w, nil, rerr)
+		envdError(c.w, c.r, rerr)
 		return
 	}
 	cfg := *req.Process
@@ -385,12 +385,12 @@ func (h *Handler) start(c *envdCall) {
 func (h *Handler) connectProcess(c *envdCall) {
 	var req selectorRequest
 	if rerr := readEnveloped(c.r, &req); rerr != nil {
-		writeUnary(c.w, nil, rerr)
+		envdError(c.w, c.r, rerr)
 		return
 	}
 	p, rerr := h.procs.find(c.sb.ID, req.Process)
 	if rerr != nil {
-		writeUnary(c.w, nil, rerr)
+		envdError(c.w, c.r, rerr)
 		return
 	}
 	h.stream(c, p, p.subscribe())
@@ -405,11 +405,7 @@ func (h *Handler) stream(c *envdCall, p *process, sub *subscriber) {
 	if st.Send(eventResponse{processEvent{Start: &startEvent{PID: p.pid}}}) != nil {
 		return
 	}
-	interval := 50 * time.Second
-	if s, err := strconv.Atoi(c.r.Header.Get("Keepalive-Ping-Interval")); err == nil && s > 0 {
-		interval = time.Duration(s) * time.Second
-	}
-	tick := time.NewTicker(interval)
+	tick := time.NewTicker(keepaliveInterval(c.r))
 	defer tick.Stop()
 	for {
 		select {

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -204,6 +205,28 @@ func TestServerSandboxes(t *testing.T) {
 		}
 		if s := out.String(); !strings.Contains(s, "40 120") || !strings.Contains(s, "got hello") {
 			t.Fatalf("tty output %q", s)
+		}
+
+		// An interactive shell on a terminal, killed by a signal.
+		shR, shW := io.Pipe()
+		signals := make(chan syscall.Signal, 1)
+		var shOut syncBuffer
+		go func() {
+			var err error
+			exit, err = f.c.Exec(ctx, "box", sandbox.Process{Args: []string{"sh"}, TTY: true},
+				sandbox.Stdio{Stdin: shR, Stdout: &shOut, Signals: signals})
+			done <- err
+		}()
+		io.WriteString(shW, "tty\n")
+		waitFor(t, func() bool { return strings.Contains(shOut.String(), "/dev/pts/") }, "the shell's terminal")
+		signals <- syscall.SIGKILL
+		select {
+		case err := <-done:
+			if err != nil || exit.Signal != int(syscall.SIGKILL) {
+				t.Fatalf("killed tty exec: %v %+v %q", err, exit, shOut.String())
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the shell outlived its SIGKILL by 10s: %q", shOut.String())
 		}
 	})
 

@@ -12,6 +12,8 @@ import {
   NotFoundError,
   SandboxError,
   TimeoutError,
+  Volume,
+  VolumeError,
 } from 'e2b'
 
 for (const v of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) {
@@ -123,18 +125,24 @@ test('commands: background, sendStdin, list, kill, connect', async () => {
   const procs = await sbx.commands.list()
   assert.ok(procs.some((p) => p.pid === h.pid && p.cmd === '/bin/bash'), JSON.stringify(procs))
 
-  // A second client attaches to the running command by pid.
+  // A second SDK client (its own Sandbox.connect) lists the command,
+  // attaches to it by pid, writes to it and kills it.
+  const other = await Sandbox.connect(sbx.sandboxId)
+  assert.ok((await other.commands.list()).some((p) => p.pid === h.pid))
   let seen = ''
-  const attached = await sbx.commands.connect(h.pid, { onStdout: (d) => (seen += d) })
-  await h.sendStdin('again\n')
-  await waitFor(() => seen === 'again\n', 5000, 'the attached client to see new output')
+  const attached = await other.commands.connect(h.pid, { onStdout: (d) => (seen += d) })
+  await other.commands.sendStdin(h.pid, 'again\n')
+  await waitFor(() => seen === 'again\n' && out === 'hello\nagain\n', 5000, 'both clients to see new output')
 
-  assert.equal(await h.kill(), true)
+  assert.equal(await other.commands.kill(h.pid), true)
   const res = await h.wait().catch((e) => e)
   assert.ok(res instanceof CommandExitError, `got ${res}`)
   await attached.wait().catch(() => {})
   await waitFor(async () => !(await sbx.commands.list()).some((p) => p.pid === h.pid), 5000, 'the killed command to leave the list')
+  // A finished command: kill says so, stdin and connect are NotFound.
   assert.equal(await sbx.commands.kill(h.pid), false, 'killing a gone command says so')
+  await assert.rejects(sbx.commands.sendStdin(h.pid, 'late\n'), NotFoundError)
+  await assert.rejects(sbx.commands.connect(h.pid), NotFoundError)
 
   // closeStdin ends a reader.
   const wc = await sbx.commands.run('wc -c', { background: true, stdin: true })
@@ -233,9 +241,90 @@ test('setTimeout extends and ends a sandbox', async () => {
   assert.ok(!listed.some((s) => s.sandboxId === sbx.sandboxId), 'an expired sandbox is not listed')
 })
 
+test('files.watchDir: create, write, rename and remove, recursively', async () => {
+  const sbx = await newSandbox()
+  await sbx.files.makeDir('/work/watched/sub')
+  const events = []
+  const seen = (type, name) => events.some((e) => e.type === type && e.name === name)
+  const until = (what, ...want) => waitFor(() => want.every(([t, n]) => seen(t, n)), 10_000, `${what} (saw ${JSON.stringify(events)})`)
+  const w = await sbx.files.watchDir('/work/watched', (e) => events.push(e), { recursive: true })
+
+  // An upload is a create and a write of its own name.
+  await sbx.files.write('/work/watched/a.txt', 'one')
+  await until('the upload', ['create', 'a.txt'], ['write', 'a.txt'])
+  await sbx.commands.run('echo more >> /work/watched/sub/b.txt; mkdir -p /work/watched/new/deep; echo x > /work/watched/new/deep/c.txt; chmod 600 /work/watched/sub/b.txt')
+  await until('the command\'s changes', ['create', 'sub/b.txt'], ['write', 'sub/b.txt'], ['create', 'new/deep'], ['create', 'new/deep/c.txt'], ['chmod', 'sub/b.txt'])
+  await sbx.files.rename('/work/watched/a.txt', '/work/watched/sub/moved.txt')
+  await until('the rename', ['rename', 'a.txt'], ['create', 'sub/moved.txt'])
+  await sbx.files.remove('/work/watched/sub/moved.txt')
+  await until('the removal', ['remove', 'sub/moved.txt'])
+  assert.ok(!events.some((e) => e.name.includes('.smolvm-')), 'upload temporaries never show')
+  await w.stop()
+
+  // Not recursive: the top level only.
+  const top = []
+  const t = await sbx.files.watchDir('/work/watched', (e) => top.push(e))
+  await sbx.commands.run('touch /work/watched/sub/hidden /work/watched/shown')
+  await waitFor(() => top.some((e) => e.name === 'shown'), 5000, 'the top-level event')
+  assert.ok(!top.some((e) => e.name.includes('hidden')), JSON.stringify(top))
+  await t.stop()
+
+  // Bad input fails at once, as envd's errors.
+  await assert.rejects(sbx.files.watchDir('/work/nope', () => {}), FileNotFoundError)
+  await assert.rejects(sbx.files.watchDir('/work/watched/shown', () => {}), InvalidArgumentError)
+  // The watched directory removed ends the watch; so does its timeout.
+  let exited
+  await sbx.files.makeDir('/work/doomed')
+  await sbx.files.watchDir('/work/doomed', () => {}, { onExit: (err) => (exited = err ?? 'no error') })
+  await sbx.files.remove('/work/doomed')
+  await waitFor(() => exited, 5000, 'the watch of a removed directory to end')
+  assert.ok(exited instanceof NotFoundError, `ended with ${exited}`)
+  let timedOut
+  await sbx.files.watchDir('/work/watched', () => {}, { timeoutMs: 2000, onExit: (err) => (timedOut = err ?? 'no error') })
+  await waitFor(() => timedOut, 10_000, 'the watch to time out')
+  assert.ok(timedOut instanceof TimeoutError, `ended with ${timedOut}`)
+
+  // Watches per sandbox are bounded; a stopped one frees its place.
+  const many = []
+  for (let i = 0; i < 32; i++) many.push(await sbx.files.watchDir('/work', () => {}))
+  await assert.rejects(sbx.files.watchDir('/work', () => {}), /already has 32 directory watches/)
+  await many.pop().stop()
+  await waitFor(async () => {
+    const extra = await sbx.files.watchDir('/work', () => {}).catch(() => undefined)
+    if (extra) many.push(extra)
+    return extra
+  }, 5000, 'a stopped watch to free its place')
+  await Promise.all(many.map((h) => h.stop()))
+})
+
+test('stdin a command never reads does not hold up its kill', async () => {
+  const sbx = await newSandbox()
+  const h = await sbx.commands.run('sleep 100', { background: true, stdin: true })
+  await sbx.commands.sendStdin(h.pid, 'x'.repeat(1 << 20), { requestTimeoutMs: 10_000 })
+  assert.equal(await sbx.commands.kill(h.pid), true)
+  const res = await h.wait().catch((e) => e)
+  assert.ok(res instanceof CommandExitError, `got ${res}`)
+})
+
+test('a dead sandbox answers in E2B\'s terms, never hangs', async () => {
+  const sbx = await newSandbox()
+  const h = await sbx.commands.run('sleep 60', { background: true })
+  await Sandbox.kill(sbx.sandboxId)
+  await assert.rejects(sbx.commands.run('true'), SandboxError)
+  await assert.rejects(sbx.files.read('/etc/hostname'), SandboxError)
+  await assert.rejects(sbx.files.watchDir('/tmp', () => {}), SandboxError)
+  await assert.rejects(sbx.commands.sendStdin(h.pid, 'x'), SandboxError)
+  await assert.rejects(h.wait(), SandboxError)
+  assert.equal(await sbx.isRunning(), false)
+})
+
 test('pause, then connect resumes', async () => {
   const sbx = await newSandbox()
   await sbx.files.write('/tmp/state', 'kept')
+  // A pause freezes the sandbox with its connections: a watch open
+  // across it sees what happens after the resume.
+  const seen = []
+  const w = await sbx.files.watchDir('/tmp', (e) => seen.push(e.name))
   assert.equal(await sbx.pause(), true)
   assert.equal((await sbx.getInfo()).state, 'paused')
   const paused = await Sandbox.list({ query: { state: ['paused'] } }).nextItems()
@@ -245,7 +334,54 @@ test('pause, then connect resumes', async () => {
   const resumed = await Sandbox.connect(sbx.sandboxId)
   assert.equal((await resumed.getInfo()).state, 'running')
   assert.equal(await resumed.files.read('/tmp/state'), 'kept')
-  assert.equal((await resumed.commands.run('echo back')).stdout, 'back\n')
+  assert.equal((await resumed.commands.run('echo back > /tmp/after')).exitCode, 0)
+  await waitFor(() => seen.includes('after'), 5000, `the watch to see a write after the resume (saw ${seen})`)
+  await w.stop()
+
+  // A paused sandbox can be killed without resuming it.
+  await resumed.pause()
+  assert.equal(await Sandbox.kill(sbx.sandboxId), true)
+  await assert.rejects(Sandbox.getInfo(sbx.sandboxId), NotFoundError)
+  await assert.rejects(Sandbox.connect(sbx.sandboxId), NotFoundError)
+})
+
+test('list filters by metadata, state, template and start time as the SDK sends them', async () => {
+  const tag = `m${Date.now()}`
+  const odd = 'a b&c=d/é%'
+  const one = await newSandbox({ metadata: { tag, kind: odd } })
+  const two = await newSandbox({ metadata: { tag, kind: 'plain' } })
+  const ids = async (query) => (await Sandbox.list({ query }).nextItems()).map((s) => s.sandboxId).sort()
+  assert.deepEqual(await ids({ metadata: { tag } }), [one.sandboxId, two.sandboxId].sort())
+  assert.deepEqual(await ids({ metadata: { tag, kind: odd } }), [one.sandboxId])
+  assert.deepEqual(await ids({ metadata: { [odd]: 'x' } }), [])
+  await two.pause()
+  assert.deepEqual(await ids({ metadata: { tag }, state: ['paused'] }), [two.sandboxId])
+  assert.deepEqual(await ids({ metadata: { tag }, state: ['running'] }), [one.sandboxId])
+  assert.deepEqual(await ids({ metadata: { tag }, state: ['running', 'paused'] }), [one.sandboxId, two.sandboxId].sort())
+  const { templateId, startedAt } = await one.getInfo()
+  assert.deepEqual(await ids({ metadata: { tag }, template: templateId }), [one.sandboxId, two.sandboxId].sort())
+  assert.deepEqual(await ids({ metadata: { tag }, template: 'no-such-template' }), [])
+  assert.ok((await ids({ metadata: { tag }, startedAfter: new Date(startedAt.getTime() - 1) })).includes(one.sandboxId))
+  assert.deepEqual(await ids({ metadata: { tag }, startedAfter: new Date(Date.now() + 60_000) }), [])
+})
+
+test('what smolvm does not serve is an E2B error that says so', async () => {
+  const sbx = await newSandbox()
+  // The SDK refuses these itself for the envd version smolvm reports;
+  // a raw call shows the server's answer.
+  const res = await fetch(`${process.env.E2B_SANDBOX_URL}/process.Process/StreamInput`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', 'E2b-Sandbox-Id': sbx.sandboxId, 'X-Access-Token': sbx.envdAccessToken ?? '' },
+    body: '{}',
+  })
+  const body = await res.json()
+  assert.equal(body.code, 'unimplemented', JSON.stringify(body))
+  assert.match(body.message, /does not serve/)
+  // The control plane: parts of E2B's API smolvm lacks are a 501 naming
+  // them, not a 404 the SDK would read as "no such volume".
+  const err = await Volume.list().catch((e) => e)
+  assert.ok(err instanceof VolumeError, `got ${err}`)
+  assert.match(err.message, /smolvm does not serve E2B's volumes/)
 })
 
 test('fork copies a running sandbox', async () => {
@@ -284,7 +420,11 @@ test('createSnapshot, then Sandbox.create from it', async () => {
   const sbx = await newSandbox()
   await sbx.files.write('/tmp/snap', 'saved')
   const name = `snap-${Date.now()}`
+  // A checkpoint closes the agent's connections: a watch ends.
+  let watchEnded
+  await sbx.files.watchDir('/tmp', () => {}, { onExit: (err) => (watchEnded = err ?? 'no error') })
   const snap = await sbx.createSnapshot({ name })
+  await waitFor(() => watchEnded, 5000, 'the checkpoint to end the watch')
   assert.match(snap.snapshotId, /^sha256:[0-9a-f]{64}$/)
   assert.deepEqual(snap.names, [name])
   await sbx.files.write('/tmp/snap', 'changed after')

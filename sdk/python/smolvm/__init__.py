@@ -11,18 +11,22 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import http.client
 import json
 import os
+import queue
 import socket
 import ssl
+import struct
+import threading
 import urllib.parse
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Dict, Iterator, List, Optional, Union
 
 __all__ = [
-    "Client", "Sandbox", "Snapshot", "ExecResult", "ExecEvent", "Event",
+    "Client", "Sandbox", "Snapshot", "ExecResult", "ExecEvent", "Event", "Pty",
     "SmolvmError", "NotFound", "Expired", "Unauthorized", "Timeout", "Conflict", "InvalidRequest", "TooLarge", "Busy",
 ]
 
@@ -363,6 +367,44 @@ class Client:
                 return res
         raise SmolvmError("smolvm server: exec stream ended without an exit")
 
+    def pty(self, ref: str, args: Optional[List[str]] = None, *, rows: int = 24, cols: int = 80,
+            env: Optional[Dict[str, str]] = None, workdir: Optional[str] = None, user: Optional[str] = None,
+            timeout: Optional[Seconds] = None) -> "Pty":
+        """Start args (default: bash -i -l, as E2B's pty.create) on a terminal of
+        rows x cols, over the exec WebSocket. Write to it, resize it, read
+        its output and kill it through the returned Pty; closing it kills
+        the command."""
+        req: Dict[str, Any] = {"args": list(args or ["/bin/bash", "-i", "-l"]),
+                               "tty": True, "rows": rows, "cols": cols}
+        if env:
+            req["env"] = [f"{k}={v}" for k, v in env.items()]
+        for k, v in (("workdir", workdir), ("user", user), ("timeout", _duration(timeout))):
+            if v is not None:
+                req[k] = v
+        ws = _WebSocket(self._ws_socket(), self._ws_host(), self._prefix_path(self._sb(ref, "/exec/ws")), self.token)
+        ws.send(json.dumps(req).encode(), text=True)
+        return Pty(ws)
+
+    def _prefix_path(self, path: str) -> str:
+        return path if self._unix is not None else self._prefix + path
+
+    def _ws_host(self) -> str:
+        return "localhost" if self._unix is not None else self._netloc
+
+    def _ws_socket(self) -> socket.socket:
+        if self._unix is not None:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(self.timeout)
+            s.connect(self._unix)
+            return s
+        host, _, port = self._netloc.rpartition(":")
+        if not host:
+            host, port = self._netloc, ("443" if self._scheme == "https" else "80")
+        s = socket.create_connection((host.strip("[]"), int(port)), timeout=self.timeout)
+        if self._scheme == "https":
+            s = (self._ssl or ssl.create_default_context()).wrap_socket(s, server_hostname=host.strip("[]"))
+        return s
+
     # -- files
 
     def write_file(self, ref: str, path: str, data: Union[bytes, str]) -> None:
@@ -425,3 +467,199 @@ class Client:
                     yield Event(d["type"], d["id"], d["name"], d.get("state", ""), d.get("reason", ""), d)
         finally:
             resp.close()
+
+
+# Exec WebSocket stream bytes (api.StreamStdin and friends).
+_STDIN, _STDOUT, _STDERR = 0, 1, 2
+
+
+class Pty:
+    """A command on a terminal inside a sandbox (Client.pty). Output is
+    read with read(); exit() waits for the end. Thread-safe: one thread may
+    read while another writes."""
+
+    def __init__(self, ws: "_WebSocket"):
+        self._ws = ws
+        self._out: "queue.Queue[Optional[bytes]]" = queue.Queue()
+        self.exit: Optional[dict] = None
+        self.error: Optional[SmolvmError] = None
+        self._done = threading.Event()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        try:
+            while True:
+                msg = self._ws.recv()
+                if msg is None:
+                    if self.exit is None and self.error is None:
+                        self.error = SmolvmError("smolvm server: exec connection closed without an exit")
+                    return
+                text, data = msg
+                if not text:
+                    if data and data[0] in (_STDOUT, _STDERR):
+                        self._out.put(data[1:])
+                    continue
+                m = json.loads(data)
+                if m.get("exit") is not None:
+                    self.exit = m["exit"]
+                    return
+                if m.get("error") is not None:
+                    self.error = _error_from(m["error"])
+                    return
+        except (OSError, ValueError) as e:
+            if self.exit is None and self.error is None:
+                self.error = SmolvmError(f"smolvm server: exec connection lost: {e}")
+        finally:
+            self._ws.close()
+            self._done.set()
+            self._out.put(None)
+
+    def write(self, data: Union[str, bytes]) -> None:
+        """Type data into the terminal."""
+        b = data.encode() if isinstance(data, str) else bytes(data)
+        self._ws.send(bytes([_STDIN]) + b)
+
+    def resize(self, rows: int, cols: int) -> None:
+        self._ws.send(json.dumps({"resize": {"rows": rows, "cols": cols}}).encode(), text=True)
+
+    def kill(self, signal: int = 9) -> None:
+        """Send signal (default SIGKILL) to the command's process group."""
+        self._ws.send(json.dumps({"signal": signal}).encode(), text=True)
+
+    def read(self, timeout: Optional[float] = None) -> Optional[bytes]:
+        """The next output, b"" if none came within timeout, None once the
+        command has ended and all its output was read."""
+        try:
+            b = self._out.get(timeout=timeout)
+        except queue.Empty:
+            return b""
+        if b is None:
+            self._out.put(None)  # every later read sees the end too
+        return b
+
+    def wait(self, timeout: Optional[float] = None) -> dict:
+        """The command's exit ({"code": ..., "signal": ...}); raises the
+        server's error if it could not run, Timeout if it is still running
+        after timeout."""
+        if not self._done.wait(timeout):
+            raise Timeout("the terminal's command is still running", code="timeout")
+        if self.error is not None:
+            raise self.error
+        return self.exit or {}
+
+    def close(self) -> None:
+        """Kill the command (the server does when the connection closes)."""
+        self._ws.close()
+
+    def __enter__(self) -> "Pty":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class _WebSocket:
+    """The client side of RFC 6455, enough for the exec WebSocket: masked
+    frames out, unfragmented or fragmented messages in, pings answered."""
+
+    _GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+    def __init__(self, sock: socket.socket, host: str, path: str, token: str):
+        self._sock = sock
+        self._wlock = threading.Lock()
+        self._closed = False
+        key = base64.b64encode(os.urandom(16)).decode()
+        lines = [f"GET {path} HTTP/1.1", f"Host: {host}", "Upgrade: websocket", "Connection: Upgrade",
+                 f"Sec-WebSocket-Key: {key}", "Sec-WebSocket-Version: 13"]
+        if token:
+            lines.append("Authorization: Bearer " + token)
+        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+        # The response's headers and the frames after them come from one
+        # buffered reader.
+        self._rf = sock.makefile("rb")
+        resp = http.client.HTTPResponse(_Files(self._rf))
+        try:
+            resp.begin()
+            if resp.status != 101:
+                raise _error(resp.status, resp.read())
+            want = base64.b64encode(hashlib.sha1((key + self._GUID).encode()).digest()).decode()
+            if resp.getheader("Sec-WebSocket-Accept") != want:
+                raise SmolvmError("smolvm server: bad WebSocket handshake")
+            resp.fp = None  # the frames' reader now: the response must not close it when collected
+        except BaseException:
+            self.close()
+            raise
+        sock.settimeout(None)  # a terminal may be quiet for long
+
+    def send(self, payload: bytes, text: bool = False, opcode: Optional[int] = None) -> None:
+        op = opcode if opcode is not None else (0x1 if text else 0x2)
+        n = len(payload)
+        if n < 126:
+            hdr = struct.pack("!BB", 0x80 | op, 0x80 | n)
+        elif n < 1 << 16:
+            hdr = struct.pack("!BBH", 0x80 | op, 0x80 | 126, n)
+        else:
+            hdr = struct.pack("!BBQ", 0x80 | op, 0x80 | 127, n)
+        mask = os.urandom(4)
+        masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+        with self._wlock:
+            if self._closed:
+                raise SmolvmError("smolvm server: the terminal's connection is closed")
+            self._sock.sendall(hdr + mask + masked)
+
+    def _read(self, n: int) -> bytes:
+        b = self._rf.read(n)
+        if len(b) < n:
+            raise EOFError
+        return b
+
+    def recv(self) -> Optional[tuple]:
+        """The next message as (is_text, payload); None at the close."""
+        msg, text = bytearray(), False
+        try:
+            while True:
+                b0, b1 = self._read(2)
+                op, n = b0 & 0x0F, b1 & 0x7F
+                if n == 126:
+                    n = struct.unpack("!H", self._read(2))[0]
+                elif n == 127:
+                    n = struct.unpack("!Q", self._read(8))[0]
+                if n > 16 << 20:
+                    raise ValueError(f"WebSocket frame of {n} bytes")
+                payload = self._read(n)
+                if op == 0x8:
+                    return None
+                if op == 0x9:
+                    self.send(payload, opcode=0xA)
+                    continue
+                if op == 0xA:
+                    continue
+                if op in (0x1, 0x2):
+                    text = op == 0x1
+                msg += payload
+                if b0 & 0x80:
+                    return text, bytes(msg)
+        except EOFError:
+            return None
+
+    def close(self) -> None:
+        with self._wlock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)  # ends a read in progress, so the reader can close
+        except OSError:
+            pass
+        self._rf.close()
+        self._sock.close()
+
+
+class _Files:
+    """What http.client.HTTPResponse needs of a socket: its reader."""
+
+    def __init__(self, f: Any):
+        self._f = f
+
+    def makefile(self, mode: str) -> Any:
+        return self._f

@@ -52,6 +52,46 @@ class SDKTest(unittest.TestCase):
         ttl = (self.box.expires_at - self.box.created_at).total_seconds()
         self.assertTrue(14 * 60 < ttl < 16 * 60, ttl)
 
+    def test_pty(self):
+        def until(t, want):
+            seen, deadline = b"", time.time() + 10
+            while want not in seen:
+                if time.time() > deadline:
+                    self.fail(f"no {want!r} from the terminal; saw {seen!r}")
+                b = t.read(timeout=0.5)
+                self.assertIsNotNone(b, f"the terminal ended before {want!r}; saw {seen!r}")
+                seen += b
+            return seen
+
+        with self.c.pty(self.box.id, ["sh"], rows=24, cols=80) as t:
+            t.write("stty size\n")
+            until(t, b"24 80")
+            t.resize(30, 100)
+            # The resize travels apart from the input: ask until it is seen.
+            seen, deadline = b"", time.time() + 10
+            while b"30 100" not in seen and time.time() < deadline:
+                t.write("stty size; tty\n")
+                time.sleep(0.3)
+                b = t.read(timeout=0)
+                while b:
+                    seen += b
+                    b = t.read(timeout=0)
+            self.assertIn(b"30 100", seen)
+            if b"/dev/pts/" not in seen:
+                until(t, b"/dev/pts/")
+            t.kill()
+            self.assertEqual(t.wait(10).get("signal"), 9)
+            rest = t.read(timeout=1)
+            while rest:  # what the terminal printed before the kill
+                rest = t.read(timeout=1)
+            self.assertIsNone(rest, "a killed terminal's output ends")
+        # A shell that exits on its own reports its status.
+        with self.c.pty(self.box.id, ["sh"]) as t:
+            t.write("exit 3\n")
+            self.assertEqual(t.wait(10).get("code"), 3)
+        with self.assertRaises(smolvm.NotFound):
+            self.c.pty("no-such-box", ["sh"])
+
     def test_exec_streams_and_exit_code(self):
         chunks = []
         r = self.c.exec(self.box.id, ["sh", "-c", "echo one; sleep 0.2; echo two; echo err >&2; exit 3"],

@@ -46,6 +46,35 @@ test('create gives the default TTL', { skip }, () => {
   assert.ok(ttl > 14 * 60 && ttl < 16 * 60, String(ttl))
 })
 
+test('pty: write, resize, read, kill', { skip }, async () => {
+  let out = ''
+  const t = await c.pty(box.id, { args: ['sh'], rows: 24, cols: 80, onData: (d) => (out += d.toString()) })
+  const until = async (want) => {
+    const deadline = Date.now() + 10_000
+    while (!out.includes(want)) {
+      assert.ok(Date.now() < deadline, `no ${JSON.stringify(want)} from the terminal; saw ${JSON.stringify(out)}`)
+      await new Promise((r) => setTimeout(r, 50))
+    }
+  }
+  t.write('stty size\n')
+  await until('24 80')
+  t.resize({ rows: 30, cols: 100 })
+  // The resize travels apart from the input: ask until it is seen.
+  for (const deadline = Date.now() + 10_000; !out.includes('30 100') && Date.now() < deadline; ) {
+    t.write('stty size; tty\n')
+    await new Promise((r) => setTimeout(r, 300))
+  }
+  await until('30 100')
+  assert.match(out, /\/dev\/pts\//)
+  t.kill()
+  assert.equal((await t.wait()).signal, 9)
+
+  const done = await c.pty(box.id, { args: ['sh'] })
+  done.write('exit 3\n')
+  assert.equal((await done.wait()).code, 3)
+  await assert.rejects(c.pty('no-such-box', { args: ['sh'] }), NotFoundError)
+})
+
 test('exec streams output and returns the exit code', { skip }, async () => {
   const chunks = []
   const r = await c.exec(box.id, ['sh', '-c', 'echo one; sleep 0.2; echo two; echo err >&2; exit 3'], {
