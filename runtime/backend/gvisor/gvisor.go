@@ -3,7 +3,6 @@
 package gvisor
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -357,7 +356,7 @@ func (b *Backend) Delete(ctx context.Context, s *backend.Spec) error {
 	if pid, err := b.sandboxPid(s); err == nil {
 		unix.Kill(pid, unix.SIGKILL)
 	}
-	if st, err := b.state(s); err == nil && st.GoferPid > 0 {
+	if st, err := b.state(s); err == nil && liveOn(st.GoferPid, layout{s.Dir}.runscRoot()) {
 		unix.Kill(st.GoferPid, unix.SIGKILL)
 	}
 	// runsc delete removes its cgroups and state; it may fail on a
@@ -403,7 +402,7 @@ func (b *Backend) sandboxPid(s *backend.Spec) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if st.Sandbox.Pid <= 0 {
+	if !liveOn(st.Sandbox.Pid, layout{s.Dir}.runscRoot()) {
 		return 0, backend.ErrNotRunning
 	}
 	return st.Sandbox.Pid, nil
@@ -420,9 +419,8 @@ func (b *Backend) State(ctx context.Context, s *backend.Spec) (backend.Status, e
 	if err != nil {
 		return "", err
 	}
-	alive := st.Sandbox.Pid > 0 && processAlive(st.Sandbox.Pid)
 	switch {
-	case !alive:
+	case !liveOn(st.Sandbox.Pid, layout{s.Dir}.runscRoot()):
 		return backend.StatusStopped, nil
 	case st.Status == "paused":
 		return backend.StatusPaused, nil
@@ -432,15 +430,4 @@ func (b *Backend) State(ctx context.Context, s *backend.Spec) (backend.Status, e
 		return backend.StatusRunning, nil
 	}
 	return backend.StatusStopped, nil
-}
-
-// processAlive reports whether pid exists and is not a zombie.
-func processAlive(pid int) bool {
-	p, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	// The state follows the parenthesized command name.
-	i := bytes.LastIndexByte(p, ')')
-	return i > 0 && i+2 < len(p) && p[i+2] != 'Z' && p[i+2] != 'X'
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -59,7 +60,12 @@ func ociSpec(s *backend.Spec, root string) *specs.Spec {
 	for _, m := range s.Rootfs.Mounts {
 		mounts = append(mounts, specs.Mount{Destination: m.Destination, Type: "bind", Source: m.Source, Options: []string{"rbind", "ro", "nodev"}})
 	}
-	caps := &specs.LinuxCapabilities{Bounding: defaultCaps, Effective: defaultCaps, Permitted: defaultCaps}
+	// The agent alone also holds CAP_SYS_ADMIN, to set a copy's hostname:
+	// it drops it from its bounding set at start (guest.ReserveAdmin), so
+	// no command it starts gets it, and a command cannot trace it (the
+	// agent's permitted set is not a subset of the command's).
+	agentCaps := append(slices.Clip(defaultCaps), "CAP_SYS_ADMIN")
+	caps := &specs.LinuxCapabilities{Bounding: agentCaps, Effective: agentCaps, Permitted: agentCaps}
 	res := &specs.LinuxResources{}
 	if lim := s.Limits; lim.Memory > 0 {
 		res.Memory = &specs.LinuxMemory{Limit: &lim.Memory}
