@@ -172,8 +172,9 @@ echo "   the counter's in-memory total survived in every copy, then each went it
 step "remove everything"
 timed smolvm rm -f "$name" "$name-restored" "${copies[@]}"
 timed smolvm snapshot rm "$snap"
-if smolvm ls | grep -q -- "$name"; then
-	expect "sandboxes left" "$(smolvm ls | grep -- "$name")" ""
+left="$(smolvm ls)$(smolvm snapshot ls)"
+if [[ $left == *"$name"* ]]; then
+	expect "sandboxes and snapshots left" "$left" "none named $name*"
 fi
 echo "   no sandbox or snapshot of the demo is left"
 

@@ -105,11 +105,18 @@ func TestSDKScenarios(t *testing.T) {
 	node, npm := nodeTools(t)
 	installSDK(t, npm)
 	s := smolvmServe(t)
-	cmd := exec.Command(node, "--test", "--test-reporter=spec")
+	s.runNode(t, node)
+}
+
+// runNode runs `node --test` with the SDK pointed at s, over files (none:
+// the suite under test/), failing t if a scenario fails.
+func (s *server) runNode(t *testing.T, node string, files ...string) {
+	t.Helper()
+	cmd := exec.Command(node, append([]string{"--test", "--test-reporter=spec"}, files...)...)
 	cmd.Dir = compatDir()
 	cmd.Env = s.sdkEnv()
 	out, err := cmd.CombinedOutput()
-	t.Logf("node --test:\n%s", out)
+	t.Logf("node --test %v:\n%s", files, out)
 	if err != nil {
 		t.Fatalf("SDK scenarios failed: %v", err)
 	}
@@ -138,13 +145,5 @@ func TestSDKAtRoot(t *testing.T) {
 		!strings.Contains(e.Message, "/e2b") || !strings.Contains(e.Message, "/v1") {
 		t.Fatalf("GET /volumes: %d %s; want E2B's 404 saying where the APIs are", resp.StatusCode, body)
 	}
-
-	cmd := exec.Command(node, "--test", "--test-reporter=spec", "root.mjs")
-	cmd.Dir = compatDir()
-	cmd.Env = s.sdkEnv()
-	out, err := cmd.CombinedOutput()
-	t.Logf("node --test root.mjs:\n%s", out)
-	if err != nil {
-		t.Fatalf("the SDK at the server's root failed: %v", err)
-	}
+	s.runNode(t, node, "root.mjs")
 }
