@@ -107,6 +107,11 @@ func TestCLILogs(t *testing.T) {
 func TestCLILogsReusedPID(t *testing.T) {
 	c := newSandboxCLI(t)
 	id := strings.TrimSpace(c.must("run", "-d", "--name", "job", "--", "sh", "-c", "echo started; sleep 1000"))
+	for deadline := time.Now().Add(10 * time.Second); c.must("logs", "job") != "started\n"; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the main command printed nothing")
+		}
+	}
 	// Kill the sandbox, then hand its pid to another process, as the
 	// kernel may once it is free: the state file runsc wrote names it.
 	state := filepath.Join(c.dataDir, "sandboxes", id, "runsc", id+"_sandbox:"+id+".state")

@@ -353,16 +353,26 @@ func (b *Backend) Stop(ctx context.Context, s *backend.Spec, timeout time.Durati
 
 // Delete implements backend.Backend.
 func (b *Backend) Delete(ctx context.Context, s *backend.Spec) error {
-	if pid, err := b.sandboxPid(s); err == nil {
-		unix.Kill(pid, unix.SIGKILL)
-	}
-	if st, err := b.state(s); err == nil && liveOn(st.GoferPid, layout{s.Dir}.runscRoot()) {
-		unix.Kill(st.GoferPid, unix.SIGKILL)
+	root := layout{s.Dir}.runscRoot()
+	// runsc delete kills the pids its state file names, which may belong
+	// to other processes by now: it runs only if each is still this
+	// sandbox's (or not started yet).
+	stale := false
+	if st, err := b.state(s); err == nil {
+		for _, pid := range []int{st.Sandbox.Pid, st.GoferPid} {
+			if liveOn(pid, root) {
+				unix.Kill(pid, unix.SIGKILL)
+			} else if pid > 0 {
+				stale = true
+			}
+		}
 	}
 	// runsc delete removes its cgroups and state; it may fail on a
-	// half-created sandbox, which the removals below cover.
-	b.runsc(ctx, s, "delete", "--force", s.ID)
-	killStragglers(layout{s.Dir}.runscRoot())
+	// half-created sandbox. The removals below cover both.
+	if !stale {
+		b.runsc(ctx, s, "delete", "--force", s.ID)
+	}
+	killStragglers(root)
 	removeCgroups(s.ID)
 	if err := unmountUnder(s.Dir); err != nil {
 		return fmt.Errorf("delete %s: %w", s.ID, err)
