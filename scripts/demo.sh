@@ -27,6 +27,7 @@ snap=demo-$$-snap
 copies=("$name-copy-1" "$name-copy-2" "$name-copy-3")
 tmp=$(mktemp -d /tmp/smolvm-demo.XXXXXX)
 cleanup() {
+	trap - ERR
 	set +e
 	[[ -n ${server:-} ]] && kill "$server" 2>/dev/null
 	smolvm rm -f "$name" "$name-restored" "${copies[@]}" >/dev/null 2>&1
@@ -38,12 +39,16 @@ trap cleanup EXIT
 # step TITLE starts a section.
 step() { printf '\n== %s\n' "$1"; }
 
-# timed CMD... runs CMD, then says how long it took.
+# timed WHAT CMD... runs CMD, then says how long WHAT took.
 timed() {
-	local start=${EPOCHREALTIME//[.,]/}
-	"$@"
+	local what=$1 start=${EPOCHREALTIME//[.,]/}
+	shift
+	if ! "$@"; then
+		echo "demo.sh: FAILED: $*" >&2
+		exit 1
+	fi
 	local end=${EPOCHREALTIME//[.,]/}
-	printf '   [%s %s: %d ms]\n' "$1" "$2" $(((end - start) / 1000))
+	printf '   [%s: %d ms]\n' "$what" $(((end - start) / 1000))
 }
 
 # expect WHAT GOT WANT stops the demo unless GOT is WANT.
@@ -90,10 +95,10 @@ step "check this host"
 smolvm doctor
 
 step "create a sandbox: gVisor's kernel, no network, 512 MiB, 1 CPU; its main process is a counter held in memory"
-timed smolvm run --detach --name "$name" --memory 512m --cpus 1 -- python3 -c "$counter"
+timed "smolvm run" smolvm run --detach --name "$name" --memory 512m --cpus 1 -- python3 -c "$counter"
 
 step "run Python in it"
-timed smolvm exec "$name" -- python3 -c 'import platform, sys; print("Python", sys.version.split()[0], "on", platform.node())'
+timed "smolvm exec" smolvm exec "$name" -- python3 -c 'import platform, sys; print("Python", sys.version.split()[0], "on", platform.node())'
 
 step "isolation: host processes, host files, host loopback, host kernel"
 secret=$tmp/secret
@@ -109,7 +114,7 @@ for _ in $(seq 100); do [[ -s $tmp/port ]] && break; sleep 0.05; done
 port=$(<"$tmp/port")
 python3 -c 'import socket, sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2)' "$port"
 echo "   on the host: $secret is readable, and a server listens on 127.0.0.1:$port"
-timed smolvm exec -i "$name" -- python3 - "$secret" "$port" <<'PY'
+timed "smolvm exec" smolvm exec -i "$name" -- python3 - "$secret" "$port" <<'PY'
 import os, platform, socket, sys
 procs = []
 for p in sorted((p for p in os.listdir("/proc") if p.isdigit()), key=int):
@@ -117,7 +122,7 @@ for p in sorted((p for p in os.listdir("/proc") if p.isdigit()), key=int):
         procs.append(p + ":" + open(f"/proc/{p}/comm").read().strip())
     except OSError:
         pass
-print("   processes visible:", " ".join(procs))
+print("   processes visible:", " ".join(procs), "(the agent, the counter and this script; none of the host's)")
 leaks = []
 try:
     open(sys.argv[1]).read()
@@ -140,23 +145,23 @@ if [[ $inside == "$(uname -r)" ]]; then
 fi
 
 step "a running process holding state: add 7, then 35, to the counter's total"
-add "$name" 7
+echo "   $(add "$name" 7)"
 before=$(add "$name" 35)
 echo "   $before"
 expect "the counter" "${before%% *}" "total=42"
 
 step "checkpoint the sandbox while the counter runs (memory, processes and files, to a snapshot)"
-timed smolvm checkpoint --name "$snap" "$name"
+timed "smolvm checkpoint" smolvm checkpoint --name "$snap" "$name"
 
 step "restore the snapshot as a new sandbox: the counter goes on from 42"
-timed smolvm restore --name "$name-restored" "$snap"
+timed "smolvm restore" smolvm restore --name "$name-restored" "$snap"
 got=$(add "$name-restored" 0)
 echo "   $got"
 expect "the restored counter" "${got%% *}" "total=42"
 expect "the restored counter" "${got##*host=}" "$name-restored"
 
 step "fork the running sandbox into 3 copies, each with its own ID and hostname"
-timed smolvm fork -n 3 --name-prefix "$name-copy" "$name"
+timed "smolvm fork" smolvm fork -n 3 --name-prefix "$name-copy" "$name"
 for i in 1 2 3; do
 	c=$name-copy-$i
 	got=$(add "$c" $((i * 100)))
@@ -170,8 +175,8 @@ expect "the source" "$got" "$before"
 echo "   the counter's in-memory total survived in every copy, then each went its own way"
 
 step "remove everything"
-timed smolvm rm -f "$name" "$name-restored" "${copies[@]}"
-timed smolvm snapshot rm "$snap"
+timed "smolvm rm" smolvm rm -f "$name" "$name-restored" "${copies[@]}"
+timed "smolvm snapshot rm" smolvm snapshot rm "$snap"
 left="$(smolvm ls)$(smolvm snapshot ls)"
 if [[ $left == *"$name"* ]]; then
 	expect "sandboxes and snapshots left" "$left" "none named $name*"

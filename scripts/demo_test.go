@@ -65,7 +65,7 @@ func TestDemo(t *testing.T) {
 	n := name[1]
 	for _, want := range []string{
 		`\[smolvm run: \d+ ms\]`,
-		`processes visible: 1:\S+( \d+:\S+)+\n`,
+		`processes visible: 1:\S+( \d+:\S+)+ \(`,
 		`host file: No such file or directory\n`,
 		`host loopback server: .+\n`,
 		`   kernel: \S+`,
@@ -79,7 +79,7 @@ func TestDemo(t *testing.T) {
 		n + `-copy-3, after adding 300: total=342 pid=\d+ host=` + n + `-copy-3\n`,
 		n + `, the source, untouched: total=42 pid=\d+ host=` + n + `\n`,
 		`\[smolvm rm: \d+ ms\]`,
-		`\[smolvm snapshot: \d+ ms\]`,
+		`\[smolvm snapshot rm: \d+ ms\]`,
 		`\nNext: smolvm run [^\n]+\n$`,
 	} {
 		if !regexp.MustCompile(want).MatchString(out) {
