@@ -41,6 +41,12 @@ var defaultCaps = []string{
 	"CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
 }
 
+// capabilities gives a process names in its bounding, effective and
+// permitted sets.
+func capabilities(names []string) *specs.LinuxCapabilities {
+	return &specs.LinuxCapabilities{Bounding: names, Effective: names, Permitted: names}
+}
+
 // ociSpec builds the runtime spec. The agent is the container's process;
 // the user's main command is handed to it in the agent config.
 func ociSpec(s *backend.Spec, root string) *specs.Spec {
@@ -64,8 +70,7 @@ func ociSpec(s *backend.Spec, root string) *specs.Spec {
 	// it drops it from its bounding set at start (guest.ReserveAdmin), so
 	// no command it starts gets it, and a command cannot trace it (the
 	// agent's permitted set is not a subset of the command's).
-	agentCaps := append(slices.Clip(defaultCaps), "CAP_SYS_ADMIN")
-	caps := &specs.LinuxCapabilities{Bounding: agentCaps, Effective: agentCaps, Permitted: agentCaps}
+	caps := capabilities(append(slices.Clip(defaultCaps), "CAP_SYS_ADMIN"))
 	res := &specs.LinuxResources{}
 	if lim := s.Limits; lim.Memory > 0 {
 		res.Memory = &specs.LinuxMemory{Limit: &lim.Memory}
