@@ -592,18 +592,11 @@ func testCheckpointRestoreFork(t *testing.T, h Harness) {
 	// Copy 0 is restored cold; copy 1 into a sandbox created beforehand
 	// under another hostname, as a restore target is; copy 2 cold from a
 	// checkpoint of copy 1, whose hostname its agent set.
-	copies := make([]*backend.Spec, 3)
-	for i := range copies {
+	restore := func(i int, dir string, target bool) *backend.Spec {
 		c := newSpec(t, h)
-		if i == 1 {
+		if target {
 			c.Hostname = "target"
 			if err := h.Backend.Create(ctx, c); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if i == 2 {
-			dir = t.TempDir()
-			if err := sn.Checkpoint(ctx, copies[1], dir, backend.CheckpointOptions{LeaveRunning: true}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -612,14 +605,24 @@ func testCheckpointRestoreFork(t *testing.T, h Harness) {
 		if err := sn.Restore(ctx, c, dir); err != nil {
 			t.Fatalf("restore %d: %v", i, err)
 		}
-		copies[i] = c
+		return c
 	}
-	for i, c := range copies {
+	check := func(i int, c *backend.Spec, when string) {
 		out, _, _ := sh(t, h, c, "cat /root/f; hostname; cat /etc/machine-id; echo $WHO; "+stillCounting)
 		if want := fmt.Sprintf("written\ncopy%d\n%s\ncopy%d\ncounting\n", i, c.MachineID, i); out != want {
-			t.Fatalf("copy %d: %q, want %q", i, out, want)
+			t.Fatalf("copy %d%s: %q, want %q", i, when, out, want)
 		}
 	}
+	copies := []*backend.Spec{restore(0, dir, false), restore(1, dir, true)}
+	check(0, copies[0], "")
+	check(1, copies[1], "")
+	dir = t.TempDir()
+	if err := sn.Checkpoint(ctx, copies[1], dir, backend.CheckpointOptions{LeaveRunning: true}); err != nil {
+		t.Fatal(err)
+	}
+	copies = append(copies, restore(2, dir, false))
+	check(2, copies[2], "")
+	check(1, copies[1], " after its own checkpoint")
 	if out, _, _ := sh(t, h, src, "hostname"); out != "sb\n" {
 		t.Fatalf("source after its copies: hostname %q", out)
 	}
