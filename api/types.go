@@ -252,8 +252,9 @@ type RestoreRequest struct {
 
 // ForkRequest is the optional body of POST …/fork.
 type ForkRequest struct {
-	// N is how many copies (default 1).
-	N          int    `json:"n,omitempty"`
+	// N is how many copies, 1 to sandbox.MaxFork (default 1: an
+	// explicit 0 is refused).
+	N          *int   `json:"n,omitempty"`
 	NamePrefix string `json:"name_prefix,omitempty"`
 }
 

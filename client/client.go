@@ -312,7 +312,7 @@ func (c *Client) Restore(ctx context.Context, snap string, o sandbox.RestoreOpti
 // Fork makes running copies of a running sandbox.
 func (c *Client) Fork(ctx context.Context, ref string, o sandbox.ForkOptions) ([]*sandbox.Sandbox, error) {
 	var sbs []*sandbox.Sandbox
-	return sbs, c.call(ctx, http.MethodPost, sbPath(ref, "/fork"), api.ForkRequest{N: o.N, NamePrefix: o.NamePrefix}, &sbs)
+	return sbs, c.call(ctx, http.MethodPost, sbPath(ref, "/fork"), api.ForkRequest{N: &o.N, NamePrefix: o.NamePrefix}, &sbs)
 }
 
 // Pause freezes a running sandbox.

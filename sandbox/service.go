@@ -189,7 +189,7 @@ type RestoreOptions struct {
 
 // ForkOptions describe a fork.
 type ForkOptions struct {
-	N int // copies, 1 to MaxFork; 0 means 1
+	N int // copies, 1 to MaxFork
 	// NamePrefix names the copies P-1 … P-N; "" gives generated names.
 	NamePrefix string
 }

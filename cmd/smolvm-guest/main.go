@@ -36,5 +36,8 @@ func run(path string) (int, error) {
 	if err := json.Unmarshal(p, &cfg); err != nil {
 		return 1, fmt.Errorf("agent config %s: %w", path, err)
 	}
+	if err := guest.ReserveAdmin(); err != nil {
+		return 1, err
+	}
 	return guest.Serve(context.Background(), cfg)
 }

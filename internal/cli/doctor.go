@@ -50,7 +50,7 @@ func (a *app) doctorChecks() []check {
 	if os.Geteuid() == 0 {
 		add("privileges", "ok", "running as root")
 	} else {
-		add("privileges", "fail", "smolvm needs root to create sandboxes (cgroups, mounts); run with sudo")
+		add("privileges", "fail", "smolvm needs root to create sandboxes (namespaces, cgroups, mounts): run it as root")
 	}
 	var u unix.Utsname
 	unix.Uname(&u)

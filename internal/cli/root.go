@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -105,7 +106,7 @@ func (a *app) rootCmd() *cobra.Command {
 	root.SetErr(a.stderr)
 	// Flag errors are smolvm's own failures (125), not the command's.
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return &exitError{code: exitFailure, err: fmt.Errorf("%s: %w", c.CommandPath(), err)}
+		return &exitError{code: exitFailure, err: fmt.Errorf("%s: %w", subcommand(c), err)}
 	})
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.dataDir, "data-dir", envOr("SMOLVM_DATA_DIR", defaultDataDir()), "state directory (env SMOLVM_DATA_DIR)")
@@ -125,7 +126,29 @@ func (a *app) rootCmd() *cobra.Command {
 		a.mcpCmd(),
 		a.netCmd(), a.netHelperCmd(),
 	)
+	withUsage(root)
 	return root
+}
+
+// subcommand is c's path without the root's name: "pool create".
+func subcommand(c *cobra.Command) string {
+	return strings.TrimPrefix(c.CommandPath(), c.Root().Name()+" ")
+}
+
+// withUsage makes every command's wrong arguments a failure of smolvm's
+// own (125) that shows the command's usage line.
+func withUsage(c *cobra.Command) {
+	if args := c.Args; args != nil {
+		c.Args = func(c *cobra.Command, a []string) error {
+			if err := args(c, a); err != nil {
+				return &exitError{code: exitFailure, err: fmt.Errorf("%s: %w; usage: %s", subcommand(c), err, c.UseLine())}
+			}
+			return nil
+		}
+	}
+	for _, sub := range c.Commands() {
+		withUsage(sub)
+	}
 }
 
 func envOr(key, def string) string {

@@ -2,9 +2,12 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -98,6 +101,72 @@ func TestCLILogs(t *testing.T) {
 	}
 }
 
+// TestCLILogsReusedPID: a sandbox killed behind smolvm's back whose pid
+// now belongs to another process is stopped: logs -f ends, ls says so,
+// and rm kills nothing but the sandbox's own processes.
+func TestCLILogsReusedPID(t *testing.T) {
+	c := newSandboxCLI(t)
+	id := strings.TrimSpace(c.must("run", "-d", "--name", "job", "--", "sh", "-c", "echo started; sleep 1000"))
+	for deadline := time.Now().Add(10 * time.Second); c.must("logs", "job") != "started\n"; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the main command printed nothing")
+		}
+	}
+	// Kill the sandbox, then hand its pid to another process, as the
+	// kernel may once it is free: the state file runsc wrote names it.
+	state := filepath.Join(c.dataDir, "sandboxes", id, "runsc", id+"_sandbox:"+id+".state")
+	var st map[string]any
+	p, err := os.ReadFile(state)
+	if err == nil {
+		err = json.Unmarshal(p, &st)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := st["sandbox"].(map[string]any)
+	if err := syscall.Kill(int(sb["pid"].(float64)), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	stranger := exec.Command("sleep", "1000")
+	if err := stranger.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stranger.Process.Kill(); stranger.Wait() })
+	sb["pid"] = stranger.Process.Pid
+	if p, err = json.Marshal(st); err == nil {
+		err = os.WriteFile(state, p, 0o644)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	type result struct {
+		out  string
+		code int
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, _, code := c.run("logs", "-f", "job")
+		done <- result{out, code}
+	}()
+	select {
+	case r := <-done:
+		if r.out != "started\n" || r.code != 0 {
+			t.Fatalf("logs -f: %q, exit %d", r.out, r.code)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("logs -f still follows a sandbox whose pid another process has")
+	}
+	if out := c.must("ls"); strings.Contains(out, "running") {
+		t.Fatalf("ls shows the dead sandbox running:\n%s", out)
+	}
+	c.must("rm", "-f", "job")
+	// Killed, the stranger would be a zombie until waited for.
+	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", stranger.Process.Pid)); err != nil || strings.Contains(string(stat), ") Z") {
+		t.Fatalf("rm killed the process that has the sandbox's old pid: %q %v", stat, err)
+	}
+}
+
 // TestCLIBadInput: each mistake is one line on stderr, exit 125, and
 // nothing changes.
 func TestCLIBadInput(t *testing.T) {
@@ -125,6 +194,13 @@ func TestCLIBadInput(t *testing.T) {
 		{[]string{"rm", "taken"}, "-f"},
 		{[]string{"cp", "a", "b"}, "SANDBOX:PATH"},
 		{[]string{"run", "--bogus-flag"}, "unknown flag"},
+		// Wrong arguments show the usage line.
+		{[]string{"exec"}, "usage: smolvm exec [flags] SANDBOX -- CMD..."},
+		{[]string{"exec", "taken"}, "usage: smolvm exec"},
+		{[]string{"rm"}, "usage: smolvm rm"},
+		{[]string{"fork", "-n", "0", "taken"}, "between 1 and 64"},
+		{[]string{"fork", "-n", "-1", "taken"}, "between 1 and 64"},
+		{[]string{"fork", "-n", "65", "taken"}, "between 1 and 64"},
 		// Names are checked before they reach a path (internal/names).
 		{[]string{"pool", "fill", "../../../x"}, "pool name"},
 		{[]string{"pool", "rm", "../x"}, "pool name"},
@@ -230,7 +306,7 @@ func TestCLIPool(t *testing.T) {
 	// restore target, which is then replaced in the background too.
 	c.must("exec", "x", "--", "sh", "-c", "echo forked > /root/f")
 	c.must("fork", "x", "--name-prefix", "y")
-	if out := c.must("exec", "y-1", "--", "sh", "-c", "cat /root/f; hostname"); !strings.HasPrefix(out, "forked\nsb-") {
+	if out := c.must("exec", "y-1", "--", "sh", "-c", "cat /root/f; hostname"); out != "forked\ny-1\n" {
 		t.Fatalf("fork into a target sees %q", out)
 	}
 	for pool().TargetsReady != 1 {

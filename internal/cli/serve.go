@@ -24,8 +24,9 @@ import (
 // SocketName is the default API socket's name in the data dir.
 const SocketName = "smolvm.sock"
 
-// E2BPrefix is where serve answers E2B's API: point E2B_API_URL and
-// E2B_SANDBOX_URL at http(s)://HOST:PORT/e2b.
+// E2BPrefix is where serve answers E2B's API, besides the root: point
+// E2B_API_URL and E2B_SANDBOX_URL at http(s)://HOST:PORT or at
+// http(s)://HOST:PORT/e2b.
 const E2BPrefix = "/e2b"
 
 func (a *app) serveCmd() *cobra.Command {
@@ -47,9 +48,10 @@ start and shown by "smolvm serve token".
 Point the CLI at it with SMOLVM_HOST=unix:///path or http(s)://host:port
 and SMOLVM_TOKEN. The API is described at GET /openapi.json.
 
-E2B's API is served under /e2b: the official E2B SDKs work unmodified with
-E2B_API_URL and E2B_SANDBOX_URL set to http(s)://HOST:PORT/e2b and E2B_API_KEY
-set to the token.`,
+E2B's API is served under /e2b, and at the root too (around /v1, /healthz,
+/metrics and /openapi.json, which it does not use): the official E2B SDKs work
+unmodified with E2B_API_URL and E2B_SANDBOX_URL set to http(s)://HOST:PORT
+(or http(s)://HOST:PORT/e2b) and E2B_API_KEY set to the token.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -95,11 +97,15 @@ set to the token.`,
 			if err != nil {
 				logger.Warn("recovery after a crash", "err", err)
 			}
-			// E2B's API under /e2b/: its envd requests carry a per-sandbox
-			// access token, not the API token, so it checks tokens itself.
+			// E2B's API under /e2b/, and at the root around /v1/ (its
+			// paths never clash with the native API's), so that the SDKs
+			// work with either base URL. Its envd requests carry a
+			// per-sandbox access token, not the API token, so it checks
+			// tokens itself.
 			e2bAPI, err := e2b.New(ctx, e2b.Options{
 				Manager: e.mgr, Store: e.st, Snapshots: e.snaps, MaxUpload: limit, DefaultTTL: defaultTTL,
 				Authorize: func(r *http.Request) bool { return httpapi.CheckToken(r, token) },
+				Where:     "smolvm serves E2B's API at the root and under " + E2BPrefix + ", and its own under /v1",
 			})
 			if err != nil {
 				return err
@@ -110,6 +116,7 @@ set to the token.`,
 				MaxUpload: limit, MaxInFlight: inFlight, MaxQueue: queue,
 				DefaultTTL: defaultTTL, ExpiredGrace: grace, Logger: logger,
 				Mounts: []httpapi.Mount{{Prefix: E2BPrefix + "/", Handler: http.StripPrefix(E2BPrefix, e2bAPI), Public: true}},
+				Root:   e2bAPI,
 			})
 			hs := &http.Server{ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 			scheme := "http"

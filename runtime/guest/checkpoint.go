@@ -2,10 +2,12 @@ package guest
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"sort"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -23,6 +25,11 @@ type Identity struct {
 	User      string     `json:"user,omitempty"` // default user
 	MachineID string     `json:"machine_id,omitempty"`
 	Deadline  *time.Time `json:"deadline,omitempty"`
+	// Hostname is the sandbox's own. A copy restored into a restore
+	// target, or a pooled sandbox handed out, was created with another
+	// one, and gVisor keeps a hostname once set: the agent, which alone
+	// may set it (ReserveAdmin), sets it at every handover.
+	Hostname string `json:"hostname,omitempty"`
 	// Restored is set for a copy, which runs the image's on-restore hooks.
 	Restored bool `json:"restored,omitempty"`
 }
@@ -85,7 +92,10 @@ func (s *Server) awaitResume(giveUp time.Time) {
 		var id Identity
 		if err == nil && json.Unmarshal(p, &id) == nil {
 			os.Remove(s.cfg.ResumeFile)
-			s.adopt(id)
+			if err := s.adopt(id); err != nil {
+				// The copy serves anyway, under the wrong name: record why.
+				s.recordErr(err)
+			}
 			break
 		}
 		if time.Now().After(giveUp) {
@@ -100,12 +110,18 @@ func (s *Server) awaitResume(giveUp time.Time) {
 func (s *Server) serveAgain() {
 	if err := s.listen(); err != nil {
 		// Without a socket the host cannot reach us: record why.
-		os.WriteFile(filepath.Join(filepath.Dir(s.cfg.ResumeFile), "agent.err"), []byte(err.Error()+"\n"), 0o644)
+		s.recordErr(err)
 	}
 }
 
-// adopt takes on id, running the restore hooks of a copy.
-func (s *Server) adopt(id Identity) {
+// recordErr leaves err where the host looks when the agent fails.
+func (s *Server) recordErr(err error) {
+	os.WriteFile(filepath.Join(filepath.Dir(s.cfg.ResumeFile), "agent.err"), []byte(err.Error()+"\n"), 0o644)
+}
+
+// adopt takes on id, running the restore hooks of a copy. It fails only
+// if the hostname cannot be set; the rest of id is taken anyway.
+func (s *Server) adopt(id Identity) error {
 	s.mu.Lock()
 	if id.Env != nil {
 		s.cfg.Env = id.Env
@@ -121,9 +137,38 @@ func (s *Server) adopt(id Identity) {
 		writeMachineID(id.MachineID)
 	}
 	s.setDeadline(id.Deadline)
+	err := setHostname(id.Hostname)
 	if id.Restored {
 		s.runHooks()
 	}
+	return err
+}
+
+// setHostname makes name the sandbox's hostname, unless it is "" or the
+// hostname already.
+func setHostname(name string) error {
+	if name == "" {
+		return nil
+	}
+	if cur, err := os.Hostname(); err == nil && cur == name {
+		return nil
+	}
+	if err := unix.Sethostname([]byte(name)); err != nil {
+		return fmt.Errorf("set hostname %s: %w", name, err)
+	}
+	return nil
+}
+
+// ReserveAdmin keeps CAP_SYS_ADMIN to the agent: it drops it from the
+// bounding set of every thread, so no command the agent starts can have
+// it, while the agent keeps it in its own sets to set the hostname of a
+// copy (setHostname). Only the agent's main calls it, as PID 1 of a
+// sandbox: it changes the whole process.
+func ReserveAdmin() error {
+	if _, _, errno := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_CAPBSET_DROP, unix.CAP_SYS_ADMIN, 0); errno != 0 {
+		return fmt.Errorf("drop CAP_SYS_ADMIN from the bounding set: %w", errno)
+	}
+	return nil
 }
 
 // setDeadline replaces the deadline the main loop waits for. The channel

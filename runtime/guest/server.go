@@ -281,7 +281,9 @@ func (s *Server) handle(nc net.Conn) {
 			exit = sandbox.Exit{Code: 125, Error: "identity: none given", Kind: sandbox.KindInvalid}
 			break
 		}
-		s.adopt(*req.Identity)
+		if err := s.adopt(*req.Identity); err != nil {
+			exit = sandbox.Exit{Code: 125, Error: err.Error()}
+		}
 	case OpQuiesce:
 		// The answer goes out once nothing else listens or is connected,
 		// so the host may checkpoint as soon as it has it.

@@ -380,13 +380,14 @@ func (m *Manager) adopt(ctx context.Context, r *record, cfg sandbox.Config) (*sa
 	if err != nil {
 		return nil, err
 	}
-	// The hostname is the member's own (sb-<ID>, unique): root in a
-	// sandbox lacks CAP_SYS_ADMIN, so not even the agent can change it.
-	cfg.Hostname = r.Config.Hostname
+	// The member booted as sb-<ID>; the agent renames it.
+	if cfg.Hostname == "" {
+		cfg.Hostname = hostnameFor(r.Name, r.ID)
+	}
 	r.Config, r.CreatedAt = cfg, store.Now()
 	r.spec = m.specFor(r, img)
 	startClock(r)
-	id := guest.Identity{Env: r.spec.Env, MachineID: r.spec.MachineID,
+	id := guest.Identity{Env: r.spec.Env, MachineID: r.spec.MachineID, Hostname: r.spec.Hostname,
 		Deadline: r.spec.Deadline, Dir: r.spec.WorkDir, User: r.spec.User}
 	if err := r.be.Guest(&r.spec).SetIdentity(ctx, id); err != nil {
 		return nil, fmt.Errorf("%s: hand over identity: %w", r.ID, err)

@@ -36,7 +36,7 @@ func TestPool(t *testing.T) {
 		t.Fatalf("claimed: %+v", sb)
 	}
 	out, errOut, _ := m.sh(t, sb, "hostname; echo $A $SMOLVM_SANDBOX_NAME $SMOLVM_SANDBOX_ID; pwd")
-	if want := "sb-" + sb.ID + "\n1 web1 " + sb.ID + "\n/tmp\n"; out != want {
+	if want := "web1\n1 web1 " + sb.ID + "\n/tmp\n"; out != want {
 		t.Fatalf("claimed sandbox sees %q (%s), want %q", out, errOut, want)
 	}
 	if sbs, _ := m.List(ctx); len(sbs) != 1 || sbs[0].ID != sb.ID {
@@ -175,10 +175,10 @@ func TestRestoreTargets(t *testing.T) {
 		t.Fatalf("fork into a target: %+v (targets %v)", c, waiting)
 	}
 	out, errOut, _ := m.sh(t, c, "cat /root/f; hostname; echo $WHO $SMOLVM_SANDBOX_NAME $SMOLVM_SANDBOX_ID")
-	if want := "state\nsb-" + c.ID + "\nsrc c-1 " + c.ID + "\n"; out != want {
+	if want := "state\nc-1\nsrc c-1 " + c.ID + "\n"; out != want {
 		t.Fatalf("copy in a target sees %q (%s), want %q", out, errOut, want)
 	}
-	if got, err := m.Get(ctx, "c-1"); err != nil || got.ForkedFrom != src.ID || got.Config.Hostname != "sb-"+c.ID {
+	if got, err := m.Get(ctx, "c-1"); err != nil || got.ForkedFrom != src.ID || got.Config.Hostname != "c-1" {
 		t.Fatalf("stored copy: %+v, %v", got, err)
 	}
 	if p, _ := m.Pool(ctx, "t"); p.TargetsReady != 2 {

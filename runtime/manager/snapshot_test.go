@@ -303,7 +303,7 @@ func TestSnapshotBadInput(t *testing.T) {
 	if _, err := m.Checkpoint(ctx, "nope", sandbox.CheckpointOptions{}); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("checkpoint of a missing sandbox: %v", err)
 	}
-	if _, err := m.Fork(ctx, "nope", sandbox.ForkOptions{}); !errors.Is(err, sandbox.ErrNotFound) {
+	if _, err := m.Fork(ctx, "nope", sandbox.ForkOptions{N: 1}); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("fork of a missing sandbox: %v", err)
 	}
 	if _, err := m.Restore(ctx, "nope", sandbox.RestoreOptions{}); !errors.Is(err, snapshot.ErrNotFound) {
@@ -324,13 +324,13 @@ func TestSnapshotBadInput(t *testing.T) {
 	if _, err := m.Pause(ctx, src.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Fork(ctx, src.ID, sandbox.ForkOptions{}); !errors.Is(err, sandbox.ErrNotRunning) || !strings.Contains(err.Error(), "resume it first") {
+	if _, err := m.Fork(ctx, src.ID, sandbox.ForkOptions{N: 1}); !errors.Is(err, sandbox.ErrNotRunning) || !strings.Contains(err.Error(), "resume it first") {
 		t.Errorf("fork of a paused sandbox: %v", err)
 	}
 	if _, err := m.Resume(ctx, src.ID); err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []int{-1, sandbox.MaxFork + 1} {
+	for _, n := range []int{-1, 0, sandbox.MaxFork + 1} {
 		if _, err := m.Fork(ctx, src.ID, sandbox.ForkOptions{N: n}); !errors.Is(err, sandbox.ErrInvalid) {
 			t.Errorf("fork -n %d: %v", n, err)
 		}

@@ -162,9 +162,9 @@ func (m *Manager) newCopy(ctx context.Context, name, imageRef, imageID string, c
 	r, unlock, err := m.target(ctx, name, img.ID, cfg, be.Name())
 	if err != nil || r != nil {
 		if r != nil {
-			// The hostname is the target's own, fixed when it was
-			// created: root in a sandbox cannot change it.
-			cfg.Hostname = r.Config.Hostname
+			// The target was created as sb-<ID>: the restored agent
+			// takes the copy's hostname from its identity.
+			cfg.Hostname = hostnameFor(r.Name, r.ID)
 			r.Image, r.Config, r.CreatedAt = imageRef, cfg, store.Now()
 			r.spec = m.specFor(r, img)
 		}
@@ -303,11 +303,8 @@ func (m *Manager) discard(ctx context.Context, r *record) {
 // error says which copy failed and why.
 func (m *Manager) Fork(ctx context.Context, ref string, o sandbox.ForkOptions) ([]*sandbox.Sandbox, error) {
 	n := o.N
-	if n == 0 {
-		n = 1
-	}
 	if n < 1 || n > sandbox.MaxFork {
-		return nil, fmt.Errorf("fork %s: %w: -n %d: must be between 1 and %d", ref, sandbox.ErrInvalid, o.N, sandbox.MaxFork)
+		return nil, fmt.Errorf("fork %s: %w: %d copies: the number of copies must be between 1 and %d", ref, sandbox.ErrInvalid, n, sandbox.MaxFork)
 	}
 	names := make([]string, n)
 	if o.NamePrefix != "" {

@@ -2,12 +2,15 @@ package e2b
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 
 	"smolvm.dev/smolvm/internal/testmgr"
@@ -102,16 +105,50 @@ func TestSDKScenarios(t *testing.T) {
 	node, npm := nodeTools(t)
 	installSDK(t, npm)
 	s := smolvmServe(t)
+	s.runNode(t, node)
+}
+
+// runNode runs `node --test` with the SDK pointed at s, over files (none:
+// the suite under test/), failing t if a scenario fails.
+// SMOLVM_E2B_SCENARIOS narrows it to the scenarios whose names match.
+func (s *server) runNode(t *testing.T, node string, files ...string) {
+	t.Helper()
 	args := []string{"--test", "--test-reporter=spec"}
 	if p := os.Getenv("SMOLVM_E2B_SCENARIOS"); p != "" {
 		args = append(args, "--test-name-pattern="+p) // a subset, while working on one
 	}
-	cmd := exec.Command(node, args...)
+	cmd := exec.Command(node, append(args, files...)...)
 	cmd.Dir = compatDir()
 	cmd.Env = s.sdkEnv()
 	out, err := cmd.CombinedOutput()
-	t.Logf("node --test:\n%s", out)
+	t.Logf("node --test %v:\n%s", files, out)
 	if err != nil {
 		t.Fatalf("SDK scenarios failed: %v", err)
 	}
+}
+
+// TestSDKAtRoot runs root.mjs through the official e2b npm package with
+// the real `smolvm serve`'s root as its base URL, where E2B's routes are
+// served around the native API's; a route E2B's API lacks gets E2B's
+// error shape, with a message saying where the APIs are.
+func TestSDKAtRoot(t *testing.T) {
+	node, npm := nodeTools(t)
+	installSDK(t, npm)
+	s := smolvmServe(t)
+	s.URL = strings.TrimSuffix(s.URL, "/e2b")
+
+	req, _ := http.NewRequest(http.MethodGet, s.URL+"/volumes", nil)
+	req.Header.Set("X-API-KEY", s.Key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var e apiError
+	if resp.StatusCode != http.StatusNotFound || json.Unmarshal(body, &e) != nil || e.Code != http.StatusNotFound ||
+		!strings.Contains(e.Message, "/e2b") || !strings.Contains(e.Message, "/v1") {
+		t.Fatalf("GET /volumes: %d %s; want E2B's 404 saying where the APIs are", resp.StatusCode, body)
+	}
+	s.runNode(t, node, "root.mjs")
 }

@@ -53,6 +53,10 @@ type Options struct {
 	// DefaultTTL is the time to live of a sandbox created without a
 	// timeout (the SDK sends none unless timeoutMs is given); 0 is none.
 	DefaultTTL time.Duration
+	// Where says where the handler is served ("E2B's API is at / and
+	// /e2b"), in the answer to a request that no route serves, so that
+	// a client with a wrong base URL learns the right one.
+	Where string
 }
 
 // Handler serves both E2B APIs: requests with an E2b-Sandbox-Id header
@@ -66,6 +70,7 @@ type Handler struct {
 	authorize func(*http.Request) bool
 	maxUpload int64
 	ttl       time.Duration
+	where     string
 	procs     *procTable
 	watches   *watchSet
 	api       *http.ServeMux
@@ -86,7 +91,7 @@ func New(ctx context.Context, o Options) (*Handler, error) {
 		return nil, fmt.Errorf("e2b: %w", err)
 	}
 	h := &Handler{
-		m: o.Manager, st: o.Store, snaps: o.Snapshots, authorize: o.Authorize, maxUpload: o.MaxUpload, ttl: o.DefaultTTL,
+		m: o.Manager, st: o.Store, snaps: o.Snapshots, authorize: o.Authorize, maxUpload: o.MaxUpload, ttl: o.DefaultTTL, where: o.Where,
 		procs: newProcTable(), watches: newWatchSet(),
 	}
 	if h.maxUpload <= 0 {
@@ -122,9 +127,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httpguard.RefuseBody(w, err, writeAPIError)
 		return
 	}
-	if httpguard.Routed(w, r, h.api, noRoute(r)) {
+	if httpguard.Routed(w, r, h.api, h.noRoute(r)) {
 		h.api.ServeHTTP(w, r)
 	}
+}
+
+// unrouted answers a request that no control-plane route serves, saying
+// where the API is served.
+func (h *Handler) unrouted(w http.ResponseWriter, status int, msg string) {
+	if h.where != "" {
+		msg += "; " + h.where
+	}
+	writeAPIError(w, status, msg)
 }
 
 // checkParams wraps fn with the check of pattern's path parameters, each

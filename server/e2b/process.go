@@ -303,11 +303,14 @@ func (o output) Write(b []byte) (int, error) {
 
 // endOf turns an agent exit into envd's end event. envd reports a command
 // killed by a signal with exit code -1 and exited false, as Go's
-// ProcessState does.
+// ProcessState does, and sends Wait's error as the error: "exit status N"
+// or "signal: killed", which the SDK's CommandExitError takes as its
+// message.
 func endOf(e sandbox.Exit) endEvent {
 	switch {
 	case e.Signal != 0:
 		end := endEvent{ExitCode: -1, Status: "signal: " + syscall.Signal(e.Signal).String()}
+		end.Error = end.Status
 		if e.TimedOut {
 			end.Error = e.Error
 		}
@@ -316,7 +319,11 @@ func endOf(e sandbox.Exit) endEvent {
 		// The command could not start: bash missing, a bad user or cwd.
 		return endEvent{ExitCode: int32(e.Code), Status: "exit status " + strconv.Itoa(e.Code), Error: e.Error}
 	}
-	return endEvent{ExitCode: int32(e.Code), Exited: true, Status: "exit status " + strconv.Itoa(e.Code)}
+	end := endEvent{ExitCode: int32(e.Code), Exited: true, Status: "exit status " + strconv.Itoa(e.Code)}
+	if e.Code != 0 {
+		end.Error = end.Status
+	}
+	return end
 }
 
 // start answers Process.Start: it starts the command, then streams its

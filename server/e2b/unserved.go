@@ -34,7 +34,7 @@ func unservedTemplate(escapedPath string) bool {
 
 // noRoute answers a control-plane request no route serves: E2B's error
 // body, and for a part of E2B's API smolvm lacks, a 501 that says so.
-func noRoute(r *http.Request) httpguard.Fail {
+func (h *Handler) noRoute(r *http.Request) httpguard.Fail {
 	return func(w http.ResponseWriter, status int, msg string) {
 		if status == http.StatusNotFound {
 			p := r.URL.EscapedPath()
@@ -52,6 +52,6 @@ func noRoute(r *http.Request) httpguard.Fail {
 				return
 			}
 		}
-		writeAPIError(w, status, msg)
+		h.unrouted(w, status, msg)
 	}
 }

@@ -31,6 +31,12 @@ type Options struct {
 	// same auth and path checks (unless Public), limiter and metrics. The
 	// handler sees the full path.
 	Mounts []Mount
+	// Root, when set, serves what nothing else claims: a path outside
+	// /v1/ that no route or mount serves, with any method. It is public
+	// as a Public mount is (it checks tokens and paths itself), behind
+	// the limiter and metrics. smolvm serve gives it E2B's API, whose
+	// SDKs then work with the server's root as their base URL.
+	Root http.Handler
 	// TempDir is where uploads are spooled until complete.
 	TempDir string
 	// MaxUpload bounds one upload's size (default 1 GiB); MaxDownload one
@@ -69,6 +75,7 @@ type Server struct {
 	// public holds the patterns served without a token.
 	public map[string]bool
 	mounts []mount
+	root   http.Handler // Options.Root, guarded; nil for none
 }
 
 // mount is a Mount with its handler wrapped.
@@ -115,13 +122,17 @@ func New(o Options) *Server {
 		s.routes = append(s.routes, m.Prefix)
 		s.mounts = append(s.mounts, mount{prefix: m.Prefix, public: m.Public, h: s.guard(m.Prefix, true, body{}, m.Handler)})
 	}
+	if o.Root != nil {
+		s.root = s.guard("/", true, body{}, o.Root)
+	}
 	return s
 }
 
 // ServeHTTP checks the token before anything else, so that a caller
 // without one learns nothing about routes (every path and method gets
 // 401), then the path, then routes. Mounts get their whole prefix; a
-// Public one checks tokens and paths itself, in its own error shape.
+// Public one checks tokens and paths itself, in its own error shape, as
+// Root does for what nothing else claims.
 // Whatever the answer, the rest of an unread body is drained (bounded), so
 // a client still sending gets the answer, not a reset.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -135,12 +146,23 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	_, pattern := s.mux.Handler(r)
+	if pattern == "" && s.root != nil && s.unclaimed(r) {
+		s.root.ServeHTTP(w, r)
+		return
+	}
 	if !s.admit(w, r, pattern) {
 		return
 	}
 	if httpguard.Routed(w, r, s.mux, fail) {
 		s.mux.ServeHTTP(w, r)
 	}
+}
+
+// unclaimed reports whether r, which no route matches, is Root's: its
+// path is outside /v1/ and no route serves it with another method.
+func (s *Server) unclaimed(r *http.Request) bool {
+	p := r.URL.Path
+	return p != "/v1" && !strings.HasPrefix(p, "/v1/") && len(httpguard.Allowed(s.mux, r)) == 0
 }
 
 // fail writes an error the guards found, with the code for its status.

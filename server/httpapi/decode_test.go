@@ -149,6 +149,44 @@ func TestMountSharesAuthAndMetrics(t *testing.T) {
 	}
 }
 
+// TestRootServesTheRest: Root gets every path outside /v1/ that no route
+// serves, with any method, and nothing the native API serves.
+func TestRootServesTheRest(t *testing.T) {
+	var seen []string
+	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen = append(seen, r.Method+" "+r.URL.Path)
+		w.WriteHeader(http.StatusTeapot)
+	})
+	s := New(Options{Token: "t0ken", Root: root, Mounts: []Mount{{Prefix: "/e2b/", Handler: http.NotFoundHandler(), Public: true}}})
+	for _, tc := range []struct {
+		method, path string
+		status       int
+	}{
+		{http.MethodPost, "/sandboxes", http.StatusTeapot},
+		{http.MethodGet, "/v2/sandboxes", http.StatusTeapot},
+		{http.MethodDelete, "/templates/x", http.StatusTeapot},
+		{http.MethodGet, "/", http.StatusTeapot},
+		{http.MethodGet, "/healthz", http.StatusOK},
+		{http.MethodGet, "/openapi.json", http.StatusOK},
+		{http.MethodPost, "/metrics", http.StatusMethodNotAllowed},
+		{http.MethodGet, "/v1/sandboxes/x/nope", http.StatusNotFound},
+		{http.MethodGet, "/v1", http.StatusNotFound},
+		{http.MethodGet, "/e2b/sandboxes", http.StatusNotFound},
+	} {
+		if w, _ := call(t, s, tc.method, tc.path, "", auth); w.Code != tc.status {
+			t.Errorf("%s %s: %d, want %d", tc.method, tc.path, w.Code, tc.status)
+		}
+	}
+	want := []string{"POST /sandboxes", "GET /v2/sandboxes", "DELETE /templates/x", "GET /"}
+	if !slices.Equal(seen, want) {
+		t.Fatalf("root saw %v, want %v", seen, want)
+	}
+	// Root checks tokens itself, as a public mount does.
+	if w, _ := call(t, s, http.MethodGet, "/sandboxes", "", nil); w.Code != http.StatusTeapot {
+		t.Fatalf("root without a token: %d", w.Code)
+	}
+}
+
 func TestLoadToken(t *testing.T) {
 	dir := t.TempDir()
 	tok, err := LoadToken(dir)

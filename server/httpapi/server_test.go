@@ -420,6 +420,19 @@ func TestServerSnapshots(t *testing.T) {
 			t.Fatalf("fork %s: %q %+v", k.Name, out, k)
 		}
 	}
+	// n defaults to 1 when absent; 0 copies is refused as -1 and 65 are.
+	for _, n := range []int{0, -1, sandbox.MaxFork + 1} {
+		if _, err := f.c.Fork(ctx, "src", sandbox.ForkOptions{N: n}); !errors.Is(err, sandbox.ErrInvalid) {
+			t.Errorf("fork of %d copies: %v", n, err)
+		}
+	}
+	if status, body, _ := f.do("POST", "/v1/sandboxes/src/fork", `{"n":0}`); status != http.StatusBadRequest || !strings.Contains(string(body), "between 1 and 64") {
+		t.Errorf(`fork {"n":0}: %d %s`, status, body)
+	}
+	var one []sandbox.Sandbox
+	if status, body, _ := f.do("POST", "/v1/sandboxes/src/fork", `{}`); status != http.StatusCreated || json.Unmarshal(body, &one) != nil || len(one) != 1 {
+		t.Errorf("fork {}: %d %s; want one copy", status, body)
+	}
 	if sb, err := f.c.Pause(ctx, "src"); err != nil || sb.State != sandbox.StatePaused || sb.ExpiresAt != nil {
 		t.Fatalf("pause: %+v %v", sb, err)
 	}
@@ -515,7 +528,7 @@ func TestServerPools(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, _, _ := f.sh("c-1", "hostname"); out != "sb-"+copies[0].ID+"\n" {
+	if out, _, _ := f.sh("c-1", "hostname"); out != "c-1\n" || len(copies) != 1 {
 		t.Fatalf("a fork into a target has hostname %q", out)
 	}
 	if tp, err := f.c.FillPool(ctx, "forks"); err != nil || tp.TargetsReady != 1 {

@@ -43,7 +43,11 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	sbs, err := s.o.Manager.Fork(r.Context(), r.PathValue("id"), sandbox.ForkOptions{N: req.N, NamePrefix: req.NamePrefix})
+	o := sandbox.ForkOptions{N: 1, NamePrefix: req.NamePrefix}
+	if req.N != nil {
+		o.N = *req.N
+	}
+	sbs, err := s.o.Manager.Fork(r.Context(), r.PathValue("id"), o)
 	created(w, sbs, err)
 }
 

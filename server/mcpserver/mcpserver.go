@@ -325,14 +325,18 @@ func (t *tools) restore(ctx context.Context, _ *mcp.CallToolRequest, in restoreI
 
 type forkIn struct {
 	Sandbox string `json:"sandbox" jsonschema:"sandbox ID or name"`
-	Count   int    `json:"count,omitempty" jsonschema:"number of copies; default 1"`
+	Count   *int   `json:"count,omitempty" jsonschema:"number of copies, 1 to 64; default 1"`
 }
 
 func (t *tools) fork(ctx context.Context, _ *mcp.CallToolRequest, in forkIn) (*mcp.CallToolResult, listOut, error) {
-	if in.Count < 0 || in.Count > sandbox.MaxFork {
+	n := 1
+	if in.Count != nil {
+		n = *in.Count
+	}
+	if n < 1 || n > sandbox.MaxFork {
 		return nil, listOut{}, invalid("count: must be between 1 and %d", sandbox.MaxFork)
 	}
-	sbs, err := t.m.Fork(ctx, in.Sandbox, sandbox.ForkOptions{N: in.Count})
+	sbs, err := t.m.Fork(ctx, in.Sandbox, sandbox.ForkOptions{N: n})
 	if err != nil {
 		return nil, listOut{}, err
 	}

@@ -217,6 +217,19 @@ func testExec(t *testing.T, h Harness) {
 	if _, _, exit := sh(t, h, s, "kill -9 $$"); exit.Code != 137 || exit.Signal != 9 {
 		t.Fatalf("killed exec: %+v", exit)
 	}
+	// Root's commands lack CAP_SYS_ADMIN, in every set: they cannot
+	// rename the sandbox (only the agent does, for a copy).
+	out, _, _ = sh(t, h, s, "hostname evil 2>/dev/null; hostname; grep -E '^Cap(Prm|Eff|Bnd):' /proc/self/status")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 || lines[0] != "sb" {
+		t.Fatalf("hostname and capabilities of a root command: %q", out)
+	}
+	for _, l := range lines[1:] {
+		var set uint64
+		if _, err := fmt.Sscanf(strings.Fields(l)[1], "%x", &set); err != nil || set&(1<<21) != 0 {
+			t.Errorf("a root command has CAP_SYS_ADMIN (bit 21): %q", l)
+		}
+	}
 }
 
 func testFiles(t *testing.T, h Harness) {
@@ -576,26 +589,42 @@ func testCheckpointRestoreFork(t *testing.T, h Harness) {
 	if out, _, _ := sh(t, h, src, "cat /root/f"); out != "written\n" {
 		t.Fatalf("source after checkpoint: %q", out)
 	}
-	copies := make([]*backend.Spec, 2)
-	for i := range copies {
+	// Copy 0 is restored cold; copy 1 into a sandbox created beforehand
+	// under another hostname, as a restore target is; copy 2 cold from a
+	// checkpoint of copy 1, whose hostname its agent set.
+	restore := func(i int, dir string, target bool) *backend.Spec {
 		c := newSpec(t, h)
-		c.Hostname = fmt.Sprintf("copy%d", i)
-		c.Env = append(c.Env, "WHO="+c.Hostname)
-		if i == 1 {
+		if target {
+			c.Hostname = "target"
 			if err := h.Backend.Create(ctx, c); err != nil {
 				t.Fatal(err)
 			}
 		}
+		c.Hostname = fmt.Sprintf("copy%d", i)
+		c.Env = append(c.Env, "WHO="+c.Hostname)
 		if err := sn.Restore(ctx, c, dir); err != nil {
 			t.Fatalf("restore %d: %v", i, err)
 		}
-		copies[i] = c
+		return c
 	}
-	for i, c := range copies {
+	check := func(i int, c *backend.Spec, when string) {
 		out, _, _ := sh(t, h, c, "cat /root/f; hostname; cat /etc/machine-id; echo $WHO; "+stillCounting)
 		if want := fmt.Sprintf("written\ncopy%d\n%s\ncopy%d\ncounting\n", i, c.MachineID, i); out != want {
-			t.Fatalf("copy %d: %q, want %q", i, out, want)
+			t.Fatalf("copy %d%s: %q, want %q", i, when, out, want)
 		}
+	}
+	copies := []*backend.Spec{restore(0, dir, false), restore(1, dir, true)}
+	check(0, copies[0], "")
+	check(1, copies[1], "")
+	dir = t.TempDir()
+	if err := sn.Checkpoint(ctx, copies[1], dir, backend.CheckpointOptions{LeaveRunning: true}); err != nil {
+		t.Fatal(err)
+	}
+	copies = append(copies, restore(2, dir, false))
+	check(2, copies[2], "")
+	check(1, copies[1], " after its own checkpoint")
+	if out, _, _ := sh(t, h, src, "hostname"); out != "sb\n" {
+		t.Fatalf("source after its copies: hostname %q", out)
 	}
 	for i, c := range copies {
 		sh(t, h, c, fmt.Sprintf("echo %d > /root/f", i))

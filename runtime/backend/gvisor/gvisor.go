@@ -3,7 +3,6 @@
 package gvisor
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -354,16 +353,26 @@ func (b *Backend) Stop(ctx context.Context, s *backend.Spec, timeout time.Durati
 
 // Delete implements backend.Backend.
 func (b *Backend) Delete(ctx context.Context, s *backend.Spec) error {
-	if pid, err := b.sandboxPid(s); err == nil {
-		unix.Kill(pid, unix.SIGKILL)
-	}
-	if st, err := b.state(s); err == nil && st.GoferPid > 0 {
-		unix.Kill(st.GoferPid, unix.SIGKILL)
+	root := layout{s.Dir}.runscRoot()
+	// runsc delete kills the pids its state file names, which may belong
+	// to other processes by now: it runs only if each is still this
+	// sandbox's (or not started yet).
+	stale := false
+	if st, err := b.state(s); err == nil {
+		for _, pid := range []int{st.Sandbox.Pid, st.GoferPid} {
+			if liveOn(pid, root) {
+				unix.Kill(pid, unix.SIGKILL)
+			} else if pid > 0 {
+				stale = true
+			}
+		}
 	}
 	// runsc delete removes its cgroups and state; it may fail on a
-	// half-created sandbox, which the removals below cover.
-	b.runsc(ctx, s, "delete", "--force", s.ID)
-	killStragglers(layout{s.Dir}.runscRoot())
+	// half-created sandbox. The removals below cover both.
+	if !stale {
+		b.runsc(ctx, s, "delete", "--force", s.ID)
+	}
+	killStragglers(root)
 	removeCgroups(s.ID)
 	if err := unmountUnder(s.Dir); err != nil {
 		return fmt.Errorf("delete %s: %w", s.ID, err)
@@ -403,7 +412,7 @@ func (b *Backend) sandboxPid(s *backend.Spec) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if st.Sandbox.Pid <= 0 {
+	if !liveOn(st.Sandbox.Pid, layout{s.Dir}.runscRoot()) {
 		return 0, backend.ErrNotRunning
 	}
 	return st.Sandbox.Pid, nil
@@ -420,9 +429,8 @@ func (b *Backend) State(ctx context.Context, s *backend.Spec) (backend.Status, e
 	if err != nil {
 		return "", err
 	}
-	alive := st.Sandbox.Pid > 0 && processAlive(st.Sandbox.Pid)
 	switch {
-	case !alive:
+	case !liveOn(st.Sandbox.Pid, layout{s.Dir}.runscRoot()):
 		return backend.StatusStopped, nil
 	case st.Status == "paused":
 		return backend.StatusPaused, nil
@@ -432,15 +440,4 @@ func (b *Backend) State(ctx context.Context, s *backend.Spec) (backend.Status, e
 		return backend.StatusRunning, nil
 	}
 	return backend.StatusStopped, nil
-}
-
-// processAlive reports whether pid exists and is not a zombie.
-func processAlive(pid int) bool {
-	p, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	// The state follows the parenthesized command name.
-	i := bytes.LastIndexByte(p, ')')
-	return i > 0 && i+2 < len(p) && p[i+2] != 'Z' && p[i+2] != 'X'
 }

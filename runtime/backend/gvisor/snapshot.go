@@ -83,7 +83,7 @@ func (b *Backend) resume(ctx context.Context, s *backend.Spec, restored bool) er
 
 // writeIdentity leaves s's identity where its quiesced agent looks for it.
 func writeIdentity(s *backend.Spec, restored bool) error {
-	id := guest.Identity{Env: s.Env, MachineID: s.MachineID, Deadline: s.Deadline, Restored: restored}
+	id := guest.Identity{Env: s.Env, MachineID: s.MachineID, Deadline: s.Deadline, Hostname: s.Hostname, Restored: restored}
 	return writeJSON(filepath.Join(layout{s.Dir}.run(), "resume.json"), id)
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -40,6 +41,12 @@ var defaultCaps = []string{
 	"CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
 }
 
+// capabilities gives a process names in its bounding, effective and
+// permitted sets.
+func capabilities(names []string) *specs.LinuxCapabilities {
+	return &specs.LinuxCapabilities{Bounding: names, Effective: names, Permitted: names}
+}
+
 // ociSpec builds the runtime spec. The agent is the container's process;
 // the user's main command is handed to it in the agent config.
 func ociSpec(s *backend.Spec, root string) *specs.Spec {
@@ -59,7 +66,11 @@ func ociSpec(s *backend.Spec, root string) *specs.Spec {
 	for _, m := range s.Rootfs.Mounts {
 		mounts = append(mounts, specs.Mount{Destination: m.Destination, Type: "bind", Source: m.Source, Options: []string{"rbind", "ro", "nodev"}})
 	}
-	caps := &specs.LinuxCapabilities{Bounding: defaultCaps, Effective: defaultCaps, Permitted: defaultCaps}
+	// The agent alone also holds CAP_SYS_ADMIN, to set a copy's hostname:
+	// it drops it from its bounding set at start (guest.ReserveAdmin), so
+	// no command it starts gets it, and a command cannot trace it (the
+	// agent's permitted set is not a subset of the command's).
+	caps := capabilities(append(slices.Clip(defaultCaps), "CAP_SYS_ADMIN"))
 	res := &specs.LinuxResources{}
 	if lim := s.Limits; lim.Memory > 0 {
 		res.Memory = &specs.LinuxMemory{Limit: &lim.Memory}

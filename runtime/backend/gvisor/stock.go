@@ -34,6 +34,8 @@ func NewStock(runsc string, rootfs backend.Rootfs, dir, id string) (*Stock, erro
 	}
 	spec := ociSpec(s, root)
 	spec.Process.Args = []string{"/usr/bin/sleep", "infinity"}
+	// docker's capabilities: only the agent needs more.
+	spec.Process.Capabilities = capabilities(defaultCaps)
 	if err := writeJSON(filepath.Join(l.bundle(), "config.json"), spec); err != nil {
 		return nil, err
 	}

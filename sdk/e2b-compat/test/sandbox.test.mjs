@@ -104,6 +104,9 @@ test('commands: streamed output, envs, cwd, exit codes', async () => {
   const err = await sbx.commands.run('echo partial; echo bad >&2; exit 3').catch((e) => e)
   assert.ok(err instanceof CommandExitError, `got ${err}`)
   assert.equal(err.exitCode, 3)
+  // envd sends Wait's error, which the SDK makes the message.
+  assert.equal(err.message, 'exit status 3')
+  assert.equal(err.error, 'exit status 3')
   assert.equal(err.stdout, 'partial\n')
   assert.equal(err.stderr, 'bad\n')
 
@@ -137,6 +140,7 @@ test('commands: background, sendStdin, list, kill, connect', async () => {
   assert.equal(await other.commands.kill(h.pid), true)
   const res = await h.wait().catch((e) => e)
   assert.ok(res instanceof CommandExitError, `got ${res}`)
+  assert.equal(res.message, 'signal: killed')
   await attached.wait().catch(() => {})
   await waitFor(async () => !(await sbx.commands.list()).some((p) => p.pid === h.pid), 5000, 'the killed command to leave the list')
   // A finished command: kill says so, stdin and connect are NotFound.
