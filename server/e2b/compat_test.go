@@ -137,7 +137,7 @@ func TestSDKAtRoot(t *testing.T) {
 	s := smolvmServe(t)
 	s.URL = strings.TrimSuffix(s.URL, "/e2b")
 
-	req, _ := http.NewRequest(http.MethodGet, s.URL+"/volumes", nil)
+	req, _ := http.NewRequest(http.MethodGet, s.URL+"/no-such-api", nil)
 	req.Header.Set("X-API-KEY", s.Key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -148,7 +148,7 @@ func TestSDKAtRoot(t *testing.T) {
 	var e apiError
 	if resp.StatusCode != http.StatusNotFound || json.Unmarshal(body, &e) != nil || e.Code != http.StatusNotFound ||
 		!strings.Contains(e.Message, "/e2b") || !strings.Contains(e.Message, "/v1") {
-		t.Fatalf("GET /volumes: %d %s; want E2B's 404 saying where the APIs are", resp.StatusCode, body)
+		t.Fatalf("GET /no-such-api: %d %s; want E2B's 404 saying where the APIs are", resp.StatusCode, body)
 	}
 	s.runNode(t, node, "root.mjs")
 }
