@@ -12,6 +12,7 @@ import (
 
 	"smolvm.dev/smolvm/internal/testmgr"
 	"smolvm.dev/smolvm/internal/testserve"
+	"smolvm.dev/smolvm/server/ports"
 )
 
 const testKey = "e2b-test-key"
@@ -35,7 +36,7 @@ func newServerOn(t testing.TB, env *testmgr.Env) *server {
 	h, err := New(context.Background(), Options{
 		Manager: env.Manager, Store: env.Store, Snapshots: env.Snapshots,
 		Authorize: func(r *http.Request) bool { return tokenEqual(r.Header.Get("X-API-KEY"), testKey) },
-		MaxUpload: 1 << 20,
+		MaxUpload: 1 << 20, Ports: ports.New(env.Manager.DialPort),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/server/ports"
 )
 
 // EnvdVersion is the envd version reported for every sandbox. The SDK
@@ -53,6 +54,14 @@ type Options struct {
 	// DefaultTTL is the time to live of a sandbox created without a
 	// timeout (the SDK sends none unless timeoutMs is given); 0 is none.
 	DefaultTTL time.Duration
+	// Ports forwards traffic to ports inside sandboxes: requests whose
+	// E2b-Sandbox-Port is not envd's, and those ServeHost routes by
+	// name. Required.
+	Ports *ports.Proxy
+	// Domain is the one under which PORT-ID.Domain names a sandbox's
+	// port, returned to the SDK at create and connect (getHost(port));
+	// empty leaves the SDK's default.
+	Domain string
 }
 
 // Handler serves both E2B APIs: requests with an E2b-Sandbox-Id header
@@ -66,6 +75,8 @@ type Handler struct {
 	authorize func(*http.Request) bool
 	maxUpload int64
 	ttl       time.Duration
+	ports     *ports.Proxy
+	domain    string
 	procs     *procTable
 	api       *http.ServeMux
 	envdMux   *http.ServeMux
@@ -78,15 +89,15 @@ func New(ctx context.Context, o Options) (*Handler, error) {
 	if o.Manager == nil || o.Store == nil {
 		return nil, errors.New("e2b: Manager and Store are required")
 	}
-	if o.Authorize == nil {
-		return nil, errors.New("e2b: Authorize is required")
+	if o.Authorize == nil || o.Ports == nil {
+		return nil, errors.New("e2b: Authorize and Ports are required")
 	}
 	if err := o.Store.Migrate(ctx, "e2b", schema); err != nil {
 		return nil, fmt.Errorf("e2b: %w", err)
 	}
 	h := &Handler{
 		m: o.Manager, st: o.Store, snaps: o.Snapshots, authorize: o.Authorize, maxUpload: o.MaxUpload, ttl: o.DefaultTTL,
-		procs: newProcTable(),
+		ports: o.Ports, domain: o.Domain, procs: newProcTable(),
 	}
 	if h.maxUpload <= 0 {
 		h.maxUpload = 1 << 30
@@ -106,6 +117,10 @@ func New(ctx context.Context, o Options) (*Handler, error) {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer httpguard.Drain(w, r)
 	if id := r.Header.Get(headerSandboxID); id != "" {
+		if p := r.Header.Get(headerSandboxPort); p != "" && p != envdPort {
+			h.servePort(w, r, id, p)
+			return
+		}
 		h.serveEnvd(w, r, id)
 		return
 	}
