@@ -32,9 +32,9 @@ const E2BPrefix = "/e2b"
 func (a *app) serveCmd() *cobra.Command {
 	var (
 		listen, certFile, keyFile, maxUpload, domain string
-		insecure, noAuth                     bool
-		inFlight, queue                      int
-		defaultTTL, grace                    time.Duration
+		insecure, noAuth                             bool
+		inFlight, queue                              int
+		defaultTTL, grace                            time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",

@@ -49,12 +49,17 @@ func newServerOn(t testing.TB, env *testmgr.Env) *server {
 	return &server{URL: ts.URL, Key: testKey, env: env}
 }
 
-// smolvmServe starts a real `smolvm serve` on a loopback port over a fresh
-// data dir, and returns its E2B mount and API token.
+// testDomain is the --domain of smolvmServe: getHost(port) is
+// PORT-ID.testDomain, which tests resolve to the server themselves.
+const testDomain = "sandbox.test"
+
+// smolvmServe starts a real `smolvm serve --domain testDomain` on a
+// loopback port over a fresh data dir, and returns its E2B mount and API
+// token.
 func smolvmServe(t testing.TB) *server {
 	t.Helper()
 	env := testmgr.New(t) // registered first, so it cleans up after the server stops
-	srv := testserve.Start(t, env.Dir, env.GuestBinary)
+	srv := testserve.Start(t, env.Dir, env.GuestBinary, "--domain", testDomain)
 	return &server{URL: srv.URL + "/e2b", Key: srv.Token, env: env}
 }
 
@@ -94,7 +99,7 @@ func installSDK(t testing.TB, npm string) {
 
 // sdkEnv points the SDK at s with nothing but its own settings.
 func (s *server) sdkEnv() []string {
-	return append(os.Environ(), "E2B_API_URL="+s.URL, "E2B_SANDBOX_URL="+s.URL, "E2B_API_KEY="+s.Key)
+	return append(os.Environ(), "E2B_API_URL="+s.URL, "E2B_SANDBOX_URL="+s.URL, "E2B_API_KEY="+s.Key, "SMOLVM_E2B_DOMAIN="+testDomain, "SMOLVM_PORT_SERVER="+portServer)
 }
 
 // TestSDKScenarios runs sdk/e2b-compat's scenario suite through the
