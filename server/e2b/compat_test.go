@@ -87,7 +87,7 @@ func nodeTools(t testing.TB) (node, npm string) {
 func installSDK(t testing.TB, npm string) {
 	t.Helper()
 	dir := compatDir()
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "e2b", "package.json")); err == nil {
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@e2b", "code-interpreter", "package.json")); err == nil {
 		return
 	}
 	cmd := exec.Command(npm, "ci", "--no-audit", "--no-fund")
