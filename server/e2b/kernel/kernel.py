@@ -18,6 +18,7 @@ import sys
 import threading
 import traceback
 import uuid
+import warnings
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -112,7 +113,10 @@ def figures(emit):
 def worker():
     # Messages go to the original stdout; user code gets Streams.
     emit = Emitter(os.fdopen(os.dup(1), 'w', encoding='utf-8'))
+    # Figures are sent at the end of each cell (figures), as Jupyter's
+    # inline backend does; plt.show() has nothing to show meanwhile.
     os.environ.setdefault('MPLBACKEND', 'Agg')
+    warnings.filterwarnings('ignore', message='.*non-GUI backend')
     sys.stdout, sys.stderr = Stream(emit, 'stdout'), Stream(emit, 'stderr')
     ns = {'__name__': '__main__', '__builtins__': __builtins__}
     count = 0
@@ -377,6 +381,13 @@ class Handler(BaseHTTPRequestHandler):
 def main():
     global default
     port = int(sys.argv[1]) if len(sys.argv) > 1 else 49999
+    # Debian's matplotlib needs a matplotlibrc outside its data (in /etc),
+    # which an image may lack: the workers get one that says only agg.
+    rc = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'matplotlibrc')
+    if not os.path.exists(rc):
+        with open(rc, 'w') as f:
+            f.write('backend: agg\n')
+    os.environ.setdefault('MATPLOTLIBRC', rc)
     default = Context(DEFAULT_CWD)
     contexts[default.id] = default
     srv = ThreadingHTTPServer(('127.0.0.1', port), Handler)
