@@ -110,12 +110,19 @@ type echoed struct {
 	Headers map[string]string `json:"headers"`
 }
 
+// echo decodes what portserver.py answered, its header names in
+// canonical form.
 func (f *portFixture) echo(code int, body []byte) echoed {
 	f.t.Helper()
 	var e echoed
 	if code != http.StatusOK || json.Unmarshal(body, &e) != nil {
 		f.t.Fatalf("%d %s", code, body)
 	}
+	h := map[string]string{}
+	for k, v := range e.Headers {
+		h[http.CanonicalHeaderKey(k)] = v
+	}
+	e.Headers = h
 	return e
 }
 
@@ -131,11 +138,14 @@ func TestPorts(t *testing.T) {
 		if e.Path != "/a/b/?q=1%202" || e.Headers["Host"] != f.hostName("8000") || e.Headers["X-Custom"] != "kept" {
 			t.Fatalf("forwarded as %+v", e)
 		}
-		if _, leaked := e.Headers["E2B-Traffic-Access-Token"]; leaked {
+		if _, leaked := e.Headers["E2b-Traffic-Access-Token"]; leaked {
 			t.Fatalf("the traffic token reached the sandbox: %+v", e.Headers)
 		}
 		// Each credential opens it: envd's token, the API key; 0.0.0.0 too.
-		f.echo(f.host("8080", "DELETE", "/x", "", "X-Access-Token", envd))
+		e = f.echo(f.host("8080", "DELETE", "/x", "", "X-Access-Token", envd))
+		if _, leaked := e.Headers["X-Access-Token"]; leaked || e.Method != "DELETE" {
+			t.Fatalf("forwarded as %+v", e)
+		}
 		e = f.echo(f.host("8000", "GET", "/", "", "Authorization", "Bearer "+key))
 		if _, leaked := e.Headers["Authorization"]; leaked {
 			t.Fatalf("the API token reached the sandbox: %+v", e.Headers)
@@ -180,6 +190,34 @@ func TestPorts(t *testing.T) {
 		if rest, err := io.ReadAll(r); string(rest) != "second\n" {
 			t.Fatalf("rest %q, %v", rest, err)
 		}
+	})
+	t.Run("full duplex", func(t *testing.T) {
+		// The answer starts before the body is sent: the proxy must keep
+		// reading the body after the answer's headers (a bidirectional
+		// stream, and the last read of any body that races its answer).
+		lines := []string{"one\n", "two\n", "three\n"}
+		pr, pw := io.Pipe()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+f.hostName("8000")+"/duplex", pr)
+		req.ContentLength = int64(len(strings.Join(lines, "")))
+		req.Header.Set("E2B-Traffic-Access-Token", traffic)
+		go pw.Write([]byte(lines[0]))
+		resp, err := f.hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		r := bufio.NewReader(resp.Body)
+		for i, want := range lines {
+			if i > 0 {
+				go pw.Write([]byte(want))
+			}
+			if got, err := r.ReadString('\n'); got != want {
+				t.Fatalf("line %d: %q, %v", i, got, err)
+			}
+		}
+		pw.Close()
 	})
 	t.Run("websocket", func(t *testing.T) {
 		for _, c := range []struct {

@@ -77,6 +77,11 @@ func (p *Proxy) Serve(w http.ResponseWriter, r *http.Request, id string, port in
 		},
 		ErrorHandler: fail,
 	}
+	// The Transport may still be reading the request body (its last read,
+	// the one that sees EOF) when the answer's headers go out: an HTTP/1
+	// server then closes the body unless it is full duplex, and the
+	// Transport drops the connection mid-answer.
+	http.NewResponseController(w).EnableFullDuplex()
 	rp.ServeHTTP(w, r)
 }
 

@@ -1,7 +1,8 @@
 # A server for the port tests, run inside a sandbox: python3 -c "$(cat)" PORT [ADDR].
 # GET answers its path and headers as JSON; POST echoes the body; /stream
 # sends "first", waits for GET /release, then sends "second"; /ws is a
-# WebSocket that echoes each message prefixed with "echo:".
+# WebSocket that echoes each message prefixed with "echo:"; POST /duplex
+# answers at once and then echoes each line of the body as it comes.
 import base64, hashlib, json, sys, threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -34,10 +35,25 @@ class Handler(BaseHTTPRequestHandler):
     do_DELETE = do_OPTIONS = do_GET
 
     def do_POST(self):
+        if self.path == '/duplex':
+            return self.duplex()
         body = self.rfile.read(int(self.headers.get('Content-Length', 0)))
         self.reply(200, body, 'application/octet-stream')
 
     do_PUT = do_PATCH = do_POST
+
+    def duplex(self):
+        self.send_response(200)
+        self.send_header('Transfer-Encoding', 'chunked')
+        self.end_headers()
+        self.wfile.flush()
+        left = int(self.headers.get('Content-Length', 0))
+        while left > 0:
+            line = self.rfile.readline(left)
+            left -= len(line)
+            self.wfile.write(b'%x\r\n%s\r\n' % (len(line), line))
+            self.wfile.flush()
+        self.wfile.write(b'0\r\n\r\n')
 
     def stream(self):
         self.send_response(200)
