@@ -199,6 +199,8 @@ func TestPorts(t *testing.T) {
 		pr, pw := io.Pipe()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
+		// A client stuck sending waits for its body: end it at the timeout.
+		context.AfterFunc(ctx, func() { pw.CloseWithError(ctx.Err()) })
 		req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+f.hostName("8000")+"/duplex", pr)
 		req.ContentLength = int64(len(strings.Join(lines, "")))
 		req.Header.Set("E2B-Traffic-Access-Token", traffic)
