@@ -13,6 +13,7 @@ import (
 
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/internal/httpguard"
+	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/runtime/store"
@@ -117,7 +118,9 @@ func New(ctx context.Context, o Options) (*Handler, error) {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer httpguard.Drain(w, r)
 	if id := r.Header.Get(headerSandboxID); id != "" {
-		if p := r.Header.Get(headerSandboxPort); p != "" && p != envdPort {
+		// A valid port but envd's is forwarded; an invalid one is envd's
+		// to refuse, in its shape.
+		if p := r.Header.Get(headerSandboxPort); p != "" && p != envdPort && names.Check(names.Port, p) == nil {
 			h.servePort(w, r, id, p)
 			return
 		}

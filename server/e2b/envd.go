@@ -81,6 +81,13 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 		envdError(w, r, errdefs.New(errdefs.ErrInvalid, err.Error()))
 		return
 	}
+	if p := r.Header.Get(headerSandboxPort); p != "" && p != envdPort {
+		// ServeHTTP forwards every valid port but envd's.
+		if err := names.Check(names.Port, p); err != nil {
+			envdError(w, r, fmt.Errorf("%s: %w", headerSandboxPort, err))
+			return
+		}
+	}
 	// Uploads stream, with a limit per file (writeFiles); every other
 	// request is one small message.
 	if r.Method != http.MethodPost || r.URL.Path != "/files" {

@@ -273,7 +273,7 @@ func TestPorts(t *testing.T) {
 				return f.do("GET", f.base+"/v1/sandboxes/"+id+"/ports/70000/", "", "X-API-KEY", key)
 			}},
 			{"port 70000, by header", 400, "port", func() (int, []byte) {
-				return f.do("GET", f.s.URL+"/", "", "E2b-Sandbox-Id", id, "E2b-Sandbox-Port", "70000", "X-API-KEY", key)
+				return f.do("POST", f.s.URL+"/filesystem.Filesystem/Stat", "{}", "E2b-Sandbox-Id", id, "E2b-Sandbox-Port", "70000", "X-Access-Token", envd, "Content-Type", "application/json")
 			}},
 			{"a host without a port", 400, "PORT-SANDBOXID", func() (int, []byte) {
 				return f.do("GET", "http://"+id+"."+testDomain+"/", "", tok...)
