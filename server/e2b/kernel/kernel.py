@@ -226,6 +226,9 @@ class HTTPError(Exception):
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = 'HTTP/1.1'
+    # Each NDJSON line is its own small write: without TCP_NODELAY the
+    # second waits for the peer's delayed ACK.
+    disable_nagle_algorithm = True
 
     def log_message(self, *args):
         pass
