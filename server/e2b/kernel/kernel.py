@@ -193,12 +193,23 @@ class Context:
         self.start()
 
     def start(self):
+        # Unbuffered pipes: execute selects on the worker's stdout and the
+        # client's socket in one thread, and reads whole lines itself.
         self.proc = subprocess.Popen([sys.executable, '-u', os.path.abspath(__file__), '--worker'],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=self.cwd,
-                                     text=True, encoding='utf-8', bufsize=1)
-        ready = self.proc.stdout.readline()
-        if not ready:
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=self.cwd, bufsize=0)
+        self.buf = b''
+        if self.line() is None:
             raise RuntimeError('the interpreter did not start')
+
+    def line(self):
+        """The worker's next message line, or None at its end."""
+        while b'\n' not in self.buf:
+            data = os.read(self.proc.stdout.fileno(), 1 << 16)
+            if not data:
+                return None
+            self.buf += data
+        line, self.buf = self.buf.split(b'\n', 1)
+        return line
 
     def stop(self):
         self.proc.kill()
@@ -329,27 +340,36 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.flush()
         with ctx.lock:
-            gone = threading.Event()
-            watch = threading.Thread(target=self.watch, args=(ctx, gone), daemon=True)
             proc = ctx.proc
-            proc.stdin.write(json.dumps({'code': code, 'env_vars': env}) + '\n')
-            proc.stdin.flush()
-            watch.start()
-            try:
-                while True:
-                    line = proc.stdout.readline()
-                    if not line:
-                        self.chunk({'type': 'error', 'name': 'ContextRestarting', 'value': 'the interpreter exited', 'traceback': ''})
-                        if ctx.proc is proc:  # it died; a restart replaced it otherwise
-                            ctx.restart()
-                        break
-                    msg = json.loads(line)
-                    if msg['type'] == 'end_of_execution':
-                        break
-                    if not gone.is_set():
-                        self.chunk(msg)
-            finally:
-                gone.set()
+            proc.stdin.write((json.dumps({'code': code, 'env_vars': env}) + '\n').encode())
+            out, sock = proc.stdout.fileno(), self.connection
+            watch, gone = [out, sock], False
+            while True:
+                if b'\n' not in ctx.buf:
+                    # The client going away (EOF) interrupts the cell.
+                    ready, _, _ = select.select(watch, [], [])
+                    if sock in ready:
+                        try:
+                            peek = sock.recv(1, socket.MSG_PEEK)
+                        except OSError:
+                            peek = b''
+                        watch = [out]  # EOF, or (unlikely) a pipelined request
+                        if not peek:
+                            gone = True
+                            proc.send_signal(signal.SIGINT)
+                    if out not in ready:
+                        continue
+                line = ctx.line()
+                if line is None:
+                    self.chunk({'type': 'error', 'name': 'ContextRestarting', 'value': 'the interpreter exited', 'traceback': ''})
+                    if ctx.proc is proc:  # it died; a restart replaced it otherwise
+                        ctx.restart()
+                    break
+                msg = json.loads(line)
+                if msg['type'] == 'end_of_execution':
+                    break
+                if not gone:
+                    gone = not self.chunk(msg)
         self.chunk(None)
 
     def chunk(self, msg):
@@ -361,24 +381,6 @@ class Handler(BaseHTTPRequestHandler):
             return True
         except OSError:
             return False
-
-    def watch(self, ctx, done):
-        """Interrupts the cell when the client goes away: its connection
-        ends (EOF on read) before the cell does."""
-        sock = self.connection
-        while not done.is_set():
-            r, _, _ = select.select([sock], [], [], 0.05)
-            if not r:
-                continue
-            try:
-                data = sock.recv(1, socket.MSG_PEEK)
-            except OSError:
-                data = b''
-            if not data:
-                if not done.is_set():
-                    ctx.proc.send_signal(signal.SIGINT)
-                return
-            done.wait(0.05)
 
 
 def main():
