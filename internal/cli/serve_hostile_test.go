@@ -194,7 +194,11 @@ func (r hostileReq) send(ctx context.Context, hc *http.Client, base string) (int
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return resp.StatusCode, fmt.Errorf("reading the answer (%d): %w", resp.StatusCode, err)
 	}
-	if resp.StatusCode >= 500 && resp.StatusCode != http.StatusServiceUnavailable {
+	// A port of the sandbox (E2b-Sandbox-Port but envd's) that nothing
+	// listens on is E2B's proxy's 502.
+	toPort := r.header.Get("E2b-Sandbox-Port") == "8080" && resp.StatusCode == http.StatusBadGateway &&
+		strings.Contains(head.String(), "nothing answers on port 8080")
+	if resp.StatusCode >= 500 && resp.StatusCode != http.StatusServiceUnavailable && !toPort {
 		return resp.StatusCode, fmt.Errorf("%d %s", resp.StatusCode, head.Bytes())
 	}
 	return resp.StatusCode, nil
