@@ -74,5 +74,6 @@ const (
 	KindCannotRun = "cannot-run" // permission, not executable, bad user: exit 126
 	KindInvalid   = "invalid"    // malformed request
 	KindIO        = "io"
-	KindExists    = "exists" // the path already exists
+	KindExists    = "exists"  // the path already exists
+	KindRefused   = "refused" // nothing listens on the port dialed
 )

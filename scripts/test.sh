@@ -8,12 +8,14 @@ scripts/install.sh
 # the E2B compatibility suite (go test ./server/e2b) drives the real e2b npm
 # package, pinned in sdk/e2b-compat/package-lock.json. Network tests build
 # closed worlds with iproute2 and fetch with curl and python3 from inside
-# sandboxes (the host image shows the host's /usr).
+# sandboxes (the host image shows the host's /usr). The code interpreter's
+# scenarios draw a matplotlib figure inside a sandbox (image/png results).
 missing=()
 command -v ip >/dev/null || missing+=(iproute2)
 for p in curl python3; do
 	[[ -x /usr/bin/$p ]] || missing+=("$p")
 done
+python3 -c 'import matplotlib' 2>/dev/null || missing+=(python3-matplotlib)
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
 if ((${#missing[@]})); then

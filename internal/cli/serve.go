@@ -19,6 +19,7 @@ import (
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/server/e2b"
 	"smolvm.dev/smolvm/server/httpapi"
+	"smolvm.dev/smolvm/server/ports"
 )
 
 // SocketName is the default API socket's name in the data dir.
@@ -31,10 +32,10 @@ const E2BPrefix = "/e2b"
 
 func (a *app) serveCmd() *cobra.Command {
 	var (
-		listen, certFile, keyFile, maxUpload string
-		insecure, noAuth                     bool
-		inFlight, queue                      int
-		defaultTTL, grace                    time.Duration
+		listen, certFile, keyFile, maxUpload, domain string
+		insecure, noAuth                             bool
+		inFlight, queue                              int
+		defaultTTL, grace                            time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -51,7 +52,14 @@ and SMOLVM_TOKEN. The API is described at GET /openapi.json.
 E2B's API is served under /e2b, and at the root too (around /v1, /healthz,
 /metrics and /openapi.json, which it does not use): the official E2B SDKs work
 unmodified with E2B_API_URL and E2B_SANDBOX_URL set to http(s)://HOST:PORT
-(or http(s)://HOST:PORT/e2b) and E2B_API_KEY set to the token.`,
+(or http(s)://HOST:PORT/e2b) and E2B_API_KEY set to the token.
+
+A port a process listens on inside a sandbox (on 127.0.0.1 or 0.0.0.0) is
+reached at /v1/sandboxes/ID/ports/PORT/PATH with the API token, and, with
+--domain DOMAIN, at any path of the host PORT-ID.DOMAIN, which is what E2B's
+getHost(port) returns (point a wildcard DNS record *.DOMAIN at this server).
+Those take the API token or the sandbox's E2B tokens (E2B-Traffic-Access-Token,
+X-Access-Token). The sandbox needs no network for either.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -97,6 +105,8 @@ unmodified with E2B_API_URL and E2B_SANDBOX_URL set to http(s)://HOST:PORT
 			if err != nil {
 				logger.Warn("recovery after a crash", "err", err)
 			}
+			proxy := ports.New(e.mgr.DialPort)
+			defer proxy.Close()
 			// E2B's API under /e2b/, and at the root around /v1/ (its
 			// paths never clash with the native API's), so that the SDKs
 			// work with either base URL. Its envd requests carry a
@@ -105,7 +115,8 @@ unmodified with E2B_API_URL and E2B_SANDBOX_URL set to http(s)://HOST:PORT
 			e2bAPI, err := e2b.New(ctx, e2b.Options{
 				Manager: e.mgr, Store: e.st, Snapshots: e.snaps, MaxUpload: limit, DefaultTTL: defaultTTL,
 				Authorize: func(r *http.Request) bool { return httpapi.CheckToken(r, token) },
-				Where:     "smolvm serves E2B's API at the root and under " + E2BPrefix + ", and its own under /v1",
+				Ports:     proxy, Domain: domain,
+				Where: "smolvm serves E2B's API at the root and under " + E2BPrefix + ", and its own under /v1",
 			})
 			if err != nil {
 				return err
@@ -114,9 +125,13 @@ unmodified with E2B_API_URL and E2B_SANDBOX_URL set to http(s)://HOST:PORT
 			srv := httpapi.New(httpapi.Options{
 				Manager: e.mgr, Images: e.images, Snapshots: e.snaps, Token: token, TempDir: tmp,
 				MaxUpload: limit, MaxInFlight: inFlight, MaxQueue: queue,
-				DefaultTTL: defaultTTL, ExpiredGrace: grace, Logger: logger,
-				Mounts: []httpapi.Mount{{Prefix: E2BPrefix + "/", Handler: http.StripPrefix(E2BPrefix, e2bAPI), Public: true}},
-				Root:   e2bAPI,
+				DefaultTTL: defaultTTL, ExpiredGrace: grace, Logger: logger, Ports: proxy,
+				Mounts: []httpapi.Mount{
+					// Ports by name come first: their paths are the sandbox's.
+					{Host: func(h string) bool { return ports.Under(h, domain) }, Handler: http.HandlerFunc(e2bAPI.ServeHost), Public: true},
+					{Prefix: E2BPrefix + "/", Handler: http.StripPrefix(E2BPrefix, e2bAPI), Public: true},
+				},
+				Root: e2bAPI,
 			})
 			hs := &http.Server{ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 			scheme := "http"
@@ -138,6 +153,7 @@ unmodified with E2B_API_URL and E2B_SANDBOX_URL set to http(s)://HOST:PORT
 	f.BoolVar(&insecure, "insecure", false, "allow plain HTTP on a non-loopback address")
 	f.BoolVar(&noAuth, "no-auth", false, "serve without a token (Unix socket only)")
 	f.StringVar(&maxUpload, "max-upload", "1g", "largest file upload")
+	f.StringVar(&domain, "domain", "", "serve sandbox ports at PORT-ID.DOMAIN (E2B's getHost); needs wildcard DNS for *.DOMAIN")
 	f.IntVar(&inFlight, "max-in-flight", 128, "requests served at once; more wait in a queue")
 	f.IntVar(&queue, "max-queue", 1024, "requests waiting for a slot; more get 429")
 	f.DurationVar(&defaultTTL, "default-timeout", sandbox.DefaultTTL, "time to live of sandboxes created without one")

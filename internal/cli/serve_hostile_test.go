@@ -195,7 +195,9 @@ func (r hostileReq) send(ctx context.Context, hc *http.Client, base string) (int
 		return resp.StatusCode, fmt.Errorf("reading the answer (%d): %w", resp.StatusCode, err)
 	}
 	// 502 is E2B's proxy's answer for envd of a sandbox it cannot reach
-	// (not running, or not there), which the SDK reads as "not running".
+	// (not running, or not there), which the SDK reads as "not running",
+	// and for a port of the sandbox (E2b-Sandbox-Port but envd's) that
+	// nothing listens on.
 	unreachable := resp.StatusCode == http.StatusBadGateway && r.header.Get("E2b-Sandbox-Id") != ""
 	if resp.StatusCode >= 500 && resp.StatusCode != http.StatusServiceUnavailable && !unreachable {
 		return resp.StatusCode, fmt.Errorf("%d %s", resp.StatusCode, head.Bytes())

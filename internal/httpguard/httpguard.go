@@ -26,7 +26,13 @@ import (
 // non-empty, not "." or "..", free of NUL bytes and valid UTF-8. The
 // ServeMux would otherwise redirect "." and ".." away before any check,
 // and an empty segment is an empty name.
-func Path(r *http.Request) error {
+func Path(r *http.Request) error { return checkPath(r, false) }
+
+// ForwardedPath is Path for a request forwarded to a server in a sandbox,
+// whose paths may have empty segments ("/static/", "a//b").
+func ForwardedPath(r *http.Request) error { return checkPath(r, true) }
+
+func checkPath(r *http.Request, empty bool) error {
 	raw := r.URL.EscapedPath()
 	if raw == "/" {
 		return nil
@@ -40,7 +46,7 @@ func Path(r *http.Request) error {
 		switch {
 		case err != nil:
 			why = "a malformed %-escape"
-		case dec == "":
+		case dec == "" && !empty:
 			why = "an empty segment"
 		case dec == "." || dec == "..":
 			why = fmt.Sprintf("a %q segment", dec)
@@ -65,7 +71,7 @@ func quote(s string) string {
 }
 
 // KindOf returns the kind of name a path wildcard holds: {id} a sandbox,
-// {snapshot} and {template} a snapshot, {pool} a pool.
+// {snapshot} and {template} a snapshot, {pool} a pool, {port} a port.
 func KindOf(wildcard string) (names.Kind, bool) {
 	switch wildcard {
 	case "id":
@@ -74,6 +80,8 @@ func KindOf(wildcard string) (names.Kind, bool) {
 		return names.Snapshot, true
 	case "pool":
 		return names.Pool, true
+	case "port":
+		return names.Port, true
 	}
 	return 0, false
 }

@@ -53,6 +53,7 @@ var kindClasses = map[string]error{
 	sandbox.KindNotFound: errdefs.ErrNotFound,
 	sandbox.KindExists:   errdefs.ErrAlreadyExists,
 	sandbox.KindInvalid:  errdefs.ErrInvalid,
+	sandbox.KindRefused:  errdefs.ErrUnavailable,
 }
 
 // Is matches the class of the refusal's kind, so that a missing path is

@@ -34,6 +34,9 @@ const (
 	frameStdout     = 'O' // agent → client, raw bytes
 	frameStderr     = 'E' // agent → client, raw bytes
 	frameExit       = 'X' // agent → client, JSON Exit; always last
+	// frameOpen answers OpDial: the port is connected, and the connection
+	// carries the port's raw bytes from the next byte on, both ways.
+	frameOpen = 'C' // agent → client, empty
 )
 
 // maxFrame bounds a frame so that a confused or hostile peer cannot make
@@ -70,6 +73,9 @@ const (
 	// OpIdentity hands a running agent a new Identity: a pooled sandbox
 	// takes on the one of the sandbox it becomes.
 	OpIdentity = "identity"
+	// OpDial connects to TCP Port on the sandbox's loopback and splices
+	// it to the connection (see Server.dialPort).
+	OpDial = "dial"
 )
 
 // Request is the first frame of every connection.
@@ -85,6 +91,8 @@ type Request struct {
 	Recursive bool `json:"recursive,omitempty"`
 	// Deadline is OpDeadline's new deadline.
 	Deadline *time.Time `json:"deadline,omitempty"`
+	// Port is OpDial's TCP port.
+	Port int `json:"port,omitempty"`
 }
 
 // conn frames a stream. Writes are serialized so stdout and stderr pumps can

@@ -284,6 +284,10 @@ func (s *Server) handle(nc net.Conn) {
 		if err := s.adopt(*req.Identity); err != nil {
 			exit = sandbox.Exit{Code: 125, Error: err.Error()}
 		}
+	case OpDial:
+		// The connection is the port's from now on: no exit frame.
+		s.dialPort(nc, c, req.Port)
+		return
 	case OpQuiesce:
 		// The answer goes out once nothing else listens or is connected,
 		// so the host may checkpoint as soon as it has it.

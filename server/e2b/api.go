@@ -100,6 +100,11 @@ type sandboxJSON struct {
 	ClientID        string `json:"clientID"`
 	EnvdVersion     string `json:"envdVersion"`
 	EnvdAccessToken string `json:"envdAccessToken"`
+	// Domain makes the SDK's getHost(port) PORT-ID.Domain, which serve
+	// routes to the port (Handler.ServeHost); the SDK sends
+	// TrafficAccessToken to such ports (the code interpreter does).
+	Domain             string `json:"domain,omitempty"`
+	TrafficAccessToken string `json:"trafficAccessToken,omitempty"`
 }
 
 // detailJSON is E2B's SandboxDetail and ListedSandbox.
@@ -121,10 +126,11 @@ type detailJSON struct {
 	Network             *networkJSON `json:"network,omitempty"`
 }
 
-func newSandboxJSON(sb *sandbox.Sandbox, token string) sandboxJSON {
+func (h *Handler) newSandboxJSON(sb *sandbox.Sandbox, token string) sandboxJSON {
 	return sandboxJSON{
 		TemplateID: sb.Image, SandboxID: sb.ID, Alias: sb.Name, ClientID: "smolvm",
 		EnvdVersion: EnvdVersion, EnvdAccessToken: token,
+		Domain: h.domain, TrafficAccessToken: trafficToken(token),
 	}
 }
 
@@ -301,7 +307,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, newSandboxJSON(sb, in.Token))
+	writeJSON(w, http.StatusCreated, h.newSandboxJSON(sb, in.Token))
 }
 
 // lookup returns the live sandbox id names, or writes E2B's 404 (which
@@ -515,7 +521,7 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, status, newSandboxJSON(sb, in.Token))
+	writeJSON(w, status, h.newSandboxJSON(sb, in.Token))
 }
 
 func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
@@ -588,7 +594,7 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
 			out = append(out, forkResult{Error: &apiError{Code: statusOf(err), Message: err.Error()}})
 			continue
 		}
-		sj := newSandboxJSON(f, in.Token)
+		sj := h.newSandboxJSON(f, in.Token)
 		out = append(out, forkResult{Sandbox: &sj})
 	}
 	writeJSON(w, http.StatusCreated, out)

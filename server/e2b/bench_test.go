@@ -94,3 +94,34 @@ func millis(ms []float64) []time.Duration {
 	}
 	return out
 }
+
+// BenchmarkCodeInterpreter measures @e2b/code-interpreter's
+// runCode('1+1') on a warm sandbox (a cell in a live interpreter) against
+// commands.run('python3 -c "print(1+1)"') (a new process), interleaved
+// in one run through the same server. b.N is the sample count of each:
+//
+//	go test -run X -bench CodeInterpreter -benchtime 200x ./server/e2b
+func BenchmarkCodeInterpreter(b *testing.B) {
+	node, npm := nodeTools(b)
+	installSDK(b, npm)
+	s := newServer(b)
+	cmd := exec.Command(node, "bench-ci.mjs")
+	cmd.Dir = compatDir()
+	cmd.Env = append(s.sdkEnv(), "SMOLVM_BENCH_N="+strconv.Itoa(b.N))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		b.Fatalf("bench-ci.mjs: %v", err)
+	}
+	var res struct{ RunCode, Commands []float64 }
+	if err := json.Unmarshal(out, &res); err != nil {
+		b.Fatalf("bench-ci.mjs printed %q: %v", out, err)
+	}
+	run := bench.Series{Name: "runCode('1+1')", Baseline: "commands.run('python3 -c ...')", Samples: millis(res.RunCode)}
+	base := bench.Series{Name: "commands.run('python3 -c ...')", Samples: millis(res.Commands)}
+	bench.Print(os.Stdout, []bench.Series{base, run})
+	b.ReportMetric(float64(run.Quantile(0.5).Microseconds())/1000, "runcode-p50-ms")
+	b.ReportMetric(float64(run.Quantile(0.99).Microseconds())/1000, "runcode-p99-ms")
+	b.ReportMetric(float64(base.Quantile(0.5).Microseconds())/1000, "commands-p50-ms")
+	b.ReportMetric(float64(base.Quantile(0.99).Microseconds())/1000, "commands-p99-ms")
+}

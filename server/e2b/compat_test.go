@@ -15,6 +15,7 @@ import (
 
 	"smolvm.dev/smolvm/internal/testmgr"
 	"smolvm.dev/smolvm/internal/testserve"
+	"smolvm.dev/smolvm/server/ports"
 )
 
 const testKey = "e2b-test-key"
@@ -38,7 +39,7 @@ func newServerOn(t testing.TB, env *testmgr.Env) *server {
 	h, err := New(context.Background(), Options{
 		Manager: env.Manager, Store: env.Store, Snapshots: env.Snapshots,
 		Authorize: func(r *http.Request) bool { return tokenEqual(r.Header.Get("X-API-KEY"), testKey) },
-		MaxUpload: 1 << 20,
+		MaxUpload: 1 << 20, Ports: ports.New(env.Manager.DialPort),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -51,12 +52,17 @@ func newServerOn(t testing.TB, env *testmgr.Env) *server {
 	return &server{URL: ts.URL, Key: testKey, env: env}
 }
 
-// smolvmServe starts a real `smolvm serve` on a loopback port over a fresh
-// data dir, and returns its E2B mount and API token.
+// testDomain is the --domain of smolvmServe: getHost(port) is
+// PORT-ID.testDomain, which tests resolve to the server themselves.
+const testDomain = "sandbox.test"
+
+// smolvmServe starts a real `smolvm serve --domain testDomain` on a
+// loopback port over a fresh data dir, and returns its E2B mount and API
+// token.
 func smolvmServe(t testing.TB) *server {
 	t.Helper()
 	env := testmgr.New(t) // registered first, so it cleans up after the server stops
-	srv := testserve.Start(t, env.Dir, env.GuestBinary)
+	srv := testserve.Start(t, env.Dir, env.GuestBinary, "--domain", testDomain)
 	return &server{URL: srv.URL + "/e2b", Key: srv.Token, env: env}
 }
 
@@ -84,7 +90,7 @@ func nodeTools(t testing.TB) (node, npm string) {
 func installSDK(t testing.TB, npm string) {
 	t.Helper()
 	dir := compatDir()
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "e2b", "package.json")); err == nil {
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@e2b", "code-interpreter", "package.json")); err == nil {
 		return
 	}
 	cmd := exec.Command(npm, "ci", "--no-audit", "--no-fund")
@@ -96,7 +102,7 @@ func installSDK(t testing.TB, npm string) {
 
 // sdkEnv points the SDK at s with nothing but its own settings.
 func (s *server) sdkEnv() []string {
-	return append(os.Environ(), "E2B_API_URL="+s.URL, "E2B_SANDBOX_URL="+s.URL, "E2B_API_KEY="+s.Key)
+	return append(os.Environ(), "E2B_API_URL="+s.URL, "E2B_SANDBOX_URL="+s.URL, "E2B_API_KEY="+s.Key, "SMOLVM_E2B_DOMAIN="+testDomain, "SMOLVM_PORT_SERVER="+portServer)
 }
 
 // TestSDKScenarios runs sdk/e2b-compat's scenario suite through the

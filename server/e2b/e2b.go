@@ -13,10 +13,12 @@ import (
 
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/internal/httpguard"
+	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/server/ports"
 )
 
 // EnvdVersion is the envd version reported for every sandbox. The SDK
@@ -57,6 +59,14 @@ type Options struct {
 	// /e2b"), in the answer to a request that no route serves, so that
 	// a client with a wrong base URL learns the right one.
 	Where string
+	// Ports forwards traffic to ports inside sandboxes: requests whose
+	// E2b-Sandbox-Port is not envd's, and those ServeHost routes by
+	// name. Required.
+	Ports *ports.Proxy
+	// Domain is the one under which PORT-ID.Domain names a sandbox's
+	// port, returned to the SDK at create and connect (getHost(port));
+	// empty leaves the SDK's default.
+	Domain string
 }
 
 // Handler serves both E2B APIs: requests with an E2b-Sandbox-Id header
@@ -71,6 +81,8 @@ type Handler struct {
 	maxUpload int64
 	ttl       time.Duration
 	where     string
+	ports     *ports.Proxy
+	domain    string
 	procs     *procTable
 	watches   *watchSet
 	api       *http.ServeMux
@@ -84,15 +96,15 @@ func New(ctx context.Context, o Options) (*Handler, error) {
 	if o.Manager == nil || o.Store == nil {
 		return nil, errors.New("e2b: Manager and Store are required")
 	}
-	if o.Authorize == nil {
-		return nil, errors.New("e2b: Authorize is required")
+	if o.Authorize == nil || o.Ports == nil {
+		return nil, errors.New("e2b: Authorize and Ports are required")
 	}
 	if err := o.Store.Migrate(ctx, "e2b", schema); err != nil {
 		return nil, fmt.Errorf("e2b: %w", err)
 	}
 	h := &Handler{
 		m: o.Manager, st: o.Store, snaps: o.Snapshots, authorize: o.Authorize, maxUpload: o.MaxUpload, ttl: o.DefaultTTL, where: o.Where,
-		procs: newProcTable(), watches: newWatchSet(),
+		ports: o.Ports, domain: o.Domain, procs: newProcTable(), watches: newWatchSet(),
 	}
 	if h.maxUpload <= 0 {
 		h.maxUpload = 1 << 30
@@ -112,6 +124,12 @@ func New(ctx context.Context, o Options) (*Handler, error) {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer httpguard.Drain(w, r)
 	if id := r.Header.Get(headerSandboxID); id != "" {
+		// A valid port but envd's is forwarded; an invalid one is envd's
+		// to refuse, in its shape.
+		if p := r.Header.Get(headerSandboxPort); p != "" && p != envdPort && names.Check(names.Port, p) == nil {
+			h.servePort(w, r, id, p)
+			return
+		}
 		h.serveEnvd(w, r, id)
 		return
 	}

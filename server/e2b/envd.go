@@ -91,12 +91,11 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	if p := r.Header.Get(headerSandboxPort); p != "" && p != envdPort {
+		// ServeHTTP forwards every valid port but envd's.
 		if err := names.Check(names.Port, p); err != nil {
 			envdError(w, r, fmt.Errorf("%s: %w", headerSandboxPort, err))
 			return
 		}
-		envdError(w, r, errdefs.New(errdefs.ErrNotFound, fmt.Sprintf("port %s of sandbox %q: only envd (%s) is served here; publish other ports with smolvm run --publish", p, id, envdPort)))
-		return
 	}
 	// Uploads stream, with a limit per file (writeFiles); every other
 	// request is one small message.

@@ -44,9 +44,21 @@ func (h *Handler) fromTemplate(ctx context.Context, template string, o sandbox.C
 			return nil, err
 		}
 	}
-	if template == defaultTemplate {
+	switch template {
+	case defaultTemplate:
 		o.Image = sandbox.DefaultImage
 		return h.m.Create(ctx, o)
+	case codeInterpreterTemplate:
+		o.Image = sandbox.DefaultImage
+		sb, err := h.m.Create(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		if err := h.startKernel(ctx, sb.ID); err != nil {
+			h.m.Remove(context.WithoutCancel(ctx), sb.ID, true)
+			return nil, err
+		}
+		return sb, nil
 	}
 	return nil, fmt.Errorf("%w: %q is neither an image nor a snapshot", image.ErrNotFound, template)
 }

@@ -17,6 +17,7 @@ import (
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/server/ports"
 )
 
 // Options configure a Server.
@@ -50,11 +51,20 @@ type Options struct {
 	// stays listed (default sandbox.DefaultExpiredGrace).
 	DefaultTTL, ExpiredGrace time.Duration
 	Logger                   *slog.Logger
+	// Ports forwards GET|POST|… /v1/sandboxes/{id}/ports/{port}/… to
+	// that port inside the sandbox; nil leaves the route unserved (501).
+	Ports *ports.Proxy
 }
 
-// Mount is an extra handler under Prefix (a path ending in "/").
+// Mount is an extra handler under Prefix (a path ending in "/"), or for
+// the requests Host picks whatever their path.
 type Mount struct {
-	Prefix  string
+	Prefix string
+	// Host, when set, takes the requests whose Host header it accepts,
+	// before any path is looked at, and without the concurrency limit:
+	// it is for traffic forwarded as a whole (a sandbox's ports by name),
+	// whose connections may live long.
+	Host    func(host string) bool
 	Handler http.Handler
 	// Public skips the server's token and path checks, for handlers that
 	// authenticate requests themselves (with CheckToken) and answer in
@@ -72,17 +82,27 @@ type Server struct {
 	// routes lists every registered "METHOD /path" pattern, for the
 	// OpenAPI test.
 	routes []string
-	// public holds the patterns served without a token.
-	public map[string]bool
-	mounts []mount
-	root   http.Handler // Options.Root, guarded; nil for none
+	// public holds the patterns served without a token; proxied those
+	// forwarded to a sandbox, whose paths may have empty segments.
+	public, proxied map[string]bool
+	mounts          []mount
+	root            http.Handler // Options.Root, guarded; nil for none
 }
 
 // mount is a Mount with its handler wrapped.
 type mount struct {
 	prefix string
+	host   func(string) bool
 	public bool
 	h      http.Handler
+}
+
+// takes reports whether m serves r.
+func (m *mount) takes(r *http.Request) bool {
+	if m.host != nil {
+		return m.host(r.Host)
+	}
+	return strings.HasPrefix(r.URL.Path, m.prefix)
 }
 
 // body says how a route takes its request body: up to limit bytes (0: the
@@ -116,9 +136,13 @@ func New(o Options) *Server {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{o: o, mux: http.NewServeMux(), limit: newLimiter(o.MaxInFlight, o.MaxQueue), metrics: newMetrics(), public: map[string]bool{}}
+	s := &Server{o: o, mux: http.NewServeMux(), limit: newLimiter(o.MaxInFlight, o.MaxQueue), metrics: newMetrics(), public: map[string]bool{}, proxied: map[string]bool{}}
 	s.registerRoutes()
 	for _, m := range o.Mounts {
+		if m.Host != nil {
+			s.mounts = append(s.mounts, mount{host: m.Host, public: m.Public, h: s.guard("ports by host", false, body{}, m.Handler)})
+			continue
+		}
 		s.routes = append(s.routes, m.Prefix)
 		s.mounts = append(s.mounts, mount{prefix: m.Prefix, public: m.Public, h: s.guard(m.Prefix, true, body{}, m.Handler)})
 	}
@@ -138,7 +162,7 @@ func New(o Options) *Server {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer httpguard.Drain(w, r)
 	for _, m := range s.mounts {
-		if strings.HasPrefix(r.URL.Path, m.prefix) {
+		if m.takes(r) {
 			if m.public || s.admit(w, r, "") {
 				m.h.ServeHTTP(w, r)
 			}
@@ -183,7 +207,11 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, pattern string) b
 		writeError(w, &api.Error{Status: http.StatusUnauthorized, Code: api.CodeUnauthorized, Message: "missing or wrong API token (Authorization: Bearer … or X-API-KEY)"})
 		return false
 	}
-	if err := httpguard.Path(r); err != nil {
+	check := httpguard.Path
+	if s.proxied[pattern] {
+		check = httpguard.ForwardedPath
+	}
+	if err := check(r); err != nil {
 		writeError(w, invalid("", err.Error()))
 		return false
 	}

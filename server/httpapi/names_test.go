@@ -20,6 +20,7 @@ import (
 	"smolvm.dev/smolvm/internal/testmgr"
 	"smolvm.dev/smolvm/server/e2b"
 	"smolvm.dev/smolvm/server/httpapi"
+	"smolvm.dev/smolvm/server/ports"
 )
 
 // Routes that take no name, path or ID at all. Every other route is tried
@@ -41,7 +42,7 @@ func TestNamesOnEveryRoute(t *testing.T) {
 	var e2bRoutes, envdRoutes []string
 	f := newFixtureOn(t, func(o *httpapi.Options, env *testmgr.Env) {
 		h, err := e2b.New(context.Background(), e2b.Options{Manager: env.Manager, Store: env.Store, Snapshots: env.Snapshots,
-			Authorize: func(r *http.Request) bool { return httpapi.CheckToken(r, token) }})
+			Authorize: func(r *http.Request) bool { return httpapi.CheckToken(r, token) }, Ports: ports.New(env.Manager.DialPort)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -53,6 +53,7 @@ func (s *Server) registerRoutes() {
 	s.registerSnapshotRoutes(route)
 	s.registerPoolRoutes(route)
 	s.registerNetworkRoutes(route)
+	s.registerPortRoutes()
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {

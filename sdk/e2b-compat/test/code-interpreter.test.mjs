@@ -1,0 +1,113 @@
+// The official @e2b/code-interpreter, unmodified, against smolvm serve:
+// its default template (code-interpreter-v1) starts smolvm's kernel
+// server (server/e2b/kernel/kernel.py) inside the sandbox, which the SDK
+// reaches on port 49999 through E2B_SANDBOX_URL.
+import { test, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { Sandbox, NotFoundError, TimeoutError } from '@e2b/code-interpreter'
+
+const created = []
+after(async () => {
+  await Promise.all(created.map((s) => s.kill().catch(() => {})))
+})
+
+async function newSandbox() {
+  const sbx = await Sandbox.create({ timeoutMs: 300_000 })
+  created.push(sbx)
+  return sbx
+}
+
+test('runCode: output callbacks, the main result, JSON, errors, state', async () => {
+  const sbx = await newSandbox()
+  const out = []
+  const err = []
+  const ex = await sbx.runCode('x = 41\nprint("hello")\nimport sys\nprint("oops", file=sys.stderr)\nx + 1', {
+    onStdout: (m) => out.push(m.line),
+    onStderr: (m) => err.push(m.line),
+  })
+  assert.equal(ex.error, undefined)
+  assert.equal(ex.text, '42')
+  assert.deepEqual(out, ['hello\n'])
+  assert.deepEqual(err, ['oops\n'])
+  assert.deepEqual(ex.logs, { stdout: ['hello\n'], stderr: ['oops\n'] })
+  assert.equal(ex.results.length, 1)
+  assert.equal(ex.results[0].isMainResult, true)
+  assert.equal(ex.executionCount, 1)
+
+  assert.equal((await sbx.runCode('x * 2')).text, '82', 'state persists between cells')
+  assert.equal((await sbx.runCode('"a string"')).text, 'a string')
+  assert.equal((await sbx.runCode('y = 1')).results.length, 0, 'a statement has no result')
+
+  const j = await sbx.runCode('class J:\n    def _repr_json_(self):\n        return {"a": [1, 2]}\n    def _repr_html_(self):\n        return "<b>J</b>"\nJ()')
+  assert.deepEqual(j.results[0].json, { a: [1, 2] })
+  assert.equal(j.results[0].html, '<b>J</b>')
+  assert.deepEqual(j.results[0].formats(), ['html', 'json'])
+
+  const e = await sbx.runCode('def f():\n    raise ValueError("bad value")\nprint("before")\nf()')
+  assert.equal(e.error.name, 'ValueError')
+  assert.equal(e.error.value, 'bad value')
+  assert.match(e.error.traceback, /line 2, in f/)
+  assert.deepEqual(e.logs.stdout, ['before\n'])
+  const syntax = await sbx.runCode('def (')
+  assert.equal(syntax.error.name, 'SyntaxError')
+
+  const hasPlot = (await sbx.runCode('import importlib.util\nimportlib.util.find_spec("matplotlib") is not None')).text === 'True'
+  assert.ok(hasPlot || !process.env.CI, 'CI has matplotlib (scripts/test.sh installs it)')
+  if (hasPlot) {
+    const p = await sbx.runCode('import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()')
+    assert.ok(p.results.some((r) => r.png && Buffer.from(r.png, 'base64').subarray(1, 4).toString() === 'PNG'), 'a PNG figure')
+  }
+  const env = await sbx.runCode('import os\nos.environ["CI_VAR"]', { envs: { CI_VAR: 'per cell' } })
+  assert.equal(env.text, 'per cell')
+  assert.equal((await sbx.runCode('os.environ.get("CI_VAR")')).results.length, 0, 'envs last one cell')
+})
+
+test('contexts: separate state, cwd, list, restart, remove', async () => {
+  const sbx = await newSandbox()
+  const c1 = await sbx.createCodeContext()
+  const c2 = await sbx.createCodeContext({ cwd: '/tmp', language: 'python' })
+  assert.equal(c1.language, 'python')
+  assert.equal(c2.cwd, '/tmp')
+  await sbx.runCode('y = "one"', { context: c1 })
+  await sbx.runCode('y = "two"', { context: c2 })
+  assert.equal((await sbx.runCode('y', { context: c1 })).text, 'one')
+  assert.equal((await sbx.runCode('y', { context: c2 })).text, 'two')
+  assert.equal((await sbx.runCode('import os\nos.getcwd()', { context: c2 })).text, '/tmp')
+  assert.equal((await sbx.runCode('y')).error?.name, 'NameError', 'the default context is separate')
+  const ids = (await sbx.listCodeContexts()).map((c) => c.id)
+  assert.ok(ids.includes(c1.id) && ids.includes(c2.id), JSON.stringify(ids))
+
+  await sbx.restartCodeContext(c1)
+  assert.equal((await sbx.runCode('y', { context: c1 })).error?.name, 'NameError', 'a restart clears the state')
+  await sbx.removeCodeContext(c2.id)
+  // The SDK leaves its request timer running when runCode fails before the
+  // body (2.8.0): a short one keeps node from waiting 60 s at the end.
+  await assert.rejects(sbx.runCode('y', { context: c2, requestTimeoutMs: 2000 }), NotFoundError)
+  await assert.rejects(sbx.removeCodeContext(c2.id), NotFoundError)
+  assert.ok(!(await sbx.listCodeContexts()).some((c) => c.id === c2.id))
+})
+
+test('timeouts interrupt the running cell, and the context goes on', async () => {
+  const sbx = await newSandbox()
+  await sbx.runCode('kept = "still here"')
+  await assert.rejects(sbx.runCode('import time\nwhile True:\n    time.sleep(0.01)', { timeoutMs: 1000 }), TimeoutError)
+  const next = await sbx.runCode('kept')
+  assert.equal(next.text, 'still here', 'the next cell runs: the endless one was interrupted')
+  await assert.rejects(sbx.runCode('time.sleep(60)', { timeoutMs: 500 }), TimeoutError)
+  assert.equal((await sbx.runCode('1 + 1')).text, '2')
+})
+
+test('fork copies the live interpreter: state in every copy, changes apart', async () => {
+  const sbx = await newSandbox()
+  await sbx.runCode('data = list(range(1000))\nmarker = "before fork"')
+  const forks = await sbx.fork({ count: 2 })
+  for (const f of forks) {
+    assert.ok(!(f instanceof Error), `fork failed: ${f}`)
+    created.push(f)
+    assert.equal((await f.runCode('marker, len(data)')).text, "('before fork', 1000)")
+  }
+  await forks[0].runCode('marker = "changed in copy 0"')
+  assert.equal((await forks[0].runCode('marker')).text, 'changed in copy 0')
+  assert.equal((await forks[1].runCode('marker')).text, 'before fork', 'copies are independent')
+  assert.equal((await sbx.runCode('marker')).text, 'before fork', 'the source is untouched')
+})

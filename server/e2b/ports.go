@@ -1,0 +1,101 @@
+package e2b
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/internal/names"
+	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/server/ports"
+)
+
+// headerTrafficToken carries a sandbox's traffic access token to its
+// ports (the code interpreter SDK sends it; browsers and curl can too).
+const headerTrafficToken = "E2B-Traffic-Access-Token"
+
+// trafficToken is the token that opens a sandbox's ports, and only them:
+// derived from the envd token, so it needs no state of its own, and
+// handing it out does not hand out envd.
+func trafficToken(envdToken string) string {
+	mac := hmac.New(sha256.New, []byte(envdToken))
+	mac.Write([]byte("smolvm e2b traffic"))
+	return hex.EncodeToString(mac.Sum(nil)[:16])
+}
+
+// ServeHost serves a request whose Host is PORT-ID.DOMAIN, E2B's
+// getHost(port), by forwarding it whole to that port of that sandbox.
+func (h *Handler) ServeHost(w http.ResponseWriter, r *http.Request) {
+	id, port, _, err := ports.ParseHost(r.Host, h.domain)
+	if err != nil {
+		writeAPIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	h.servePort(w, r, id, strconv.Itoa(port))
+}
+
+// servePort forwards r to port p of sandbox id. Any one of the sandbox's
+// traffic token, its envd token (X-Access-Token) or the API token opens
+// it; the one used is not passed on. Errors are E2B's proxy's: 502 for a
+// sandbox not running or a port nothing listens on.
+func (h *Handler) servePort(w http.ResponseWriter, r *http.Request, id, p string) {
+	traffic, envd := r.Header.Get(headerTrafficToken), r.Header.Get(headerAccessToken)
+	apiKey := h.authorize(r)
+	if traffic == "" && envd == "" && !apiKey {
+		writeAPIError(w, http.StatusUnauthorized, fmt.Sprintf("missing access token: send %s (trafficAccessToken), %s or the API key", headerTrafficToken, headerAccessToken))
+		return
+	}
+	if err := names.Check(names.Sandbox, id); err != nil {
+		writeAPIError(w, http.StatusBadRequest, fmt.Sprintf("%s: %v", headerSandboxID, err))
+		return
+	}
+	if err := names.Check(names.Port, p); err != nil {
+		writeAPIError(w, http.StatusBadRequest, fmt.Sprintf("%s: %v", headerSandboxPort, err))
+		return
+	}
+	port, _ := strconv.Atoi(p)
+	sb, err := h.m.Get(r.Context(), id)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	in, err := h.loadInfo(r.Context(), sb.ID)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if !apiKey && !(traffic != "" && tokenEqual(traffic, trafficToken(in.Token))) && !(envd != "" && tokenEqual(envd, in.Token)) {
+		writeAPIError(w, http.StatusUnauthorized, fmt.Sprintf("invalid access token for sandbox %q", sb.ID))
+		return
+	}
+	if sb.State != sandbox.StateRunning {
+		writeAPIError(w, http.StatusBadGateway, notLive(sb))
+		return
+	}
+	// The sandbox's server gets none of the credentials that opened it.
+	r.Header.Del(headerTrafficToken)
+	r.Header.Del(headerAccessToken)
+	if apiKey {
+		r.Header.Del("Authorization")
+		r.Header.Del("X-API-KEY")
+	}
+	h.ports.Serve(w, r, sb.ID, port, r.URL.EscapedPath(), portFailed(sb.ID, port))
+}
+
+// portFailed answers a request that did not reach its port as E2B's
+// proxy does: 502, the sandbox being unreachable, unless the error says
+// otherwise (a bad port, a sandbox gone).
+func portFailed(id string, port int) ports.Fail {
+	return func(w http.ResponseWriter, r *http.Request, err error) {
+		status := statusOf(err)
+		if c := errdefs.Class(err); c == nil || errors.Is(err, errdefs.ErrConflict) {
+			status = http.StatusBadGateway
+		}
+		writeAPIError(w, status, fmt.Sprintf("sandbox %q, port %d: %v", id, port, err))
+	}
+}
