@@ -68,6 +68,10 @@ type Exit struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// NotStarted reports whether the command never ran: it was not found, or
+// could not be run (exit 127 or 126).
+func (e Exit) NotStarted() bool { return e.Kind == KindNotFound || e.Kind == KindCannotRun }
+
 // Error kinds.
 const (
 	KindNotFound  = "not-found"  // executable or path missing: exit 127

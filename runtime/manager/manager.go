@@ -444,7 +444,7 @@ func (m *Manager) start(ctx context.Context, r *record, boot func(context.Contex
 	if err != nil {
 		return err
 	}
-	if exit != nil && (exit.Kind == sandbox.KindNotFound || exit.Kind == sandbox.KindCannotRun) {
+	if exit != nil && exit.NotStarted() {
 		return &sandbox.StartError{Exit: exit.Exit}
 	}
 	return nil

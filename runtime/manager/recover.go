@@ -87,7 +87,7 @@ func (m *Manager) complete(ctx context.Context, r *record) bool {
 	if st, err := r.be.State(ctx, &r.spec); err != nil || st != backend.StatusRunning {
 		return false
 	}
-	if exit, err := r.be.MainExit(ctx, &r.spec); err != nil || (exit != nil && (exit.Kind == sandbox.KindNotFound || exit.Kind == sandbox.KindCannotRun)) {
+	if exit, err := r.be.MainExit(ctx, &r.spec); err != nil || (exit != nil && exit.NotStarted()) {
 		return false
 	}
 	if r.Config.Network != nil && (m.net == nil || !m.net.Whole(r.ID)) {
