@@ -22,10 +22,17 @@ type Lineage struct {
 
 // Snapshot is a stored checkpoint.
 type Snapshot struct {
-	// ID is "sha256:<hex>", the digest of the sha256sum-style listing
+	// ID is 64 hex digits given at checkpoint; snapshots made before
+	// smolvm hashed in the background have their Digest as ID.
+	ID string `json:"id"`
+	// Digest is "sha256:<hex>", the digest of the sha256sum-style listing
 	// ("<sha256>  <name>\n" per file, sorted by name): identical content
-	// gives the same ID.
-	ID      string          `json:"id"`
+	// gives the same digest. It is "" until the snapshot is Durable.
+	Digest string `json:"digest,omitempty"`
+	// Durable is set once the content is hashed and synced to disk, in
+	// the background after the checkpoint returns. A snapshot not yet
+	// durable can be restored from; if smolvm dies first, it is lost.
+	Durable bool            `json:"durable"`
 	Name    string          `json:"name,omitempty"`  // the first name given, "" if none
 	Names   []string        `json:"names,omitempty"` // every name, oldest first; unique among snapshots
 	Lineage Lineage         `json:"lineage"`

@@ -237,8 +237,13 @@ func TestCLICheckpointRestoreFork(t *testing.T) {
 	c.must("run", "-d", "--name", "src")
 	c.must("exec", "src", "--", "sh", "-c", "echo kept > /root/f")
 	snapID := strings.TrimSpace(c.must("checkpoint", "--name", "s1", "src"))
-	if !strings.HasPrefix(snapID, "sha256:") {
+	if len(snapID) != 64 {
 		t.Fatalf("checkpoint printed %q", snapID)
+	}
+	// The command returned once its snapshot was sealed in the background.
+	var snap sandbox.Snapshot
+	if err := json.Unmarshal([]byte(c.must("snapshot", "inspect", "s1")), &snap); err != nil || !snap.Durable || snap.Digest == "" {
+		t.Fatalf("snapshot inspect after checkpoint: %+v, %v; want durable with a digest", snap, err)
 	}
 	c.must("restore", "--name", "r1", "s1")
 	if out := c.must("exec", "r1", "--", "cat", "/root/f"); out != "kept\n" {

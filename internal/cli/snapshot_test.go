@@ -1,12 +1,15 @@
 package cli
 
 import (
+	"bufio"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/sandbox"
@@ -25,6 +28,7 @@ func snapshotCommit(t *testing.T, dataDir, name, content string, lin sandbox.Lin
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer s.Wait() // the seal, before the database closes
 	g, err := s.Begin(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +95,8 @@ func TestSnapshotLsInspect(t *testing.T) {
 		if err := json.Unmarshal(got.Meta, &meta); err != nil || meta["cmd"] != "sh" {
 			t.Errorf("inspect %s meta %s: %v", q, got.Meta, err)
 		}
-		if got.ID != base.ID || got.Name != "base" || len(got.Files) != 1 || got.Files[0].Name != "pages.img" {
+		if got.ID != base.ID || got.Name != "base" || len(got.Files) != 1 || got.Files[0].Name != "pages.img" ||
+			!got.Durable || !strings.HasPrefix(got.Digest, "sha256:") || got.Files[0].SHA256 == "" {
 			t.Errorf("inspect %s = %+v", q, got)
 		}
 	}
@@ -119,5 +124,66 @@ func TestSnapshotRm(t *testing.T) {
 	out, _, code = c.run("snapshot", "ls", "--json")
 	if code != 0 || strings.TrimSpace(out) != "[]" {
 		t.Errorf("ls --json after rm: exit %d, %q", code, out)
+	}
+}
+
+// TestCrashWhileSealing kills a real `smolvm checkpoint` process with
+// SIGKILL once it has printed its snapshot's ID, while the snapshot is
+// being hashed and synced in the background. The snapshot is lost, and
+// only it: it is never listed, an older snapshot still restores, the
+// source runs on, and gc removes what the lost one left.
+func TestCrashWhileSealing(t *testing.T) {
+	c := newSandboxCLI(t)
+	c.must("run", "-d", "--name", "src", "--memory", "1g")
+	// 120 MB of memory that does not compress away: sealing hashes it all.
+	c.must("exec", "src", "--", "sh", "-c", "head -c 120000000 /dev/urandom > /tmp/fill")
+	c.must("checkpoint", "--name", "old", "src")
+
+	cmd := exec.Command(testenv.Smolvm(t), "--host", "", "--data-dir", c.dataDir, "--runsc", c.runsc, "checkpoint", "--name", "new", "src")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	id, err := bufio.NewReader(out).ReadString('\n')
+	cmd.Process.Kill() // SIGKILL
+	cmd.Wait()
+	id = strings.TrimSpace(id)
+	if err != nil || len(id) != 64 {
+		t.Fatalf("checkpoint printed %q (%v): %s", id, err, stderr.String())
+	}
+	st, err := store.Open(t.Context(), c.dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var durable bool
+	err = st.DB().QueryRowContext(t.Context(), `SELECT durable FROM snapshots WHERE id = ?`, id).Scan(&durable)
+	st.Close()
+	if err != nil || durable {
+		t.Fatalf("the killed checkpoint's row: durable %v, %v; the kill missed the sealing window", durable, err)
+	}
+
+	var listed []sandbox.Snapshot
+	if err := json.Unmarshal([]byte(c.must("snapshot", "ls", "--json")), &listed); err != nil || len(listed) != 1 || listed[0].Name != "old" || !listed[0].Durable {
+		t.Fatalf("snapshots after the crash: %+v, %v; want only the older one, durable", listed, err)
+	}
+	if _, errOut, code := c.run("snapshot", "inspect", "new"); code != exitFailure || !strings.Contains(errOut, "not found") {
+		t.Errorf("inspect of the lost snapshot: exit %d, %q", code, errOut)
+	}
+	if _, errOut, code := c.run("restore", id); code != exitFailure || !strings.Contains(errOut, "before it was durable") {
+		t.Errorf("restore of the lost snapshot: exit %d, %q", code, errOut)
+	}
+	c.must("exec", "src", "--", "true")
+	c.must("restore", "--name", "back", "old")
+	if got := c.must("exec", "back", "--", "sh", "-c", "wc -c < /tmp/fill"); strings.TrimSpace(got) != "120000000" {
+		t.Errorf("restored from the older snapshot: %q", got)
+	}
+	c.must("gc")
+	if _, err := os.Stat(filepath.Join(c.dataDir, "snapshots", id)); !os.IsNotExist(err) {
+		t.Errorf("the lost snapshot's files after gc: %v", err)
 	}
 }

@@ -124,8 +124,12 @@ func assemble(ctx context.Context, c Config, st *store.Store, backends *backend.
 	return m, nil
 }
 
-// Close closes the database.
-func (m *Manager) Close() error { return m.st.Close() }
+// Close waits until the snapshots it checkpointed are sealed (hashed and
+// durable: see snapshot.Staging.Commit), then closes the database.
+func (m *Manager) Close() error {
+	m.snaps.Wait()
+	return m.st.Close()
+}
 
 // Store returns the database, which other components of the data
 // directory (trust ledgers, say) register their tables in.

@@ -327,9 +327,10 @@ func (m *Manager) Fork(ctx context.Context, ref string, o sandbox.ForkOptions) (
 	if err != nil {
 		return nil, err
 	}
-	// The checkpoint is private to this fork: it goes in a staging
-	// directory that is never committed, and GC removes it if we crash.
-	g, err := m.snaps.Begin(ctx)
+	// The checkpoint is private to this fork: it goes in a scratch
+	// directory in memory that is never committed, and GC removes it if
+	// we crash.
+	g, err := m.snaps.Scratch(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("fork %s: %w", ref, err)
 	}

@@ -1,19 +1,23 @@
-// Package snapshot stores sandbox checkpoints on disk, content-addressed, with their lineage.
+// Package snapshot stores sandbox checkpoints on disk, with their content digests and lineage.
 package snapshot
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -36,8 +40,12 @@ var (
 // Store is the snapshot store of one data directory. It is safe for
 // concurrent use, also by several processes sharing the data directory.
 type Store struct {
-	st  *store.Store
-	dir string // <dataDir>/snapshots
+	st    *store.Store
+	dir   string         // <dataDir>/snapshots
+	seals sync.WaitGroup // snapshots committed and not yet sealed
+	// scratch holds this data dir's checkpoints that are never
+	// committed, on /dev/shm; "" if that is no tmpfs.
+	scratch string
 }
 
 var schema = []string{
@@ -58,6 +66,13 @@ var schema = []string{
 		created     INTEGER NOT NULL
 	)`,
 	`CREATE INDEX snapshot_names_snapshot_id ON snapshot_names(snapshot_id)`,
+	// Snapshots before these columns were hashed and fsynced at commit,
+	// and their ID was their digest. sealer is the staging directory
+	// whose locked pid file says a live process is sealing the row.
+	`ALTER TABLE snapshots ADD COLUMN digest TEXT NOT NULL DEFAULT ''`,
+	`ALTER TABLE snapshots ADD COLUMN durable INTEGER NOT NULL DEFAULT 1`,
+	`ALTER TABLE snapshots ADD COLUMN sealer TEXT NOT NULL DEFAULT ''`,
+	`UPDATE snapshots SET digest = id`,
 }
 
 const (
@@ -73,10 +88,33 @@ func Open(ctx context.Context, dataDir string, st *store.Store) (*Store, error) 
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("open snapshot store: %w", err)
 	}
+	s.scratch = scratchDir(s.dir)
 	if err := st.Migrate(ctx, "snapshot", schema); err != nil {
 		return nil, fmt.Errorf("open snapshot store: %w", err)
 	}
 	return s, nil
+}
+
+// Wait waits until every snapshot this Store committed is sealed (durable,
+// or failed to be). Close the database only after it.
+func (s *Store) Wait() { s.seals.Wait() }
+
+// shm is where scratch checkpoints go when it is a tmpfs.
+const shm = "/dev/shm"
+
+// scratchDir is the scratch directory of the store in dir: one per data
+// dir, so that GC sweeps only its own.
+func scratchDir(dir string) string {
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(shm, &sfs); err != nil || sfs.Type != unix.TMPFS_MAGIC {
+		return ""
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return filepath.Join(shm, "smolvm-scratch-"+hex.EncodeToString(sum[:6]))
 }
 
 // lock serializes the steps that make a snapshot directory and its row
@@ -165,11 +203,11 @@ func (s *Store) resolve(ctx context.Context, nameOrID string) (string, error) {
 	if !idPattern.MatchString(nameOrID) {
 		return "", fmt.Errorf("%w: %s", ErrNotFound, nameOrID)
 	}
-	prefix := nameOrID
-	if !strings.HasPrefix(prefix, "sha256:") {
-		prefix = "sha256:" + prefix
-	}
-	ids, err := queryStrings(ctx, db, `SELECT id FROM snapshots WHERE substr(id, 1, ?) = ? LIMIT 2`, len(prefix), prefix)
+	// IDs are hex; those of snapshots made before digests were separate
+	// are "sha256:" and their digest.
+	h := strings.TrimPrefix(nameOrID, "sha256:")
+	ids, err := queryStrings(ctx, db, `SELECT id FROM snapshots WHERE substr(id, 1, ?) = ? OR substr(id, 1, ?) = ? LIMIT 2`,
+		len(h), h, len(h)+7, "sha256:"+h)
 	if err != nil {
 		return "", fmt.Errorf("get snapshot %s: %w", nameOrID, err)
 	}
@@ -187,14 +225,20 @@ func (s *Store) load(ctx context.Context, id string) (*sandbox.Snapshot, error) 
 	db := s.st.DB()
 	snap := &sandbox.Snapshot{ID: id}
 	var created int64
-	var files, meta string
-	err := db.QueryRowContext(ctx, `SELECT sandbox, sandbox_name, parent, image_id, created, size, files, meta FROM snapshots WHERE id = ?`, id).
-		Scan(&snap.Lineage.Sandbox, &snap.Lineage.SandboxName, &snap.Lineage.Parent, &snap.ImageID, &created, &snap.Size, &files, &meta)
+	var files, meta, sealer string
+	err := db.QueryRowContext(ctx, `SELECT sandbox, sandbox_name, parent, image_id, created, size, files, meta, digest, durable, sealer FROM snapshots WHERE id = ?`, id).
+		Scan(&snap.Lineage.Sandbox, &snap.Lineage.SandboxName, &snap.Lineage.Parent, &snap.ImageID, &created, &snap.Size, &files, &meta,
+			&snap.Digest, &snap.Durable, &sealer)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("load snapshot %s: %w", id, err)
+	}
+	if !snap.Durable && !s.sealing(sealer) {
+		// Its process died before the files were durable: they may be
+		// incomplete after a power loss. GC removes it.
+		return nil, fmt.Errorf("%w: %s (lost before it was durable)", ErrNotFound, id)
 	}
 	snap.Created = time.UnixMilli(created).UTC()
 	if err := json.Unmarshal([]byte(files), &snap.Files); err != nil {
@@ -252,7 +296,8 @@ func (s *Store) List(ctx context.Context) ([]sandbox.Snapshot, error) {
 // Verify checks that every file of snap is in place with its recorded size
 // and CRC32C, and returns the snapshot's directory. It reads every byte but
 // uses the hardware CRC rather than SHA-256, so it is cheap enough to run
-// before each restore.
+// before each restore. A snapshot not yet sealed has no checksums: its
+// files, just written by this host, are checked by size only.
 func (s *Store) Verify(ctx context.Context, snap *sandbox.Snapshot) (string, error) {
 	dir, err := s.path(snap.ID)
 	if err != nil {
@@ -282,6 +327,9 @@ func verifyFile(path string, want sandbox.File, buf []byte) error {
 	}
 	if fi.Size() != want.Size {
 		return fmt.Errorf("size %d, want %d", fi.Size(), want.Size)
+	}
+	if want.SHA256 == "" {
+		return nil // not sealed yet
 	}
 	crc := crc32.New(crcTable)
 	if _, err := io.CopyBuffer(crc, fh, buf); err != nil {
@@ -341,14 +389,23 @@ func (s *Store) Remove(ctx context.Context, nameOrID string, inUse func(id strin
 }
 
 // GC removes what crashed processes left behind: staging directories whose
-// creator is gone, and snapshot directories without a row. It returns the
-// paths it removed.
+// creator is gone, snapshots whose process died before sealing them, and
+// snapshot directories without a row. It returns the paths it removed.
 func (s *Store) GC(ctx context.Context) ([]string, error) {
 	unlock, err := s.lock()
 	if err != nil {
 		return nil, fmt.Errorf("snapshot gc: %w", err)
 	}
 	defer unlock()
+	lost, err := s.lost(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot gc: %w", err)
+	}
+	for _, id := range lost {
+		if _, err := s.st.DB().ExecContext(ctx, `DELETE FROM snapshots WHERE id = ? AND durable = 0`, id); err != nil {
+			return nil, fmt.Errorf("snapshot gc: %w", err)
+		}
+	}
 	ids, err := queryStrings(ctx, s.st.DB(), `SELECT id FROM snapshots`)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot gc: %w", err)
@@ -357,11 +414,27 @@ func (s *Store) GC(ctx context.Context) ([]string, error) {
 	for _, id := range ids {
 		known[strings.TrimPrefix(id, "sha256:")] = true
 	}
+	var removed []string
+	if s.scratch != "" {
+		scratch, err := os.ReadDir(s.scratch)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("snapshot gc: %w", err)
+		}
+		for _, e := range scratch {
+			p := filepath.Join(s.scratch, e.Name())
+			if !strings.HasPrefix(e.Name(), stagingPrefix) || !abandoned(p, time.Now()) {
+				continue
+			}
+			if err := os.RemoveAll(p); err != nil {
+				return removed, fmt.Errorf("snapshot gc: %w", err)
+			}
+			removed = append(removed, p)
+		}
+	}
 	entries, err := os.ReadDir(s.dir)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot gc: %w", err)
 	}
-	var removed []string
 	for _, e := range entries {
 		p := filepath.Join(s.dir, e.Name())
 		switch {
@@ -382,6 +455,26 @@ func (s *Store) GC(ctx context.Context) ([]string, error) {
 		removed = append(removed, p)
 	}
 	return removed, nil
+}
+
+// lost lists the snapshots not durable whose sealer is gone.
+func (s *Store) lost(ctx context.Context) ([]string, error) {
+	rows, err := s.st.DB().QueryContext(ctx, `SELECT id, sealer FROM snapshots WHERE durable = 0`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id, sealer string
+		if err := rows.Scan(&id, &sealer); err != nil {
+			return nil, err
+		}
+		if !s.sealing(sealer) {
+			out = append(out, id)
+		}
+	}
+	return out, rows.Err()
 }
 
 // shortID is the 12-hex-digit form of an ID shown to users.

@@ -30,6 +30,9 @@ func TestMain(m *testing.M) {
 	if dataDir := os.Getenv("SNAPSHOT_TEST_CRASH_IN"); dataDir != "" {
 		crashWhileStaging(dataDir)
 	}
+	if dataDir := os.Getenv("SNAPSHOT_TEST_CRASH_SEALING"); dataDir != "" {
+		crashWhileSealing(dataDir)
+	}
 	os.Exit(m.Run())
 }
 
@@ -53,6 +56,34 @@ func crashWhileStaging(dataDir string) {
 		panic(err)
 	}
 	fmt.Println(g.Dir())
+	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {}
+}
+
+// crashWhileSealing commits a 64 MiB snapshot, prints its ID and dies
+// while the seal (hashing 64 MiB, then syncfs) is still running.
+func crashWhileSealing(dataDir string) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, dataDir)
+	if err != nil {
+		panic(err)
+	}
+	s, err := Open(ctx, dataDir, st)
+	if err != nil {
+		panic(err)
+	}
+	g, err := s.Begin(ctx)
+	if err != nil {
+		panic(err)
+	}
+	if err := os.WriteFile(filepath.Join(g.Dir(), "pages.img"), bytes.Repeat([]byte("p"), 64<<20), 0o600); err != nil {
+		panic(err)
+	}
+	snap, err := g.Commit(ctx, "sealing", "", sandbox.Lineage{}, nil)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(snap.ID)
 	syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {}
 }
@@ -90,11 +121,26 @@ func stage(t *testing.T, s *Store, files map[string]string) *Staging {
 	return g
 }
 
+// commit commits a snapshot holding files and returns it once sealed.
 func commit(t *testing.T, s *Store, name string, files map[string]string) *sandbox.Snapshot {
 	t.Helper()
 	snap, err := stage(t, s, files).Commit(t.Context(), name, "sha256:img", sandbox.Lineage{Sandbox: "sb1", SandboxName: "dev"}, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return sealed(t, s, snap.ID)
+}
+
+// sealed waits for the store's seals and returns snapshot id as stored.
+func sealed(t *testing.T, s *Store, id string) *sandbox.Snapshot {
+	t.Helper()
+	s.Wait()
+	snap, err := s.Get(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !snap.Durable {
+		t.Fatalf("snapshot %s is not durable after its seal", id)
 	}
 	return snap
 }
@@ -123,21 +169,30 @@ func TestCommitGetList(t *testing.T) {
 	g := stage(t, s, files)
 	lin := sandbox.Lineage{Sandbox: "0123abcd", SandboxName: "dev", Parent: "sha256:feed"}
 	meta := map[string]any{"cmd": []string{"sh"}, "cpus": 2.0}
-	snap, err := g.Commit(ctx, "first", "sha256:img1", lin, meta)
+	early, err := g.Commit(ctx, "first", "sha256:img1", lin, meta)
 	if err != nil {
 		t.Fatal(err)
 	}
 	g.Abort() // a no-op after Commit
+	// Commit returns before the seal: listed with sizes, usable, not
+	// durable, no digest or checksums yet.
+	if early.Durable || early.Digest != "" || len(early.Files) != 4 || early.Files[0].SHA256 != "" || early.Size == 0 {
+		t.Errorf("snapshot as committed: %+v, want listed files with sizes and no hashes", early)
+	}
+	if _, err := s.Verify(ctx, early); err != nil {
+		t.Errorf("Verify before the seal: %v", err)
+	}
+	snap := sealed(t, s, early.ID)
 
-	// The ID is the digest of the sha256sum listing of the files, by name.
+	// The digest is that of the sha256sum listing of the files, by name.
 	list := exec.Command("sh", "-c", "sha256sum a.b checkpoint.img pages.img sub/x | sha256sum")
-	list.Dir = filepath.Join(dataDir, "snapshots", strings.TrimPrefix(snap.ID, "sha256:"))
+	list.Dir = filepath.Join(dataDir, "snapshots", snap.ID)
 	out, err := list.Output()
 	if err != nil {
 		t.Fatalf("sha256sum in the snapshot dir: %v", err)
 	}
-	if want := "sha256:" + strings.Fields(string(out))[0]; snap.ID != want {
-		t.Errorf("ID = %s, want %s", snap.ID, want)
+	if want := "sha256:" + strings.Fields(string(out))[0]; snap.Digest != want {
+		t.Errorf("digest = %s, want %s", snap.Digest, want)
 	}
 	var names []string
 	var size int64
@@ -160,8 +215,8 @@ func TestCommitGetList(t *testing.T) {
 	if err := json.Unmarshal(snap.Meta, &gotMeta); err != nil || gotMeta["cpus"] != 2.0 {
 		t.Errorf("meta %s: %v", snap.Meta, err)
 	}
-	if e := entries(t, dataDir); !slices.Equal(e, []string{strings.TrimPrefix(snap.ID, "sha256:")}) {
-		t.Errorf("snapshots dir holds %v, want only the snapshot", e)
+	if e := entries(t, dataDir); !slices.Equal(e, []string{snap.ID}) {
+		t.Errorf("snapshots dir holds %v after the seal, want only the snapshot", e)
 	}
 
 	second := commit(t, s, "", map[string]string{"checkpoint.img": "other"})
@@ -199,26 +254,22 @@ func TestCommitGetList(t *testing.T) {
 	}
 }
 
-func TestSameContentSameID(t *testing.T) {
+func TestSameContentSameDigest(t *testing.T) {
 	dataDir := t.TempDir()
 	s := openStore(t, dataDir)
 	files := map[string]string{"pages.img": "same pages", "checkpoint.img": "same state"}
 	a := commit(t, s, "a", files)
-	b := commit(t, s, "b", files)
-	c := commit(t, s, "", files)
-	if b.ID != a.ID || c.ID != a.ID {
-		t.Fatalf("IDs %s %s %s differ for identical content", a.ID, b.ID, c.ID)
-	}
-	if !slices.Equal(c.Names, []string{"a", "b"}) || c.Name != "a" {
-		t.Errorf("names %v (%s), want [a b]", c.Names, c.Name)
+	b := commit(t, s, "", files)
+	if b.Digest != a.Digest || b.ID == a.ID {
+		t.Fatalf("identical content: IDs %s %s, digests %s %s; want one digest, two IDs", a.ID, b.ID, a.Digest, b.Digest)
 	}
 	renamed := commit(t, s, "", map[string]string{"pages2.img": "same pages", "checkpoint.img": "same state"})
 	changed := commit(t, s, "", map[string]string{"pages.img": "same pages", "checkpoint.img": "same statE"})
-	if renamed.ID == a.ID || changed.ID == a.ID || renamed.ID == changed.ID {
-		t.Errorf("different content shares an ID: %s %s %s", a.ID, renamed.ID, changed.ID)
+	if renamed.Digest == a.Digest || changed.Digest == a.Digest || renamed.Digest == changed.Digest {
+		t.Errorf("different content shares a digest: %s %s %s", a.Digest, renamed.Digest, changed.Digest)
 	}
-	if e := entries(t, dataDir); len(e) != 3 {
-		t.Errorf("snapshots dir holds %v, want 3 snapshot dirs and no staging", e)
+	if e := entries(t, dataDir); len(e) != 4 {
+		t.Errorf("snapshots dir holds %v, want 4 snapshot dirs and no staging", e)
 	}
 }
 
@@ -244,6 +295,7 @@ func TestNames(t *testing.T) {
 	if len(all) != 1 || all[0].ID != first.ID {
 		t.Errorf("List = %+v, want only the first snapshot", all)
 	}
+	s.Wait()
 	if e := entries(t, dataDir); len(e) != 1 {
 		t.Errorf("failed commits left %v", e)
 	}
@@ -305,7 +357,7 @@ func TestRemove(t *testing.T) {
 	s := openStore(t, dataDir)
 	ctx := t.Context()
 	snap := commit(t, s, "keep", map[string]string{"f": "1"})
-	dir := filepath.Join(dataDir, "snapshots", strings.TrimPrefix(snap.ID, "sha256:"))
+	dir := filepath.Join(dataDir, "snapshots", snap.ID)
 	var asked []string
 	used := func(id string) (bool, error) { asked = append(asked, id); return true, nil }
 	if err := s.Remove(ctx, "keep", used); !errors.Is(err, ErrInUse) {
@@ -322,8 +374,11 @@ func TestRemove(t *testing.T) {
 		t.Fatalf("refused removals damaged the snapshot: %v", err)
 	}
 
-	// A second name goes alone; the last one takes the snapshot.
-	commit(t, s, "alias", map[string]string{"f": "1"})
+	// A second name (identical content got one before IDs were random)
+	// goes alone; the last one takes the snapshot.
+	if _, err := s.st.DB().ExecContext(ctx, `INSERT INTO snapshot_names(name, snapshot_id, created) VALUES('alias', ?, 1)`, snap.ID); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.Remove(ctx, "alias", used); err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +400,9 @@ func TestRemove(t *testing.T) {
 	}
 	// By ID, even one with several names.
 	other := commit(t, s, "x", map[string]string{"g": "2"})
-	commit(t, s, "y", map[string]string{"g": "2"})
+	if _, err := s.st.DB().ExecContext(ctx, `INSERT INTO snapshot_names(name, snapshot_id, created) VALUES('y', ?, 1)`, other.ID); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.Remove(ctx, other.ID[:14], nil); err != nil {
 		t.Fatal(err)
 	}
@@ -372,6 +429,32 @@ func TestGCAfterCrash(t *testing.T) {
 		t.Fatalf("the crash left no staging: %v", err)
 	}
 
+	// A process killed after its Commit returned, while sealing.
+	child = exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), "SNAPSHOT_TEST_CRASH_SEALING="+dataDir)
+	out, err = child.Output()
+	if ws, ok := child.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("crashing process: %v, %s", err, out)
+	}
+	lostID := strings.TrimSpace(string(out))
+	var durable bool
+	var sealer string
+	if err := s.st.DB().QueryRowContext(ctx, `SELECT durable, sealer FROM snapshots WHERE id = ?`, lostID).Scan(&durable, &sealer); err != nil {
+		t.Fatalf("the row of the snapshot being sealed: %v", err)
+	}
+	if durable {
+		t.Fatal("the seal finished before the kill: the test missed its window")
+	}
+	// Never listed half-written: it is gone for readers at once.
+	if _, err := s.Get(ctx, "sealing"); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "before it was durable") {
+		t.Errorf("Get of a snapshot lost while sealing: %v, want ErrNotFound", err)
+	}
+	if all, err := s.List(ctx); err != nil || len(all) != 1 || all[0].ID != kept.ID {
+		t.Errorf("List after a crash while sealing = %+v, %v; want only the older snapshot", all, err)
+	}
+	lostDir := filepath.Join(dataDir, "snapshots", lostID)
+	sealerDir := filepath.Join(dataDir, "snapshots", sealer)
+
 	// A live staging, however old, stays.
 	live := stage(t, s, map[string]string{"f": "live"})
 	defer live.Abort()
@@ -395,14 +478,14 @@ func TestGCAfterCrash(t *testing.T) {
 	if _, err := s.st.DB().ExecContext(ctx, `DELETE FROM snapshots WHERE id = ?`, orphan.ID); err != nil {
 		t.Fatal(err)
 	}
-	orphanDir := filepath.Join(dataDir, "snapshots", strings.TrimPrefix(orphan.ID, "sha256:"))
+	orphanDir := filepath.Join(dataDir, "snapshots", orphan.ID)
 
 	removed, err := s.GC(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	slices.Sort(removed)
-	want := []string{orphanDir, crashed, stale}
+	want := []string{orphanDir, crashed, stale, lostDir, sealerDir}
 	slices.Sort(want)
 	if !slices.Equal(removed, want) {
 		t.Errorf("GC removed %v, want %v", removed, want)
@@ -415,6 +498,10 @@ func TestGCAfterCrash(t *testing.T) {
 	if _, err := s.Verify(ctx, kept); err != nil {
 		t.Errorf("GC damaged a snapshot: %v", err)
 	}
+	var rows int
+	if err := s.st.DB().QueryRowContext(ctx, `SELECT count(*) FROM snapshots WHERE id = ?`, lostID).Scan(&rows); err != nil || rows != 0 {
+		t.Errorf("GC left the lost snapshot's row (%d, %v)", rows, err)
+	}
 	if _, err := os.Stat(live.Dir()); err != nil {
 		t.Errorf("GC removed a live staging: %v", err)
 	}
@@ -426,39 +513,17 @@ func TestGCAfterCrash(t *testing.T) {
 	}
 }
 
-// TestCommitOverOrphan: a directory left by a crashed Commit does not stop
-// the same content from being stored again.
-func TestCommitOverOrphan(t *testing.T) {
-	dataDir := t.TempDir()
-	s := openStore(t, dataDir)
-	files := map[string]string{"f": "content"}
-	first := commit(t, s, "", files)
-	if _, err := s.st.DB().ExecContext(t.Context(), `DELETE FROM snapshots WHERE id = ?`, first.ID); err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(dataDir, "snapshots", strings.TrimPrefix(first.ID, "sha256:"))
-	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("half"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	again := commit(t, s, "again", files)
-	if again.ID != first.ID {
-		t.Fatalf("ID %s, want %s", again.ID, first.ID)
-	}
-	if _, err := s.Verify(t.Context(), again); err != nil {
-		t.Errorf("recommitted over an orphan: %v", err)
-	}
-}
-
 func TestConcurrentCommits(t *testing.T) {
 	dataDir := t.TempDir()
 	openStore(t, dataDir) // migrate once, as the first smolvm process would
 	const n = 4
 	var wg sync.WaitGroup
-	shared := make([]string, n)
+	stores := make([]*Store, n)
 	errs := make([]error, n)
 	for i := range n {
 		// Each worker has its own database handle, as a process would.
 		s := openStore(t, dataDir)
+		stores[i] = s
 		wg.Go(func() {
 			for round := range 3 {
 				g, err := s.Begin(t.Context())
@@ -474,42 +539,37 @@ func TestConcurrentCommits(t *testing.T) {
 					errs[i] = err
 					return
 				}
-				snap, err := g.Commit(t.Context(), name, "", sandbox.Lineage{}, nil)
-				if err != nil {
+				if _, err := g.Commit(t.Context(), name, "", sandbox.Lineage{}, nil); err != nil {
 					errs[i] = err
 					return
-				}
-				if round == 0 {
-					shared[i] = snap.ID
 				}
 			}
 		})
 	}
 	wg.Wait()
-	for _, err := range errs {
+	for i, err := range errs {
 		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	for _, id := range shared {
-		if id != shared[0] {
-			t.Fatalf("identical content got IDs %v", shared)
-		}
+		stores[i].Wait()
 	}
 	s := openStore(t, dataDir)
 	all, err := s.List(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(all) != 1+n*2 {
-		t.Errorf("%d snapshots, want %d", len(all), 1+n*2)
+	if len(all) != n*3 {
+		t.Errorf("%d snapshots, want %d", len(all), n*3)
 	}
-	got, err := s.Get(t.Context(), shared[0])
-	if err != nil {
-		t.Fatal(err)
+	digests := map[string]int{}
+	for _, snap := range all {
+		if !snap.Durable {
+			t.Errorf("snapshot %s not durable after its store's Wait", snap.ID)
+		}
+		digests[snap.Digest]++
 	}
-	if len(got.Names) != n {
-		t.Errorf("shared snapshot names %v, want one per worker", got.Names)
+	if len(digests) != 1+n*2 {
+		t.Errorf("%d digests, want %d (the shared content has one)", len(digests), 1+n*2)
 	}
 	if e := entries(t, dataDir); len(e) != len(all) {
 		t.Errorf("snapshots dir holds %v for %d snapshots", e, len(all))
@@ -519,6 +579,61 @@ func TestConcurrentCommits(t *testing.T) {
 			t.Error(err)
 		}
 	}
+}
+
+func TestScratch(t *testing.T) {
+	dataDir := t.TempDir()
+	s := openStore(t, dataDir)
+	if s.scratch == "" {
+		t.Skip("/dev/shm is no tmpfs here")
+	}
+	ctx := t.Context()
+	g, err := s.Scratch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(g.Dir(), &sfs); err != nil || sfs.Type != unix.TMPFS_MAGIC {
+		t.Fatalf("scratch checkpoint dir %s is not on a tmpfs (%x, %v)", g.Dir(), sfs.Type, err)
+	}
+	if err := os.WriteFile(filepath.Join(g.Dir(), "pages.img"), []byte("pages"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Commit(ctx, "", "", sandbox.Lineage{}, nil); err == nil || !strings.Contains(err.Error(), "scratch") {
+		t.Errorf("Commit of a scratch checkpoint: %v", err)
+	}
+	if _, err := os.Stat(g.root); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("scratch checkpoint after its refused Commit: %v", err)
+	}
+	if e := entries(t, dataDir); len(e) != 0 {
+		t.Errorf("a scratch checkpoint left %v in the store", e)
+	}
+	// Another data dir has another scratch dir: GC sweeps only its own.
+	if other := openStore(t, t.TempDir()); other.scratch == s.scratch {
+		t.Errorf("two data dirs share the scratch dir %s", s.scratch)
+	}
+	live, err := s.Scratch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Abort()
+	stale := filepath.Join(s.scratch, stagingPrefix+"stale")
+	if err := os.Mkdir(stale, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(stale, old, old); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := s.GC(ctx)
+	if err != nil || !slices.Equal(removed, []string{stale}) {
+		t.Errorf("GC removed %v (%v), want only the stale scratch dir", removed, err)
+	}
+	if _, err := os.Stat(live.Dir()); err != nil {
+		t.Errorf("GC removed a live scratch checkpoint: %v", err)
+	}
+	live.Abort()
+	os.Remove(s.scratch)
 }
 
 // tinyDataDir mounts a 1 MiB tmpfs as a data directory.

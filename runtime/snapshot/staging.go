@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
@@ -38,15 +39,40 @@ type Staging struct {
 	root string   // <dataDir>/snapshots/.staging-*
 	pid  *os.File // flocked for the staging's life, so GC leaves it alone
 	done bool
+	// scratch is set for a checkpoint that is never committed (Scratch).
+	scratch bool
 }
 
 // Begin starts a snapshot in a fresh staging directory on the store's
 // filesystem, so that Commit is a rename.
 func (s *Store) Begin(ctx context.Context) (*Staging, error) {
+	return s.begin(ctx, s.dir)
+}
+
+// Scratch starts a checkpoint that is never committed, such as a fork's,
+// which its copies restore from and which goes when they run. It lives on
+// a tmpfs (/dev/shm) where there is one: no disk write, no sync. Its
+// Commit fails; Abort drops it, and GC what a crash left.
+func (s *Store) Scratch(ctx context.Context) (*Staging, error) {
+	if s.scratch == "" {
+		return s.Begin(ctx)
+	}
+	if err := os.MkdirAll(s.scratch, 0o700); err != nil {
+		return nil, fmt.Errorf("begin scratch checkpoint: %w", err)
+	}
+	g, err := s.begin(ctx, s.scratch)
+	if err != nil {
+		return nil, err
+	}
+	g.scratch = true
+	return g, nil
+}
+
+func (s *Store) begin(ctx context.Context, parent string) (*Staging, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("begin snapshot: %w", err)
 	}
-	root, err := os.MkdirTemp(s.dir, stagingPrefix+"*")
+	root, err := os.MkdirTemp(parent, stagingPrefix+"*")
 	if err != nil {
 		return nil, fmt.Errorf("begin snapshot: %w", err)
 	}
@@ -100,6 +126,19 @@ func abandoned(dir string, now time.Time) bool {
 	return unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil
 }
 
+// sealing reports whether the staging directory named root in the store
+// still belongs to a live process, which is sealing the snapshot whose
+// row names it. Its pid file was in place before the row was written, so
+// a missing one means the sealer is gone.
+func (s *Store) sealing(root string) bool {
+	f, err := os.Open(filepath.Join(s.dir, root, pidName))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil
+}
+
 // Dir is where the checkpoint files go.
 func (g *Staging) Dir() string { return filepath.Join(g.root, filesName) }
 
@@ -109,27 +148,33 @@ func (g *Staging) Abort() {
 		return
 	}
 	g.done = true
-	os.RemoveAll(g.root) // what is left, GC removes once the lock is gone
-	if g.pid != nil {
-		g.pid.Close()
-	}
+	g.release()
 }
 
-// Commit stores the files in Dir as a snapshot. It hashes and fsyncs every
-// file, then moves the directory into the store and registers it in one
-// step. Content already stored is not stored twice: the existing snapshot
-// is returned, with name added to its names. A name another snapshot has is
+// Commit stores the files in Dir as a snapshot and returns it at once,
+// not yet durable: the files are moved into the store and listed, and the
+// snapshot can be restored from. Hashing its content and making it durable
+// (one syncfs) go on in the background (Store.Wait waits for them); the
+// snapshot then has its digest and Durable. Until then the staging's pid
+// lock stays held: if this process dies first, the snapshot is dropped
+// (GC), never listed half-written. A name another snapshot has is
 // ErrNameInUse. Commit ends the staging, also on error: a failed Commit
 // leaves nothing behind.
 func (g *Staging) Commit(ctx context.Context, name, imageID string, lin sandbox.Lineage, meta any) (*sandbox.Snapshot, error) {
 	if g.done {
 		return nil, errors.New("commit snapshot: the staging was already committed or aborted")
 	}
-	defer g.Abort()
+	if g.scratch {
+		g.Abort()
+		return nil, errors.New("commit snapshot: a scratch checkpoint is never stored")
+	}
 	snap, err := g.commit(ctx, name, imageID, lin, meta)
 	if err != nil {
+		g.Abort()
 		return nil, fmt.Errorf("commit snapshot: %w", err)
 	}
+	g.done = true // the seal ends it
+	g.s.seals.Go(func() { g.seal(snap.ID) })
 	return snap, nil
 }
 
@@ -146,7 +191,7 @@ func (g *Staging) commit(ctx context.Context, name, imageID string, lin sandbox.
 			return nil, fmt.Errorf("meta: %w", err)
 		}
 	}
-	files, err := hashTree(ctx, g.Dir())
+	files, err := listTree(ctx, g.Dir())
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +206,7 @@ func (g *Staging) commit(ctx context.Context, name, imageID string, lin sandbox.
 	for _, f := range files {
 		size += f.Size
 	}
-	id := digest(files)
+	id := newID()
 	now := store.Now().UnixMilli()
 
 	unlock, err := g.s.lock()
@@ -178,37 +223,27 @@ func (g *Staging) commit(ctx context.Context, name, imageID string, lin sandbox.
 		if name != "" {
 			var owner string
 			err := tx.QueryRowContext(ctx, `SELECT snapshot_id FROM snapshot_names WHERE name = ?`, name).Scan(&owner)
-			if err == nil && owner != id {
+			if err == nil {
 				return fmt.Errorf("%w: %s is snapshot %s", ErrNameInUse, name, shortID(owner))
 			}
-			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			if !errors.Is(err, sql.ErrNoRows) {
 				return err
 			}
 		}
-		var exists bool
-		if err := tx.QueryRowContext(ctx, `SELECT EXISTS(SELECT 1 FROM snapshots WHERE id = ?)`, id).Scan(&exists); err != nil {
+		_, err := tx.ExecContext(ctx, `INSERT INTO snapshots(id, sandbox, sandbox_name, parent, image_id, created, size, files, meta, durable, sealer)
+			VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)`,
+			id, lin.Sandbox, lin.SandboxName, lin.Parent, imageID, now, size, string(filesJSON), string(metaJSON), filepath.Base(g.root))
+		if err != nil {
 			return err
 		}
-		if !exists {
-			_, err := tx.ExecContext(ctx, `INSERT INTO snapshots(id, sandbox, sandbox_name, parent, image_id, created, size, files, meta)
-				VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-				id, lin.Sandbox, lin.SandboxName, lin.Parent, imageID, now, size, string(filesJSON), string(metaJSON))
-			if err != nil {
-				return err
-			}
-		}
 		if name != "" {
-			_, err := tx.ExecContext(ctx, `INSERT INTO snapshot_names(name, snapshot_id, created) VALUES(?, ?, ?)
-				ON CONFLICT(name) DO NOTHING`, name, id, now)
-			if err != nil {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO snapshot_names(name, snapshot_id, created) VALUES(?, ?, ?)`, name, id, now); err != nil {
 				return err
 			}
-		}
-		if exists {
-			return nil // the duplicate goes with the staging
 		}
 		// Under the lock, a directory without a row is garbage from a
-		// crashed Commit or Remove.
+		// crashed Commit or Remove. No sync here: until the seal, the
+		// row counts only while its sealer lives.
 		if err := os.RemoveAll(target); err != nil {
 			return err
 		}
@@ -216,8 +251,7 @@ func (g *Staging) commit(ctx context.Context, name, imageID string, lin sandbox.
 			return err
 		}
 		renamed = true
-		// The rename must be durable before the row is.
-		return syncDir(g.s.dir)
+		return nil
 	})
 	if err != nil {
 		if renamed {
@@ -228,12 +262,55 @@ func (g *Staging) commit(ctx context.Context, name, imageID string, lin sandbox.
 	return g.s.load(ctx, id)
 }
 
-// hashTree hashes and fsyncs every file under dir, reading each once, and
-// fsyncs the directories, so that their content is durable before the
-// rename that publishes them. Files are sorted by name.
-func hashTree(ctx context.Context, dir string) ([]sandbox.File, error) {
+// newID is a fresh snapshot ID: 256 random bits in hex. The content
+// digest comes later, with durability.
+func newID() string {
+	var b [32]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// seal hashes the files of the committed snapshot id, makes them and the
+// store's directory durable with one syncfs, and then marks the row
+// durable with its digest and checksums. It ends the staging, whose lock
+// told GC that the snapshot was still being sealed. A seal that fails
+// leaves the row not durable; GC drops it once this process is gone.
+func (g *Staging) seal(id string) {
+	defer g.release()
+	ctx := context.Background()
+	dir, err := g.s.path(id)
+	if err != nil {
+		return
+	}
+	files, err := hashTree(ctx, dir)
+	if err != nil {
+		return // removed meanwhile, or unreadable: it stays not durable
+	}
+	filesJSON, err := json.Marshal(files)
+	if err != nil {
+		return
+	}
+	if err := syncFS(g.s.dir); err != nil {
+		return
+	}
+	g.s.st.DB().ExecContext(ctx, `UPDATE snapshots SET files = ?, digest = ?, durable = 1, sealer = '' WHERE id = ?`,
+		string(filesJSON), digest(files), id)
+}
+
+// release drops the staging directory and its lock; what RemoveAll
+// leaves, GC removes once the lock is gone.
+func (g *Staging) release() {
+	os.RemoveAll(g.root)
+	if g.pid != nil {
+		g.pid.Close()
+	}
+}
+
+// listTree lists the files under dir with their sizes, sorted by name,
+// reading none of them. Anything but regular files and directories is an
+// error.
+func listTree(ctx context.Context, dir string) ([]sandbox.File, error) {
 	var files []sandbox.File
-	buf := make([]byte, 1<<20)
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -242,7 +319,7 @@ func hashTree(ctx context.Context, dir string) ([]sandbox.File, error) {
 			return err
 		}
 		if d.IsDir() {
-			return syncDir(p)
+			return nil
 		}
 		rel, err := filepath.Rel(dir, p)
 		if err != nil {
@@ -255,12 +332,11 @@ func hashTree(ctx context.Context, dir string) ([]sandbox.File, error) {
 		if strings.Contains(rel, "\n") {
 			return fmt.Errorf("%q: file name has a newline", rel)
 		}
-		f, err := hashFile(p, buf)
+		fi, err := d.Info()
 		if err != nil {
 			return err
 		}
-		f.Name = rel
-		files = append(files, f)
+		files = append(files, sandbox.File{Name: rel, Size: fi.Size()})
 		return nil
 	})
 	if err != nil {
@@ -268,6 +344,27 @@ func hashTree(ctx context.Context, dir string) ([]sandbox.File, error) {
 	}
 	// WalkDir's order puts "a/b" before "a.b"; the digest wants byte order.
 	slices.SortFunc(files, func(a, b sandbox.File) int { return strings.Compare(a.Name, b.Name) })
+	return files, nil
+}
+
+// hashTree lists the files under dir and hashes each, reading it once.
+func hashTree(ctx context.Context, dir string) ([]sandbox.File, error) {
+	files, err := listTree(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 1<<20)
+	for i, f := range files {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		h, err := hashFile(filepath.Join(dir, filepath.FromSlash(f.Name)), buf)
+		if err != nil {
+			return nil, err
+		}
+		h.Name = f.Name
+		files[i] = h
+	}
 	return files, nil
 }
 
@@ -282,9 +379,6 @@ func hashFile(path string, buf []byte) (sandbox.File, error) {
 	if err != nil {
 		return sandbox.File{}, fmt.Errorf("hash %s: %w", path, err)
 	}
-	if err := fh.Sync(); err != nil {
-		return sandbox.File{}, fmt.Errorf("sync %s: %w", path, err)
-	}
 	return sandbox.File{Size: n, SHA256: hex.EncodeToString(sum.Sum(nil)), CRC32C: crc.Sum32()}, nil
 }
 
@@ -298,14 +392,16 @@ func digest(files []sandbox.File) string {
 	return "sha256:" + hex.EncodeToString(h.Sum(nil))
 }
 
-func syncDir(dir string) error {
+// syncFS makes everything written to the filesystem that holds dir
+// durable: one syncfs instead of an fsync per file and directory.
+func syncFS(dir string) error {
 	f, err := os.Open(dir)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		return fmt.Errorf("syncfs %s: %w", dir, err)
 	}
 	return nil
 }

@@ -33,6 +33,10 @@ export interface Sandbox {
 
 export interface Snapshot {
   id: string
+  /** "sha256:…" of the content, once durable */
+  digest?: string
+  /** hashed and synced to disk (in the background after checkpoint) */
+  durable: boolean
   name?: string
   names?: string[]
   image_id: string

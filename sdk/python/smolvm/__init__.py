@@ -132,11 +132,14 @@ class Snapshot:
     name: str
     size: int
     created: Optional[datetime]
+    durable: bool = False  # hashed and synced to disk, in the background after checkpoint
+    digest: str = ""  # "sha256:…" of the content, once durable
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def _from(cls, d: dict) -> "Snapshot":
-        return cls(id=d["id"], name=d.get("name", ""), size=d.get("size", 0), created=_time(d.get("created")), raw=d)
+        return cls(id=d["id"], name=d.get("name", ""), size=d.get("size", 0), created=_time(d.get("created")),
+                   durable=d.get("durable", False), digest=d.get("digest", ""), raw=d)
 
 
 @dataclass
