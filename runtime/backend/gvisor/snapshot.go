@@ -67,7 +67,10 @@ func (b *Backend) Restore(ctx context.Context, s *backend.Spec, dir string) erro
 	if err := writeIdentity(s, true); err != nil {
 		return fmt.Errorf("restore %s: %w", s.ID, err)
 	}
-	if err := b.runsc(ctx, s, "restore", "--detach", "--bundle", l.bundle(), "--image-path", dir, s.ID); err != nil {
+	// --background: memory loads as it is touched, after runsc returns;
+	// the sandbox holds the pages file open, so dir may go once it runs.
+	// Not --direct: O_DIRECT reads serialise parallel restores.
+	if err := b.runsc(ctx, s, "restore", "--detach", "--background", "--bundle", l.bundle(), "--image-path", dir, s.ID); err != nil {
 		return fmt.Errorf("restore %s: %w", s.ID, err)
 	}
 	return b.booted(ctx, s)
