@@ -222,10 +222,14 @@ type NetworkUpdateRequest struct {
 
 // PoolRequest is the body of POST /v1/pools.
 type PoolRequest struct {
-	Name         string  `json:"name,omitempty"`
-	Image        string  `json:"image,omitempty"`
-	Size         int     `json:"size,omitempty"`
-	Targets      int     `json:"targets,omitempty"`
+	Name    string `json:"name,omitempty"`
+	Image   string `json:"image,omitempty"`
+	Size    int    `json:"size,omitempty"`
+	Targets int    `json:"targets,omitempty"`
+	// From and Hot make a hot pool: Hot copies restored from the snapshot
+	// From, paused, which restores of it claim.
+	From         string  `json:"from,omitempty"`
+	Hot          int     `json:"hot,omitempty"`
 	MemoryBudget Bytes   `json:"memory_budget,omitempty"`
 	CPUs         float64 `json:"cpus,omitempty"`
 	Memory       Bytes   `json:"memory,omitempty"`

@@ -146,6 +146,11 @@ type Pool struct {
 	Ready        int   `json:"ready"`
 	TargetsReady int   `json:"targets_ready"`
 	MemoryUsed   int64 `json:"memory_used"`
+	// Snapshot is the ID of the snapshot a hot pool holds Hot copies
+	// of, restored and paused; HotReady counts those waiting.
+	Snapshot string `json:"snapshot,omitempty"`
+	Hot      int    `json:"hot,omitempty"`
+	HotReady int    `json:"hot_ready,omitempty"`
 }
 
 // Pool bounds.
@@ -168,6 +173,11 @@ type PoolOptions struct {
 	Targets      int    // restore targets for restores and forks
 	MemoryBudget int64  // 0: DefaultMemoryBudget
 	Limits       Limits
+	// From names a snapshot; the pool then holds Hot copies already
+	// restored from it, paused, which restores of it claim. Its image
+	// and limits are the snapshot's.
+	From string
+	Hot  int
 }
 
 // MaxFork bounds one fork: each copy is a whole sandbox.

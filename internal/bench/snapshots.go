@@ -291,13 +291,17 @@ func Snapshots(ctx context.Context, o Options, snaps *snapshot.Store, n int) ([]
 		}
 	}
 
+	hot, err := hotSeries(ctx, m, snaps, n, idle.ID)
+	if err != nil {
+		return nil, nil, err
+	}
 	mem, err := forkMemory(ctx, m, idle.ID)
 	if err != nil {
 		return nil, nil, err
 	}
 	series := []Series{ckIdle, stockCkIdle, ckBig, stockCkBig, restore, stockRestore, fork1, stockFork1, fork10, stockFork10}
 	series = append(series, targets...)
-	return append(series, pool, cold), mem, nil
+	return append(series, hot, pool, cold), mem, nil
 }
 
 // targetSeries measures restore and fork into a pool's restore targets,
@@ -374,6 +378,42 @@ func targetSeries(ctx context.Context, m *manager.Manager, snaps *snapshot.Store
 		}
 	}
 	return []Series{restore, stockRestore, fork1, stockFork1, fork10, stockFork10}, nil
+}
+
+// hotSeries times restores that claim a hot copy (pool create --from
+// --hot): resumed and given its identity, until it answers an exec. It is
+// its own line, never mixed with live forks; the pool is refilled untimed
+// before each.
+func hotSeries(ctx context.Context, m *manager.Manager, snaps *snapshot.Store, n int, idle string) (Series, error) {
+	s := Series{Name: "restore claimed from a hot pool + exec true", Baseline: "runsc restore into a created sandbox + exec true"}
+	bg := context.WithoutCancel(ctx)
+	snap, err := m.Checkpoint(ctx, idle, sandbox.CheckpointOptions{})
+	if err != nil {
+		return s, err
+	}
+	defer snaps.Remove(bg, snap.ID, nil)
+	const pool = "bench-hot"
+	if _, err := m.CreatePool(ctx, sandbox.PoolOptions{Name: pool, From: snap.ID, Hot: 1}); err != nil {
+		return s, err
+	}
+	defer m.RemovePool(bg, pool)
+	for range n {
+		if _, err := m.FillPool(ctx, pool); err != nil {
+			return s, err
+		}
+		t := time.Now()
+		cp, err := m.Restore(ctx, snap.ID, sandbox.RestoreOptions{})
+		if err != nil {
+			return s, err
+		}
+		err = execTrue(ctx, m, cp.ID)
+		s.Samples = append(s.Samples, time.Since(t))
+		m.Remove(bg, cp.ID, true)
+		if err != nil {
+			return s, err
+		}
+	}
+	return s, nil
 }
 
 // fillTargets returns once pool holds all its restore targets; a

@@ -54,13 +54,16 @@ func (a *app) poolCreateCmd() *cobra.Command {
 		wait   bool
 	)
 	cmd := a.withSession(&cobra.Command{
-		Use:   "create [IMAGE] [--size N] [--targets N] [--name P] [--memory-budget B] [--wait]",
+		Use:   "create [IMAGE] [--size N] [--targets N] [--from SNAPSHOT --hot N] [--name P] [--memory-budget B] [--wait]",
 		Short: "Create a pool of ready sandboxes of one image and set of limits",
 		Long: "Create a pool of ready sandboxes of one image and set of limits: --size started ones, which\n" +
 			"run/create --pool take, and --targets created, never started ones, which restores and forks of\n" +
 			"sandboxes with that image and those limits (and no network) restore into. It fills in the\n" +
 			"background (or before returning, with --wait) and refills after each sandbox taken from it,\n" +
-			"as long as the waiting sandboxes' memory stays within the budget.",
+			"as long as the waiting sandboxes' memory stays within the budget.\n\n" +
+			"With --from SNAPSHOT --hot N it holds N copies already restored from the snapshot, paused and\n" +
+			"with no identity yet: a restore of that snapshot claims one, which resumes with its own name,\n" +
+			"hostname, environment and machine ID. The snapshot cannot be removed while the pool exists.",
 		Args: cobra.MaximumNArgs(1),
 	}, func(s *session, args []string) error {
 		var err error
@@ -100,6 +103,8 @@ func (a *app) poolCreateCmd() *cobra.Command {
 	cmd.Flags().StringVar(&o.Name, "name", "", "pool name (default: the image)")
 	cmd.Flags().IntVar(&o.Size, "size", 0, fmt.Sprintf("started sandboxes to keep ready (0 to %d)", sandbox.MaxPoolSize))
 	cmd.Flags().IntVar(&o.Targets, "targets", 0, fmt.Sprintf("restore targets to keep ready for restore and fork (0 to %d)", sandbox.MaxPoolSize))
+	cmd.Flags().StringVar(&o.From, "from", "", "snapshot whose copies the pool holds restored and paused (with --hot)")
+	cmd.Flags().IntVar(&o.Hot, "hot", 0, fmt.Sprintf("hot copies of --from to keep ready for restores of it (0 to %d)", sandbox.MaxPoolSize))
 	cmd.Flags().StringVar(&budget, "memory-budget", "", "memory the waiting sandboxes may use together (default "+units.FormatBytes(sandbox.DefaultMemoryBudget)+")")
 	cmd.Flags().BoolVar(&wait, "wait", false, "fill the pool before returning")
 	return cmd

@@ -187,3 +187,32 @@ func TestCrashWhileSealing(t *testing.T) {
 		t.Errorf("the lost snapshot's files after gc: %v", err)
 	}
 }
+
+// TestCLIHotPool: pool create --from SNAPSHOT --hot N, a restore that
+// claims a hot copy, and a snapshot rm that names the pool holding it.
+func TestCLIHotPool(t *testing.T) {
+	c := newSandboxCLI(t)
+	t.Cleanup(func() { c.run("pool", "rm", "hp") })
+	c.must("run", "-d", "--name", "src")
+	c.must("exec", "src", "--", "sh", "-c", "echo kept > /root/f")
+	c.must("checkpoint", "--name", "s", "src")
+	if _, errOut, code := c.run("pool", "create", "--name", "bad", "--hot", "1"); code != exitFailure || !strings.Contains(errOut, "--from") {
+		t.Errorf("--hot without --from: exit %d, %q", code, errOut)
+	}
+	c.must("pool", "create", "--name", "hp", "--from", "s", "--hot", "1", "--wait")
+	var pools []sandbox.Pool
+	if err := json.Unmarshal([]byte(c.must("pool", "ls", "--json")), &pools); err != nil || len(pools) != 1 || pools[0].HotReady != 1 || pools[0].Hot != 1 {
+		t.Fatalf("pool ls --json: %+v, %v", pools, err)
+	}
+	c.must("restore", "--name", "c", "s")
+	if out := c.must("exec", "c", "--", "sh", "-c", "cat /root/f; hostname"); out != "kept\nc\n" {
+		t.Errorf("claimed copy: %q", out)
+	}
+	pools = nil // hot_ready 0 is left out of the JSON
+	if err := json.Unmarshal([]byte(c.must("pool", "ls", "--json")), &pools); err != nil || len(pools) != 1 || pools[0].HotReady != 0 {
+		t.Errorf("after the claim: %+v, %v", pools, err)
+	}
+	if _, errOut, code := c.run("snapshot", "rm", "s"); code != exitFailure || !strings.Contains(errOut, "hot pool hp") {
+		t.Errorf("snapshot rm under a hot pool: exit %d, %q", code, errOut)
+	}
+}

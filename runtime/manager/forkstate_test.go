@@ -84,8 +84,8 @@ func (m *testManager) ask(t *testing.T, sb *sandbox.Sandbox, req string) string 
 // interpreter's state (its random generator and a suspended generator
 // step on identically). Each technique makes 1 and 10 copies: a live fork
 // (its checkpoint scratch on tmpfs, restored lazily with --background), a
-// fork into restore targets, and restores from a checkpoint that is not
-// yet durable (its seal still running).
+// fork into restore targets, restores from a checkpoint that is not yet
+// durable (its seal still running), and restores that claim hot copies.
 func TestForkKeepsState(t *testing.T) {
 	m := newManager(t)
 	ctx := context.Background()
@@ -150,6 +150,31 @@ func TestForkKeepsState(t *testing.T) {
 			for _, err := range errs {
 				if err != nil {
 					t.Fatal(err)
+				}
+			}
+			return copies
+		}},
+		{"restore claimed from a hot pool", func(t *testing.T, n int) []*sandbox.Sandbox {
+			snap, err := m.Checkpoint(ctx, src.ID, sandbox.CheckpointOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pool := fmt.Sprintf("hot-%d", n)
+			if _, err := m.CreatePool(ctx, sandbox.PoolOptions{Name: pool, From: snap.ID, Hot: n}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { m.RemovePool(context.Background(), pool) })
+			if made, err := m.FillPool(ctx, pool); err != nil || made != n {
+				t.Fatalf("fill %s: %d, %v", pool, made, err)
+			}
+			waiting := memberIDs(t, m, pool, sandbox.StatePaused)
+			copies := make([]*sandbox.Sandbox, n)
+			for i := range copies {
+				if copies[i], err = m.Restore(ctx, snap.ID, sandbox.RestoreOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				if !waiting[copies[i].ID] {
+					t.Errorf("copy %s was not one of the hot copies", copies[i].Name)
 				}
 			}
 			return copies

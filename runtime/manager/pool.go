@@ -29,9 +29,14 @@ func (m *Manager) CreatePool(ctx context.Context, o sandbox.PoolOptions) (*sandb
 	if err := names.Check(names.Pool, o.Name); err != nil {
 		return nil, fmt.Errorf("create pool: %w", err)
 	}
-	if o.Size < 0 || o.Size > sandbox.MaxPoolSize || o.Targets < 0 || o.Targets > sandbox.MaxPoolSize || o.Size+o.Targets == 0 {
-		return nil, fmt.Errorf("create pool %s: %w: --size %d --targets %d: each must be between 0 and %d, and one above 0",
-			o.Name, sandbox.ErrInvalid, o.Size, o.Targets, sandbox.MaxPoolSize)
+	if o.Size < 0 || o.Size > sandbox.MaxPoolSize || o.Targets < 0 || o.Targets > sandbox.MaxPoolSize || o.Hot < 0 || o.Hot > sandbox.MaxPoolSize ||
+		o.Size+o.Targets+o.Hot == 0 {
+		return nil, fmt.Errorf("create pool %s: %w: --size %d --targets %d --hot %d: each must be between 0 and %d, and one above 0",
+			o.Name, sandbox.ErrInvalid, o.Size, o.Targets, o.Hot, sandbox.MaxPoolSize)
+	}
+	if (o.From != "") != (o.Hot > 0) || (o.From != "" && o.Size+o.Targets > 0) {
+		return nil, fmt.Errorf("create pool %s: %w: --hot N goes with --from SNAPSHOT, and such a pool holds only hot copies (no --size, --targets)",
+			o.Name, sandbox.ErrInvalid)
 	}
 	if o.MemoryBudget < 0 {
 		return nil, fmt.Errorf("create pool %s: %w: --memory-budget must not be negative", o.Name, sandbox.ErrInvalid)
@@ -43,16 +48,32 @@ func (m *Manager) CreatePool(ctx context.Context, o sandbox.PoolOptions) (*sandb
 	if err := validate(&cfg); err != nil {
 		return nil, fmt.Errorf("create pool %s: %w", o.Name, err)
 	}
-	if _, err := m.images.Get(ctx, o.Image); err != nil {
+	be := m.backends.Default().Name()
+	p := &sandbox.Pool{Name: o.Name, Image: o.Image, Size: o.Size, Targets: o.Targets, Hot: o.Hot, MemoryBudget: o.MemoryBudget, Limits: cfg.Limits, CreatedAt: store.Now()}
+	if o.From != "" {
+		// The copies are the snapshot's: its image (by ID), limits and
+		// backend.
+		snap, meta, err := m.snapshotMeta(ctx, o.From)
+		if err != nil {
+			return nil, fmt.Errorf("create pool %s: %w", o.Name, err)
+		}
+		if meta.Config.Network.Enabled() {
+			return nil, fmt.Errorf("create pool %s: %w: snapshot %s is of a sandbox with a network; hot copies have none", o.Name, sandbox.ErrInvalid, o.From)
+		}
+		p.Snapshot, p.Image, p.Limits = snap.ID, snap.ImageID, meta.Config.Limits
+		if meta.Backend != "" {
+			be = meta.Backend
+		}
+	}
+	if _, err := m.images.Get(ctx, p.Image); err != nil {
 		return nil, fmt.Errorf("create pool %s: image %w", o.Name, err)
 	}
-	p := &sandbox.Pool{Name: o.Name, Image: o.Image, Size: o.Size, Targets: o.Targets, MemoryBudget: o.MemoryBudget, Limits: cfg.Limits, CreatedAt: store.Now()}
 	limits, err := json.Marshal(p.Limits)
 	if err != nil {
 		return nil, err
 	}
-	_, err = m.st.DB().ExecContext(ctx, `INSERT INTO pools(name, image, size, targets, memory_budget, config, created_at, backend) VALUES(?,?,?,?,?,?,?,?)`,
-		p.Name, p.Image, p.Size, p.Targets, p.MemoryBudget, string(limits), p.CreatedAt.UnixMilli(), m.backends.Default().Name())
+	_, err = m.st.DB().ExecContext(ctx, `INSERT INTO pools(name, image, size, targets, memory_budget, config, created_at, backend, snapshot, hot) VALUES(?,?,?,?,?,?,?,?,?,?)`,
+		p.Name, p.Image, p.Size, p.Targets, p.MemoryBudget, string(limits), p.CreatedAt.UnixMilli(), be, p.Snapshot, p.Hot)
 	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed") {
 		return nil, fmt.Errorf("create pool: %w: pool %q exists", sandbox.ErrNameInUse, p.Name)
 	}
@@ -80,8 +101,8 @@ func (m *Manager) loadPool(ctx context.Context, name string) (*poolRecord, error
 		limits  string
 		created int64
 	)
-	err := m.st.DB().QueryRowContext(ctx, `SELECT name, image, size, targets, memory_budget, config, created_at, backend FROM pools WHERE name = ?`, name).
-		Scan(&p.Name, &p.Image, &p.Size, &p.Targets, &p.MemoryBudget, &limits, &created, &p.backend)
+	err := m.st.DB().QueryRowContext(ctx, `SELECT name, image, size, targets, memory_budget, config, created_at, backend, snapshot, hot FROM pools WHERE name = ?`, name).
+		Scan(&p.Name, &p.Image, &p.Size, &p.Targets, &p.MemoryBudget, &limits, &created, &p.backend, &p.Snapshot, &p.Hot)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %q", sandbox.ErrPoolNotFound, name)
 	}
@@ -131,6 +152,8 @@ func (m *Manager) pool(ctx context.Context, name string) (*poolRecord, error) {
 			p.Ready++
 		case sandbox.StateCreated:
 			p.TargetsReady++
+		case sandbox.StatePaused:
+			p.HotReady++
 		default:
 			m.discard(ctx, r)
 			continue
@@ -144,7 +167,16 @@ func (m *Manager) pool(ctx context.Context, name string) (*poolRecord, error) {
 
 // poolNames lists the pools' names.
 func (m *Manager) poolNames(ctx context.Context) ([]string, error) {
-	rows, err := m.st.DB().QueryContext(ctx, `SELECT name FROM pools ORDER BY name`)
+	return m.queryPools(ctx, `SELECT name FROM pools ORDER BY name`)
+}
+
+// hotPools lists the pools that hold hot copies of snapshot id.
+func (m *Manager) hotPools(ctx context.Context, id string) ([]string, error) {
+	return m.queryPools(ctx, `SELECT name FROM pools WHERE snapshot = ? AND hot > 0 ORDER BY name`, id)
+}
+
+func (m *Manager) queryPools(ctx context.Context, query string, args ...any) ([]string, error) {
+	rows, err := m.st.DB().QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -236,19 +268,27 @@ func (m *Manager) FillPool(ctx context.Context, name string) (int, error) {
 			return made, fmt.Errorf("fill pool: %w", err)
 		}
 		start := p.Ready < p.Size
-		if !start && p.TargetsReady >= p.Targets {
+		if !start && p.TargetsReady >= p.Targets && p.HotReady >= p.Hot {
 			return made, nil
 		}
-		// Judge the next sandbox by what the waiting ones use.
+		// Judge the next sandbox by what the waiting ones use; idle hot
+		// copies count with their restored memory.
 		next := int64(64 << 20)
-		if n := p.Ready + p.TargetsReady; n > 0 {
+		if n := p.Ready + p.TargetsReady + p.HotReady; n > 0 {
 			next = p.MemoryUsed / int64(n)
 		}
 		if p.MemoryUsed+next > p.MemoryBudget {
-			return made, fmt.Errorf("fill pool %s: %w: %d of %d ready and %d of %d targets use %s of %s", name, sandbox.ErrPoolBudget,
-				p.Ready, p.Size, p.TargetsReady, p.Targets, units.FormatBytes(p.MemoryUsed), units.FormatBytes(p.MemoryBudget))
+			return made, fmt.Errorf("fill pool %s: %w: %d of %d ready, %d of %d targets and %d of %d hot copies use %s of %s; "+
+				"one more would need about %s (raise --memory-budget)", name, sandbox.ErrPoolBudget,
+				p.Ready, p.Size, p.TargetsReady, p.Targets, p.HotReady, p.Hot, units.FormatBytes(p.MemoryUsed), units.FormatBytes(p.MemoryBudget),
+				units.FormatBytes(next))
 		}
-		sb, err := m.create(ctx, sandbox.CreateOptions{Image: p.Image, Backend: p.backend, Config: sandbox.Config{Limits: p.Limits}, Start: start}, name)
+		var sb *sandbox.Sandbox
+		if p.Snapshot != "" {
+			sb, err = m.makeHot(ctx, p)
+		} else {
+			sb, err = m.create(ctx, sandbox.CreateOptions{Image: p.Image, Backend: p.backend, Config: sandbox.Config{Limits: p.Limits}, Start: start}, name)
+		}
 		if err != nil {
 			return made, fmt.Errorf("fill pool %s: %w", name, err)
 		}
@@ -396,4 +436,93 @@ func (m *Manager) adopt(ctx context.Context, r *record, cfg sandbox.Config) (*sa
 		return nil, err
 	}
 	return &r.Sandbox, nil
+}
+
+// makeHot makes one hot copy for pool p: restored from its snapshot
+// under a placeholder identity, then paused, waiting in the pool.
+func (m *Manager) makeHot(ctx context.Context, p *poolRecord) (*sandbox.Sandbox, error) {
+	snap, meta, err := m.snapshotMeta(ctx, p.Snapshot)
+	if err != nil {
+		return nil, err
+	}
+	be, sn, err := m.restorer(meta)
+	if err != nil {
+		return nil, err
+	}
+	img, err := m.images.Get(ctx, snap.ImageID)
+	if err != nil {
+		return nil, fmt.Errorf("image %s of the snapshot: %w", meta.Image, err)
+	}
+	r, unlock, err := m.freshCopy("", meta.Image, img, meta.Config, be)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	r.Snapshot, r.pool = snap.ID, p.Name
+	if _, err := m.materialize(ctx, r, sn, false, func(ctx context.Context) (string, error) { return m.snaps.Verify(ctx, snap) }); err != nil {
+		return nil, err
+	}
+	if err := sn.Pause(ctx, &r.spec); err != nil {
+		m.discard(ctx, r)
+		return nil, fmt.Errorf("pause hot copy %s: %w", r.ID, err)
+	}
+	r.State = sandbox.StatePaused
+	if err := update(ctx, m.st, r); err != nil {
+		m.discard(ctx, r)
+		return nil, err
+	}
+	return &r.Sandbox, nil
+}
+
+// claimHot takes a hot copy of snap from a pool that holds them, resumes
+// it and hands it its identity (name, hostname, environment, clock), the
+// way a pooled sandbox is adopted. It returns nil if no hot pool of snap
+// has one waiting.
+func (m *Manager) claimHot(ctx context.Context, snap *sandbox.Snapshot, meta restoreMeta, name string) (*sandbox.Sandbox, error) {
+	if name != "" {
+		if err := validName(name); err != nil {
+			return nil, err
+		}
+	}
+	pools, err := m.hotPools(ctx, snap.ID)
+	if err != nil {
+		return nil, err
+	}
+	for _, pool := range pools {
+		// A copy may have died while it waited: try the next one.
+		for range 3 {
+			r, unlock, err := m.take(ctx, pool, name, sandbox.StatePaused)
+			if err != nil {
+				return nil, err
+			}
+			if r == nil {
+				break // empty
+			}
+			sb, err := m.wake(ctx, r, meta.Config)
+			unlock()
+			if err == nil {
+				if m.refill != nil {
+					m.refill(pool)
+				}
+				m.publish("restored", sb)
+				return sb, nil
+			}
+			m.discard(ctx, r)
+		}
+	}
+	return nil, nil
+}
+
+// wake resumes a taken hot copy and adopts it as the copy asked for.
+func (m *Manager) wake(ctx context.Context, r *record, cfg sandbox.Config) (*sandbox.Sandbox, error) {
+	sn, err := snapshotter(r.be, "restore")
+	if err != nil {
+		return nil, err
+	}
+	if err := sn.Resume(ctx, &r.spec); err != nil {
+		return nil, fmt.Errorf("resume hot copy %s: %w", r.ID, err)
+	}
+	r.State = sandbox.StateRunning
+	cfg.Hostname = ""
+	return m.adopt(ctx, r, cfg)
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -122,17 +123,125 @@ func TestPoolBadInput(t *testing.T) {
 // targetIDs lists the restore targets waiting in pool.
 func targetIDs(t *testing.T, m *testManager, pool string) map[string]bool {
 	t.Helper()
+	return memberIDs(t, m, pool, sandbox.StateCreated)
+}
+
+// memberIDs lists the members of pool waiting in state.
+func memberIDs(t *testing.T, m *testManager, pool string, state sandbox.State) map[string]bool {
+	t.Helper()
 	rs, err := listRecords(context.Background(), m.st, pool, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ids := map[string]bool{}
 	for _, r := range rs {
-		if r.State == sandbox.StateCreated {
+		if r.State == state {
 			ids[r.ID] = true
 		}
 	}
 	return ids
+}
+
+// TestHotPool: a pool of copies restored ahead of time from a snapshot,
+// paused; a restore of that snapshot claims one, which resumes as the
+// copy asked for (name, hostname, machine ID, environment) with the
+// snapshot's memory and files. Idle hot copies count against the pool's
+// memory budget, and the snapshot cannot go while the pool holds it.
+func TestHotPool(t *testing.T) {
+	m := newManager(t)
+	ctx := context.Background()
+	src := m.run(t, sandbox.Config{Env: []string{"WHO=src"}})
+	m.startKV(t, src)
+	if got := m.kv(t, src, "set a 1"); got != "ok" {
+		t.Fatal(got)
+	}
+	m.sh(t, src, "echo on-disk > /root/f")
+	snap, err := m.Checkpoint(ctx, src.ID, sandbox.CheckpointOptions{Name: "hot-src"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, o := range []sandbox.PoolOptions{{Name: "x", Hot: 1}, {Name: "x", From: "hot-src"}, {Name: "x", From: "hot-src", Hot: 1, Size: 1},
+		{Name: "x", From: "hot-src", Hot: sandbox.MaxPoolSize + 1}} {
+		if _, err := m.CreatePool(ctx, o); !errors.Is(err, sandbox.ErrInvalid) {
+			t.Errorf("CreatePool(%+v): %v, want ErrInvalid", o, err)
+		}
+	}
+	if _, err := m.CreatePool(ctx, sandbox.PoolOptions{Name: "x", From: "no-such-snap", Hot: 1}); !errors.Is(err, snapshot.ErrNotFound) {
+		t.Errorf("CreatePool from a missing snapshot: %v", err)
+	}
+
+	p, err := m.CreatePool(ctx, sandbox.PoolOptions{Name: "hot", From: "hot-src", Hot: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.RemovePool(context.Background(), "hot") })
+	if p.Snapshot != snap.ID || p.Limits != src.Config.Limits {
+		t.Fatalf("hot pool %+v: want the snapshot's ID and limits", p)
+	}
+	if made, err := m.FillPool(ctx, "hot"); err != nil || made != 2 {
+		t.Fatalf("fill: %d, %v", made, err)
+	}
+	if p, err = m.Pool(ctx, "hot"); err != nil || p.HotReady != 2 || p.MemoryUsed <= 0 {
+		t.Fatalf("hot pool after fill: %+v, %v", p, err)
+	}
+	waiting := memberIDs(t, m, "hot", sandbox.StatePaused)
+
+	cp, err := m.Restore(ctx, "hot-src", sandbox.RestoreOptions{Name: "claimed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !waiting[cp.ID] || cp.Name != "claimed" || cp.State != sandbox.StateRunning || cp.Snapshot != snap.ID {
+		t.Fatalf("restore with a hot pool: %+v, want one of %v, running", cp, waiting)
+	}
+	if got := m.kv(t, cp, "get a"); got != "1" {
+		t.Errorf("claimed copy's memory: get a = %q", got)
+	}
+	out, _, _ := m.sh(t, cp, "cat /root/f; hostname; echo $WHO $SMOLVM_SANDBOX_NAME")
+	if want := "on-disk\nclaimed\nsrc claimed\n"; out != want {
+		t.Errorf("claimed copy sees %q, want %q", out, want)
+	}
+	if m.identity(t, cp) == m.identity(t, src) {
+		t.Error("the claimed copy has its source's identity")
+	}
+	if p, _ = m.Pool(ctx, "hot"); p.HotReady != 1 {
+		t.Errorf("%d hot copies left after a claim, want 1", p.HotReady)
+	}
+	if sbs, _ := m.List(ctx); len(sbs) != 2 {
+		t.Errorf("hot copies are listed: %d sandboxes, want 2", len(sbs))
+	}
+
+	// The pool pins its snapshot, by name.
+	err = m.Snapshots().Remove(ctx, "hot-src", func(id string) (bool, error) { return m.SnapshotInUse(ctx, id) })
+	if !errors.Is(err, snapshot.ErrInUse) || !strings.Contains(err.Error(), "hot pool hot") {
+		t.Errorf("snapshot rm under a hot pool: %v, want ErrInUse naming the pool", err)
+	}
+
+	// Idle hot copies count against the budget: the error says so.
+	if _, err := m.CreatePool(ctx, sandbox.PoolOptions{Name: "tiny", From: "hot-src", Hot: 3, MemoryBudget: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if made, err := m.FillPool(ctx, "tiny"); !errors.Is(err, sandbox.ErrPoolBudget) || made != 0 || !strings.Contains(err.Error(), "hot copies") {
+		t.Errorf("fill over the budget: %d, %v", made, err)
+	}
+	if err := m.RemovePool(ctx, "tiny"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Without hot copies, a restore restores.
+	if err := m.RemovePool(ctx, "hot"); err != nil {
+		t.Fatal(err)
+	}
+	cold, err := m.Restore(ctx, "hot-src", sandbox.RestoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if waiting[cold.ID] {
+		t.Error("a restore after the pool's removal got one of its copies")
+	}
+	if got := m.kv(t, cold, "get a"); got != "1" {
+		t.Errorf("restored copy: get a = %q", got)
+	}
 }
 
 func TestRestoreTargets(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/runtime/backend"
+	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -58,6 +59,9 @@ var schema = []string{
 	`CREATE INDEX sandbox_tombstones_name ON sandbox_tombstones(name)`,
 	`ALTER TABLE pools ADD COLUMN targets INTEGER NOT NULL DEFAULT 0`,
 	`ALTER TABLE pools ADD COLUMN backend TEXT NOT NULL DEFAULT ''`,
+	// A hot pool holds copies restored from snapshot, paused.
+	`ALTER TABLE pools ADD COLUMN snapshot TEXT NOT NULL DEFAULT ''`,
+	`ALTER TABLE pools ADD COLUMN hot INTEGER NOT NULL DEFAULT 0`,
 }
 
 const columns = `id, name, image, image_id, backend, state, config, spec, created_at, started_at, finished_at, expires_at, exit_code, reason, snapshot, forked_from, pool`
@@ -269,13 +273,22 @@ func ImageInUse(ctx context.Context, st *store.Store, imageID string) (bool, err
 
 // SnapshotInUse reports whether a sandbox, in any state, was restored
 // from the snapshot with this ID; snapshot rm keeps such a snapshot so
-// that every sandbox's lineage stays resolvable.
+// that every sandbox's lineage stays resolvable. A snapshot a hot pool
+// holds copies of is refused with an error naming the pool.
 func SnapshotInUse(ctx context.Context, st *store.Store, snapshotID string) (bool, error) {
 	if err := st.Migrate(ctx, "sandbox", schema); err != nil {
 		return false, err
 	}
+	var pool string
+	err := st.DB().QueryRowContext(ctx, `SELECT name FROM pools WHERE snapshot = ? ORDER BY name LIMIT 1`, snapshotID).Scan(&pool)
+	if err == nil {
+		return false, fmt.Errorf("%w: hot pool %s holds copies of it: remove the pool first (smolvm pool rm %s)", snapshot.ErrInUse, pool, pool)
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return false, err
+	}
 	var n int
-	err := st.DB().QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes WHERE snapshot = ?`, snapshotID).Scan(&n)
+	err = st.DB().QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes WHERE snapshot = ?`, snapshotID).Scan(&n)
 	return n > 0, err
 }
 

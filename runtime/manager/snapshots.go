@@ -104,24 +104,23 @@ func notRunning(r *record, op string) error {
 // Restore starts a new sandbox in the state saved in a snapshot. The files
 // are checked against their checksums first; a corrupt snapshot is refused
 // and leaves nothing behind.
+//
+// A hot pool of the snapshot (pool create --from SNAPSHOT --hot N) gives a
+// copy it restored ahead of time: it is resumed and given its identity.
 func (m *Manager) Restore(ctx context.Context, snapRef string, o sandbox.RestoreOptions) (*sandbox.Sandbox, error) {
-	snap, err := m.snaps.Get(ctx, snapRef)
+	snap, meta, err := m.snapshotMeta(ctx, snapRef)
 	if err != nil {
-		return nil, fmt.Errorf("restore: %w", err)
+		return nil, fmt.Errorf("restore %s: %w", snapRef, err)
 	}
-	var meta restoreMeta
-	if err := json.Unmarshal(snap.Meta, &meta); err != nil {
-		return nil, fmt.Errorf("restore %s: %w: unreadable metadata: %v", snapRef, snapshot.ErrCorrupt, err)
-	}
-	be := m.backends.Default()
-	if meta.Backend != "" {
-		if be, err = m.backends.Get(meta.Backend); err != nil {
+	if sb, err := m.claimHot(ctx, snap, meta, o.Name); err != nil || sb != nil {
+		if err != nil {
 			return nil, fmt.Errorf("restore %s: %w", snapRef, err)
 		}
+		return sb, nil
 	}
-	sn, err := snapshotter(be, "restore")
+	be, sn, err := m.restorer(meta)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("restore %s: %w", snapRef, err)
 	}
 	r, unlock, err := m.newCopy(ctx, o.Name, meta.Image, snap.ImageID, meta.Config, be)
 	if err != nil {
@@ -143,6 +142,35 @@ func (m *Manager) Restore(ctx context.Context, snapRef string, o sandbox.Restore
 		return nil, fmt.Errorf("restore %s: %w", snapRef, err)
 	}
 	return sb, nil
+}
+
+// snapshotMeta finds a snapshot and reads what the manager stored in it.
+func (m *Manager) snapshotMeta(ctx context.Context, ref string) (*sandbox.Snapshot, restoreMeta, error) {
+	var meta restoreMeta
+	snap, err := m.snaps.Get(ctx, ref)
+	if err != nil {
+		return nil, meta, err
+	}
+	if err := json.Unmarshal(snap.Meta, &meta); err != nil {
+		return nil, meta, fmt.Errorf("%w: unreadable metadata: %v", snapshot.ErrCorrupt, err)
+	}
+	return snap, meta, nil
+}
+
+// restorer is the backend that made a snapshot, which alone can restore it.
+func (m *Manager) restorer(meta restoreMeta) (backend.Backend, backend.Snapshotter, error) {
+	be := m.backends.Default()
+	if meta.Backend != "" {
+		var err error
+		if be, err = m.backends.Get(meta.Backend); err != nil {
+			return nil, nil, err
+		}
+	}
+	sn, err := snapshotter(be, "restore")
+	if err != nil {
+		return nil, nil, err
+	}
+	return be, sn, nil
 }
 
 // newCopy makes the record of a copy with its own ID, name, hostname and
@@ -170,17 +198,23 @@ func (m *Manager) newCopy(ctx context.Context, name, imageRef, imageID string, c
 		}
 		return r, unlock, err
 	}
+	return m.freshCopy(name, imageRef, img, cfg, be)
+}
+
+// freshCopy makes the record of a new copy, not yet written, locked.
+func (m *Manager) freshCopy(name, imageRef string, img *sandbox.Image, cfg sandbox.Config, be backend.Backend) (*record, func(), error) {
 	id := newID()
 	if name == "" {
 		name = "sb-" + id
 	}
 	cfg.Hostname = hostnameFor(name, id)
-	r = &record{Sandbox: sandbox.Sandbox{
+	r := &record{Sandbox: sandbox.Sandbox{
 		ID: id, Name: name, Image: imageRef, ImageID: img.ID, Backend: be.Name(),
 		State: sandbox.StateCreating, Config: cfg, CreatedAt: store.Now(),
 	}, be: be}
 	r.spec = m.specFor(r, img)
-	if unlock, err = m.lock(id); err != nil {
+	unlock, err := m.lock(id)
+	if err != nil {
 		return nil, nil, err
 	}
 	return r, unlock, nil

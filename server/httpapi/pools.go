@@ -30,13 +30,13 @@ func (s *Server) createPool(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if err := checkNames(field{"name", names.Pool, req.Name}, field{"image", names.Image, req.Image}); err != nil {
+	if err := checkNames(field{"name", names.Pool, req.Name}, field{"image", names.Image, req.Image}, field{"from", names.Snapshot, req.From}); err != nil {
 		writeError(w, err)
 		return
 	}
 	p, err := s.o.Manager.CreatePool(r.Context(), sandbox.PoolOptions{Name: req.Name, Image: req.Image, Size: req.Size, Targets: req.Targets,
-		MemoryBudget: int64(req.MemoryBudget),
-		Limits:       sandbox.Limits{CPUs: req.CPUs, Memory: int64(req.Memory), Pids: req.Pids, Disk: int64(req.Disk)}})
+		From: req.From, Hot: req.Hot, MemoryBudget: int64(req.MemoryBudget),
+		Limits: sandbox.Limits{CPUs: req.CPUs, Memory: int64(req.Memory), Pids: req.Pids, Disk: int64(req.Disk)}})
 	if err == nil && req.Fill {
 		p, err = s.fill(r, p.Name)
 	}
