@@ -36,9 +36,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// crashWhileStaging begins a snapshot, writes part of it, prints the
-// staging directory and dies without cleaning up.
-func crashWhileStaging(dataDir string) {
+// stageForCrash opens the store in dataDir as a crashing process does and
+// begins a snapshot holding pages.img of size bytes.
+func stageForCrash(dataDir string, size int) *Staging {
 	ctx := context.Background()
 	st, err := store.Open(ctx, dataDir)
 	if err != nil {
@@ -52,10 +52,16 @@ func crashWhileStaging(dataDir string) {
 	if err != nil {
 		panic(err)
 	}
-	if err := os.WriteFile(filepath.Join(g.Dir(), "pages.img"), make([]byte, 4096), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(g.Dir(), "pages.img"), bytes.Repeat([]byte("p"), size), 0o600); err != nil {
 		panic(err)
 	}
-	fmt.Println(g.Dir())
+	return g
+}
+
+// crashWhileStaging begins a snapshot, writes part of it, prints the
+// staging directory and dies without cleaning up.
+func crashWhileStaging(dataDir string) {
+	fmt.Println(stageForCrash(dataDir, 4096).Dir())
 	syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {}
 }
@@ -63,23 +69,7 @@ func crashWhileStaging(dataDir string) {
 // crashWhileSealing commits a 64 MiB snapshot, prints its ID and dies
 // while the seal (hashing 64 MiB, then syncfs) is still running.
 func crashWhileSealing(dataDir string) {
-	ctx := context.Background()
-	st, err := store.Open(ctx, dataDir)
-	if err != nil {
-		panic(err)
-	}
-	s, err := Open(ctx, dataDir, st)
-	if err != nil {
-		panic(err)
-	}
-	g, err := s.Begin(ctx)
-	if err != nil {
-		panic(err)
-	}
-	if err := os.WriteFile(filepath.Join(g.Dir(), "pages.img"), bytes.Repeat([]byte("p"), 64<<20), 0o600); err != nil {
-		panic(err)
-	}
-	snap, err := g.Commit(ctx, "sealing", "", sandbox.Lineage{}, nil)
+	snap, err := stageForCrash(dataDir, 64<<20).Commit(context.Background(), "sealing", "", sandbox.Lineage{}, nil)
 	if err != nil {
 		panic(err)
 	}
