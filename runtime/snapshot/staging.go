@@ -57,10 +57,18 @@ func (s *Store) Scratch(ctx context.Context) (*Staging, error) {
 	if s.scratch == "" {
 		return s.Begin(ctx)
 	}
-	if err := os.MkdirAll(s.scratch, 0o700); err != nil {
-		return nil, fmt.Errorf("begin scratch checkpoint: %w", err)
+	// The last scratch checkpoint to go removes the directory (release),
+	// so it may vanish between MkdirAll and begin: try again once.
+	var g *Staging
+	var err error
+	for range 2 {
+		if err = os.MkdirAll(s.scratch, 0o700); err != nil {
+			return nil, fmt.Errorf("begin scratch checkpoint: %w", err)
+		}
+		if g, err = s.begin(ctx, s.scratch); !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
 	}
-	g, err := s.begin(ctx, s.scratch)
 	if err != nil {
 		return nil, err
 	}
@@ -303,6 +311,9 @@ func (g *Staging) release() {
 	os.RemoveAll(g.root)
 	if g.pid != nil {
 		g.pid.Close()
+	}
+	if g.scratch {
+		os.Remove(filepath.Dir(g.root)) // only if no other is in it
 	}
 }
 
