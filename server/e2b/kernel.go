@@ -15,17 +15,23 @@ import (
 // The code interpreter (@e2b/code-interpreter) talks to a server on port
 // 49999 inside the sandbox, reached like any port (servePort). smolvm's is
 // kernel/kernel.py: Python's standard library only, one interpreter
-// process per context. Sandboxes of the template codeInterpreterTemplate
+// process per context (kernel/worker.js for JavaScript, where the image
+// has node). Sandboxes of the template codeInterpreterTemplate
 // (the SDK's default) start it at create; their interpreters live in the
 // sandbox's memory, so a fork or checkpoint copies their state.
 
-//go:embed kernel/kernel.py
-var kernelScript []byte
+var (
+	//go:embed kernel/kernel.py
+	kernelScript []byte
+	//go:embed kernel/worker.js
+	kernelWorkerJS []byte
+)
 
 const (
 	codeInterpreterTemplate = "code-interpreter-v1"
 	kernelPort              = 49999
 	kernelPath              = "/opt/smolvm/kernel.py"
+	kernelWorkerPath        = "/opt/smolvm/worker.js" // beside kernelPath: kernel.py looks there
 	// kernelStartTimeout bounds the wait for the kernel to listen.
 	kernelStartTimeout = 15 * time.Second
 )
@@ -33,8 +39,10 @@ const (
 // startKernel starts the code interpreter's server in sandbox id and
 // returns once it listens.
 func (h *Handler) startKernel(ctx context.Context, id string) error {
-	if err := h.m.WriteFile(ctx, id, kernelPath, bytes.NewReader(kernelScript)); err != nil {
-		return fmt.Errorf("code interpreter: %w", err)
+	for path, data := range map[string][]byte{kernelPath: kernelScript, kernelWorkerPath: kernelWorkerJS} {
+		if err := h.m.WriteFile(ctx, id, path, bytes.NewReader(data)); err != nil {
+			return fmt.Errorf("code interpreter: %w", err)
+		}
 	}
 	start := sandbox.Process{Args: []string{"sh", "-c", fmt.Sprintf("python3 %s %d >/tmp/smolvm-kernel.log 2>&1 &", kernelPath, kernelPort)}}
 	exit, err := h.m.Exec(ctx, id, start, sandbox.Stdio{})
