@@ -16,9 +16,12 @@ import (
 // 49999 inside the sandbox, reached like any port (servePort). smolvm's is
 // kernel/kernel.py: Python's standard library only, one interpreter
 // process per context (kernel/worker.js for JavaScript, where the image
-// has node). Sandboxes of the template codeInterpreterTemplate
-// (the SDK's default) start it at create; their interpreters live in the
-// sandbox's memory, so a fork or checkpoint copies their state.
+// has node). Every sandbox of the template codeInterpreterTemplate (the
+// SDK's default) runs it, however it is made: a cold create or one from a
+// warm pool of that name starts it (withKernel); its interpreters live in
+// the sandbox's memory, so a fork or checkpoint copies them, and a restore
+// starts it again only if it was down when the checkpoint was taken
+// (ensureKernel).
 
 var (
 	//go:embed kernel/kernel.py
@@ -35,6 +38,38 @@ const (
 	// kernelStartTimeout bounds the wait for the kernel to listen.
 	kernelStartTimeout = 15 * time.Second
 )
+
+// withKernel starts the code interpreter in sb, a new sandbox of the
+// code interpreter's template, and removes sb if it cannot.
+func (h *Handler) withKernel(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.Sandbox, error) {
+	if err := h.startKernel(ctx, sb.ID); err != nil {
+		h.m.Remove(context.WithoutCancel(ctx), sb.ID, true)
+		return nil, err
+	}
+	return sb, nil
+}
+
+// ensureKernel starts the code interpreter in sandbox id, restored from a
+// checkpoint, if the sandbox had one (its script is there) that does not
+// listen. A sandbox that never had one is left alone.
+func (h *Handler) ensureKernel(ctx context.Context, id string) error {
+	c, err := h.m.DialPort(ctx, id, kernelPort)
+	if err == nil {
+		c.Close()
+		return nil
+	}
+	if !errors.Is(err, errdefs.ErrUnavailable) {
+		return fmt.Errorf("code interpreter: %w", err)
+	}
+	exit, err := h.m.Exec(ctx, id, sandbox.Process{Args: []string{"test", "-f", kernelPath}}, sandbox.Stdio{})
+	if err != nil {
+		return fmt.Errorf("code interpreter: %w", err)
+	}
+	if exit.Code != 0 {
+		return nil
+	}
+	return h.startKernel(ctx, id)
+}
 
 // startKernel starts the code interpreter's server in sandbox id and
 // returns once it listens.
