@@ -16,7 +16,7 @@ import (
 // through the handler's port route, as @e2b/code-interpreter does, and
 // returns the main result's text and the error's name ("" for none). It
 // fails t if the kernel does not answer.
-func (s *server) runCell(t *testing.T, id, code string) (text, errName string) {
+func (s *server) runCell(t testing.TB, id, code string) (text, errName string) {
 	t.Helper()
 	body, _ := json.Marshal(map[string]string{"code": code})
 	status, out := s.send(t, "POST", "/execute", map[string]string{headerSandboxID: id, headerSandboxPort: strconv.Itoa(kernelPort), "X-API-KEY": testKey}, "application/json", body)
