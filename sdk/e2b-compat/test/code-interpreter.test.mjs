@@ -110,6 +110,10 @@ test('fork copies the live interpreter: state in every copy, changes apart', asy
   assert.equal((await forks[0].runCode('marker')).text, 'changed in copy 0')
   assert.equal((await forks[1].runCode('marker')).text, 'before fork', 'copies are independent')
   assert.equal((await sbx.runCode('marker')).text, 'before fork', 'the source is untouched')
+
+  // A dead sandbox: runCode fails at once, in E2B's terms.
+  await forks[1].kill()
+  await assert.rejects(forks[1].runCode('marker', { requestTimeoutMs: 5000 }), (e) => e instanceof NotFoundError && e.message.includes(forks[1].sandboxId))
 })
 
 test('js contexts: state persists within one, results, errors; an unknown language is refused', async () => {
