@@ -168,17 +168,8 @@ func BenchmarkInterpreterFork(b *testing.B) {
 	for range b.N {
 		for _, sj := range subjects {
 			start := time.Now()
-			status, raw := s.send(t, "POST", "/sandboxes/"+sj.id+"/fork", apiKey, "application/json", []byte(`{"count":1}`))
-			var forks []struct {
-				Sandbox struct {
-					SandboxID string `json:"sandboxID"`
-				} `json:"sandbox"`
-			}
-			if err := json.Unmarshal(raw, &forks); status != http.StatusCreated || err != nil || len(forks) != 1 || forks[0].Sandbox.SandboxID == "" {
-				b.Fatalf("fork %s: %d %s (%v)", sj.name, status, raw, err)
-			}
+			id := s.forkOne(t, sj.id)
 			sj.fork.Samples = append(sj.fork.Samples, time.Since(start))
-			id := forks[0].Sandbox.SandboxID
 			start = time.Now()
 			if text, e := s.runCell(t, id, sj.check); text != sj.want || e != "" {
 				b.Fatalf("first runCode in a fork of the %s: %q %s, want %s", sj.name, text, e, sj.want)

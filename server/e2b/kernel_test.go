@@ -39,6 +39,21 @@ func (s *server) runCell(t testing.TB, id, code string) (text, errName string) {
 	return text, errName
 }
 
+// forkOne forks sandbox id once through the E2B API and returns the copy.
+func (s *server) forkOne(t testing.TB, id string) string {
+	t.Helper()
+	status, raw := s.send(t, "POST", "/sandboxes/"+id+"/fork", apiKey, "application/json", []byte(`{"count":1}`))
+	var forks []struct {
+		Sandbox struct {
+			SandboxID string `json:"sandboxID"`
+		} `json:"sandbox"`
+	}
+	if err := json.Unmarshal(raw, &forks); status != http.StatusCreated || err != nil || len(forks) != 1 || forks[0].Sandbox.SandboxID == "" {
+		t.Fatalf("fork %s: %d %s (%v)", id, status, raw, err)
+	}
+	return forks[0].Sandbox.SandboxID
+}
+
 // TestCodeInterpreterTemplate checks that every sandbox of the code
 // interpreter's template runs the kernel, however it is made: a cold
 // create, one from a warm pool of the template's name, a restore of a
@@ -74,16 +89,7 @@ func TestCodeInterpreterTemplate(t *testing.T) {
 		t.Fatalf("restored from a checkpoint: %q %q; want the interpreter's state", text, e)
 	}
 
-	status, raw := s.send(t, "POST", "/sandboxes/"+cold+"/fork", apiKey, "application/json", []byte(`{"count":1}`))
-	var forks []struct {
-		Sandbox struct {
-			SandboxID string `json:"sandboxID"`
-		} `json:"sandbox"`
-	}
-	if err := json.Unmarshal(raw, &forks); status != http.StatusCreated || err != nil || len(forks) != 1 || forks[0].Sandbox.SandboxID == "" {
-		t.Fatalf("fork: %d %s (%v)", status, raw, err)
-	}
-	forked := forks[0].Sandbox.SandboxID
+	forked := s.forkOne(t, cold)
 	if text, e := s.runCell(t, forked, "state"); text != "set before the checkpoint" || e != "" {
 		t.Fatalf("fork: %q %q", text, e)
 	}
