@@ -51,7 +51,7 @@ func diffOf(t *testing.T, change func(dir string)) string {
 	t.Helper()
 	dir := t.TempDir()
 	files := map[string]string{
-		"calc.go": "package calc\n\nfunc Add(a, b int) int { return a - b }\n",
+		"calc.go":      "package calc\n\nfunc Add(a, b int) int { return a - b }\n",
 		"calc_test.go": baseGo, "calc.py": "def add(a, b):\n    return a - b\n",
 		"test_calc.py": basePy, "calc.test.js": baseJS,
 		"testdata/out.golden": "3\n", ".gitignore": "*.pyc\n",
@@ -133,16 +133,32 @@ func TestCheck(t *testing.T) {
 			edit(t, d, "test_calc.py", "def test_neg():\n    assert add(-1, -2) == -3\n", "")
 			os.WriteFile(filepath.Join(d, "test_neg.py"), []byte("from calc import add\n\n\ndef test_neg():\n    assert add(-1, -2) == -3\n"), 0o644)
 		}, true, false, nil},
-		{"t.Skip", func(t *testing.T, d string) { edit(t, d, "calc_test.go", "func TestAdd(t *testing.T) {\n", "func TestAdd(t *testing.T) {\n\tt.Skip(\"flaky\")\n") }, true, false, []Rule{Skipped}},
-		{"pytest skip", func(t *testing.T, d string) { edit(t, d, "test_calc.py", "def test_add", "@pytest.mark.skip\ndef test_add") }, true, false, []Rule{Skipped}},
-		{"xfail", func(t *testing.T, d string) { edit(t, d, "test_calc.py", "def test_add", "@pytest.mark.xfail\ndef test_add") }, true, false, []Rule{Skipped}},
+		{"t.Skip", func(t *testing.T, d string) {
+			edit(t, d, "calc_test.go", "func TestAdd(t *testing.T) {\n", "func TestAdd(t *testing.T) {\n\tt.Skip(\"flaky\")\n")
+		}, true, false, []Rule{Skipped}},
+		{"pytest skip", func(t *testing.T, d string) {
+			edit(t, d, "test_calc.py", "def test_add", "@pytest.mark.skip\ndef test_add")
+		}, true, false, []Rule{Skipped}},
+		{"xfail", func(t *testing.T, d string) {
+			edit(t, d, "test_calc.py", "def test_add", "@pytest.mark.xfail\ndef test_add")
+		}, true, false, []Rule{Skipped}},
 		{"it.only", func(t *testing.T, d string) { edit(t, d, "calc.test.js", "test('adds'", "test.only('adds'") }, true, false, []Rule{Skipped}},
-		{"remove an assertion", func(t *testing.T, d string) { edit(t, d, "test_calc.py", "    assert add(1, 2) == 3\n", "    add(1, 2)\n") }, true, false, []Rule{Weakened}},
-		{"loosen an assertion", func(t *testing.T, d string) { edit(t, d, "test_calc.py", "assert add(1, 2) == 3", "assert add(1, 2) >= -10") }, true, false, []Rule{Weakened}},
+		{"remove an assertion", func(t *testing.T, d string) {
+			edit(t, d, "test_calc.py", "    assert add(1, 2) == 3\n", "    add(1, 2)\n")
+		}, true, false, []Rule{Weakened}},
+		{"loosen an assertion", func(t *testing.T, d string) {
+			edit(t, d, "test_calc.py", "assert add(1, 2) == 3", "assert add(1, 2) >= -10")
+		}, true, false, []Rule{Weakened}},
 		{"assert True", func(t *testing.T, d string) { edit(t, d, "test_calc.py", "assert add(1, 2) == 3", "assert True") }, true, false, []Rule{Weakened}},
-		{"golden file", func(t *testing.T, d string) { os.WriteFile(filepath.Join(d, "testdata/out.golden"), []byte("-1\n"), 0o644) }, true, false, []Rule{Snapshot}},
-		{"gitignore hides a file", func(t *testing.T, d string) { os.WriteFile(filepath.Join(d, ".gitignore"), []byte("*.pyc\nconftest.py\n"), 0o644) }, true, false, []Rule{IgnoreFile}},
-		{"weakening allowed", func(t *testing.T, d string) { edit(t, d, "test_calc.py", "def test_add", "@pytest.mark.skip\ndef test_add") }, true, true, nil},
+		{"golden file", func(t *testing.T, d string) {
+			os.WriteFile(filepath.Join(d, "testdata/out.golden"), []byte("-1\n"), 0o644)
+		}, true, false, []Rule{Snapshot}},
+		{"gitignore hides a file", func(t *testing.T, d string) {
+			os.WriteFile(filepath.Join(d, ".gitignore"), []byte("*.pyc\nconftest.py\n"), 0o644)
+		}, true, false, []Rule{IgnoreFile}},
+		{"weakening allowed", func(t *testing.T, d string) {
+			edit(t, d, "test_calc.py", "def test_add", "@pytest.mark.skip\ndef test_add")
+		}, true, true, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
