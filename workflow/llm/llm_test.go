@@ -1,0 +1,223 @@
+package llm_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/workflow/llm"
+	"smolvm.dev/smolvm/workflow/llm/llmtest"
+)
+
+var providers = []string{llm.OpenAI, llm.Anthropic}
+
+// modes are the ways each provider is tested: streamed (the default) and whole.
+var modes = []struct {
+	name     string
+	noStream bool
+}{{"stream", false}, {"whole", true}}
+
+func newModel(t *testing.T, provider, url string, edit func(*llm.Config)) llm.Model {
+	t.Helper()
+	cfg := llm.Config{Provider: provider, BaseURL: url, Model: "test-model", APIKey: "sk-test", Backoff: time.Millisecond,
+		PriceInPerMTok: 3, PriceOutPerMTok: 15}
+	if edit != nil {
+		edit(&cfg)
+	}
+	m, err := llm.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+var editTool = llm.Tool{Name: "edit", Description: "replace text in a file",
+	Parameters: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"},"old":{"type":"string"},"new":{"type":"string"}},"required":["path","old","new"]}`)}
+
+// TestToolRoundTrip: the model calls a tool, the client sends the result
+// back, and the model answers with text; what the server decoded is the
+// conversation the client holds, and the tool call arrives whole even
+// though its arguments were streamed in pieces.
+func TestToolRoundTrip(t *testing.T) {
+	for _, p := range providers {
+		for _, mode := range modes {
+			t.Run(p+"/"+mode.name, func(t *testing.T) {
+				args := json.RawMessage(`{"path":"main.go","old":"a := 1","new":"a := 2"}`)
+				srv := llmtest.NewServer(t,
+					llmtest.Turn{Text: "Let me fix it.", ToolCalls: []llm.ToolCall{{ID: "call_1", Name: "edit", Arguments: args}}, InputTokens: 1000, OutputTokens: 50},
+					llmtest.Turn{Text: "Fixed: a is 2 now.", InputTokens: 1200, OutputTokens: 20},
+				)
+				m := newModel(t, p, srv.URL, func(c *llm.Config) { c.NoStream = mode.noStream })
+				temp := 0.2
+				req := llm.Request{System: "You fix bugs.", Tools: []llm.Tool{editTool}, MaxTokens: 1000, Temperature: &temp,
+					Messages: []llm.Message{{Role: llm.RoleUser, Content: "a should be 2"}}}
+				var streamed strings.Builder
+				resp, err := m.Complete(context.Background(), req, func(s string) { streamed.WriteString(s) })
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.StopReason != llm.StopToolUse || len(resp.Message.ToolCalls) != 1 {
+					t.Fatalf("first answer: stop %q, calls %+v", resp.StopReason, resp.Message.ToolCalls)
+				}
+				call := resp.Message.ToolCalls[0]
+				if call.ID != "call_1" || call.Name != "edit" || !jsonEqual(call.Arguments, args) {
+					t.Fatalf("tool call %+v %s", call, call.Arguments)
+				}
+				if resp.Message.Content != "Let me fix it." || streamed.String() != "Let me fix it." {
+					t.Fatalf("text %q, streamed %q", resp.Message.Content, streamed.String())
+				}
+				if resp.Usage.InputTokens != 1000 || resp.Usage.OutputTokens != 50 {
+					t.Fatalf("usage %+v", resp.Usage)
+				}
+				if want := (1000*3.0 + 50*15.0) / 1e6; !near(resp.Usage.CostUSD, want) {
+					t.Fatalf("cost %v, want %v", resp.Usage.CostUSD, want)
+				}
+
+				req.Messages = append(req.Messages, resp.Message, llm.Message{Role: llm.RoleTool, ToolCallID: call.ID, Content: "ok: 1 replacement"})
+				resp2, err := m.Complete(context.Background(), req, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp2.Message.Content != "Fixed: a is 2 now." || resp2.StopReason != llm.StopEndTurn || len(resp2.Message.ToolCalls) != 0 {
+					t.Fatalf("second answer %+v", resp2)
+				}
+
+				got := srv.Requests()
+				if len(got) != 2 {
+					t.Fatalf("%d requests", len(got))
+				}
+				if !sameRequest(got[1], req) {
+					t.Fatalf("server decoded\n%+v\nclient sent\n%+v", got[1], req)
+				}
+				rec := srv.Recorded()
+				var body map[string]any
+				if err := json.Unmarshal(rec[0].Body, &body); err != nil {
+					t.Fatal(err)
+				}
+				if stream, _ := body["stream"].(bool); stream == mode.noStream {
+					t.Fatalf("stream=%v in %s", body["stream"], rec[0].Body)
+				}
+				switch p {
+				case llm.OpenAI:
+					if h := rec[0].Header.Get("Authorization"); h != "Bearer sk-test" {
+						t.Fatalf("Authorization %q", h)
+					}
+					if !mode.noStream && !strings.Contains(string(rec[0].Body), `"stream_options":{"include_usage":true}`) {
+						t.Fatalf("no include_usage: %s", rec[0].Body)
+					}
+				case llm.Anthropic:
+					if rec[0].Header.Get("x-api-key") != "sk-test" || rec[0].Header.Get("anthropic-version") != llm.AnthropicVersion {
+						t.Fatalf("headers %v", rec[0].Header)
+					}
+					if rec[0].Path != "/v1/messages" {
+						t.Fatalf("path %s", rec[0].Path)
+					}
+				}
+			})
+		}
+	}
+}
+
+func jsonEqual(a, b json.RawMessage) bool {
+	var x, y any
+	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
+}
+
+func near(a, b float64) bool { return a-b < 1e-12 && b-a < 1e-12 }
+
+// sameRequest compares requests with JSON compared as values.
+func sameRequest(a, b llm.Request) bool {
+	if a.System != b.System || a.MaxTokens != b.MaxTokens || len(a.Messages) != len(b.Messages) || len(a.Tools) != len(b.Tools) {
+		return false
+	}
+	if (a.Temperature == nil) != (b.Temperature == nil) || (a.Temperature != nil && *a.Temperature != *b.Temperature) {
+		return false
+	}
+	for i := range a.Tools {
+		if a.Tools[i].Name != b.Tools[i].Name || a.Tools[i].Description != b.Tools[i].Description || !jsonEqual(a.Tools[i].Parameters, b.Tools[i].Parameters) {
+			return false
+		}
+	}
+	for i := range a.Messages {
+		x, y := a.Messages[i], b.Messages[i]
+		if x.Role != y.Role || x.Content != y.Content || x.ToolCallID != y.ToolCallID || len(x.ToolCalls) != len(y.ToolCalls) {
+			return false
+		}
+		for j := range x.ToolCalls {
+			if x.ToolCalls[j].ID != y.ToolCalls[j].ID || x.ToolCalls[j].Name != y.ToolCalls[j].Name || !jsonEqual(x.ToolCalls[j].Arguments, y.ToolCalls[j].Arguments) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// TestRetry: 429 (with Retry-After) and 500 are retried until an answer
+// comes; the retries are bounded; a 400 is not retried, and its error
+// carries the status, class and provider's message.
+func TestRetry(t *testing.T) {
+	for _, p := range providers {
+		t.Run(p, func(t *testing.T) {
+			t.Run("429 then ok", func(t *testing.T) {
+				srv := llmtest.NewServer(t,
+					llmtest.Turn{Status: http.StatusTooManyRequests, RetryAfter: "1", Message: "slow down"},
+					llmtest.Turn{Status: http.StatusServiceUnavailable},
+					llmtest.Turn{Text: "hello", InputTokens: 5, OutputTokens: 1})
+				m := newModel(t, p, srv.URL, nil)
+				start := time.Now()
+				resp, err := m.Complete(context.Background(), hello(), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.Message.Content != "hello" || len(srv.Requests()) != 3 {
+					t.Fatalf("%q after %d requests", resp.Message.Content, len(srv.Requests()))
+				}
+				if time.Since(start) < time.Second {
+					t.Fatalf("Retry-After: 1 not honoured: answered in %s", time.Since(start))
+				}
+			})
+			t.Run("500 exhausted", func(t *testing.T) {
+				srv := llmtest.NewServer(t,
+					llmtest.Turn{Status: 500, Message: "boom 1"}, llmtest.Turn{Status: 500, Message: "boom 2"},
+					llmtest.Turn{Status: 500, Message: "boom 3"}, llmtest.Turn{Text: "too late"})
+				m := newModel(t, p, srv.URL, func(c *llm.Config) { c.MaxRetries = 2 })
+				_, err := m.Complete(context.Background(), hello(), nil)
+				var api *llm.APIError
+				if !errors.As(err, &api) || api.Status != 500 || !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "boom 3") {
+					t.Fatalf("err %v", err)
+				}
+				if n := len(srv.Requests()); n != 3 {
+					t.Fatalf("%d requests, want 3 (1 + 2 retries)", n)
+				}
+			})
+			t.Run("400 not retried", func(t *testing.T) {
+				srv := llmtest.NewServer(t, llmtest.Turn{Status: 400, Message: "max_tokens: too large"}, llmtest.Turn{Text: "never"})
+				m := newModel(t, p, srv.URL, nil)
+				_, err := m.Complete(context.Background(), hello(), nil)
+				if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "HTTP 400") || !strings.Contains(err.Error(), "max_tokens: too large") {
+					t.Fatalf("err %v", err)
+				}
+				if n := len(srv.Requests()); n != 1 {
+					t.Fatalf("%d requests, want 1", n)
+				}
+			})
+			t.Run("401 denied", func(t *testing.T) {
+				srv := llmtest.NewServer(t, llmtest.Turn{Status: 401, Message: "invalid x-api-key"})
+				_, err := newModel(t, p, srv.URL, nil).Complete(context.Background(), hello(), nil)
+				if !errors.Is(err, errdefs.ErrDenied) || !strings.Contains(err.Error(), "invalid x-api-key") {
+					t.Fatalf("err %v", err)
+				}
+			})
+		})
+	}
+}
+
+func hello() llm.Request {
+	return llm.Request{Messages: []llm.Message{{Role: llm.RoleUser, Content: "hi"}}}
+}
