@@ -169,15 +169,15 @@ func retryAfter(v string) time.Duration {
 	return 0
 }
 
-// readJSON decodes a whole (non-streamed) answer, bounded by MaxResponseBytes.
+// readJSON decodes a whole (non-streamed) answer, bounded by Config.MaxResponseBytes.
 func (c *caller) readJSON(resp *http.Response, v any) error {
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, c.cfg.MaxResponseBytes+1))
 	if err != nil {
 		return fmt.Errorf("%s: read answer: %w: %w", c.cfg.Provider, errUnavailable, err)
 	}
-	if len(raw) > MaxResponseBytes {
-		return errdefs.New(errdefs.ErrQuota, fmt.Sprintf("%s: answer over %d bytes", c.cfg.Provider, MaxResponseBytes))
+	if int64(len(raw)) > c.cfg.MaxResponseBytes {
+		return errdefs.New(errdefs.ErrQuota, fmt.Sprintf("%s: answer over %d bytes", c.cfg.Provider, c.cfg.MaxResponseBytes))
 	}
 	if err := json.Unmarshal(raw, v); err != nil {
 		return invalid("%s: decode answer: %v", c.cfg.Provider, err)
@@ -190,9 +190,10 @@ const maxEventBytes = 4 << 20
 
 // events reads an SSE stream and calls fn with each event's name and
 // data, until fn returns done or the stream ends (the caller tells whether
-// it ended too early). The whole stream is bounded by MaxResponseBytes.
+// it ended too early). The whole stream is bounded by
+// Config.MaxResponseBytes.
 func (c *caller) events(body io.Reader, fn func(event string, data []byte) (done bool, err error)) error {
-	sc := bufio.NewScanner(&limited{r: body, n: MaxResponseBytes})
+	sc := bufio.NewScanner(&limited{r: body, n: c.cfg.MaxResponseBytes})
 	sc.Buffer(make([]byte, 0, 64<<10), maxEventBytes)
 	var event string
 	var data []byte
@@ -224,8 +225,11 @@ func (c *caller) events(body io.Reader, fn func(event string, data []byte) (done
 		}
 	}
 	if err := sc.Err(); err != nil {
-		if errors.Is(err, errTooLong) || errors.Is(err, bufio.ErrTooLong) {
-			return errdefs.New(errdefs.ErrQuota, fmt.Sprintf("%s: stream over its size limit: %v", c.cfg.Provider, err))
+		if errors.Is(err, errTooLong) {
+			return errdefs.New(errdefs.ErrQuota, fmt.Sprintf("%s: stream over %d bytes", c.cfg.Provider, c.cfg.MaxResponseBytes))
+		}
+		if errors.Is(err, bufio.ErrTooLong) {
+			return errdefs.New(errdefs.ErrQuota, fmt.Sprintf("%s: a stream line over %d bytes", c.cfg.Provider, maxEventBytes))
 		}
 		return fmt.Errorf("%s: read stream: %w: %w", c.cfg.Provider, errUnavailable, err)
 	}
@@ -236,7 +240,7 @@ func (c *caller) events(body io.Reader, fn func(event string, data []byte) (done
 	return nil
 }
 
-var errTooLong = errors.New("over MaxResponseBytes")
+var errTooLong = errors.New("over the size limit")
 
 // limited is io.LimitReader that fails, rather than ending, at its limit.
 type limited struct {

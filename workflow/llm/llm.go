@@ -98,14 +98,14 @@ const (
 
 // Defaults and limits.
 const (
-	DefaultMaxRetries = 5
-	DefaultTimeout    = 10 * time.Minute       // one attempt, the whole stream included
-	DefaultBackoff    = 500 * time.Millisecond // the first retry's delay; doubled each time
-	MaxBackoff        = 30 * time.Second       // the longest delay between attempts
-	MaxRetryAfter     = 2 * time.Minute        // a longer Retry-After ends the retries
-	DefaultMaxTokens  = 4096                   // Anthropic requires a limit
-	MaxResponseBytes  = 32 << 20               // a body or a whole stream
-	AnthropicVersion  = "2023-06-01"
+	DefaultMaxRetries       = 5
+	DefaultTimeout          = 10 * time.Minute       // one attempt, the whole stream included
+	DefaultBackoff          = 500 * time.Millisecond // the first retry's delay; doubled each time
+	MaxBackoff              = 30 * time.Second       // the longest delay between attempts
+	MaxRetryAfter           = 2 * time.Minute        // a longer Retry-After ends the retries
+	DefaultMaxTokens        = 4096                   // Anthropic requires a limit
+	DefaultMaxResponseBytes = 32 << 20               // a body or a whole stream
+	AnthropicVersion        = "2023-06-01"
 
 	defaultOpenAIURL    = "https://api.openai.com/v1"
 	defaultAnthropicURL = "https://api.anthropic.com"
@@ -128,6 +128,9 @@ type Config struct {
 	Backoff                         time.Duration
 	PriceInPerMTok, PriceOutPerMTok float64       // USD per million tokens; cost = tokens*price/1e6
 	Timeout                         time.Duration // one attempt; 0 is DefaultTimeout
+	// MaxResponseBytes bounds an answer, or a whole stream (0:
+	// DefaultMaxResponseBytes).
+	MaxResponseBytes int64
 	// NoStream asks for whole answers instead of SSE, for servers that
 	// cannot stream; onText then gets the text once.
 	NoStream bool
@@ -196,6 +199,9 @@ func (cfg *Config) check() error {
 	}
 	if cfg.Backoff == 0 {
 		cfg.Backoff = DefaultBackoff
+	}
+	if cfg.MaxResponseBytes <= 0 {
+		cfg.MaxResponseBytes = DefaultMaxResponseBytes
 	}
 	return nil
 }

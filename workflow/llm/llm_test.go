@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
@@ -220,4 +221,201 @@ func TestRetry(t *testing.T) {
 
 func hello() llm.Request {
 	return llm.Request{Messages: []llm.Message{{Role: llm.RoleUser, Content: "hi"}}}
+}
+
+// TestStreamText: a streamed answer reaches onText in several deltas, in
+// order, and the response holds the whole text; several tool calls in one
+// answer are assembled by their index.
+func TestStreamText(t *testing.T) {
+	for _, p := range providers {
+		t.Run(p, func(t *testing.T) {
+			text := "The failing test expects 2; the function returned 1 because of an off-by-one."
+			calls := []llm.ToolCall{
+				{ID: "a", Name: "read", Arguments: json.RawMessage(`{"path":"x.go"}`)},
+				{ID: "b", Name: "run", Arguments: json.RawMessage(`{"cmd":"go test ./...","timeout":60}`)},
+			}
+			srv := llmtest.NewServer(t, llmtest.Turn{Text: text, ToolCalls: calls, InputTokens: 10, OutputTokens: 30})
+			var deltas []string
+			resp, err := newModel(t, p, srv.URL, nil).Complete(context.Background(), hello(), func(s string) { deltas = append(deltas, s) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(deltas) < 2 || strings.Join(deltas, "") != text || resp.Message.Content != text {
+				t.Fatalf("deltas %q, content %q", deltas, resp.Message.Content)
+			}
+			if len(resp.Message.ToolCalls) != 2 {
+				t.Fatalf("calls %+v", resp.Message.ToolCalls)
+			}
+			for i, c := range resp.Message.ToolCalls {
+				if c.ID != calls[i].ID || c.Name != calls[i].Name || !jsonEqual(c.Arguments, calls[i].Arguments) {
+					t.Fatalf("call %d: %+v %s", i, c, c.Arguments)
+				}
+			}
+			if resp.Usage.InputTokens != 10 || resp.Usage.OutputTokens != 30 {
+				t.Fatalf("usage %+v", resp.Usage)
+			}
+		})
+	}
+}
+
+// TestCutStream: a stream cut after text reached onText is not retried
+// (the text would repeat); without onText it is, and the retry answers.
+func TestCutStream(t *testing.T) {
+	for _, p := range providers {
+		t.Run(p, func(t *testing.T) {
+			srv := llmtest.NewServer(t, llmtest.Turn{Text: "half of an answer", Cut: true}, llmtest.Turn{Text: "whole"})
+			m := newModel(t, p, srv.URL, nil)
+			var got strings.Builder
+			_, err := m.Complete(context.Background(), hello(), func(s string) { got.WriteString(s) })
+			if !errors.Is(err, errdefs.ErrUnavailable) || got.Len() == 0 || len(srv.Requests()) != 1 {
+				t.Fatalf("err %v, text %q, %d requests", err, got.String(), len(srv.Requests()))
+			}
+
+			srv = llmtest.NewServer(t, llmtest.Turn{Text: "half of an answer", Cut: true}, llmtest.Turn{Text: "whole"})
+			resp, err := newModel(t, p, srv.URL, nil).Complete(context.Background(), hello(), nil)
+			if err != nil || resp.Message.Content != "whole" || len(srv.Requests()) != 2 {
+				t.Fatalf("err %v, %q, %d requests", err, resp.Message.Content, len(srv.Requests()))
+			}
+		})
+	}
+}
+
+// TestCancel: cancelling the context ends a call at once, whether it waits
+// for the server or for its next retry.
+func TestCancel(t *testing.T) {
+	for _, p := range providers {
+		t.Run(p, func(t *testing.T) {
+			for _, turn := range []llmtest.Turn{
+				{Text: "slow", Delay: time.Minute},
+				{Status: 429, RetryAfter: "60"},
+			} {
+				srv := llmtest.NewServer(t, turn)
+				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+				start := time.Now()
+				_, err := newModel(t, p, srv.URL, nil).Complete(ctx, hello(), nil)
+				cancel()
+				if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 5*time.Second {
+					t.Fatalf("turn %+v: err %v after %s", turn, err, time.Since(start))
+				}
+			}
+		})
+	}
+}
+
+// TestRetryLimits: a Retry-After past MaxRetryAfter ends the retries at
+// once; an unreachable server is retried MaxRetries times, then fails as
+// unavailable.
+func TestRetryLimits(t *testing.T) {
+	srv := llmtest.NewServer(t, llmtest.Turn{Status: 429, RetryAfter: "3600"}, llmtest.Turn{Text: "never"})
+	_, err := newModel(t, llm.OpenAI, srv.URL, nil).Complete(context.Background(), hello(), nil)
+	if !errors.Is(err, errdefs.ErrQuota) || !strings.Contains(err.Error(), "Retry-After") || len(srv.Requests()) != 1 {
+		t.Fatalf("err %v, %d requests", err, len(srv.Requests()))
+	}
+
+	dead := llmtest.NewServer(t)
+	url := dead.URL
+	dead.Close()
+	_, err = newModel(t, llm.Anthropic, url, func(c *llm.Config) { c.MaxRetries = 2 }).Complete(context.Background(), hello(), nil)
+	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "after 3 attempts") {
+		t.Fatalf("err %v", err)
+	}
+}
+
+// TestBadToolArguments: arguments that are not JSON arrive as a JSON
+// string, so the response stays valid JSON and the caller sees the text.
+func TestBadToolArguments(t *testing.T) {
+	for _, mode := range modes {
+		srv := llmtest.NewServer(t, llmtest.Turn{ToolCalls: []llm.ToolCall{{ID: "x", Name: "edit", Arguments: json.RawMessage(`{"path": "a.go", "old`)}}})
+		resp, err := newModel(t, llm.OpenAI, srv.URL, func(c *llm.Config) { c.NoStream = mode.noStream }).Complete(context.Background(), hello(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s string
+		if err := json.Unmarshal(resp.Message.ToolCalls[0].Arguments, &s); err != nil || s != `{"path": "a.go", "old` {
+			t.Fatalf("%s: arguments %s (%v)", mode.name, resp.Message.ToolCalls[0].Arguments, err)
+		}
+	}
+}
+
+// TestStreamTooLarge: a stream or an answer past MaxResponseBytes is cut
+// off with a quota error instead of filling memory.
+func TestStreamTooLarge(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		chunk := []byte(`data: {"choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", 64<<10) + `"}}]}` + "\n\n")
+		for n := 0; n <= (1<<20)/len(chunk)+1; n++ {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	}))
+	defer srv.Close()
+	for _, mode := range modes {
+		_, err := newModel(t, llm.OpenAI, srv.URL, func(c *llm.Config) { c.MaxResponseBytes = 1 << 20; c.NoStream = mode.noStream }).Complete(context.Background(), hello(), nil)
+		if !errors.Is(err, errdefs.ErrQuota) || !strings.Contains(err.Error(), "1048576") {
+			t.Fatalf("%s: err %v", mode.name, err)
+		}
+	}
+}
+
+// TestConfig: New refuses bad configs as invalid; ConfigFromEnv reads the
+// variables, falls back to the provider's own key variable, and refuses
+// prices that are not numbers.
+func TestConfig(t *testing.T) {
+	for _, cfg := range []llm.Config{
+		{Model: "m"},
+		{Provider: "gemini", Model: "m"},
+		{Provider: llm.OpenAI},
+		{Provider: llm.OpenAI, Model: "m", BaseURL: "ftp://x"},
+		{Provider: llm.Anthropic, Model: "m", BaseURL: "localhost:8080"},
+		{Provider: llm.Anthropic, Model: "m", PriceInPerMTok: -1},
+	} {
+		if _, err := llm.New(cfg, nil); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("New(%+v): %v", cfg, err)
+		}
+	}
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	cfg, err := llm.ConfigFromEnv(env(map[string]string{
+		"SMOLVM_MODEL_PROVIDER": "anthropic", "SMOLVM_MODEL": "claude-x", "ANTHROPIC_API_KEY": "ak", "OPENAI_API_KEY": "ok",
+		"SMOLVM_MODEL_PRICE_IN": "3", "SMOLVM_MODEL_PRICE_OUT": "15.5", "SMOLVM_MODEL_MAX_RETRIES": "0"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Provider != llm.Anthropic || cfg.Model != "claude-x" || cfg.APIKey != "ak" || cfg.PriceInPerMTok != 3 || cfg.PriceOutPerMTok != 15.5 || cfg.MaxRetries >= 0 {
+		t.Fatalf("%+v", cfg)
+	}
+	cfg, err = llm.ConfigFromEnv(env(map[string]string{"SMOLVM_MODEL": "qwen", "SMOLVM_MODEL_BASE_URL": "http://127.0.0.1:8000/v1",
+		"SMOLVM_MODEL_API_KEY": "mine", "OPENAI_API_KEY": "theirs"}))
+	if err != nil || cfg.Provider != llm.OpenAI || cfg.APIKey != "mine" || cfg.BaseURL != "http://127.0.0.1:8000/v1" {
+		t.Fatalf("%+v %v", cfg, err)
+	}
+	for _, bad := range []map[string]string{
+		{"SMOLVM_MODEL": "m", "SMOLVM_MODEL_PRICE_IN": "cheap"},
+		{"SMOLVM_MODEL": "m", "SMOLVM_MODEL_MAX_RETRIES": "many"},
+		{},
+	} {
+		if _, err := llm.ConfigFromEnv(env(bad)); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("%v: %v", bad, err)
+		}
+	}
+}
+
+// TestMeter adds up calls from several goroutines.
+func TestMeter(t *testing.T) {
+	var m llm.Meter
+	done := make(chan bool)
+	for range 4 {
+		go func() {
+			for range 100 {
+				m.Add(llm.Usage{InputTokens: 2, OutputTokens: 1, CostUSD: 0.5})
+			}
+			done <- true
+		}()
+	}
+	for range 4 {
+		<-done
+	}
+	if u, n := m.Total(); n != 400 || u.InputTokens != 800 || u.OutputTokens != 400 || u.CostUSD != 200 {
+		t.Fatalf("%+v over %d calls", u, n)
+	}
 }

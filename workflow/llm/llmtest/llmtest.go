@@ -240,3 +240,6 @@ func (s sse) cut() {
 		}
 	}
 }
+
+// Close stops the server before the test ends (to test an unreachable one).
+func (s *Server) Close() { s.srv.Close() }
