@@ -99,9 +99,10 @@ type Options struct {
 	// repository's (trust.Load).
 	Policy      *trust.Policy
 	AllowWeaken bool
-	// WorkDir keeps the run's scratch repository (for log, resume and
-	// the PR); empty is a temporary directory removed at the end.
-	WorkDir string
+	// RunsDir keeps each run's scratch repository in RunsDir/RUN (for
+	// resume and the PR); empty is a temporary directory removed at the
+	// end.
+	RunsDir string
 	// Progress, if set, is told about every phase.
 	Progress func(Event)
 }
@@ -271,18 +272,22 @@ func (r *run) open(ctx context.Context, base string) error {
 	}
 	r.policy = r.o.Policy
 	if base != "" {
-		if r.o.WorkDir == "" {
-			return errdefs.New(errdefs.ErrInvalid, "resume needs the run's work dir")
+		if r.o.RunsDir == "" {
+			return errdefs.New(errdefs.ErrInvalid, "resume needs the runs dir")
 		}
-		r.scr, err = openScratch(r.o.WorkDir, r.o.Repo, base)
+		r.scr, err = openScratch(filepath.Join(r.o.RunsDir, r.id), r.o.Repo, base)
 		return err
 	}
-	r.scr, err = newScratch(ctx, r.o.Repo, r.o.WorkDir)
+	dir := ""
+	if r.o.RunsDir != "" {
+		dir = filepath.Join(r.o.RunsDir, r.id)
+	}
+	r.scr, err = newScratch(ctx, r.o.Repo, dir)
 	return err
 }
 
 func (r *run) closeScratch() {
-	if r.o.WorkDir == "" {
+	if r.o.RunsDir == "" {
 		r.scr.close()
 	}
 }

@@ -116,7 +116,7 @@ func newRunner(t *testing.T) *Runner {
 func fix(t *testing.T, rn *Runner, repo string, agent Agent, mod func(*Options)) *Run {
 	t.Helper()
 	o := Options{Repo: repo, Test: jsTest, Task: "make the tests pass", Agent: agent, AgentName: "script",
-		WorkDir: filepath.Join(t.TempDir(), "run"), FlakyReruns: 2, Budget: Budget{Iterations: 4}}
+		RunsDir: t.TempDir(), FlakyReruns: 2, Budget: Budget{Iterations: 4}}
 	if mod != nil {
 		mod(&o)
 	}
@@ -204,12 +204,12 @@ func TestFlakyNotChased(t *testing.T) {
 func TestBudgetKeepsBestThenResume(t *testing.T) {
 	rn := newRunner(t)
 	repo := gitRepo(t, jsRepo)
-	work := filepath.Join(t.TempDir(), "run")
+	work := t.TempDir()
 	agent := &script{steps: []func(context.Context, Step) error{
 		write("calc.js", "exports.add = (a, b) => a + b;\nexports.mul = (a, b) => a + b;\n"), // add fixed: 2 pass
 		write("calc.js", "exports.add = (a, b) => a * b;\nexports.mul = (a, b) => a + b;\n"), // worse: 0 pass
 	}}
-	run := fix(t, rn, repo, agent, func(o *Options) { o.Budget.Iterations = 2; o.WorkDir = work })
+	run := fix(t, rn, repo, agent, func(o *Options) { o.Budget.Iterations = 2; o.RunsDir = work })
 	if run.State != Stopped || run.Best != 1 || run.Verdict == nil || run.Verdict.Passed != 2 || !strings.HasPrefix(run.Reason, "budget") {
 		t.Fatalf("run = %+v verdict %+v", run, run.Verdict)
 	}
@@ -226,7 +226,7 @@ func TestBudgetKeepsBestThenResume(t *testing.T) {
 	}}}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	run, err := rn.Resume(ctx, run.ID, 1, Options{Agent: next, WorkDir: work, FlakyReruns: 2})
+	run, err := rn.Resume(ctx, run.ID, 1, Options{Agent: next, RunsDir: work, FlakyReruns: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
