@@ -5,10 +5,12 @@
 package runner
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -637,4 +639,38 @@ func openScratch(dir, repo, base string) (*scratch, error) {
 		return nil, fmt.Errorf("the run's work dir: %w", err)
 	}
 	return s, nil
+}
+
+// Verify re-runs run id's best iteration on the base commit's pristine
+// test files with extra files written over them (an evaluation's hidden
+// tests), and returns what the tests say.
+func (rn *Runner) Verify(ctx context.Context, runsDir, id string, extra map[string][]byte, o Options) (testparse.Result, error) {
+	rec, err := rn.Log.Get(ctx, id)
+	if err != nil {
+		return testparse.Result{}, err
+	}
+	best, err := rn.Best(ctx, id)
+	if err != nil {
+		return testparse.Result{}, err
+	}
+	o.Repo, o.Test, o.RunsDir = rec.Repo, cmp0(o.Test, rec.Test), runsDir
+	o.TestTimeout = cmp0(o.TestTimeout, DefaultTestTimeout)
+	r := &run{svc: rn.Service, log: rn.Log, o: o, id: id, rec: rec}
+	if err := r.open(ctx, rec.Base); err != nil {
+		return testparse.Result{}, err
+	}
+	sb, err := r.restore(ctx, best.Snapshot)
+	if err != nil {
+		return testparse.Result{}, err
+	}
+	defer r.remove(ctx, sb)
+	if err := r.pristine(ctx, sb, best.Commit); err != nil {
+		return testparse.Result{}, err
+	}
+	for name, data := range extra {
+		if err := r.svc.WriteFile(ctx, sb, path.Join(Dir, filepath.ToSlash(name)), bytes.NewReader(data)); err != nil {
+			return testparse.Result{}, fmt.Errorf("write %s: %w", name, err)
+		}
+	}
+	return r.runTests(ctx, sb)
 }

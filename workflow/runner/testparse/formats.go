@@ -316,7 +316,7 @@ var (
 	// -rA short summary: "PASSED tests/test_a.py::test_x",
 	// "FAILED tests/test_a.py::test_y - AssertionError: …",
 	// "SKIPPED [1] tests/test_a.py:9: reason".
-	pySummary = regexp.MustCompile(`^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\s+(?:\[\d+\]\s+)?(\S+?)(?:\s+-\s+.*)?$`)
+	pySummary = regexp.MustCompile(`^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\s+(?:\[\d+\]\s+)?(\S+?)(?::\d+:)?(?:\s.*)?$`)
 	// -v: "tests/test_a.py::test_x PASSED   [ 50%]".
 	pyVerbose = regexp.MustCompile(`^(\S+::\S+)\s+(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b`)
 	// "____ test_y ____" opens a failure's section.
