@@ -74,8 +74,8 @@ func parse(issueURL, token string, hc *http.Client, getenv func(string) string) 
 		return bad("the issue number is not a positive integer")
 	}
 	origin := u.Scheme + "://" + u.Host
-	if project, ok := strings.CutSuffix(rest, "/-"); ok || isGitLabHost(u.Hostname()) {
-		if project == "" || strings.Contains(project, "/-/") {
+	if project, ok := strings.CutSuffix(rest, "/-"); ok || rest == "-" || isGitLabHost(u.Hostname()) {
+		if project == "" || project == "-" || strings.Contains(project, "/-/") || !strings.Contains(project, "/") {
 			return bad("no project path before /-/issues/")
 		}
 		api := getenv("SMOLVM_GITLAB_API")

@@ -20,9 +20,12 @@ import (
 // APIError is a provider's error answer: its HTTP status and message.
 type APIError struct {
 	Provider string
-	Status   int
+	Status   int    // 0: an error event inside a stream
 	Type     string // the provider's error type or code, if it sent one
 	Message  string // the provider's message, or the start of its body
+	// ShouldRetry is the server's x-should-retry header ("true",
+	// "false"), which overrides the status's own rule; "" without one.
+	ShouldRetry string
 }
 
 func (e *APIError) Error() string {
@@ -36,8 +39,8 @@ func (e *APIError) Error() string {
 	return s
 }
 
-// Is matches the error's class: 401/403 denied, 404 not found, 429
-// quota, 5xx unavailable, any other 4xx invalid.
+// Is matches the error's class: 401/403 denied, 404 not found, 409
+// conflict, 429 quota, 408 and 5xx unavailable, any other 4xx invalid.
 func (e *APIError) Is(target error) bool {
 	var class error
 	switch {
@@ -45,9 +48,11 @@ func (e *APIError) Is(target error) bool {
 		class = errdefs.ErrDenied
 	case e.Status == http.StatusNotFound:
 		class = errdefs.ErrNotFound
+	case e.Status == http.StatusConflict:
+		class = errdefs.ErrConflict
 	case e.Status == http.StatusTooManyRequests:
 		class = errdefs.ErrQuota
-	case e.Status >= 500 || e.Status == 0:
+	case e.Status >= 500 || e.Status == 0 || e.Status == http.StatusRequestTimeout:
 		class = errdefs.ErrUnavailable
 	default:
 		class = errdefs.ErrInvalid
@@ -55,9 +60,21 @@ func (e *APIError) Is(target error) bool {
 	return target == class
 }
 
-// retryable tells whether another attempt may succeed.
+// retryable tells whether another attempt may succeed: as both
+// providers' own SDKs do, 408, 409 (a lock timeout), 429 and 5xx, unless
+// the server said otherwise.
 func (e *APIError) retryable() bool {
-	return e.Status == http.StatusTooManyRequests || e.Status >= 500 || e.Status == 0
+	switch e.ShouldRetry {
+	case "true":
+		return true
+	case "false":
+		return false
+	}
+	switch e.Status {
+	case 0, http.StatusRequestTimeout, http.StatusConflict, http.StatusTooManyRequests:
+		return true
+	}
+	return e.Status >= 500
 }
 
 // errUnavailable marks network failures, which are retried.
@@ -80,6 +97,7 @@ func (c *caller) retry(ctx context.Context, try attempt) (Response, error) {
 	for n := 0; ; n++ {
 		actx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 		resp, emitted, after, err := try(actx)
+		timedOut := actx.Err() != nil
 		cancel()
 		if err == nil {
 			resp.Usage = c.cfg.cost(resp.Usage)
@@ -87,6 +105,9 @@ func (c *caller) retry(ctx context.Context, try attempt) (Response, error) {
 		}
 		if ctx.Err() != nil {
 			return Response{}, fmt.Errorf("%s: %w", c.cfg.Provider, ctx.Err())
+		}
+		if timedOut { // this attempt's Timeout, not the caller's context
+			err = fmt.Errorf("%s: no whole answer within %s: %w", c.cfg.Provider, c.cfg.Timeout, errUnavailable)
 		}
 		var api *APIError
 		again := errors.Is(err, errUnavailable) || (errors.As(err, &api) && api.retryable())
@@ -121,7 +142,7 @@ func (c *caller) post(ctx context.Context, url string, header http.Header, body 
 	if err != nil {
 		return nil, 0, invalid("%s: %v", c.cfg.Provider, err)
 	}
-	req.Header = header
+	req.Header = header.Clone()
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -135,7 +156,7 @@ func (c *caller) post(ctx context.Context, url string, header http.Header, body 
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	e := &APIError{Provider: c.cfg.Provider, Status: resp.StatusCode}
+	e := &APIError{Provider: c.cfg.Provider, Status: resp.StatusCode, ShouldRetry: resp.Header.Get("X-Should-Retry")}
 	var wire struct {
 		Error json.RawMessage `json:"error"`
 	}
@@ -152,11 +173,16 @@ func (c *caller) post(ctx context.Context, url string, header http.Header, body 
 	} else if json.Unmarshal(wire.Error, &e.Message) != nil || e.Message == "" {
 		e.Message = strings.TrimSpace(string(raw[:min(len(raw), 512)]))
 	}
-	return nil, retryAfter(resp.Header.Get("Retry-After")), e
+	return nil, retryAfter(resp.Header), e
 }
 
-// retryAfter reads a Retry-After header: seconds or an HTTP date.
-func retryAfter(v string) time.Duration {
+// retryAfter reads Retry-After-Ms (OpenAI's) or Retry-After: seconds or
+// an HTTP date.
+func retryAfter(h http.Header) time.Duration {
+	if ms, err := strconv.ParseFloat(h.Get("Retry-After-Ms"), 64); err == nil && ms >= 0 {
+		return time.Duration(ms * float64(time.Millisecond))
+	}
+	v := h.Get("Retry-After")
 	if v == "" {
 		return 0
 	}

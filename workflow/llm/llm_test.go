@@ -419,3 +419,57 @@ func TestMeter(t *testing.T) {
 		t.Fatalf("%+v over %d calls", u, n)
 	}
 }
+
+// TestRetryRules: the server's x-should-retry overrides the status's rule
+// both ways; 408 and 409 are retried as the providers' SDKs do;
+// Retry-After-Ms is honoured; an attempt past Timeout is retried.
+func TestRetryRules(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		turn     llmtest.Turn
+		timeout  time.Duration
+		requests int
+		minWait  time.Duration
+	}{
+		{name: "500 should-retry false", turn: llmtest.Turn{Status: 500, Header: map[string]string{"X-Should-Retry": "false"}}, requests: 1},
+		{name: "400 should-retry true", turn: llmtest.Turn{Status: 400, Header: map[string]string{"X-Should-Retry": "true"}}, requests: 2},
+		{name: "408", turn: llmtest.Turn{Status: 408}, requests: 2},
+		{name: "409", turn: llmtest.Turn{Status: 409}, requests: 2},
+		{name: "retry-after-ms", turn: llmtest.Turn{Status: 429, Header: map[string]string{"Retry-After-Ms": "300"}}, requests: 2, minWait: 300 * time.Millisecond},
+		{name: "attempt timeout", turn: llmtest.Turn{Text: "slow", Delay: 5 * time.Second}, timeout: 300 * time.Millisecond, requests: 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := llmtest.NewServer(t, c.turn, llmtest.Turn{Text: "ok"})
+			start := time.Now()
+			resp, err := newModel(t, llm.OpenAI, srv.URL, func(cfg *llm.Config) { cfg.Timeout = c.timeout }).Complete(context.Background(), hello(), nil)
+			if n := len(srv.Requests()); n != c.requests {
+				t.Fatalf("%d requests, want %d (err %v)", n, c.requests, err)
+			}
+			if (c.requests == 2) != (err == nil && resp.Message.Content == "ok") {
+				t.Fatalf("answer %q, err %v", resp.Message.Content, err)
+			}
+			if time.Since(start) < c.minWait {
+				t.Fatalf("retried after %s", time.Since(start))
+			}
+		})
+	}
+}
+
+// TestArgumentsAsObject: a server that sends a tool call's arguments as
+// an object rather than a string of JSON (older Ollama) is understood.
+func TestArgumentsAsObject(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"choices":[{"index":0,"finish_reason":"tool_calls","message":{"role":"assistant","content":null,
+			"tool_calls":[{"id":"c1","type":"function","function":{"name":"read","arguments":{"path":"go.mod"}}}]}}],
+			"usage":{"prompt_tokens":7,"completion_tokens":3}}`))
+	}))
+	defer srv.Close()
+	resp, err := newModel(t, llm.OpenAI, srv.URL, func(c *llm.Config) { c.NoStream = true }).Complete(context.Background(), hello(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Message.ToolCalls) != 1 || !jsonEqual(resp.Message.ToolCalls[0].Arguments, json.RawMessage(`{"path":"go.mod"}`)) || resp.StopReason != llm.StopToolUse || resp.Usage.InputTokens != 7 {
+		t.Fatalf("%+v", resp)
+	}
+}

@@ -41,7 +41,7 @@ func openAIRequest(model string, req Request, stream bool) ([]byte, error) {
 		for _, tc := range m.ToolCalls {
 			call := wire.OAToolCall{ID: tc.ID, Type: "function"}
 			call.Function.Name = tc.Name
-			call.Function.Arguments = string(arguments(string(tc.Arguments)))
+			call.Function.Arguments = wire.Args(arguments(string(tc.Arguments)))
 			om.ToolCalls = append(om.ToolCalls, call)
 		}
 		body.Messages = append(body.Messages, om)
@@ -99,7 +99,7 @@ func (m *openAI) Complete(ctx context.Context, req Request, onText func(string))
 				out.Message.Content = *ch.Message.Content
 			}
 			for _, tc := range ch.Message.ToolCalls {
-				out.Message.ToolCalls = append(out.Message.ToolCalls, ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: arguments(tc.Function.Arguments)})
+				out.Message.ToolCalls = append(out.Message.ToolCalls, ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: arguments(string(tc.Function.Arguments))})
 			}
 			if ans.Usage != nil {
 				out.Usage = Usage{InputTokens: ans.Usage.PromptTokens, OutputTokens: ans.Usage.CompletionTokens}
@@ -143,6 +143,9 @@ func (m *openAI) stream(resp *http.Response, onText func(string)) (Response, boo
 			out.Usage = Usage{InputTokens: chunk.Usage.PromptTokens, OutputTokens: chunk.Usage.CompletionTokens}
 		}
 		for _, ch := range chunk.Choices {
+			if ch.Index != 0 {
+				continue // only one choice is asked for
+			}
 			if ch.Delta == nil {
 				ch.Delta = &wire.OAMessage{}
 			}
@@ -173,7 +176,7 @@ func (m *openAI) stream(resp *http.Response, onText func(string)) (Response, boo
 				if d.Function.Name != "" {
 					c.name += d.Function.Name
 				}
-				c.args.WriteString(d.Function.Arguments)
+				c.args.WriteString(string(d.Function.Arguments))
 			}
 			if r := deref(ch.FinishReason); r != "" {
 				out.StopReason = oaStop(r)

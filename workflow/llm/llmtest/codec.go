@@ -169,7 +169,7 @@ func writeOpenAI(w http.ResponseWriter, turn Turn, stream bool) {
 	usage := &wire.OAUsage{PromptTokens: turn.InputTokens, CompletionTokens: turn.OutputTokens, TotalTokens: turn.InputTokens + turn.OutputTokens}
 	var calls []wire.OAToolCall
 	for _, tc := range turn.ToolCalls {
-		calls = append(calls, wire.OAToolCall{ID: tc.ID, Type: "function", Function: wire.OACallFunc{Name: tc.Name, Arguments: string(tc.Arguments)}})
+		calls = append(calls, wire.OAToolCall{ID: tc.ID, Type: "function", Function: wire.OACallFunc{Name: tc.Name, Arguments: wire.Args(tc.Arguments)}})
 	}
 	if !stream {
 		msg := &wire.OAMessage{Role: "assistant", ToolCalls: calls}
@@ -199,8 +199,8 @@ func writeOpenAI(w http.ResponseWriter, turn Turn, stream bool) {
 		i := i
 		first := wire.OAToolCall{Index: &i, ID: c.ID, Type: "function", Function: wire.OACallFunc{Name: c.Function.Name}}
 		chunk(wire.OAMessage{ToolCalls: []wire.OAToolCall{first}}, nil)
-		for _, p := range pieces(c.Function.Arguments, 3) {
-			chunk(wire.OAMessage{ToolCalls: []wire.OAToolCall{{Index: &i, Function: wire.OACallFunc{Arguments: p}}}}, nil)
+		for _, p := range pieces(string(c.Function.Arguments), 3) {
+			chunk(wire.OAMessage{ToolCalls: []wire.OAToolCall{{Index: &i, Function: wire.OACallFunc{Arguments: wire.Args(p)}}}}, nil)
 		}
 	}
 	chunk(wire.OAMessage{}, &finish)

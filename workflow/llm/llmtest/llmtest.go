@@ -25,8 +25,9 @@ type Turn struct {
 	// Status, if not zero, answers this HTTP status (429, 500, 400, ...)
 	// with an error body in the provider's shape instead of a completion.
 	Status                    int
-	Message                   string // the error's message (default: the status text)
-	RetryAfter                string // a Retry-After header with Status
+	Message                   string            // the error's message (default: the status text)
+	RetryAfter                string            // a Retry-After header with Status
+	Header                    map[string]string // more headers on the answer
 	InputTokens, OutputTokens int
 	StopReason                string        // default: end_turn, or tool_use with tool calls (OpenAI's names when OpenAI asks)
 	Delay                     time.Duration // wait before answering (or until the client gives up)
@@ -145,10 +146,14 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	for k, v := range turn.Header {
+		w.Header().Set(k, v)
+	}
 	if turn.Status != 0 {
 		writeError(w, provider, turn)
 		return
 	}
+	turn.ToolCalls = append([]llm.ToolCall(nil), turn.ToolCalls...) // the script's own stays as written
 	for i := range turn.ToolCalls {
 		if turn.ToolCalls[i].ID == "" {
 			prefix := "call_"

@@ -42,7 +42,7 @@ type (
 	}
 	OACallFunc struct {
 		Name      string `json:"name,omitempty"`
-		Arguments string `json:"arguments"` // JSON text, in pieces when streamed
+		Arguments Args   `json:"arguments"` // JSON text, in pieces when streamed
 	}
 	OAUsage struct {
 		PromptTokens     int `json:"prompt_tokens"`
@@ -77,4 +77,24 @@ type Error struct {
 type ErrorBody struct {
 	Type  string `json:"type,omitempty"`
 	Error Error  `json:"error"`
+}
+
+// Args is a tool call's arguments: JSON text inside a string, as the API
+// defines it. Some servers (Ollama's older versions) send the object
+// itself; that is kept as its text.
+type Args string
+
+func (a *Args) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		err := json.Unmarshal(b, &s)
+		*a = Args(s)
+		return err
+	}
+	if string(b) == "null" {
+		*a = ""
+		return nil
+	}
+	*a = Args(b)
+	return nil
 }
