@@ -27,8 +27,9 @@ func DetectTest(repo string) string {
 }
 
 // Test commands that work in a sandbox over the host image: Go's caches
-// live in /tmp (checkpointed with the rest, so copies start warm).
+// live in /tmp (checkpointed with the rest, so copies start warm), and
+// the toolchain where the host keeps it.
 const (
-	GoTest = "GOCACHE=/tmp/go-cache GOPATH=/tmp/go GOTOOLCHAIN=local GOFLAGS=-mod=mod go test -json ./..."
+	GoTest = "PATH=$PATH:/usr/local/go/bin GOCACHE=/tmp/go-cache GOPATH=/tmp/go GOTOOLCHAIN=local GOFLAGS=-mod=mod go test -vet=off -json ./..."
 	PyTest = "python3 -m pytest -rA -p no:cacheprovider"
 )

@@ -50,7 +50,9 @@ test('flaky', () => {
 	return m
 }
 
-func gitRepo(t *testing.T, files map[string]string) string {
+func gitRepo(t *testing.T, files map[string]string) string { return gitRepoTB(t, files) }
+
+func gitRepoTB(t testing.TB, files map[string]string) string {
 	t.Helper()
 	dir := t.TempDir()
 	for name, data := range files {
@@ -103,7 +105,7 @@ func read(ctx context.Context, s Step, name string) (string, error) {
 	return string(b), err
 }
 
-func newRunner(t *testing.T) *Runner {
+func newRunner(t testing.TB) *Runner {
 	t.Helper()
 	env := testmgr.New(t)
 	log, err := OpenLog(context.Background(), env.Store)
