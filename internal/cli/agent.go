@@ -192,11 +192,7 @@ func (a *app) agentResumeCmd() *cobra.Command {
 		Short: "Continue a run from the checkpoint of iteration N",
 		Args:  cobra.ExactArgs(1),
 	}, func(s *session, args []string) error {
-		rn, err := a.agentRunner(s)
-		if err != nil {
-			return err
-		}
-		o, err := a.agentOptions(s, f)
+		rn, o, err := a.agentSetup(s, f)
 		if err != nil {
 			return err
 		}
@@ -310,11 +306,7 @@ func (a *app) agentRunner(s *session) (*runner.Runner, error) {
 }
 
 func (a *app) agentFix(s *session, f *agentFlags) (*runner.Run, error) {
-	rn, err := a.agentRunner(s)
-	if err != nil {
-		return nil, err
-	}
-	o, err := a.agentOptions(s, f)
+	rn, o, err := a.agentSetup(s, f)
 	if err != nil {
 		return nil, err
 	}
@@ -325,6 +317,16 @@ func (a *app) agentFix(s *session, f *agentFlags) (*runner.Run, error) {
 		fmt.Fprintf(a.stderr, "test command: %s\n", o.Test)
 	}
 	return rn.Fix(s.ctx, o)
+}
+
+// agentSetup returns the runner and the options the flags give.
+func (a *app) agentSetup(s *session, f *agentFlags) (*runner.Runner, runner.Options, error) {
+	rn, err := a.agentRunner(s)
+	if err != nil {
+		return nil, runner.Options{}, err
+	}
+	o, err := a.agentOptions(s, f)
+	return rn, o, err
 }
 
 func (a *app) agentOptions(s *session, f *agentFlags) (runner.Options, error) {
@@ -420,11 +422,7 @@ func (a *app) agentEvalCmd() *cobra.Command {
 		Short: "Run task fixtures (repo + issue + hidden tests) with an agent; report resolved rate, iterations, cost, guardrail interventions",
 		Args:  cobra.ExactArgs(1),
 	}, func(s *session, args []string) error {
-		rn, err := a.agentRunner(s)
-		if err != nil {
-			return err
-		}
-		o, err := a.agentOptions(s, f)
+		rn, o, err := a.agentSetup(s, f)
 		if err != nil {
 			return err
 		}

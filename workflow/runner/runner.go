@@ -309,12 +309,16 @@ func (r *run) loop(ctx context.Context, sb *string, from int) (*Run, error) {
 	var usage Usage
 	stuck, lastKey := 0, ""
 	reason := ""
-	for n := r.its[len(r.its)-1].N + 1; ; n++ {
+	first := r.its[len(r.its)-1].N + 1
+	for n := first; ; n++ {
 		if cur.Result != nil && r.green(*cur.Result) {
 			reason = "green"
+			if cur.N == 0 {
+				reason = "green at the start: nothing to fix"
+			}
 			break
 		}
-		if reason = r.exhausted(n-from-1, usage); reason != "" {
+		if reason = r.exhausted(n-first, usage); reason != "" {
 			break
 		}
 		if err := ctx.Err(); err != nil {
