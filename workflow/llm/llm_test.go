@@ -473,3 +473,65 @@ func TestArgumentsAsObject(t *testing.T) {
 		t.Fatalf("%+v", resp)
 	}
 }
+
+// TestConversationShapes: two tool calls answered by two tool results and
+// a user note go out as the protocol wants them (for Messages: one user
+// turn, which llmtest's decoder insists on) and decode back to the same
+// conversation; Respond answers once the script is used up, from what the
+// client sent.
+func TestConversationShapes(t *testing.T) {
+	for _, p := range providers {
+		t.Run(p, func(t *testing.T) {
+			srv := llmtest.NewServer(t)
+			srv.Respond(func(req llm.Request) llmtest.Turn {
+				last := req.Messages[len(req.Messages)-1]
+				return llmtest.Turn{Text: "saw " + string(last.Role) + ": " + last.Content}
+			})
+			req := llm.Request{System: "Be brief.", Tools: []llm.Tool{editTool, {Name: "run"}}, Messages: []llm.Message{
+				{Role: llm.RoleUser, Content: "fix it"},
+				{Role: llm.RoleAssistant, ToolCalls: []llm.ToolCall{
+					{ID: "t1", Name: "edit", Arguments: json.RawMessage(`{"path":"a","old":"x","new":"y"}`)},
+					{ID: "t2", Name: "run", Arguments: json.RawMessage(`{"cmd":"go test"}`)}}},
+				{Role: llm.RoleTool, ToolCallID: "t1", Content: "edited"},
+				{Role: llm.RoleTool, ToolCallID: "t2", Content: "FAIL: TestX"},
+				{Role: llm.RoleUser, Content: "the test still fails"},
+			}}
+			resp, err := newModel(t, p, srv.URL, nil).Complete(context.Background(), req, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Message.Content != "saw user: the test still fails" {
+				t.Fatalf("answer %q", resp.Message.Content)
+			}
+			got := srv.Requests()[0]
+			req.Tools[1].Parameters = json.RawMessage(`{"type":"object","properties":{}}`) // a tool without a schema gets an empty one
+			if p == llm.Anthropic {
+				req.MaxTokens = llm.DefaultMaxTokens // required there
+			}
+			if !sameRequest(got, req) {
+				t.Fatalf("server decoded\n%+v\nclient sent\n%+v", got, req)
+			}
+			if p == llm.Anthropic {
+				var body struct{ Messages []struct{ Role string } }
+				_ = json.Unmarshal(srv.Recorded()[0].Body, &body)
+				if len(body.Messages) != 3 {
+					t.Fatalf("%d turns, want 3 (user, assistant, user with both results and the note)", len(body.Messages))
+				}
+			}
+		})
+	}
+}
+
+// TestBadRequest: a message the client cannot encode fails as invalid
+// before anything is sent.
+func TestBadRequest(t *testing.T) {
+	for _, p := range providers {
+		for _, m := range []llm.Message{{Role: "robot", Content: "x"}, {Role: llm.RoleTool, Content: "result of nothing"}} {
+			srv := llmtest.NewServer(t)
+			_, err := newModel(t, p, srv.URL, nil).Complete(context.Background(), llm.Request{Messages: []llm.Message{m}}, nil)
+			if !errors.Is(err, errdefs.ErrInvalid) || len(srv.Recorded()) != 0 {
+				t.Errorf("%s %+v: %v, %d sent", p, m, err, len(srv.Recorded()))
+			}
+		}
+	}
+}
