@@ -535,3 +535,69 @@ func TestBadRequest(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamVariants: streams as some servers really send them: tool-call
+// deltas without an index, no [DONE] after the finish reason, usage inside
+// the last choice's chunk; an Anthropic tool_use whose input comes whole in
+// its start event; and a mid-stream error event, which fails the call
+// with the provider's message.
+func TestStreamVariants(t *testing.T) {
+	for _, c := range []struct {
+		name, provider, body string
+		args                 string
+		errText              string
+	}{
+		{name: "openai no index", provider: llm.OpenAI, args: `{"path":"a.go"}`, body: `data: {"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"function":{"name":"read","arguments":"{\"pa"}}]}}]}
+
+data: {"choices":[{"index":0,"delta":{"tool_calls":[{"function":{"arguments":"th\":\"a.go\"}"}}]}}]}
+
+data: {"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":4,"completion_tokens":2}}
+
+`},
+		{name: "anthropic whole input", provider: llm.Anthropic, args: `{"path":"a.go"}`, body: `event: message_start
+data: {"type":"message_start","message":{"usage":{"input_tokens":4,"output_tokens":1}}}
+
+event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"read","input":{"path":"a.go"}}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":0}
+
+event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":2}}
+
+event: message_stop
+data: {"type":"message_stop"}
+
+`},
+		{name: "anthropic error event", provider: llm.Anthropic, errText: "invalid_request_error: prompt is too long", body: `event: message_start
+data: {"type":"message_start","message":{"usage":{"input_tokens":4,"output_tokens":1}}}
+
+event: error
+data: {"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long"}}
+
+`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				_, _ = w.Write([]byte(c.body))
+			}))
+			defer srv.Close()
+			resp, err := newModel(t, c.provider, srv.URL, nil).Complete(context.Background(), hello(), nil)
+			if c.errText != "" {
+				if err == nil || !strings.Contains(err.Error(), c.errText) || !errors.Is(err, errdefs.ErrInvalid) {
+					t.Fatalf("err %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(resp.Message.ToolCalls) != 1 || !jsonEqual(resp.Message.ToolCalls[0].Arguments, json.RawMessage(c.args)) ||
+				resp.StopReason != llm.StopToolUse || resp.Usage.InputTokens != 4 || resp.Usage.OutputTokens != 2 {
+				t.Fatalf("%+v", resp)
+			}
+		})
+	}
+}
