@@ -436,7 +436,7 @@ func TestRetryRules(t *testing.T) {
 		{name: "408", turn: llmtest.Turn{Status: 408}, requests: 2},
 		{name: "409", turn: llmtest.Turn{Status: 409}, requests: 2},
 		{name: "retry-after-ms", turn: llmtest.Turn{Status: 429, Header: map[string]string{"Retry-After-Ms": "300"}}, requests: 2, minWait: 300 * time.Millisecond},
-		{name: "attempt timeout", turn: llmtest.Turn{Text: "slow", Delay: 5 * time.Second}, timeout: 300 * time.Millisecond, requests: 2},
+		{name: "attempt timeout", turn: llmtest.Turn{Text: "slow", Delay: time.Minute}, timeout: 2 * time.Second, requests: 2}, // 2 s: room for the second answer under load
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			srv := llmtest.NewServer(t, c.turn, llmtest.Turn{Text: "ok"})
