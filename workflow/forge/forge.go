@@ -152,19 +152,25 @@ type Error struct {
 	Path    string
 	Status  int
 	Message string // the forge's message, with its details
+	// RateLimited: GitHub's 403/429 with X-RateLimit-Remaining: 0 or a
+	// "rate limit" message (its secondary limits). Retrying later works.
+	RateLimited bool
 }
 
 func (e *Error) Error() string {
 	return fmt.Sprintf("%s: %s %s: HTTP %d: %s", e.Forge, e.Method, e.Path, e.Status, e.Message)
 }
 
-// Is matches the error's class: 404 not found, 401/403 denied, 409
+// Is matches the error's class: a rate limit unavailable, 404 not found,
+// 401/403 denied, 409
 // conflict, 422 conflict when something already exists (GitHub's
 // "A pull request already exists") and invalid otherwise, 429/5xx
 // unavailable, any other 4xx invalid.
 func (e *Error) Is(target error) bool {
 	var class error
 	switch {
+	case e.RateLimited:
+		class = errdefs.ErrUnavailable
 	case e.Status == http.StatusNotFound:
 		class = errdefs.ErrNotFound
 	case e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden:
@@ -216,7 +222,16 @@ func (c client) do(ctx context.Context, method, path string, in, out any) error 
 		return errdefs.New(errdefs.ErrQuota, fmt.Sprintf("%s: %s %s: answer over %d bytes", c.name, method, path, maxAnswer))
 	}
 	if resp.StatusCode/100 != 2 {
-		return &Error{Forge: c.name, Method: method, Path: path, Status: resp.StatusCode, Message: message(raw)}
+		e := &Error{Forge: c.name, Method: method, Path: path, Status: resp.StatusCode, Message: message(raw)}
+		if resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusTooManyRequests {
+			e.RateLimited = resp.Header.Get("X-RateLimit-Remaining") == "0" || strings.Contains(strings.ToLower(e.Message), "rate limit")
+			if v := resp.Header.Get("Retry-After"); v != "" {
+				e.Message += " (retry after " + v + " s)"
+			} else if v := resp.Header.Get("X-RateLimit-Reset"); v != "" {
+				e.Message += " (limit resets at " + v + ", Unix time)"
+			}
+		}
+		return e
 	}
 	if err := json.Unmarshal(raw, out); err != nil {
 		return fmt.Errorf("%s: %s %s: decode answer: %w: %w", c.name, method, path, errdefs.ErrInvalid, err)

@@ -3,6 +3,8 @@ package forge
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
@@ -146,7 +148,8 @@ func TestGitLab(t *testing.T) {
 	}
 }
 
-// TestErrors: error answers map to classes with the forge's message.
+// TestErrors: error answers (over HTTP) map to classes and keep the
+// forge's message; a rate limit is unavailable, not denied.
 func TestErrors(t *testing.T) {
 	for _, c := range []struct {
 		status int
@@ -159,8 +162,19 @@ func TestErrors(t *testing.T) {
 		{400, `{"message":{"title":["is too long"]}}`, errdefs.ErrInvalid, "title is too long"},
 		{403, `{"message":"Resource not accessible by integration"}`, errdefs.ErrDenied, "not accessible"},
 		{503, `<html>down</html>`, errdefs.ErrUnavailable, "<html>down</html>"},
+		{403, `{"message":"You have exceeded a secondary rate limit. Please wait a few minutes before you try again."}`, errdefs.ErrUnavailable, "(retry after 60 s)"},
 	} {
-		e := &Error{Forge: "github", Method: "POST", Path: "/x", Status: c.status, Message: message([]byte(c.body))}
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Retry-After", "60")
+			w.WriteHeader(c.status)
+			_, _ = w.Write([]byte(c.body))
+		}))
+		_, err := NewGitHub(srv.URL, "a", "b", "", nil).OpenPR(ctx, PullRequest{Head: "h", Base: "main", Title: "t"})
+		srv.Close()
+		var e *Error
+		if !errors.As(err, &e) || e.Status != c.status || e.Path != "/repos/a/b/pulls" {
+			t.Fatalf("%d: %v", c.status, err)
+		}
 		if !errors.Is(e, c.class) || !strings.Contains(e.Error(), c.msg) {
 			t.Errorf("%d %s: %v (class %v)", c.status, c.body, e, errdefs.Class(e))
 		}

@@ -153,6 +153,7 @@ func (m *anthropic) stream(resp *http.Response, onText func(string)) (Response, 
 	type block struct {
 		kind, id, name string
 		text           strings.Builder
+		input          json.RawMessage // a tool_use's input in its start event: {} before the deltas
 	}
 	blocks := map[int]*block{}
 	var order []int
@@ -175,7 +176,7 @@ func (m *anthropic) stream(resp *http.Response, onText func(string)) (Response, 
 			if _, dup := blocks[ev.Index]; dup {
 				return false, invalid("%s: content block %d started twice", m.cfg.Provider, ev.Index)
 			}
-			b := &block{kind: ev.ContentBlock.Type, id: ev.ContentBlock.ID, name: ev.ContentBlock.Name}
+			b := &block{kind: ev.ContentBlock.Type, id: ev.ContentBlock.ID, name: ev.ContentBlock.Name, input: ev.ContentBlock.Input}
 			b.text.WriteString(ev.ContentBlock.Text)
 			blocks[ev.Index] = b
 			order = append(order, ev.Index)
@@ -234,7 +235,11 @@ func (m *anthropic) stream(resp *http.Response, onText func(string)) (Response, 
 		case "text":
 			text.WriteString(b.text.String())
 		case "tool_use":
-			out.Message.ToolCalls = append(out.Message.ToolCalls, ToolCall{ID: b.id, Name: b.name, Arguments: arguments(b.text.String())})
+			args := b.text.String()
+			if args == "" { // no deltas: some proxies send the whole input at the start
+				args = string(b.input)
+			}
+			out.Message.ToolCalls = append(out.Message.ToolCalls, ToolCall{ID: b.id, Name: b.name, Arguments: arguments(args)})
 		}
 	}
 	out.Message.Content = text.String()

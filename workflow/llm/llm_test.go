@@ -436,7 +436,7 @@ func TestRetryRules(t *testing.T) {
 		{name: "408", turn: llmtest.Turn{Status: 408}, requests: 2},
 		{name: "409", turn: llmtest.Turn{Status: 409}, requests: 2},
 		{name: "retry-after-ms", turn: llmtest.Turn{Status: 429, Header: map[string]string{"Retry-After-Ms": "300"}}, requests: 2, minWait: 300 * time.Millisecond},
-		{name: "attempt timeout", turn: llmtest.Turn{Text: "slow", Delay: 5 * time.Second}, timeout: 300 * time.Millisecond, requests: 2},
+		{name: "attempt timeout", turn: llmtest.Turn{Text: "slow", Delay: time.Minute}, timeout: 2 * time.Second, requests: 2}, // 2 s: room for the second answer under load
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			srv := llmtest.NewServer(t, c.turn, llmtest.Turn{Text: "ok"})
@@ -471,5 +471,133 @@ func TestArgumentsAsObject(t *testing.T) {
 	}
 	if len(resp.Message.ToolCalls) != 1 || !jsonEqual(resp.Message.ToolCalls[0].Arguments, json.RawMessage(`{"path":"go.mod"}`)) || resp.StopReason != llm.StopToolUse || resp.Usage.InputTokens != 7 {
 		t.Fatalf("%+v", resp)
+	}
+}
+
+// TestConversationShapes: two tool calls answered by two tool results and
+// a user note go out as the protocol wants them (for Messages: one user
+// turn, which llmtest's decoder insists on) and decode back to the same
+// conversation; Respond answers once the script is used up, from what the
+// client sent.
+func TestConversationShapes(t *testing.T) {
+	for _, p := range providers {
+		t.Run(p, func(t *testing.T) {
+			srv := llmtest.NewServer(t)
+			srv.Respond(func(req llm.Request) llmtest.Turn {
+				last := req.Messages[len(req.Messages)-1]
+				return llmtest.Turn{Text: "saw " + string(last.Role) + ": " + last.Content}
+			})
+			req := llm.Request{System: "Be brief.", Tools: []llm.Tool{editTool, {Name: "run"}}, Messages: []llm.Message{
+				{Role: llm.RoleUser, Content: "fix it"},
+				{Role: llm.RoleAssistant, ToolCalls: []llm.ToolCall{
+					{ID: "t1", Name: "edit", Arguments: json.RawMessage(`{"path":"a","old":"x","new":"y"}`)},
+					{ID: "t2", Name: "run", Arguments: json.RawMessage(`{"cmd":"go test"}`)}}},
+				{Role: llm.RoleTool, ToolCallID: "t1", Content: "edited"},
+				{Role: llm.RoleTool, ToolCallID: "t2", Content: "FAIL: TestX"},
+				{Role: llm.RoleUser, Content: "the test still fails"},
+			}}
+			resp, err := newModel(t, p, srv.URL, nil).Complete(context.Background(), req, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Message.Content != "saw user: the test still fails" {
+				t.Fatalf("answer %q", resp.Message.Content)
+			}
+			got := srv.Requests()[0]
+			req.Tools[1].Parameters = json.RawMessage(`{"type":"object","properties":{}}`) // a tool without a schema gets an empty one
+			if p == llm.Anthropic {
+				req.MaxTokens = llm.DefaultMaxTokens // required there
+			}
+			if !sameRequest(got, req) {
+				t.Fatalf("server decoded\n%+v\nclient sent\n%+v", got, req)
+			}
+			if p == llm.Anthropic {
+				var body struct{ Messages []struct{ Role string } }
+				_ = json.Unmarshal(srv.Recorded()[0].Body, &body)
+				if len(body.Messages) != 3 {
+					t.Fatalf("%d turns, want 3 (user, assistant, user with both results and the note)", len(body.Messages))
+				}
+			}
+		})
+	}
+}
+
+// TestBadRequest: a message the client cannot encode fails as invalid
+// before anything is sent.
+func TestBadRequest(t *testing.T) {
+	for _, p := range providers {
+		for _, m := range []llm.Message{{Role: "robot", Content: "x"}, {Role: llm.RoleTool, Content: "result of nothing"}} {
+			srv := llmtest.NewServer(t)
+			_, err := newModel(t, p, srv.URL, nil).Complete(context.Background(), llm.Request{Messages: []llm.Message{m}}, nil)
+			if !errors.Is(err, errdefs.ErrInvalid) || len(srv.Recorded()) != 0 {
+				t.Errorf("%s %+v: %v, %d sent", p, m, err, len(srv.Recorded()))
+			}
+		}
+	}
+}
+
+// TestStreamVariants: streams as some servers really send them: tool-call
+// deltas without an index, no [DONE] after the finish reason, usage inside
+// the last choice's chunk; an Anthropic tool_use whose input comes whole in
+// its start event; and a mid-stream error event, which fails the call
+// with the provider's message.
+func TestStreamVariants(t *testing.T) {
+	for _, c := range []struct {
+		name, provider, body string
+		args                 string
+		errText              string
+	}{
+		{name: "openai no index", provider: llm.OpenAI, args: `{"path":"a.go"}`, body: `data: {"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"function":{"name":"read","arguments":"{\"pa"}}]}}]}
+
+data: {"choices":[{"index":0,"delta":{"tool_calls":[{"function":{"arguments":"th\":\"a.go\"}"}}]}}]}
+
+data: {"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":4,"completion_tokens":2}}
+
+`},
+		{name: "anthropic whole input", provider: llm.Anthropic, args: `{"path":"a.go"}`, body: `event: message_start
+data: {"type":"message_start","message":{"usage":{"input_tokens":4,"output_tokens":1}}}
+
+event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"read","input":{"path":"a.go"}}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":0}
+
+event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":2}}
+
+event: message_stop
+data: {"type":"message_stop"}
+
+`},
+		{name: "anthropic error event", provider: llm.Anthropic, errText: "invalid_request_error: prompt is too long", body: `event: message_start
+data: {"type":"message_start","message":{"usage":{"input_tokens":4,"output_tokens":1}}}
+
+event: error
+data: {"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long"}}
+
+`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				_, _ = w.Write([]byte(c.body))
+			}))
+			defer srv.Close()
+			resp, err := newModel(t, c.provider, srv.URL, nil).Complete(context.Background(), hello(), nil)
+			if c.errText != "" {
+				if err == nil || !strings.Contains(err.Error(), c.errText) || !errors.Is(err, errdefs.ErrInvalid) {
+					t.Fatalf("err %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(resp.Message.ToolCalls) != 1 || !jsonEqual(resp.Message.ToolCalls[0].Arguments, json.RawMessage(c.args)) ||
+				resp.StopReason != llm.StopToolUse || resp.Usage.InputTokens != 4 || resp.Usage.OutputTokens != 2 {
+				t.Fatalf("%+v", resp)
+			}
+		})
 	}
 }

@@ -157,7 +157,7 @@ func (m *openAI) stream(resp *http.Response, onText func(string)) (Response, boo
 				}
 			}
 			for _, d := range ch.Delta.ToolCalls {
-				i := len(calls) - 1 // servers that send no index stream one call at a time
+				i := max(len(calls)-1, 0) // servers that send no index stream one call at a time
 				if d.Index != nil {
 					i = *d.Index
 				} else if d.ID != "" {

@@ -147,10 +147,7 @@ func (s *Server) gitHub(w http.ResponseWriter, r *http.Request, rec Request, rep
 	notFound := map[string]any{"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
 	switch {
 	case r.Method == http.MethodGet && len(rest) == 2 && rest[0] == "issues":
-		n, _ := strconv.Atoi(rest[1])
-		s.mu.Lock()
-		is, ok := s.issues[fmt.Sprintf("github %s#%d", repo, n)]
-		s.mu.Unlock()
+		is, n, ok := s.issue("github", repo, rest[1])
 		if !ok {
 			reply(w, http.StatusNotFound, notFound)
 			return
@@ -209,10 +206,7 @@ func (s *Server) gitLab(w http.ResponseWriter, r *http.Request, rec Request, pro
 	}
 	switch {
 	case r.Method == http.MethodGet && len(rest) == 2 && rest[0] == "issues":
-		n, _ := strconv.Atoi(rest[1])
-		s.mu.Lock()
-		is, ok := s.issues[fmt.Sprintf("gitlab %s#%d", project, n)]
-		s.mu.Unlock()
+		is, n, ok := s.issue("gitlab", project, rest[1])
 		if !ok {
 			reply(w, http.StatusNotFound, map[string]any{"message": "404 Not found"})
 			return
@@ -249,6 +243,18 @@ func (s *Server) gitLab(w http.ResponseWriter, r *http.Request, rec Request, pro
 	default:
 		reply(w, http.StatusNotFound, map[string]any{"message": "404 Not found"})
 	}
+}
+
+// issue looks up the issue numbered num of forge's repo or project.
+func (s *Server) issue(forge, repo, num string) (Issue, int, bool) {
+	n, err := strconv.Atoi(num)
+	if err != nil {
+		return Issue{}, 0, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	is, ok := s.issues[fmt.Sprintf("%s %s#%d", forge, repo, n)]
+	return is, n, ok
 }
 
 func str(m map[string]any, k string) string {
