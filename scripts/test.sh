@@ -16,6 +16,8 @@ for p in curl python3; do
 	[[ -x /usr/bin/$p ]] || missing+=("$p")
 done
 python3 -c 'import matplotlib' 2>/dev/null || missing+=(python3-matplotlib)
+# The agent runner's eval fixtures run pytest inside sandboxes (host /usr).
+/usr/bin/python3 -c 'import pytest' 2>/dev/null || missing+=(python3-pytest)
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
 if ((${#missing[@]})); then

@@ -124,6 +124,7 @@ func (a *app) rootCmd() *cobra.Command {
 		a.checkpointCmd(), a.restoreCmd(), a.forkCmd(), a.pauseCmd(), a.resumeCmd(), a.snapshotCmd(), a.poolCmd(),
 		a.applyCmd(), a.gitCmd(),
 		a.mcpCmd(),
+		a.agentCmd(),
 		a.netCmd(), a.netHelperCmd(),
 	)
 	withUsage(root)
