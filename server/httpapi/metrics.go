@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -123,6 +124,10 @@ func (m *metrics) write(w io.Writer, states map[sandbox.State]int, inFlight int)
 func sortedKeys(m map[int]uint64) []int { return slices.Sorted(maps.Keys(m)) }
 
 func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	if _, scoped := tenant.Of(r.Context()); scoped {
+		writeError(w, tenant.ErrAdminOnly) // the counts are the whole server's
+		return
+	}
 	sbs, err := s.o.Manager.List(r.Context())
 	if err != nil {
 		writeError(w, err)
