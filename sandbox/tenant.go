@@ -33,3 +33,15 @@ type TenantKey struct {
 	ID        string    `json:"id"`
 	CreatedAt time.Time `json:"created_at"`
 }
+
+// Usage is what a tenant's sandboxes used over a period, summed by
+// tenant, or by tenant and sandbox.
+type Usage struct {
+	Tenant string `json:"tenant"` // "" is the admin's
+	// Sandbox names the sandbox (by ID) when usage is broken down by it.
+	Sandbox          string  `json:"sandbox,omitempty"`
+	SandboxSeconds   float64 `json:"sandbox_seconds"`
+	CPUSeconds       float64 `json:"cpu_seconds"`
+	MemoryGiBSeconds float64 `json:"memory_gib_seconds"`
+	SnapshotGiBHours float64 `json:"snapshot_gib_hours"`
+}

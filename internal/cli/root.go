@@ -125,7 +125,7 @@ func (a *app) rootCmd() *cobra.Command {
 		a.applyCmd(), a.gitCmd(),
 		a.mcpCmd(),
 		a.netCmd(), a.netHelperCmd(),
-		a.tenantCmd(),
+		a.tenantCmd(), a.usageCmd(),
 	)
 	withUsage(root)
 	return root

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -207,4 +208,44 @@ func (a *app) tenantKeyRmCmd() *cobra.Command {
 		on((*session).tenants, func(s *session, ts *tenant.Store, args []string) (string, error) {
 			return args[1], ts.RemoveKey(s.ctx, args[0], args[1])
 		}))
+}
+
+func (a *app) usageCmd() *cobra.Command {
+	var (
+		only, since, by string
+	)
+	c := &cobra.Command{
+		Use:   "usage [--tenant T] [--since D] [--by tenant|sandbox]",
+		Short: "What each tenant's sandboxes used: running time, CPU, memory, snapshot storage",
+		Long: "Usage as smolvm serve accounts it (every few seconds, and at each pause and stop), in\n" +
+			"whole hours from --since (a duration back from now, or an RFC 3339 time; default 30 days).",
+		Args: cobra.NoArgs,
+	}
+	f := c.Flags()
+	f.StringVar(&only, "tenant", "", "only this tenant (\"\" for all; the admin's own sandboxes are tenant \"\")")
+	f.StringVar(&since, "since", "", "start: a duration back from now (24h) or an RFC 3339 time")
+	f.StringVar(&by, "by", "tenant", "break down by tenant or by sandbox")
+	return command(a, c, "print JSON", func(w io.Writer, us []sandbox.Usage) error {
+		return table(w, "TENANT\tSANDBOX\tSANDBOX-S\tCPU-S\tMEM-GIB-S\tSNAP-GIB-H", func(tw io.Writer) {
+			for _, u := range us {
+				name := u.Tenant
+				if name == "" {
+					name = tenant.Admin
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.2f\t%.1f\t%.4f\n", name, orDash(u.Sandbox), u.SandboxSeconds, u.CPUSeconds, u.MemoryGiBSeconds, u.SnapshotGiBHours)
+			}
+		})
+	}, on((*session).runtime, func(s *session, e *env, _ []string) ([]sandbox.Usage, error) {
+		if by != "tenant" && by != "sandbox" {
+			return nil, fmt.Errorf("--by %q: want tenant or sandbox", by)
+		}
+		from, err := units.ParseSince(since, time.Now())
+		if err != nil {
+			return nil, fmt.Errorf("--since: %w", err)
+		}
+		if only == tenant.Admin {
+			only = ""
+		}
+		return e.mgr.Usage(s.ctx, from, only, by == "sandbox")
+	}))
 }

@@ -107,6 +107,9 @@ func assemble(ctx context.Context, c Config, st *store.Store, backends *backend.
 	if err := st.Migrate(ctx, "sandbox", schema); err != nil {
 		return nil, err
 	}
+	if err := st.Migrate(ctx, "usage", usageSchema); err != nil {
+		return nil, err
+	}
 	tenants, err := tenant.Open(ctx, st)
 	if err != nil {
 		return nil, err
@@ -519,6 +522,9 @@ func (m *Manager) Stop(ctx context.Context, ref string, timeout time.Duration) (
 	}
 	if r.State != sandbox.StateRunning && r.State != sandbox.StatePaused {
 		return &r.Sandbox, nil
+	}
+	if err := m.accrue(ctx, r, r.State == sandbox.StateRunning, time.Now()); err != nil {
+		return nil, fmt.Errorf("stop %s: account usage: %w", r.Name, err)
 	}
 	if err := r.be.Stop(ctx, &r.spec, timeout); err != nil {
 		return nil, fmt.Errorf("stop %s: %w", r.Name, err)

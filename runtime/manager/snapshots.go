@@ -483,6 +483,10 @@ func (m *Manager) transition(ctx context.Context, ref, op string, from, to sandb
 	if r.State != from {
 		return nil, fmt.Errorf("%s %s: %w: sandbox is %s, not %s", op, r.Name, sandbox.ErrState, r.State, from)
 	}
+	// Usage up to the pause counts; the time paused does not.
+	if err := m.accrue(ctx, r, from == sandbox.StateRunning, time.Now()); err != nil {
+		return nil, fmt.Errorf("%s %s: account usage: %w", op, r.Name, err)
+	}
 	if err := do(sn, &r.spec); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", op, r.Name, err)
 	}

@@ -316,17 +316,26 @@ func (s *Server) Run(ctx context.Context, srv *http.Server, serve func() error) 
 	return nil
 }
 
-// reapInterval is how often the server looks for expired sandboxes.
-const reapInterval = time.Second
+// reapInterval is how often the server looks for expired sandboxes; it
+// accounts usage every accountEvery of those.
+const (
+	reapInterval = time.Second
+	accountEvery = 5
+)
 
 func (s *Server) reap(ctx context.Context) {
 	t := time.NewTicker(reapInterval)
 	defer t.Stop()
-	for {
+	for tick := 0; ; tick++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if tick%accountEvery == 0 {
+			if err := s.o.Manager.Account(ctx); err != nil && ctx.Err() == nil {
+				s.o.Logger.Warn("usage accounting", "err", err)
+			}
 		}
 		removed, err := s.o.Manager.Reap(ctx, s.o.ExpiredGrace)
 		for _, n := range removed {

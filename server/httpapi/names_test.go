@@ -27,7 +27,7 @@ import (
 // with bad names below; a new route must be added to one or the other.
 var (
 	nativeNameless = []string{"GET /healthz", "GET /openapi.json", "GET /metrics", "GET /v1/events", "GET /v1/sandboxes",
-		"GET /v1/images", "GET /v1/snapshots", "GET /v1/pools", "GET /v1/tenants", "/e2b/"}
+		"GET /v1/images", "GET /v1/snapshots", "GET /v1/pools", "GET /v1/tenants", "GET /v1/usage", "/e2b/"}
 	e2bNameless = []string{"GET /sandboxes", "GET /v2/sandboxes"}
 )
 

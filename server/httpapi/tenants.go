@@ -2,9 +2,11 @@ package httpapi
 
 import (
 	"net/http"
+	"time"
 
 	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/internal/names"
+	"smolvm.dev/smolvm/internal/units"
 	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -12,6 +14,8 @@ import (
 // registerTenantRoutes registers the admin's routes over tenants and
 // their keys; a tenant's key gets 403 from each.
 func (s *Server) registerTenantRoutes(route func(string, http.HandlerFunc)) {
+	// Usage is every tenant's for the admin, one's own for a tenant.
+	route("GET /v1/usage", s.usage)
 	admin := func(pattern string, h func(*tenant.Store, http.ResponseWriter, *http.Request)) {
 		route(pattern, func(w http.ResponseWriter, r *http.Request) {
 			if _, scoped := tenant.Of(r.Context()); scoped {
@@ -74,4 +78,27 @@ func (s *Server) registerTenantRoutes(route func(string, http.HandlerFunc)) {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
+}
+
+// usage answers GET /v1/usage?since=DURATION|RFC3339&tenant=T&by=sandbox.
+func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	since, err := units.ParseSince(q.Get("since"), time.Now())
+	if err != nil {
+		writeError(w, invalid("since", err.Error()))
+		return
+	}
+	if t := q.Get("tenant"); t != "" {
+		if err := checkNames(field{"tenant", names.Tenant, t}); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	by := q.Get("by")
+	if by != "" && by != "tenant" && by != "sandbox" {
+		writeError(w, invalid("by", `by: want "tenant" or "sandbox"`))
+		return
+	}
+	u, err := s.o.Manager.Usage(r.Context(), since, q.Get("tenant"), by == "sandbox")
+	reply(w, u, err)
 }

@@ -12,6 +12,8 @@ import (
 	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/client"
 	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/internal/testdeps"
+	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -271,5 +273,96 @@ func TestTenantQuota(t *testing.T) {
 	// The admin has no quota.
 	if _, err := tf.c.Create(ctx, sandbox.CreateOptions{Name: "admin-box", Start: true, Config: sandbox.Config{TTL: time.Hour}}); err != nil {
 		t.Fatalf("admin: %v", err)
+	}
+}
+
+// TestTenantUsage accounts a tenant's sandbox: running time, CPU and
+// memory grow while it runs and not while it is paused, they are in the
+// state database (what a restarted server reads), and each key sees only
+// its own.
+func TestTenantUsage(t *testing.T) {
+	tf := newTenantFixture(t)
+	ctx := context.Background()
+	b := tf.clients["b"]
+	m := tf.env.Manager
+	if _, err := b.Create(ctx, sandbox.CreateOptions{Name: "u1", Start: true, Config: sandbox.Config{TTL: time.Hour, Limits: sandbox.Limits{Memory: 256 << 20}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Account(ctx); err != nil {
+		t.Fatal(err)
+	}
+	busy := sandbox.Process{Args: []string{"sh", "-c", "i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done"}}
+	if exit, err := b.Exec(ctx, "u1", busy, sandbox.Stdio{}); err != nil || exit.Code != 0 {
+		t.Fatalf("busy loop: %+v %v", exit, err)
+	}
+	time.Sleep(time.Second)
+	usage := func(key string) sandbox.Usage {
+		t.Helper()
+		if err := m.Account(ctx); err != nil {
+			t.Fatal(err)
+		}
+		code, body := tf.as(key, "GET", "/v1/usage?since=1h", "")
+		var us []sandbox.Usage
+		if code != http.StatusOK || json.Unmarshal([]byte(body), &us) != nil {
+			t.Fatalf("usage: %d %s", code, body)
+		}
+		for _, u := range us {
+			if u.Tenant != key {
+				t.Fatalf("%s's key sees %+v", key, u)
+			}
+		}
+		if len(us) == 0 {
+			return sandbox.Usage{Tenant: key}
+		}
+		return us[0]
+	}
+	u1 := usage("b")
+	if u1.SandboxSeconds < 1 || u1.CPUSeconds <= 0.01 || u1.MemoryGiBSeconds < u1.SandboxSeconds/4*0.99 || u1.MemoryGiBSeconds > u1.SandboxSeconds/4*1.01 {
+		t.Fatalf("after a busy second: %+v", u1)
+	}
+	if a := usage("a"); a.SandboxSeconds != 0 {
+		t.Fatalf("a used nothing, but: %+v", a)
+	}
+	if _, err := b.Pause(ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	paused := usage("b")
+	time.Sleep(2 * time.Second)
+	if u := usage("b"); u.SandboxSeconds != paused.SandboxSeconds || u.CPUSeconds != paused.CPUSeconds {
+		t.Fatalf("paused, usage grew from %+v to %+v", paused, u)
+	}
+	resumed := time.Now()
+	if _, err := b.Resume(ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	// Running time since the resume began, no more (the pause excluded).
+	if u := usage("b"); u.SandboxSeconds < paused.SandboxSeconds+0.9 || u.SandboxSeconds > paused.SandboxSeconds+time.Since(resumed).Seconds()+0.05 {
+		t.Fatalf("%s after resume: %+v (paused at %+v)", time.Since(resumed), u, paused)
+	}
+	// The admin sees it by sandbox; Prometheus has it by tenant.
+	code, body := tf.as("b", "GET", "/v1/usage?by=sandbox&since=bad", "")
+	if code != http.StatusBadRequest {
+		t.Errorf("since=bad: %d %s", code, body)
+	}
+	status, raw, _ := tf.do("GET", "/v1/usage?by=sandbox", "")
+	if status != http.StatusOK || !strings.Contains(string(raw), `"sandbox":"`) || !strings.Contains(string(raw), `"tenant":"b"`) {
+		t.Errorf("admin by sandbox: %d %s", status, raw)
+	}
+	status, raw, _ = tf.do("GET", "/metrics", "")
+	if status != http.StatusOK || !strings.Contains(string(raw), `smolvm_tenant_sandbox_seconds_total{tenant="b"}`) {
+		t.Errorf("metrics lack tenant usage: %d", status)
+	}
+	// Durable: a fresh manager over the data dir (a restarted server)
+	// reads the same totals.
+	m2, err := manager.Open(ctx, manager.Config{DataDir: tf.env.Dir, Backends: testdeps.Backends(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close()
+	before := usage("b")
+	us, err := m2.Usage(ctx, time.Now().Add(-time.Hour), "b", false)
+	if err != nil || len(us) != 1 || us[0].SandboxSeconds != before.SandboxSeconds {
+		t.Fatalf("after reopening: %+v %v, want %+v", us, err, before)
 	}
 }
