@@ -77,6 +77,10 @@ func TestTenantServe(t *testing.T) {
 	if code, body := keyCall(t, srv, team, "POST", "/v1/sandboxes", `{"name":"t2"}`); code != http.StatusConflict || !strings.Contains(body, `"class":"quota"`) || !strings.Contains(body, "1 concurrent sandboxes") {
 		t.Fatalf("over quota: %d %s", code, body)
 	}
+	// E2B's table answers a quota with 429.
+	if code, body := keyCall(t, srv, team, "POST", "/sandboxes", `{"templateID":"base"}`); code != http.StatusTooManyRequests || !strings.Contains(body, "1 concurrent sandboxes") {
+		t.Fatalf("E2B create over quota: %d %s", code, body)
+	}
 	if out := c.must("tenant", "quota", "team", "--sandboxes", "3", "--memory", "4g"); !strings.Contains(out, "sandboxes=3") || !strings.Contains(out, "memory=4GiB") {
 		t.Fatalf("quota: %s", out)
 	}
