@@ -96,7 +96,7 @@ func TestTenantIsolation(t *testing.T) {
 		{"POST", "/v1/sandboxes/%s/start", ""},
 		{"POST", "/v1/sandboxes/%s/stop", ""},
 		{"POST", "/v1/sandboxes/%s/timeout", `{"timeout":"1m"}`},
-		{"POST", "/v1/sandboxes/%s/exec", `{"cmd":["true"]}`},
+		{"POST", "/v1/sandboxes/%s/exec", `{"args":["true"]}`},
 		{"GET", "/v1/sandboxes/%s/files?path=/etc/hostname", ""},
 		{"PUT", "/v1/sandboxes/%s/files?path=/tmp/x", "x"},
 		{"GET", "/v1/sandboxes/%s/logs", ""},
