@@ -295,3 +295,17 @@ type Error struct {
 }
 
 func (e *Error) Error() string { return e.Message }
+
+// TenantRequest is the body of POST /v1/tenants.
+type TenantRequest struct {
+	Name  string        `json:"name"`
+	Quota sandbox.Quota `json:"quota"`
+}
+
+// NewKey is the answer to POST /v1/tenants/{tenant}/keys: the key's
+// secret, shown this once.
+type NewKey struct {
+	sandbox.TenantKey
+	Tenant string `json:"tenant"`
+	Key    string `json:"key"`
+}

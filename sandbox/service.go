@@ -146,6 +146,8 @@ type Pool struct {
 	Ready        int   `json:"ready"`
 	TargetsReady int   `json:"targets_ready"`
 	MemoryUsed   int64 `json:"memory_used"`
+	// Tenant owns the pool; "" is the admin.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // Pool bounds.

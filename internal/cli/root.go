@@ -126,6 +126,7 @@ func (a *app) rootCmd() *cobra.Command {
 		a.mcpCmd(),
 		a.agentCmd(),
 		a.netCmd(), a.netHelperCmd(),
+		a.tenantCmd(), a.usageCmd(),
 	)
 	withUsage(root)
 	return root

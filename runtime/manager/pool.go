@@ -15,6 +15,7 @@ import (
 	"smolvm.dev/smolvm/internal/units"
 	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -46,13 +47,16 @@ func (m *Manager) CreatePool(ctx context.Context, o sandbox.PoolOptions) (*sandb
 	if _, err := m.images.Get(ctx, o.Image); err != nil {
 		return nil, fmt.Errorf("create pool %s: image %w", o.Name, err)
 	}
-	p := &sandbox.Pool{Name: o.Name, Image: o.Image, Size: o.Size, Targets: o.Targets, MemoryBudget: o.MemoryBudget, Limits: cfg.Limits, CreatedAt: store.Now()}
+	if err := m.admitPool(ctx); err != nil {
+		return nil, fmt.Errorf("create pool %s: %w", o.Name, err)
+	}
+	p := &sandbox.Pool{Name: o.Name, Image: o.Image, Size: o.Size, Targets: o.Targets, MemoryBudget: o.MemoryBudget, Limits: cfg.Limits, CreatedAt: store.Now(), Tenant: tenant.Owner(ctx)}
 	limits, err := json.Marshal(p.Limits)
 	if err != nil {
 		return nil, err
 	}
-	_, err = m.st.DB().ExecContext(ctx, `INSERT INTO pools(name, image, size, targets, memory_budget, config, created_at, backend) VALUES(?,?,?,?,?,?,?,?)`,
-		p.Name, p.Image, p.Size, p.Targets, p.MemoryBudget, string(limits), p.CreatedAt.UnixMilli(), m.backends.Default().Name())
+	_, err = m.st.DB().ExecContext(ctx, `INSERT INTO pools(name, image, size, targets, memory_budget, config, created_at, backend, tenant) VALUES(?,?,?,?,?,?,?,?,?)`,
+		p.Name, p.Image, p.Size, p.Targets, p.MemoryBudget, string(limits), p.CreatedAt.UnixMilli(), m.backends.Default().Name(), p.Tenant)
 	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed") {
 		return nil, fmt.Errorf("create pool: %w: pool %q exists", sandbox.ErrNameInUse, p.Name)
 	}
@@ -70,7 +74,8 @@ type poolRecord struct {
 	backend string
 }
 
-// loadPool reads a pool's record, without its members.
+// loadPool reads a pool's record, without its members: only a pool of
+// ctx's tenant (any, unscoped); another's is not found.
 func (m *Manager) loadPool(ctx context.Context, name string) (*poolRecord, error) {
 	if err := names.Check(names.Pool, name); err != nil {
 		return nil, err
@@ -80,8 +85,9 @@ func (m *Manager) loadPool(ctx context.Context, name string) (*poolRecord, error
 		limits  string
 		created int64
 	)
-	err := m.st.DB().QueryRowContext(ctx, `SELECT name, image, size, targets, memory_budget, config, created_at, backend FROM pools WHERE name = ?`, name).
-		Scan(&p.Name, &p.Image, &p.Size, &p.Targets, &p.MemoryBudget, &limits, &created, &p.backend)
+	owner, scoped := tenant.Of(ctx)
+	err := m.st.DB().QueryRowContext(ctx, `SELECT name, image, size, targets, memory_budget, config, created_at, backend, tenant FROM pools WHERE name = ? AND (NOT ? OR tenant = ?)`, name, scoped, owner).
+		Scan(&p.Name, &p.Image, &p.Size, &p.Targets, &p.MemoryBudget, &limits, &created, &p.backend, &p.Tenant)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %q", sandbox.ErrPoolNotFound, name)
 	}
@@ -142,9 +148,10 @@ func (m *Manager) pool(ctx context.Context, name string) (*poolRecord, error) {
 	return p, nil
 }
 
-// poolNames lists the pools' names.
+// poolNames lists the names of ctx's tenant's pools.
 func (m *Manager) poolNames(ctx context.Context) ([]string, error) {
-	rows, err := m.st.DB().QueryContext(ctx, `SELECT name FROM pools ORDER BY name`)
+	owner, scoped := tenant.Of(ctx)
+	rows, err := m.st.DB().QueryContext(ctx, `SELECT name FROM pools WHERE NOT ? OR tenant = ? ORDER BY name`, scoped, owner)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +193,8 @@ func (m *Manager) RemovePool(ctx context.Context, name string) error {
 	if err := names.Check(names.Pool, name); err != nil {
 		return fmt.Errorf("remove pool: %w", err)
 	}
-	res, err := m.st.DB().ExecContext(ctx, `DELETE FROM pools WHERE name = ?`, name)
+	owner, scoped := tenant.Of(ctx)
+	res, err := m.st.DB().ExecContext(ctx, `DELETE FROM pools WHERE name = ? AND (NOT ? OR tenant = ?)`, name, scoped, owner)
 	if err != nil {
 		return fmt.Errorf("remove pool %s: %w", name, err)
 	}
@@ -248,7 +256,8 @@ func (m *Manager) FillPool(ctx context.Context, name string) (int, error) {
 			return made, fmt.Errorf("fill pool %s: %w: %d of %d ready and %d of %d targets use %s of %s", name, sandbox.ErrPoolBudget,
 				p.Ready, p.Size, p.TargetsReady, p.Targets, units.FormatBytes(p.MemoryUsed), units.FormatBytes(p.MemoryBudget))
 		}
-		sb, err := m.create(ctx, sandbox.CreateOptions{Image: p.Image, Backend: p.backend, Config: sandbox.Config{Limits: p.Limits}, Start: start}, name)
+		// Members belong to the pool's tenant, whoever fills it.
+		sb, err := m.create(tenant.With(ctx, p.Tenant), sandbox.CreateOptions{Image: p.Image, Backend: p.backend, Config: sandbox.Config{Limits: p.Limits}, Start: start}, name)
 		if err != nil {
 			return made, fmt.Errorf("fill pool %s: %w", name, err)
 		}
@@ -384,7 +393,7 @@ func (m *Manager) adopt(ctx context.Context, r *record, cfg sandbox.Config) (*sa
 	if cfg.Hostname == "" {
 		cfg.Hostname = hostnameFor(r.Name, r.ID)
 	}
-	r.Config, r.CreatedAt = cfg, store.Now()
+	r.Config, r.CreatedAt, r.Tenant = cfg, store.Now(), tenant.Owner(ctx)
 	r.spec = m.specFor(r, img)
 	startClock(r)
 	id := guest.Identity{Env: r.spec.Env, MachineID: r.spec.MachineID, Hostname: r.spec.Hostname,

@@ -21,6 +21,7 @@ import (
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -58,6 +59,8 @@ var schema = []string{
 		created     INTEGER NOT NULL
 	)`,
 	`CREATE INDEX snapshot_names_snapshot_id ON snapshot_names(snapshot_id)`,
+	// The tenant (runtime/tenant) that owns a snapshot; '' is the admin's.
+	`ALTER TABLE snapshots ADD COLUMN tenant TEXT NOT NULL DEFAULT ''`,
 }
 
 const (
@@ -154,8 +157,10 @@ func (s *Store) resolve(ctx context.Context, nameOrID string) (string, error) {
 		return "", err
 	}
 	db := s.st.DB()
+	owner, scoped := tenant.Of(ctx)
 	var id string
-	err := db.QueryRowContext(ctx, `SELECT snapshot_id FROM snapshot_names WHERE name = ?`, nameOrID).Scan(&id)
+	err := db.QueryRowContext(ctx, `SELECT n.snapshot_id FROM snapshot_names n JOIN snapshots s ON s.id = n.snapshot_id
+		WHERE n.name = ? AND (NOT ? OR s.tenant = ?)`, nameOrID, scoped, owner).Scan(&id)
 	if err == nil {
 		return id, nil
 	}
@@ -169,7 +174,7 @@ func (s *Store) resolve(ctx context.Context, nameOrID string) (string, error) {
 	if !strings.HasPrefix(prefix, "sha256:") {
 		prefix = "sha256:" + prefix
 	}
-	ids, err := queryStrings(ctx, db, `SELECT id FROM snapshots WHERE substr(id, 1, ?) = ? LIMIT 2`, len(prefix), prefix)
+	ids, err := queryStrings(ctx, db, `SELECT id FROM snapshots WHERE substr(id, 1, ?) = ? AND (NOT ? OR tenant = ?) LIMIT 2`, len(prefix), prefix, scoped, owner)
 	if err != nil {
 		return "", fmt.Errorf("get snapshot %s: %w", nameOrID, err)
 	}
@@ -182,14 +187,15 @@ func (s *Store) resolve(ctx context.Context, nameOrID string) (string, error) {
 	return "", fmt.Errorf("get snapshot %s: the ID prefix matches several snapshots: give more digits", nameOrID)
 }
 
-// load reads one snapshot row with its names.
+// load reads one snapshot row with its names, if ctx's tenant owns it.
 func (s *Store) load(ctx context.Context, id string) (*sandbox.Snapshot, error) {
 	db := s.st.DB()
 	snap := &sandbox.Snapshot{ID: id}
 	var created int64
 	var files, meta string
-	err := db.QueryRowContext(ctx, `SELECT sandbox, sandbox_name, parent, image_id, created, size, files, meta FROM snapshots WHERE id = ?`, id).
-		Scan(&snap.Lineage.Sandbox, &snap.Lineage.SandboxName, &snap.Lineage.Parent, &snap.ImageID, &created, &snap.Size, &files, &meta)
+	owner, scoped := tenant.Of(ctx)
+	err := db.QueryRowContext(ctx, `SELECT sandbox, sandbox_name, parent, image_id, created, size, files, meta, tenant FROM snapshots WHERE id = ? AND (NOT ? OR tenant = ?)`, id, scoped, owner).
+		Scan(&snap.Lineage.Sandbox, &snap.Lineage.SandboxName, &snap.Lineage.Parent, &snap.ImageID, &created, &snap.Size, &files, &meta, &snap.Tenant)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
@@ -229,9 +235,11 @@ func queryStrings(ctx context.Context, db *sql.DB, query string, args ...any) ([
 	return out, rows.Err()
 }
 
-// List returns all snapshots, newest first.
+// List returns the snapshots of ctx's tenant (all, unscoped), newest
+// first.
 func (s *Store) List(ctx context.Context) ([]sandbox.Snapshot, error) {
-	ids, err := queryStrings(ctx, s.st.DB(), `SELECT id FROM snapshots ORDER BY created DESC, id`)
+	owner, scoped := tenant.Of(ctx)
+	ids, err := queryStrings(ctx, s.st.DB(), `SELECT id FROM snapshots WHERE NOT ? OR tenant = ? ORDER BY created DESC, id`, scoped, owner)
 	if err != nil {
 		return nil, fmt.Errorf("list snapshots: %w", err)
 	}
@@ -247,6 +255,13 @@ func (s *Store) List(ctx context.Context) ([]sandbox.Snapshot, error) {
 		out = append(out, *snap)
 	}
 	return out, nil
+}
+
+// Bytes sums the sizes of owner's snapshots.
+func (s *Store) Bytes(ctx context.Context, owner string) (int64, error) {
+	var n int64
+	err := s.st.DB().QueryRowContext(ctx, `SELECT COALESCE(SUM(size), 0) FROM snapshots WHERE tenant = ?`, owner).Scan(&n)
+	return n, err
 }
 
 // Verify checks that every file of snap is in place with its recorded size

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -179,6 +180,9 @@ func (g *Staging) commit(ctx context.Context, name, imageID string, lin sandbox.
 			var owner string
 			err := tx.QueryRowContext(ctx, `SELECT snapshot_id FROM snapshot_names WHERE name = ?`, name).Scan(&owner)
 			if err == nil && owner != id {
+				if _, scoped := tenant.Of(ctx); scoped {
+					return fmt.Errorf("%w: %s", ErrNameInUse, name) // perhaps another tenant's: say no more
+				}
 				return fmt.Errorf("%w: %s is snapshot %s", ErrNameInUse, name, shortID(owner))
 			}
 			if err != nil && !errors.Is(err, sql.ErrNoRows) {
@@ -190,9 +194,9 @@ func (g *Staging) commit(ctx context.Context, name, imageID string, lin sandbox.
 			return err
 		}
 		if !exists {
-			_, err := tx.ExecContext(ctx, `INSERT INTO snapshots(id, sandbox, sandbox_name, parent, image_id, created, size, files, meta)
-				VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-				id, lin.Sandbox, lin.SandboxName, lin.Parent, imageID, now, size, string(filesJSON), string(metaJSON))
+			_, err := tx.ExecContext(ctx, `INSERT INTO snapshots(id, sandbox, sandbox_name, parent, image_id, created, size, files, meta, tenant)
+				VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+				id, lin.Sandbox, lin.SandboxName, lin.Parent, imageID, now, size, string(filesJSON), string(metaJSON), tenant.Owner(ctx))
 			if err != nil {
 				return err
 			}

@@ -52,6 +52,7 @@ func (s *Server) registerRoutes() {
 	route("GET /v1/images", s.images)
 	s.registerSnapshotRoutes(route)
 	s.registerPoolRoutes(route)
+	s.registerTenantRoutes(route)
 	s.registerNetworkRoutes(route)
 	s.registerPortRoutes()
 }
