@@ -26,7 +26,7 @@ func (a *app) mcpCmd() *cobra.Command {
 			}
 			defer e.Close()
 			t := &mcp.IOTransport{Reader: io.NopCloser(a.stdin), Writer: nopWriteCloser{a.stdout}}
-			return mcpserver.New(e.mgr, buildVersion()).Run(ctx, t)
+			return mcpserver.New(e.mgr, buildVersion(), e.mgr.DialPublished).Run(ctx, t)
 		},
 	}
 }

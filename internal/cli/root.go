@@ -125,6 +125,7 @@ func (a *app) rootCmd() *cobra.Command {
 		a.applyCmd(), a.gitCmd(),
 		a.mcpCmd(),
 		a.netCmd(), a.netHelperCmd(),
+		a.browserCmd(),
 	)
 	withUsage(root)
 	return root

@@ -53,6 +53,7 @@ func (s *Server) registerRoutes() {
 	s.registerSnapshotRoutes(route)
 	s.registerPoolRoutes(route)
 	s.registerNetworkRoutes(route)
+	s.registerBrowserRoutes(route)
 	s.registerPortRoutes()
 }
 
