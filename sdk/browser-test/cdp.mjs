@@ -5,12 +5,12 @@
 import { chromium } from 'playwright-core';
 
 const [cdp, url, mode, out] = process.argv.slice(2);
-const browser = await chromium.connectOverCDP(cdp, { timeout: 30000 });
+const browser = await chromium.connectOverCDP(cdp, { timeout: 90000 });
 try {
   const ctx = browser.contexts()[0];
   const page = await ctx.newPage();
   await page.setViewportSize({ width: 800, height: 600 });
-  await page.goto(url, { timeout: 30000 });
+  await page.goto(url, { timeout: 60000 });
   if (mode === 'set') {
     await ctx.addCookies([{ name: 'run', value: 'first', url }]);
     await page.evaluate(() => localStorage.setItem('run', 'first'));

@@ -150,7 +150,7 @@ func (w *world) playwright(t *testing.T, cdp, page, mode, shot string) (r struct
 	if shot != "" {
 		args = append(args, shot)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "nsenter", args...)
 	cmd.Dir = dir
