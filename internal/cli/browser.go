@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strconv"
@@ -107,28 +108,10 @@ func (a *app) browserNewCmd() *cobra.Command {
 }
 
 func (a *app) browserRmCmd() *cobra.Command {
-	return a.withSession(&cobra.Command{
-		Use:   "rm BROWSER...",
-		Short: "Remove browsers (release them)",
-		Args:  cobra.MinimumNArgs(1),
-	}, func(s *session, args []string) error {
-		ops, err := s.sandboxes()
-		if err != nil {
-			return err
-		}
-		var last error
-		for _, ref := range args {
-			if err := browser.Release(s.ctx, ops, ref); err != nil {
-				if last != nil {
-					fmt.Fprintln(a.stderr, "smolvm:", last)
-				}
-				last = err
-				continue
-			}
-			fmt.Fprintln(a.stdout, "Removed", ref)
-		}
-		return last
-	})
+	return removeCmd(a, &cobra.Command{Use: "rm BROWSER...", Short: "Remove browsers (release them)"}, (*session).sandboxes,
+		func(ops sandbox.Service, ctx context.Context, ref string, _ func(string) (bool, error)) error {
+			return browser.Release(ctx, ops, ref)
+		}, nil)
 }
 
 func (a *app) browserScreenshotCmd() *cobra.Command {

@@ -51,7 +51,7 @@ func (s *Server) newBrowser(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, api.Browser{ID: b.ID, Name: b.Name, CDP: b.CDP, HTTP: b.HTTP, ExpiresAt: b.ExpiresAt})
+	writeJSON(w, http.StatusCreated, b)
 }
 
 func (s *Server) releaseBrowser(w http.ResponseWriter, r *http.Request) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/sandbox"
@@ -187,18 +188,11 @@ func Start(ctx context.Context, svc sandbox.Service, o StartOptions) (*sandbox.S
 	return snap, nil
 }
 
-// Browser is one running fork of a golden browser.
-type Browser struct {
-	// ID and Name are its sandbox's.
-	ID   string `json:"id"`
-	Name string `json:"name"`
-	// CDP is the browser's DevTools WebSocket URL, for Playwright's
-	// connectOverCDP, Puppeteer's connect or chrome-remote-interface.
-	CDP string `json:"cdp_url"`
-	// HTTP is the DevTools HTTP endpoint (/json/version, /json/list).
-	HTTP      string     `json:"http_url"`
-	ExpiresAt *time.Time `json:"expires_at,omitempty"`
-}
+// Browser is one running fork of a golden browser: its sandbox's ID and
+// name, its CDP WebSocket URL (for Playwright's connectOverCDP, Puppeteer's
+// connect or chrome-remote-interface) and DevTools HTTP endpoint, and when
+// it expires. It is the API's wire type.
+type Browser = api.Browser
 
 // NewOptions describe a new browser.
 type NewOptions struct {
