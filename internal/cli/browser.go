@@ -57,9 +57,6 @@ func (a *app) browserStartCmd() *cobra.Command {
 				return nil, err
 			}
 			o.Limits, o.Network, o.Timeout, o.Dial = l, net.policy(), timeout, s.portDialer()
-			if o.Network.Mode == sandbox.NetNone {
-				return nil, fmt.Errorf("%w: --net none: a browser needs egress or full (its DevTools port is published)", sandbox.ErrInvalidNetwork)
-			}
 			return browser.Start(s.ctx, ops, o)
 		}))
 	fs := cmd.Flags()
@@ -88,11 +85,8 @@ func (a *app) browserNewCmd() *cobra.Command {
 		on((*session).sandboxes, func(s *session, ops sandbox.Service, args []string) (*browser.Browser, error) {
 			if f := s.cmd.Flags(); f.Changed("net") || f.Changed("allow-host") || f.Changed("allow-cidr") {
 				p := net.policy()
-				if p.Mode == sandbox.NetNone {
+				if !f.Changed("net") {
 					p.Mode = sandbox.NetEgress
-				}
-				if err := p.Validate(); err != nil {
-					return nil, err
 				}
 				o.Network = &p
 			}

@@ -24,13 +24,9 @@ func (s *Server) startBrowser(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	mode := req.Mode
-	if mode == "" || mode == sandbox.NetNone {
-		mode = sandbox.NetEgress
-	}
 	snap, err := browser.Start(r.Context(), s.o.Manager, browser.StartOptions{
 		Golden: req.Golden, Image: req.Image, Timeout: time.Duration(req.Timeout),
-		Network: sandbox.Network{Mode: mode, Hosts: req.Hosts, CIDRs: req.CIDRs},
+		Network: sandbox.Network{Mode: req.Mode, Hosts: req.Hosts, CIDRs: req.CIDRs},
 		Dial:    s.o.Manager.DialPublished,
 	})
 	reply(w, snap, err)

@@ -154,16 +154,16 @@ func Start(ctx context.Context, svc sandbox.Service, o StartOptions) (*sandbox.S
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultBootTimeout
 	}
-	net := o.Network
-	if net.Mode == "" || net.Mode == sandbox.NetNone {
-		net.Mode = sandbox.NetEgress
+	pol, err := policy(o.Network)
+	if err != nil {
+		return nil, fmt.Errorf("browser start: %w", err)
 	}
-	net.Ports = append(append([]sandbox.Port(nil), net.Ports...), sandbox.Port{Port: CDPPort})
+	pol.Ports = append(append([]sandbox.Port(nil), pol.Ports...), sandbox.Port{Port: CDPPort})
 	cfg := sandbox.Config{
 		Cmd:     Command(),
 		Env:     []string{"HOME=/tmp"},
 		Limits:  o.Limits,
-		Network: &net,
+		Network: &pol,
 	}
 	sb, err := svc.Create(ctx, sandbox.CreateOptions{Image: o.Image, Config: cfg, Start: true})
 	if err != nil {
@@ -228,6 +228,13 @@ func New(ctx context.Context, svc sandbox.Service, o NewOptions) (*Browser, erro
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultReadyTimeout
 	}
+	if o.Network != nil {
+		pol, err := policy(*o.Network)
+		if err != nil {
+			return nil, fmt.Errorf("browser new: %w", err)
+		}
+		o.Network = &pol
+	}
 	sb, err := svc.Restore(ctx, o.Golden, sandbox.RestoreOptions{Name: o.Name})
 	if err != nil {
 		return nil, fmt.Errorf("browser new: %w", err)
@@ -246,11 +253,7 @@ func ready(ctx context.Context, svc sandbox.Service, sb *sandbox.Sandbox, o NewO
 		return nil, err
 	}
 	if o.Network != nil {
-		n := *o.Network
-		if n.Mode == "" || n.Mode == sandbox.NetNone {
-			n.Mode = sandbox.NetEgress
-		}
-		if _, err := svc.NetUpdate(ctx, sb.ID, n); err != nil {
+		if _, err := svc.NetUpdate(ctx, sb.ID, *o.Network); err != nil {
 			return nil, err
 		}
 	}
@@ -259,6 +262,18 @@ func ready(ctx context.Context, svc sandbox.Service, sb *sandbox.Sandbox, o NewO
 		return nil, err
 	}
 	return &Browser{ID: sb.ID, Name: sb.Name, CDP: ep.ws, HTTP: ep.http, ExpiresAt: sb.ExpiresAt}, nil
+}
+
+// policy is a browser's network policy: egress unless full is asked for;
+// none cannot reach the published DevTools port.
+func policy(p sandbox.Network) (sandbox.Network, error) {
+	switch p.Mode {
+	case "":
+		p.Mode = sandbox.NetEgress
+	case sandbox.NetNone:
+		return p, fmt.Errorf("%w: --net none: a browser needs egress or full (its DevTools port is published)", sandbox.ErrInvalidNetwork)
+	}
+	return p, p.Validate()
 }
 
 // checkNames checks the names a call takes before anything starts: a bad

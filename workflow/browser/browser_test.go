@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/internal/nettest"
 	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/internal/testmgr"
@@ -301,6 +302,9 @@ func TestBrowser(t *testing.T) {
 		}
 		if _, err := browser.New(ctx, w.mgr, browser.NewOptions{Golden: "no-such-golden", Dial: w.dial}); err == nil {
 			t.Error("new from a golden that does not exist succeeded")
+		}
+		if _, err := browser.New(ctx, w.mgr, browser.NewOptions{Network: &sandbox.Network{Mode: sandbox.NetNone}, Dial: w.dial}); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("new with --net none: %v, want invalid", err)
 		}
 		if _, err := browser.Start(ctx, w.mgr, browser.StartOptions{Network: sandbox.Network{Mode: sandbox.NetEgress}, Dial: w.dial}); err == nil || !strings.Contains(err.Error(), "in use") {
 			t.Errorf("a second golden of the same name: %v", err)
