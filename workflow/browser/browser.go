@@ -54,13 +54,13 @@ var (
 	ErrLoad = errdefs.New(errdefs.ErrUnavailable, "page did not load")
 )
 
-// Flags are Chromium's flags inside gVisor: headless with no GPU, no
+// flags are Chromium's flags inside gVisor: headless with no GPU, no
 // sandbox of its own (gVisor is the sandbox; its user namespaces would
 // need privileges commands do not have), /dev/shm unused (small in
 // gVisor). DevTools listens on loopback only (headless Chromium ignores
 // --remote-debugging-address), on devtoolsPort; --remote-allow-origins lets
 // CDP clients that send an Origin connect.
-var Flags = []string{
+var flags = []string{
 	"--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
 	"--no-first-run", "--no-default-browser-check", "--disable-dev-shm-usage",
 	"--disable-breakpad", "--disable-component-update", "--disable-sync",
@@ -117,7 +117,7 @@ while True:
 // background, and Chromium, whose end ends the sandbox.
 func Command() []string {
 	return append([]string{"/bin/sh", "-c", `/usr/bin/python3 -c "$0" & exec "$@"`,
-		fmt.Sprintf(forward, devtoolsPort, CDPPort), Chromium}, Flags...)
+		fmt.Sprintf(forward, devtoolsPort, CDPPort), Chromium}, flags...)
 }
 
 // Dialer connects to a host address. Nil dials directly; a test whose
