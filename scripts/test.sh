@@ -10,6 +10,8 @@ scripts/install.sh
 # closed worlds with iproute2 and fetch with curl and python3 from inside
 # sandboxes (the host image shows the host's /usr). The code interpreter's
 # scenarios draw a matplotlib figure inside a sandbox (image/png results).
+# Browser sandboxes (go test ./workflow/browser) run Debian's chromium from
+# the host image and drive it with playwright-core (sdk/browser-test).
 missing=()
 command -v ip >/dev/null || missing+=(iproute2)
 for p in curl python3; do
@@ -18,6 +20,7 @@ done
 python3 -c 'import matplotlib' 2>/dev/null || missing+=(python3-matplotlib)
 # The agent runner's eval fixtures run pytest inside sandboxes (host /usr).
 /usr/bin/python3 -c 'import pytest' 2>/dev/null || missing+=(python3-pytest)
+[[ -x /usr/lib/chromium/chromium ]] || missing+=(chromium)
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
 if ((${#missing[@]})); then
@@ -26,5 +29,6 @@ fi
 export PATH=${PREFIX:-/usr/local}/bin:$PATH
 export SMOLVM_RUNSC=${SMOLVM_RUNSC:-$(command -v runsc)}
 (cd sdk/e2b-compat && npm ci --no-audit --no-fund --loglevel=error)
+(cd sdk/browser-test && npm ci --no-audit --no-fund --loglevel=error)
 go vet ./...
 go test -count=1 -timeout 45m ./...

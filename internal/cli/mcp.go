@@ -7,7 +7,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
+	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/server/mcpserver"
+	"smolvm.dev/smolvm/workflow/browser"
 )
 
 func (a *app) mcpCmd() *cobra.Command {
@@ -26,7 +28,11 @@ func (a *app) mcpCmd() *cobra.Command {
 			return err
 		}
 		t := &mcp.IOTransport{Reader: io.NopCloser(a.stdin), Writer: nopWriteCloser{a.stdout}}
-		return mcpserver.New(ops, buildVersion()).Run(s.ctx, t)
+		var dial browser.Dialer
+		if m, ok := ops.(*manager.Manager); ok {
+			dial = m.DialPublished
+		}
+		return mcpserver.New(ops, buildVersion(), dial).Run(s.ctx, t)
 	})
 }
 

@@ -127,6 +127,7 @@ func (a *app) rootCmd() *cobra.Command {
 		a.agentCmd(),
 		a.netCmd(), a.netHelperCmd(),
 		a.tenantCmd(), a.usageCmd(),
+		a.browserCmd(),
 	)
 	withUsage(root)
 	return root

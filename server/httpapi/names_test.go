@@ -183,6 +183,9 @@ func TestNamesOnEveryRoute(t *testing.T) {
 		"POST /v1/snapshots/{snapshot}/restore": {"name"},
 		"PUT /v1/sandboxes/{id}/files":          {"?path"},
 		"GET /v1/sandboxes/{id}/files":          {"?path"},
+		"POST /v1/browsers/golden":              {"golden", "image"},
+		"POST /v1/browsers":                     {"golden", "name"},
+		"POST /v1/browsers/screenshot":          {"golden"},
 	}
 	for _, pattern := range f.srv.Routes() {
 		if len(httpguard.Wildcards(pattern)) == 0 && nativeFields[pattern] == nil {

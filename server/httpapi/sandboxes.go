@@ -54,6 +54,7 @@ func (s *Server) registerRoutes() {
 	s.registerPoolRoutes(route)
 	s.registerTenantRoutes(route)
 	s.registerNetworkRoutes(route)
+	s.registerBrowserRoutes(route)
 	s.registerPortRoutes()
 }
 
