@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"time"
 )
 
@@ -121,4 +123,32 @@ func (r *logReader) Close() error {
 		return nil
 	}
 	return r.f.Close()
+}
+
+// CopyFiles copies the named files that exist in src into dst: the main
+// log a checkpoint keeps and a restored copy continues.
+func CopyFiles(src, dst string, names []string) error {
+	for _, n := range names {
+		in, err := os.Open(filepath.Join(src, n))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		out, err := os.OpenFile(filepath.Join(dst, n), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			in.Close()
+			return err
+		}
+		_, err = io.Copy(out, in)
+		in.Close()
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("copy %s: %w", n, err)
+		}
+	}
+	return nil
 }

@@ -9,8 +9,11 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // A microVM has one serial port to its agent, and the host opens a
@@ -22,6 +25,12 @@ const (
 	muxOpen  = 'o' // host → guest, empty
 	muxData  = 'd'
 	muxClose = 'c'
+	// muxFile carries a mirrored run-dir file (see mirror.go); muxSync
+	// asks the other side to answer muxSynced once it has applied every
+	// frame before it. Their stream ID is 0, or the sync's token.
+	muxFile   = 'f'
+	muxSync   = 's'
+	muxSynced = 'S'
 )
 
 // muxFrame bounds a mux frame's payload.
@@ -45,6 +54,44 @@ type Mux struct {
 	next    uint32
 	accept  chan *muxStream // nil while nothing listens
 	err     error           // set once the underlying stream failed
+	syncs   map[uint32]chan struct{}
+
+	// filesDir receives mirrored files named in filesIn.
+	filesDir string
+	filesIn  []string
+}
+
+// ReceiveFiles makes the mux write the mirrored files named in names into
+// dir; others are refused. It must be called before Run.
+func (m *Mux) ReceiveFiles(dir string, names []string) {
+	m.filesDir, m.filesIn = dir, names
+}
+
+// sync waits until the other side has applied every frame sent so far,
+// or timeout.
+func (m *Mux) sync(timeout time.Duration) bool {
+	m.mu.Lock()
+	m.next++
+	token, done := m.next, make(chan struct{})
+	if m.syncs == nil {
+		m.syncs = map[uint32]chan struct{}{}
+	}
+	m.syncs[token] = done
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.syncs, token)
+		m.mu.Unlock()
+	}()
+	if m.write(muxSync, token, nil) != nil {
+		return false
+	}
+	select {
+	case <-done:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
 }
 
 // NewMux returns a mux over rw; Run must be called to read it.
@@ -114,6 +161,21 @@ func (m *Mux) read() error {
 			if s != nil {
 				s.closeRemote()
 			}
+		case muxFile:
+			if m.filesDir != "" {
+				if err := handleFile(m.filesDir, m.filesIn, p); err != nil {
+					fmt.Fprintln(os.Stderr, "mux:", err)
+				}
+			}
+		case muxSync:
+			m.write(muxSynced, id, nil)
+		case muxSynced:
+			m.mu.Lock()
+			if c := m.syncs[id]; c != nil {
+				close(c)
+				delete(m.syncs, id)
+			}
+			m.mu.Unlock()
 		default:
 			return fmt.Errorf("mux frame of unknown type %q", typ)
 		}
@@ -379,11 +441,13 @@ func trimNL(p []byte) []byte {
 
 // RelayFiles is the host side of a microVM's agent port, run as a
 // process of its own beside QEMU so that it outlives the smolvm command
-// that started the sandbox. serial and agent are listening Unix sockets:
+// that started the sandbox. It mirrors the agent's run-dir files into
+// runDir, and sends the agent the identity the host leaves there (see
+// mirror.go). serial and agent are listening Unix sockets:
 // QEMU's virtio-serial chardev connects to serial once, and every host
 // client of the agent connects to agent and gets a stream of its own. It
 // returns once QEMU's connection ends, removing agent's socket file.
-func RelayFiles(serial, agent *os.File) error {
+func RelayFiles(serial, agent *os.File, runDir string) error {
 	sl, err := net.FileListener(serial)
 	if err != nil {
 		return fmt.Errorf("serial listener: %w", err)
@@ -406,9 +470,44 @@ func RelayFiles(serial, agent *os.File) error {
 	}
 	defer qemu.Close()
 	m := NewMux(qemu)
+	m.ReceiveFiles(runDir, mirroredOut)
 	go Relay(m, al)
+	if err := m.sendResume(runDir); err != nil {
+		return err
+	}
 	if err := m.Run(); err != nil && !errors.Is(err, io.EOF) {
 		return err
 	}
+	return nil
+}
+
+// sendResume sends the agent each identity the host leaves in runDir
+// (resume.json), removing it from there once sent.
+func (m *Mux) sendResume(runDir string) error {
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("relay: inotify: %w", err)
+	}
+	if _, err := unix.InotifyAddWatch(fd, runDir, unix.IN_MOVED_TO|unix.IN_CLOSE_WRITE); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("relay: watch %s: %w", runDir, err)
+	}
+	send := func() {
+		for _, name := range mirroredIn {
+			if _, err := m.sendFile(runDir, name, 0, true); err == nil {
+				os.Remove(filepath.Join(runDir, name))
+			}
+		}
+	}
+	send() // left before the relay started
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			if _, err := unix.Read(fd, buf); err != nil && !errors.Is(err, unix.EINTR) {
+				return
+			}
+			send()
+		}
+	}()
 	return nil
 }

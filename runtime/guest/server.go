@@ -112,6 +112,14 @@ func Serve(ctx context.Context, cfg Config) (int, error) {
 		}
 		defer port.Close()
 		s.mux = NewMux(port)
+		runDir := filepath.Dir(cfg.ExitFile)
+		s.mux.ReceiveFiles(runDir, mirroredIn)
+		mr := &mirror{m: s.mux, dir: runDir, off: map[string]int64{}}
+		if err := mr.watch(); err != nil {
+			return 1, err
+		}
+		// The agent exiting ends the VM: the host must have the exit.
+		defer mr.flush()
 		go s.mux.RunPort(ctx)
 	}
 	sigs := make(chan os.Signal, 1)

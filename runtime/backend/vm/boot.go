@@ -15,9 +15,9 @@ import (
 )
 
 // bootModules are the modules the initramfs loads, with what they need
-// (from modules.dep): Debian builds virtio, ext4, overlayfs and 9p as
-// modules.
-var bootModules = []string{"virtio_mmio", "virtio_console", "virtio_blk", "crc32c_generic", "ext4", "overlay", "9pnet_virtio", "9p"}
+// (from modules.dep): Debian builds virtio, ext4 (and its crc32c) and
+// overlayfs as modules.
+var bootModules = []string{"virtio_mmio", "virtio_console", "virtio_blk", "crc32c_generic", "ext4", "overlay"}
 
 // kernelVersion is the version in a Debian kernel's file name
 // (vmlinuz-6.1.0-48-amd64), which names its modules directory.
@@ -48,17 +48,23 @@ var xzMagic = []byte{0xfd, '7', 'z', 'X', 'Z', 0}
 // extracting it from a bzImage into cache once (booting the compressed
 // image costs seconds of decompression under TCG).
 func uncompressedKernel(kernel, cache string) (string, error) {
+	fi, err := os.Stat(kernel)
+	if err != nil {
+		return "", fmt.Errorf("kernel: %w", err)
+	}
+	// Keyed by the file's identity, not its content: every smolvm
+	// command opens the backend, and hashing the kernel costs each one.
+	key := sha256.Sum256([]byte(fmt.Sprintf("%s %d %d", kernel, fi.Size(), fi.ModTime().UnixNano())))
+	out := filepath.Join(cache, "vmlinux-"+hex.EncodeToString(key[:8]))
+	if _, err := os.Stat(out); err == nil {
+		return out, nil
+	}
 	p, err := os.ReadFile(kernel)
 	if err != nil {
 		return "", fmt.Errorf("kernel: %w", err)
 	}
 	if bytes.HasPrefix(p, []byte("\x7fELF")) {
 		return kernel, nil
-	}
-	sum := sha256.Sum256(p)
-	out := filepath.Join(cache, "vmlinux-"+hex.EncodeToString(sum[:8]))
-	if _, err := os.Stat(out); err == nil {
-		return out, nil
 	}
 	i := bytes.Index(p, xzMagic)
 	if i < 0 {
@@ -133,8 +139,8 @@ func moduleFiles(dir string, names []string) ([]string, error) {
 
 // initScript is the initramfs's /init. It loads the modules, puts the
 // image disk (read-only) under the sandbox's writable disk with
-// overlayfs, mounts the shared run directory over 9p and hands PID 1 to
-// the agent. Disks are found by serial, not by probe order.
+// overlayfs, copies the agent's config from its disk into the run dir
+// (which the agent mirrors to the host) and hands PID 1 to the agent. Disks are found by serial, not by probe order.
 const initScript = `#!/bin/busybox sh
 export PATH=/bin
 busybox mkdir -p /proc /sys /dev /lower /upper /newroot
@@ -147,6 +153,7 @@ for d in /sys/block/vd*; do
 	case $(cat $d/serial 2>/dev/null) in
 	smolvm-image) image=/dev/${d##*/} ;;
 	smolvm-disk) disk=/dev/${d##*/} ;;
+	smolvm-config) config=/dev/${d##*/} ;;
 	esac
 done
 # init exiting ends the VM (panic=-1 and QEMU's -no-reboot).
@@ -159,7 +166,7 @@ mkdir -p /newroot/.smolvm /newroot/proc /newroot/sys /newroot/dev /newroot/tmp
 mount -t tmpfs -o mode=755,size=64m smolvm /newroot/.smolvm
 cp /agent /newroot/.smolvm/agent
 mkdir /newroot/.smolvm/run
-mount -t 9p -o trans=virtio,version=9p2000.L,cache=none,msize=262144 run /newroot/.smolvm/run || fail "mount run dir"
+cat $config > /newroot/.smolvm/run/agent.json || fail "read config $config"
 host=$(sed -n 's/.*smolvm.hostname=\([^ ]*\).*/\1/p' /proc/cmdline)
 echo "${host:-sandbox}" > /proc/sys/kernel/hostname
 ip link set lo up

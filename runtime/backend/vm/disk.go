@@ -18,6 +18,9 @@ import (
 	"smolvm.dev/smolvm/runtime/backend"
 )
 
+// maxImage bounds an image disk: each one is a full copy of its files.
+const maxImage = 2 << 30
+
 // defaultDisk is a sandbox's writable disk when the spec sets no size.
 const defaultDisk = 2 << 30
 
@@ -80,6 +83,9 @@ func imageDisk(cache string, r backend.Rootfs) (string, error) {
 		}
 		return nil
 	})
+	if size > maxImage {
+		return "", fmt.Errorf("image %s is %d MiB with its mounts, over the %d MiB a VM disk image may take (the builtin host image copies the host's /usr: use an OCI image)", r.ImageID, size>>20, maxImage>>20)
+	}
 	size = size + size/4 + 32<<20
 	tmp := out + ".tmp" + strconv.Itoa(os.Getpid())
 	defer os.Remove(tmp)

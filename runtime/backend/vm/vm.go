@@ -44,7 +44,8 @@ type Config struct {
 }
 
 // Backend drives QEMU. A sandbox is a QEMU process and a relay process
-// (guest.RelayFiles) beside it, both found again through pid files in
+// (guest.RelayFiles: the agent's port, and its run dir mirrored into the
+// sandbox's) beside it, both found again through pid files in
 // the sandbox's dir.
 type Backend struct {
 	cfg        Config
@@ -104,7 +105,9 @@ type layout struct{ dir string }
 
 func (l layout) run() string      { return filepath.Join(l.dir, "run") }
 func (l layout) launch() string   { return filepath.Join(l.dir, "vm.json") }
+func (l layout) config() string   { return filepath.Join(l.dir, "config.img") }
 func (l layout) disk() string     { return filepath.Join(l.dir, "disk.qcow2") }
+func (l layout) ram() string      { return filepath.Join(l.dir, "ram") }
 func (l layout) qemuPid() string  { return filepath.Join(l.dir, "qemu.pid") }
 func (l layout) relayPid() string { return filepath.Join(l.dir, "relay.pid") }
 func (l layout) serial() string   { return filepath.Join(l.dir, "serial.sock") }
@@ -166,7 +169,7 @@ func (b *Backend) create(s *backend.Spec) error {
 	if err := overlay(l.disk(), blank, "raw"); err != nil {
 		return err
 	}
-	if err := writeJSON(filepath.Join(l.run(), "agent.json"), agentConfig(s)); err != nil {
+	if err := writeConfigDisk(l.config(), agentConfig(s)); err != nil {
 		return err
 	}
 	mem := s.Limits.Memory
@@ -176,7 +179,19 @@ func (b *Backend) create(s *backend.Spec) error {
 	return writeJSON(l.launch(), launch{Kernel: b.kernel, Initrd: initrd, Image: image, Memory: mem, CPUs: max(1, int(math.Ceil(s.Limits.CPUs)))})
 }
 
-// agentConfig is what the agent reads at boot, from the shared run dir.
+// writeConfigDisk writes v as JSON into a disk image (sectors, padded
+// with spaces, which JSON ignores): the guest's init copies it into the
+// agent's run dir.
+func writeConfigDisk(path string, v any) error {
+	p, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	pad := (4096 - len(p)%4096) % 4096
+	return writeFileAtomic(path, append(p, bytes.Repeat([]byte(" "), pad)...))
+}
+
+// agentConfig is what the agent reads at boot, from its config disk.
 func agentConfig(s *backend.Spec) guest.Config {
 	return guest.Config{
 		Serial:      serialPort,
@@ -268,7 +283,7 @@ func (b *Backend) startRelay(s *backend.Spec) error {
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(s.GuestBinary, "relay")
+	cmd := exec.Command(s.GuestBinary, "relay", l.run())
 	cmd.ExtraFiles = files
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// The relay outlives this process, as the sandbox does.
@@ -286,10 +301,14 @@ func (b *Backend) qemuArgs(s *backend.Spec, ln launch) []string {
 	l := layout{s.Dir}
 	cmdline := "console=ttyS0 quiet panic=-1 reboot=t cryptomgr.notests mitigations=off nokaslr pci=off " +
 		"tsc=reliable " + tscFlags() + " smolvm.hostname=" + s.Hostname
+	mem := strconv.FormatInt(ln.Memory>>20, 10) + "M"
 	return []string{
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-		"-M", "microvm", "-accel", b.accel, "-cpu", b.cpu,
-		"-m", strconv.FormatInt(ln.Memory>>20, 10) + "M", "-smp", strconv.Itoa(ln.CPUs),
+		// Guest RAM lives in a file of the sandbox's, shared, so that a
+		// checkpoint is that file and a small device-state stream.
+		"-object", "memory-backend-file,id=mem,size=" + mem + ",mem-path=" + l.ram() + ",share=on",
+		"-M", "microvm,memory-backend=mem", "-accel", b.accel, "-cpu", b.cpu,
+		"-m", mem, "-smp", strconv.Itoa(ln.CPUs),
 		"-kernel", ln.Kernel, "-initrd", ln.Initrd, "-append", cmdline,
 		"-serial", "file:" + l.console(),
 		"-drive", "id=image,file=" + ln.Image + ",format=raw,if=none,readonly=on",
@@ -299,8 +318,8 @@ func (b *Backend) qemuArgs(s *backend.Spec, ln launch) []string {
 		"-device", "virtio-serial-device",
 		"-chardev", "socket,id=agent,path=" + l.serial(),
 		"-device", "virtserialport,chardev=agent,name=" + serialPort,
-		"-fsdev", "local,id=run,path=" + l.run() + ",security_model=mapped-xattr",
-		"-device", "virtio-9p-device,fsdev=run,mount_tag=run",
+		"-drive", "id=config,file=" + l.config() + ",format=raw,if=none,readonly=on",
+		"-device", "virtio-blk-device,drive=config,serial=smolvm-config",
 		"-qmp", "unix:" + l.qmp() + ",server=on,wait=off",
 		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
 	}
@@ -329,14 +348,14 @@ func tscFlags() string {
 
 // startQEMU starts QEMU, on its own: the VM outlives this process.
 // Whether it came up is for waitAgent to see.
-func (b *Backend) startQEMU(s *backend.Spec, ln launch) error {
+func (b *Backend) startQEMU(s *backend.Spec, ln launch, extra ...string) error {
 	l := layout{s.Dir}
 	logf, err := os.OpenFile(l.qemuLog(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(b.cfg.QEMU, b.qemuArgs(s, ln)...)
+	cmd := exec.Command(b.cfg.QEMU, append(b.qemuArgs(s, ln), extra...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -407,7 +426,7 @@ func (b *Backend) qemu(s *backend.Spec) (int, bool) {
 // relay returns the pid of s's relay, if it runs.
 func (b *Backend) relay(s *backend.Spec) (int, bool) {
 	return livePid(layout{s.Dir}.relayPid(), func(cmdline []byte) bool {
-		return bytes.HasSuffix(cmdline, []byte("\x00relay\x00"))
+		return bytes.HasSuffix(cmdline, []byte("\x00relay\x00"+layout{s.Dir}.run()+"\x00"))
 	})
 }
 
@@ -550,26 +569,28 @@ func (b *Backend) Stop(ctx context.Context, s *backend.Spec, timeout time.Durati
 			}
 		}
 	}
+	if !killWait(b, s, pid) {
+		return fmt.Errorf("stop %s: QEMU still running after SIGKILL", s.ID)
+	}
+	return nil
+}
+
+// killWait kills s's QEMU and waits (up to 2 s) for it to be gone.
+func killWait(b *Backend, s *backend.Spec, pid int) bool {
 	unix.Kill(pid, unix.SIGKILL)
 	for range 200 {
 		if _, ok := b.qemu(s); !ok {
-			return nil
+			return true
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return fmt.Errorf("stop %s: QEMU still running after SIGKILL", s.ID)
+	return false
 }
 
 // Delete implements backend.Backend.
 func (b *Backend) Delete(ctx context.Context, s *backend.Spec) error {
 	if pid, ok := b.qemu(s); ok {
-		unix.Kill(pid, unix.SIGKILL)
-		for i := 0; i < 200; i++ {
-			if _, ok := b.qemu(s); !ok {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		killWait(b, s, pid)
 	}
 	if pid, ok := b.relay(s); ok {
 		unix.Kill(pid, unix.SIGKILL)

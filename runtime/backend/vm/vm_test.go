@@ -1,12 +1,19 @@
 package vm
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
+
+	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/runtime/guest"
 
 	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/runtime/backend"
@@ -100,5 +107,65 @@ func TestChooseAccel(t *testing.T) {
 		if tc.want == "kvm" && tc.kvm != nil && !errors.Is(err, errNoKVM) {
 			t.Errorf("demanding KVM without it: %v", err)
 		}
+	}
+}
+
+func TestMissingKernel(t *testing.T) {
+	_, err := New(Config{Cache: t.TempDir(), Kernel: "/no/such/vmlinuz"})
+	if err == nil || !strings.Contains(err.Error(), "/no/such/vmlinuz") {
+		t.Fatalf("a missing kernel: %v", err)
+	}
+}
+
+// TestCorruptCheckpoint: a checkpoint whose files are damaged or missing
+// is refused as corrupt, before any VM starts.
+func TestCorruptCheckpoint(t *testing.T) {
+	b := testBackend(t)
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, snapLaunch), []byte("{not json"), 0o600)
+	s := &backend.Spec{ID: "corrupt", Dir: filepath.Join(t.TempDir(), "s"), GuestBinary: testenv.Guest(t), Rootfs: busyboxRoot(t)}
+	err := b.Restore(context.Background(), s, dir)
+	if !errors.Is(err, ErrLoad) || !errors.Is(err, errdefs.ErrCorrupt) {
+		t.Fatalf("restore of a damaged checkpoint: %v", err)
+	}
+	os.WriteFile(filepath.Join(dir, snapLaunch), []byte(`{"Kernel":"/no/kernel"}`), 0o600)
+	if err := b.Restore(context.Background(), s, dir); !errors.Is(err, ErrLoad) {
+		t.Fatalf("restore of a checkpoint without its files: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(s.Dir, "qemu.pid")); err == nil {
+		t.Fatal("a QEMU was started for a corrupt checkpoint")
+	}
+}
+
+// TestKilledQEMU: a VM killed from outside shows as stopped, with no
+// main exit (nothing recorded one), and its agent as unavailable.
+func TestKilledQEMU(t *testing.T) {
+	b := testBackend(t)
+	s := &backend.Spec{ID: "killed", Hostname: "k", Dir: filepath.Join(t.TempDir(), "s"), GuestBinary: testenv.Guest(t), Rootfs: busyboxRoot(t)}
+	ctx := context.Background()
+	defer b.Delete(ctx, s)
+	if err := b.Run(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	pid, ok := b.qemu(s)
+	if !ok {
+		t.Fatal("no QEMU after run")
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if st, _ := b.State(ctx, s); st == backend.StatusStopped {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a killed VM still shows as running")
+		}
+	}
+	if e, err := b.MainExit(ctx, s); e != nil || err != nil {
+		t.Fatalf("main exit of a killed VM: %+v, %v", e, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := b.Guest(s).Ping(pctx); !errors.Is(err, guest.ErrUnavailable) {
+		t.Fatalf("ping of a killed VM: %v", err)
 	}
 }
