@@ -23,6 +23,15 @@ python3 -c 'import matplotlib' 2>/dev/null || missing+=(python3-matplotlib)
 [[ -x /usr/lib/chromium/chromium ]] || missing+=(chromium)
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
+# The microVM backend (go test ./runtime/backend/vm): QEMU, qemu-img, a
+# Debian kernel and its modules, a static busybox for the initramfs,
+# mkfs.ext4 and xz (to uncompress the kernel).
+command -v qemu-system-x86_64 >/dev/null || missing+=(qemu-system-x86)
+command -v qemu-img >/dev/null || missing+=(qemu-utils)
+compgen -G '/boot/vmlinuz-*' >/dev/null || missing+=(linux-image-amd64)
+[[ -x /bin/busybox ]] || missing+=(busybox-static)
+command -v mkfs.ext4 >/dev/null || missing+=(e2fsprogs)
+command -v xz >/dev/null || missing+=(xz-utils)
 if ((${#missing[@]})); then
 	apt-get update -qq && apt-get install -y -qq "${missing[@]}"
 fi
