@@ -299,3 +299,59 @@ type Error struct {
 }
 
 func (e *Error) Error() string { return e.Message }
+
+// TenantRequest is the body of POST /v1/tenants.
+type TenantRequest struct {
+	Name  string        `json:"name"`
+	Quota sandbox.Quota `json:"quota"`
+}
+
+// NewKey is the answer to POST /v1/tenants/{tenant}/keys: the key's
+// secret, shown this once.
+type NewKey struct {
+	sandbox.TenantKey
+	Tenant string `json:"tenant"`
+	Key    string `json:"key"`
+}
+
+// BrowserStartRequest is the body of POST /v1/browsers/golden: boot
+// Chromium and checkpoint it as the golden browser.
+type BrowserStartRequest struct {
+	Golden string              `json:"golden,omitempty"`
+	Image  string              `json:"image,omitempty"`
+	Mode   sandbox.NetworkMode `json:"mode,omitempty"` // egress (default) or full
+	Hosts  []string            `json:"allow_hosts,omitempty"`
+	CIDRs  []string            `json:"allow_cidrs,omitempty"`
+	// Timeout bounds the wait for Chromium's DevTools endpoint.
+	Timeout Duration `json:"timeout,omitempty"`
+}
+
+// BrowserRequest is the body of POST /v1/browsers: a fresh browser from
+// the golden. Network, if set, replaces the golden's allow-list.
+type BrowserRequest struct {
+	Golden  string                `json:"golden,omitempty"`
+	Name    string                `json:"name,omitempty"`
+	TTL     Duration              `json:"ttl,omitempty"`
+	Network *NetworkUpdateRequest `json:"network,omitempty"`
+}
+
+// Browser is a running browser: its sandbox, and its CDP endpoints on the
+// server's host.
+type Browser struct {
+	ID        string     `json:"id"`
+	Name      string     `json:"name"`
+	CDP       string     `json:"cdp_url"`
+	HTTP      string     `json:"http_url"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// ScreenshotRequest is the body of POST /v1/browsers/screenshot; the answer
+// is the PNG (image/png).
+type ScreenshotRequest struct {
+	Golden   string   `json:"golden,omitempty"`
+	URL      string   `json:"url"`
+	FullPage bool     `json:"full_page,omitempty"`
+	Width    int      `json:"width,omitempty"`
+	Height   int      `json:"height,omitempty"`
+	Timeout  Duration `json:"timeout,omitempty"`
+}

@@ -47,6 +47,9 @@ type Sandbox struct {
 	Snapshot string `json:"snapshot,omitempty"`
 	// ForkedFrom is the ID of the sandbox this one is a fork of.
 	ForkedFrom string `json:"forked_from,omitempty"`
+	// Tenant owns the sandbox; "" is the admin (the server's own token,
+	// or a local caller).
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // Config is what the user asked for at creation.

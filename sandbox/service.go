@@ -151,6 +151,8 @@ type Pool struct {
 	Snapshot string `json:"snapshot,omitempty"`
 	Hot      int    `json:"hot,omitempty"`
 	HotReady int    `json:"hot_ready,omitempty"`
+	// Tenant owns the pool; "" is the admin.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // Pool bounds.

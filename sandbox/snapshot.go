@@ -41,4 +41,6 @@ type Snapshot struct {
 	Size    int64           `json:"size"` // bytes of its files
 	Files   []File          `json:"files"`
 	Meta    json.RawMessage `json:"meta,omitempty"` // opaque here: what the sandbox manager needs to restore
+	// Tenant owns the snapshot; "" is the admin.
+	Tenant string `json:"tenant,omitempty"`
 }

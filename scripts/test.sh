@@ -10,19 +10,34 @@ scripts/install.sh
 # closed worlds with iproute2 and fetch with curl and python3 from inside
 # sandboxes (the host image shows the host's /usr). The code interpreter's
 # scenarios draw a matplotlib figure inside a sandbox (image/png results).
+# Browser sandboxes (go test ./workflow/browser) run Debian's chromium from
+# the host image and drive it with playwright-core (sdk/browser-test).
 missing=()
 command -v ip >/dev/null || missing+=(iproute2)
 for p in curl python3; do
 	[[ -x /usr/bin/$p ]] || missing+=("$p")
 done
 python3 -c 'import matplotlib' 2>/dev/null || missing+=(python3-matplotlib)
+# The agent runner's eval fixtures run pytest inside sandboxes (host /usr).
+/usr/bin/python3 -c 'import pytest' 2>/dev/null || missing+=(python3-pytest)
+[[ -x /usr/lib/chromium/chromium ]] || missing+=(chromium)
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
+# The microVM backend (go test ./runtime/backend/vm): QEMU, qemu-img, a
+# Debian kernel and its modules, a static busybox for the initramfs,
+# mkfs.ext4 and xz (to uncompress the kernel).
+command -v qemu-system-x86_64 >/dev/null || missing+=(qemu-system-x86)
+command -v qemu-img >/dev/null || missing+=(qemu-utils)
+compgen -G '/boot/vmlinuz-*' >/dev/null || missing+=(linux-image-amd64)
+[[ -x /bin/busybox ]] || missing+=(busybox-static)
+command -v mkfs.ext4 >/dev/null || missing+=(e2fsprogs)
+command -v xz >/dev/null || missing+=(xz-utils)
 if ((${#missing[@]})); then
 	apt-get update -qq && apt-get install -y -qq "${missing[@]}"
 fi
 export PATH=${PREFIX:-/usr/local}/bin:$PATH
 export SMOLVM_RUNSC=${SMOLVM_RUNSC:-$(command -v runsc)}
 (cd sdk/e2b-compat && npm ci --no-audit --no-fund --loglevel=error)
+(cd sdk/browser-test && npm ci --no-audit --no-fund --loglevel=error)
 go vet ./...
 go test -count=1 -timeout 45m ./...

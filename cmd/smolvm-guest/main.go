@@ -14,8 +14,16 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 3 && os.Args[1] == "relay" {
+		// On the host, beside a microVM: see guest.RelayFiles.
+		if err := guest.RelayFiles(os.NewFile(3, "serial"), os.NewFile(4, "agent"), os.Args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, "smolvm-guest relay:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: smolvm-guest CONFIG")
+		fmt.Fprintln(os.Stderr, "usage: smolvm-guest CONFIG | smolvm-guest relay RUNDIR")
 		os.Exit(2)
 	}
 	code, err := run(os.Args[1])

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"smolvm.dev/smolvm/runtime/backend/vm"
 	"smolvm.dev/smolvm/runtime/network"
 )
 
@@ -86,10 +87,15 @@ func (a *app) doctorChecks() []check {
 	} else {
 		add("overlayfs", "warn", "not available: only single-layer images run (modprobe overlay)")
 	}
-	if fileExists("/dev/kvm") {
-		add("kvm", "ok", "/dev/kvm present: the microVM backend can run here")
+	if err := vm.ProbeKVM(); err == nil {
+		add("kvm", "ok", "/dev/kvm creates VMs: the vm backend runs under KVM")
 	} else {
-		add("kvm", "warn", "no /dev/kvm: gVisor (systrap) only; the microVM backend needs KVM")
+		add("kvm", "warn", fmt.Sprintf("KVM unusable (%v): the vm backend falls back to TCG emulation, slow, for tests", err))
+	}
+	if vb, err := a.vmBackend(); err != nil {
+		add("vm backend", "warn", fmt.Sprintf("unavailable: %v (needs qemu-system-x86, qemu-utils, linux-image-amd64, busybox-static)", err))
+	} else {
+		add("vm backend", "ok", "QEMU microvm under "+vb.Accel()+" (--backend vm)")
 	}
 	if err := network.Check(a.dataDir); err != nil {
 		add("network", "warn", fmt.Sprintf("--net egress/full unavailable: %v (needs root, network namespaces, veth and nf_tables)", err))

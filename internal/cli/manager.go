@@ -84,8 +84,12 @@ func (a *app) open(ctx context.Context) (*env, error) {
 	if err != nil {
 		return nil, err
 	}
+	bs, err := a.addVM([]backend.Backend{be})
+	if err != nil {
+		return nil, err
+	}
 	c := manager.Config{
-		DataDir: a.dataDir, Backends: []backend.Backend{be}, GuestBinary: bin,
+		DataDir: a.dataDir, Backends: bs, DefaultBackend: defaultBackend(), GuestBinary: bin,
 		// The host namespace and upstream DNS are overridable for tests,
 		// which must never send traffic off the machine.
 		Network: &network.Host{NetNS: os.Getenv("SMOLVM_NET_NETNS"), Resolver: os.Getenv("SMOLVM_NET_RESOLVER")},

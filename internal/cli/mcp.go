@@ -7,28 +7,33 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
+	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/server/mcpserver"
+	"smolvm.dev/smolvm/workflow/browser"
 )
 
 func (a *app) mcpCmd() *cobra.Command {
-	return &cobra.Command{
+	return a.withSession(&cobra.Command{
 		Use:   "mcp",
 		Short: "Serve sandboxes to an AI agent as MCP tools over stdio",
 		Long: "Speaks the Model Context Protocol on stdin/stdout, for Claude Code, Codex, Cursor and other\n" +
 			"MCP clients: tools create sandboxes, run commands, read and write files, checkpoint,\n" +
-			"restore and fork. Register it as a stdio server whose command is `smolvm mcp`.",
+			"restore and fork. Register it as a stdio server whose command is `smolvm mcp`.\n" +
+			"With --host (SMOLVM_HOST) it works through that smolvm serve with SMOLVM_TOKEN, which may\n" +
+			"be a tenant's key: the agent then reaches only that tenant's sandboxes.",
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			e, err := a.open(ctx)
-			if err != nil {
-				return err
-			}
-			defer e.Close()
-			t := &mcp.IOTransport{Reader: io.NopCloser(a.stdin), Writer: nopWriteCloser{a.stdout}}
-			return mcpserver.New(e.mgr, buildVersion()).Run(ctx, t)
-		},
-	}
+	}, func(s *session, _ []string) error {
+		ops, err := s.sandboxes()
+		if err != nil {
+			return err
+		}
+		t := &mcp.IOTransport{Reader: io.NopCloser(a.stdin), Writer: nopWriteCloser{a.stdout}}
+		var dial browser.Dialer
+		if m, ok := ops.(*manager.Manager); ok {
+			dial = m.DialPublished
+		}
+		return mcpserver.New(ops, buildVersion(), dial).Run(s.ctx, t)
+	})
 }
 
 // nopWriteCloser leaves the app's stdout open when the MCP session ends.

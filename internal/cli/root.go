@@ -46,6 +46,7 @@ func exitCode(code int) error { return &exitError{code: code} }
 type app struct {
 	dataDir string
 	runsc   string
+	kernel  string
 	// host, when set, is a server the sandbox commands go through.
 	host string
 	// self is the smolvm binary, run in the background to refill pools;
@@ -112,6 +113,7 @@ func (a *app) rootCmd() *cobra.Command {
 	pf.StringVar(&a.dataDir, "data-dir", envOr("SMOLVM_DATA_DIR", defaultDataDir()), "state directory (env SMOLVM_DATA_DIR)")
 	pf.StringVar(&a.host, "host", os.Getenv("SMOLVM_HOST"), "smolvm serve to use: unix:///path or http(s)://host:port (env SMOLVM_HOST; token in SMOLVM_TOKEN); default: work directly")
 	pf.StringVar(&a.runsc, "runsc", os.Getenv("SMOLVM_RUNSC"), "path to runsc (env SMOLVM_RUNSC; default: next to smolvm, then $PATH)")
+	pf.StringVar(&a.kernel, "kernel", os.Getenv("SMOLVM_KERNEL"), "guest kernel of the vm backend (env SMOLVM_KERNEL; default: the newest /boot/vmlinuz-*); SMOLVM_BACKEND=vm makes vm the default backend")
 
 	root.AddCommand(
 		// Command groups register here, one constructor per file.
@@ -124,7 +126,10 @@ func (a *app) rootCmd() *cobra.Command {
 		a.checkpointCmd(), a.restoreCmd(), a.forkCmd(), a.pauseCmd(), a.resumeCmd(), a.snapshotCmd(), a.poolCmd(),
 		a.applyCmd(), a.gitCmd(),
 		a.mcpCmd(),
+		a.agentCmd(),
 		a.netCmd(), a.netHelperCmd(),
+		a.tenantCmd(), a.usageCmd(),
+		a.browserCmd(),
 	)
 	withUsage(root)
 	return root

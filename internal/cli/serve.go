@@ -114,7 +114,7 @@ X-Access-Token). The sandbox needs no network for either.`,
 			// tokens itself.
 			e2bAPI, err := e2b.New(ctx, e2b.Options{
 				Manager: e.mgr, Store: e.st, Snapshots: e.snaps, MaxUpload: limit, DefaultTTL: defaultTTL,
-				Authorize: func(r *http.Request) bool { return httpapi.CheckToken(r, token) },
+				Authorize: func(r *http.Request) (*http.Request, bool) { return httpapi.Authenticate(r, token, e.mgr.Tenants()) },
 				Ports:     proxy, Domain: domain,
 				Where: "smolvm serves E2B's API at the root and under " + E2BPrefix + ", and its own under /v1",
 			})

@@ -71,7 +71,8 @@ func quote(s string) string {
 }
 
 // KindOf returns the kind of name a path wildcard holds: {id} a sandbox,
-// {snapshot} and {template} a snapshot, {pool} a pool, {port} a port.
+// {snapshot} and {template} a snapshot, {pool} a pool, {port} a port,
+// {tenant} a tenant, {key} a tenant key's ID.
 func KindOf(wildcard string) (names.Kind, bool) {
 	switch wildcard {
 	case "id":
@@ -82,6 +83,10 @@ func KindOf(wildcard string) (names.Kind, bool) {
 		return names.Pool, true
 	case "port":
 		return names.Port, true
+	case "tenant":
+		return names.Tenant, true
+	case "key":
+		return names.Key, true
 	}
 	return 0, false
 }

@@ -51,6 +51,8 @@ const (
 	Port
 	// Path is a path inside a sandbox (see CheckPath).
 	Path
+	// Key is a tenant API key's ID (never its secret).
+	Key
 )
 
 type rule struct {
@@ -80,6 +82,7 @@ var rules = map[Kind]rule{
 		want: "use letters, digits and '_', '.', '-', ':', '/', '@', starting with a letter or digit"},
 	Port: {what: "port", max: 5, re: regexp.MustCompile(`^[1-9][0-9]{0,4}$`), want: "use a number from 1 to 65535"},
 	Path: {what: "path", max: MaxPath},
+	Key:  {what: "key ID", max: 64, re: regexp.MustCompile(`^[0-9a-f]{1,64}$`), want: "use the hex ID that smolvm tenant ls shows"},
 }
 
 // String names the kind as messages do ("pool name").

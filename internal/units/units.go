@@ -1,4 +1,5 @@
-// Package units parses and formats byte sizes the way docker's flags do.
+// Package units parses and formats byte sizes the way docker's flags do,
+// and the start times of reports.
 package units
 
 import (
@@ -6,6 +7,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // ParseBytes parses sizes such as "512m", "1.5g", "1GiB" or "4096". Single
@@ -55,4 +57,20 @@ func FormatBytes(n int64) string {
 	s := strconv.FormatFloat(v, 'f', 1, 64)
 	s = strings.TrimSuffix(s, ".0")
 	return s + string("KMGTP"[exp]) + "iB"
+}
+
+// ParseSince reads a start time: a duration back from now ("24h"), an
+// RFC 3339 time, or "" for the last 30 days.
+func ParseSince(v string, now time.Time) (time.Time, error) {
+	if v == "" {
+		return now.Add(-30 * 24 * time.Hour), nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q: want a duration (24h) or an RFC 3339 time", v)
+	}
+	return t, nil
 }

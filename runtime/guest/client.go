@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"syscall"
 	"time"
 
 	"smolvm.dev/smolvm/errdefs"
@@ -90,6 +91,11 @@ func (c *Client) Ping(ctx context.Context) error {
 // it serves again once an Identity appears in its resume file.
 func (c *Client) Quiesce(ctx context.Context) error {
 	return opErr(c.do(ctx, Request{Op: OpQuiesce}, nil))
+}
+
+// Signal sends sig to the agent, and with all to every process first.
+func (c *Client) Signal(ctx context.Context, sig syscall.Signal, all bool) error {
+	return opErr(c.do(ctx, Request{Op: OpSignal, Signal: int(sig), All: all}, nil))
 }
 
 // SetDeadline moves the sandbox's deadline; nil removes it.

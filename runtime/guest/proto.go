@@ -76,6 +76,10 @@ const (
 	// OpDial connects to TCP Port on the sandbox's loopback and splices
 	// it to the connection (see Server.dialPort).
 	OpDial = "dial"
+	// OpSignal sends Signal to the agent itself (which takes SIGTERM and
+	// SIGINT as stop) and, with All, to every process first: a backend
+	// that cannot signal the sandbox's init from outside (a VM) uses it.
+	OpSignal = "signal"
 )
 
 // Request is the first frame of every connection.
@@ -93,6 +97,9 @@ type Request struct {
 	Deadline *time.Time `json:"deadline,omitempty"`
 	// Port is OpDial's TCP port.
 	Port int `json:"port,omitempty"`
+	// Signal and All are OpSignal's.
+	Signal int  `json:"signal,omitempty"`
+	All    bool `json:"all,omitempty"`
 }
 
 // conn frames a stream. Writes are serialized so stdout and stderr pumps can

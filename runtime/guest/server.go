@@ -29,6 +29,10 @@ import (
 type Config struct {
 	// Socket is where the agent listens, inside the sandbox.
 	Socket string `json:"socket"`
+	// Serial, instead of Socket, names the virtio-serial port the agent
+	// serves (a microVM's): the host's streams come multiplexed over it
+	// (see Mux).
+	Serial string `json:"serial,omitempty"`
 	// Env is the sandbox's base environment (image env + user env).
 	Env []string `json:"env"`
 	Dir string   `json:"dir,omitempty"`
@@ -70,6 +74,7 @@ type Server struct {
 	mu       sync.Mutex
 	cfg      Config
 	ln       net.Listener
+	mux      *Mux // over the serial port, if Config.Serial is set
 	conns    map[net.Conn]bool
 	deadline chan *time.Time // deadline changes, after a restore
 	// quiesced is set while the agent has dropped its host connections
@@ -99,6 +104,23 @@ func Serve(ctx context.Context, cfg Config) (int, error) {
 	}
 	if cfg.MachineID != "" {
 		writeMachineID(cfg.MachineID)
+	}
+	if cfg.Serial != "" {
+		port, err := SerialPort(cfg.Serial)
+		if err != nil {
+			return 1, err
+		}
+		defer port.Close()
+		s.mux = NewMux(port)
+		runDir := filepath.Dir(cfg.ExitFile)
+		s.mux.ReceiveFiles(runDir, mirroredIn)
+		mr := &mirror{m: s.mux, dir: runDir, off: map[string]int64{}}
+		if err := mr.watch(); err != nil {
+			return 1, err
+		}
+		// The agent exiting ends the VM: the host must have the exit.
+		defer mr.flush()
+		go s.mux.RunPort(ctx)
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT)
@@ -208,6 +230,13 @@ func (s *Server) writeExit(e sandbox.Exit) {
 
 // listen opens the agent's socket and serves it until quiesce closes it.
 func (s *Server) listen() error {
+	if s.mux != nil {
+		s.mu.Lock()
+		s.ln, s.quiesced = s.mux.Listen(), false
+		go s.accept(s.ln)
+		s.mu.Unlock()
+		return nil
+	}
 	os.Remove(s.cfg.Socket)
 	ln, err := net.Listen("unix", s.cfg.Socket)
 	if err != nil {
@@ -284,6 +313,12 @@ func (s *Server) handle(nc net.Conn) {
 		if err := s.adopt(*req.Identity); err != nil {
 			exit = sandbox.Exit{Code: 125, Error: err.Error()}
 		}
+	case OpSignal:
+		sig := unix.Signal(req.Signal)
+		if req.All {
+			unix.Kill(-1, sig)
+		}
+		unix.Kill(os.Getpid(), sig)
 	case OpDial:
 		// The connection is the port's from now on: no exit frame.
 		s.dialPort(nc, c, req.Port)

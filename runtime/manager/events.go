@@ -1,9 +1,11 @@
 package manager
 
 import (
+	"context"
 	"sync"
 	"time"
 
+	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -15,20 +17,29 @@ const eventBuffer = 256
 // hub fans events out to subscribers.
 type hub struct {
 	mu   sync.Mutex
-	subs map[chan sandbox.Event]struct{}
+	subs map[chan sandbox.Event]subscriber
 }
 
-// Subscribe returns a channel of every event from now on, and a function
-// that ends the subscription. The channel is closed when the subscription
-// ends, or when the subscriber fell more than eventBuffer events behind.
-func (m *Manager) Subscribe() (<-chan sandbox.Event, func()) {
+// subscriber is whose events a subscription gets: ctx's tenant's, or
+// everyone's.
+type subscriber struct {
+	owner  string
+	scoped bool
+}
+
+// Subscribe returns a channel of every event from now on of the sandboxes
+// ctx's tenant owns (every sandbox, unscoped), and a function that ends
+// the subscription. The channel is closed when the subscription ends, or
+// when the subscriber fell more than eventBuffer events behind.
+func (m *Manager) Subscribe(ctx context.Context) (<-chan sandbox.Event, func()) {
 	h := &m.events
 	c := make(chan sandbox.Event, eventBuffer)
+	owner, scoped := tenant.Of(ctx)
 	h.mu.Lock()
 	if h.subs == nil {
-		h.subs = map[chan sandbox.Event]struct{}{}
+		h.subs = map[chan sandbox.Event]subscriber{}
 	}
-	h.subs[c] = struct{}{}
+	h.subs[c] = subscriber{owner: owner, scoped: scoped}
 	h.mu.Unlock()
 	return c, func() {
 		h.mu.Lock()
@@ -46,7 +57,10 @@ func (m *Manager) publish(typ string, sb *sandbox.Sandbox) {
 	e := sandbox.Event{Type: typ, ID: sb.ID, Name: sb.Name, State: sb.State, Reason: sb.Reason, ExpiresAt: sb.ExpiresAt, Time: time.Now().UTC()}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for c := range h.subs {
+	for c, sub := range h.subs {
+		if sub.scoped && sub.owner != sb.Tenant {
+			continue
+		}
 		select {
 		case c <- e:
 		default:

@@ -10,6 +10,7 @@ import (
 	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -186,21 +187,23 @@ func bury(ctx context.Context, db execer, r *record) error {
 	if r.FinishedAt != nil {
 		ended = *r.FinishedAt
 	}
-	_, err := db.ExecContext(ctx, `INSERT OR REPLACE INTO sandbox_tombstones (id, name, expired, reason, ended_at, removed_at) VALUES (?,?,?,?,?,?)`,
-		r.ID, r.Name, r.State == sandbox.StateExpired, r.Reason, ended.UnixMilli(), store.Now().UnixMilli())
+	_, err := db.ExecContext(ctx, `INSERT OR REPLACE INTO sandbox_tombstones (id, name, expired, reason, ended_at, removed_at, tenant) VALUES (?,?,?,?,?,?,?)`,
+		r.ID, r.Name, r.State == sandbox.StateExpired, r.Reason, ended.UnixMilli(), store.Now().UnixMilli(), r.Tenant)
 	return err
 }
 
 // notFound explains a failed lookup of ref: expired (and when), removed
-// (and when), or never existed.
+// (and when), or never existed. A scoped ctx reads only its tenant's
+// tombstones.
 func notFound(ctx context.Context, st *store.Store, ref string) error {
+	owner, scoped := tenant.Of(ctx)
 	var (
 		id, name, reason string
 		expired          bool
 		ended, removed   int64
 	)
 	err := st.DB().QueryRowContext(ctx, `SELECT id, name, expired, reason, ended_at, removed_at FROM sandbox_tombstones
-		WHERE name=? OR id=? ORDER BY removed_at DESC LIMIT 1`, ref, ref).Scan(&id, &name, &expired, &reason, &ended, &removed)
+		WHERE (name=? OR id=?) AND (NOT ? OR tenant=?) ORDER BY removed_at DESC LIMIT 1`, ref, ref, scoped, owner).Scan(&id, &name, &expired, &reason, &ended, &removed)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return fmt.Errorf("%w: %q never existed", sandbox.ErrNotFound, ref)

@@ -32,7 +32,7 @@ func TestLifetimes(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("ttl expires, stays listed, then leaves a tombstone", func(t *testing.T) {
-		events, stop := m.Subscribe()
+		events, stop := m.Subscribe(ctx)
 		defer stop()
 		sb := m.run(t, sandbox.Config{TTL: 1500 * time.Millisecond})
 		if sb.ExpiresAt == nil {

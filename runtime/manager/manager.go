@@ -28,6 +28,7 @@ import (
 	"smolvm.dev/smolvm/runtime/network"
 	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -45,6 +46,8 @@ type Manager struct {
 	refill      func(pool string)
 	net         *network.Host
 	gate        Gate
+	tenants     *tenant.Store
+	quota       quotas
 }
 
 // Config describes the local runtime of one data directory.
@@ -104,12 +107,20 @@ func assemble(ctx context.Context, c Config, st *store.Store, backends *backend.
 	if err := st.Migrate(ctx, "sandbox", schema); err != nil {
 		return nil, err
 	}
+	if err := st.Migrate(ctx, "usage", usageSchema); err != nil {
+		return nil, err
+	}
+	tenants, err := tenant.Open(ctx, st)
+	if err != nil {
+		return nil, err
+	}
 	for _, d := range []string{"sandboxes", "locks"} {
 		if err := os.MkdirAll(filepath.Join(c.DataDir, d), 0o700); err != nil {
 			return nil, err
 		}
 	}
-	m := &Manager{dataDir: c.DataDir, st: st, images: images, backends: backends, snaps: snaps, guestBinary: c.GuestBinary, refill: c.Refill}
+	m := &Manager{dataDir: c.DataDir, st: st, images: images, backends: backends, snaps: snaps, guestBinary: c.GuestBinary, refill: c.Refill,
+		tenants: tenants, quota: quotas{pending: map[string]demand{}, creates: map[string][]time.Time{}}}
 	if c.Gate != nil {
 		m.gate = c.Gate(st)
 	}
@@ -145,6 +156,10 @@ func (m *Manager) Snapshots() *snapshot.Store { return m.snaps }
 // leaves nothing behind: a failure at any step removes what earlier steps
 // made, and a crash mid-way leaves an orphan that GC removes.
 func (m *Manager) Create(ctx context.Context, o sandbox.CreateOptions) (*sandbox.Sandbox, error) {
+	// Rated here, counted in create: a pooled sandbox already counts.
+	if err := m.rate(ctx, 1); err != nil {
+		return nil, fmt.Errorf("create: %w", err)
+	}
 	if o.Pool != "" {
 		return m.claim(ctx, o)
 	}
@@ -180,9 +195,14 @@ func (m *Manager) create(ctx context.Context, o sandbox.CreateOptions, pool stri
 	if cfg.Hostname == "" {
 		cfg.Hostname = hostnameFor(name, id)
 	}
+	release, err := m.admit(ctx, 1, cfg.Limits)
+	if err != nil {
+		return nil, fmt.Errorf("create: %w", err)
+	}
+	defer release()
 	r := &record{Sandbox: sandbox.Sandbox{
 		ID: id, Name: name, Image: ref, ImageID: img.ID, Backend: be.Name(),
-		State: sandbox.StateCreating, Config: cfg, CreatedAt: store.Now(),
+		State: sandbox.StateCreating, Config: cfg, CreatedAt: store.Now(), Tenant: tenant.Owner(ctx),
 	}, be: be, pool: pool}
 	r.spec = m.specFor(r, img)
 	if r.spec.Main != nil {
@@ -209,6 +229,7 @@ func (m *Manager) create(ctx context.Context, o sandbox.CreateOptions, pool stri
 	if err := insert(ctx, m.st, r); err != nil {
 		return fail(err)
 	}
+	release() // the record counts now
 	if err := m.setupNetwork(ctx, r); err != nil {
 		return fail(err)
 	}
@@ -412,6 +433,11 @@ func (m *Manager) Start(ctx context.Context, ref string) (*sandbox.Sandbox, erro
 	case sandbox.StatePaused:
 		return nil, fmt.Errorf("start %s: %w: paused (resume it)", r.Name, sandbox.ErrState)
 	case sandbox.StateStopped, sandbox.StateExpired:
+		release, err := m.admit(ctx, 1, r.Config.Limits)
+		if err != nil {
+			return nil, fmt.Errorf("start %s: %w", r.Name, err)
+		}
+		defer release()
 		boot = r.be.Restart
 		if err := m.refreshSpec(ctx, r); err != nil {
 			return nil, fmt.Errorf("start %s: %w", r.Name, err)
@@ -500,6 +526,9 @@ func (m *Manager) Stop(ctx context.Context, ref string, timeout time.Duration) (
 	}
 	if r.State != sandbox.StateRunning && r.State != sandbox.StatePaused {
 		return &r.Sandbox, nil
+	}
+	if err := m.accrue(ctx, r, r.State == sandbox.StateRunning, time.Now()); err != nil {
+		return nil, fmt.Errorf("stop %s: account usage: %w", r.Name, err)
 	}
 	if err := r.be.Stop(ctx, &r.spec, timeout); err != nil {
 		return nil, fmt.Errorf("stop %s: %w", r.Name, err)
@@ -601,7 +630,7 @@ func (m *Manager) get(ctx context.Context, ref string) (*record, error) {
 	return r, nil
 }
 
-// List returns every sandbox, reconciled.
+// List returns every sandbox ctx's tenant owns, reconciled.
 func (m *Manager) List(ctx context.Context) ([]*sandbox.Sandbox, error) {
 	rs, err := m.listRecords(ctx, "", false)
 	if err != nil {
@@ -609,6 +638,9 @@ func (m *Manager) List(ctx context.Context) ([]*sandbox.Sandbox, error) {
 	}
 	out := make([]*sandbox.Sandbox, 0, len(rs))
 	for _, r := range rs {
+		if !tenant.Owns(ctx, r.Tenant) {
+			continue
+		}
 		if err := m.reconcile(ctx, r); err != nil {
 			return nil, err
 		}

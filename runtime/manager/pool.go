@@ -15,6 +15,7 @@ import (
 	"smolvm.dev/smolvm/internal/units"
 	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -49,7 +50,7 @@ func (m *Manager) CreatePool(ctx context.Context, o sandbox.PoolOptions) (*sandb
 		return nil, fmt.Errorf("create pool %s: %w", o.Name, err)
 	}
 	be := m.backends.Default().Name()
-	p := &sandbox.Pool{Name: o.Name, Image: o.Image, Size: o.Size, Targets: o.Targets, Hot: o.Hot, MemoryBudget: o.MemoryBudget, Limits: cfg.Limits, CreatedAt: store.Now()}
+	p := &sandbox.Pool{Name: o.Name, Image: o.Image, Size: o.Size, Targets: o.Targets, Hot: o.Hot, MemoryBudget: o.MemoryBudget, Limits: cfg.Limits, CreatedAt: store.Now(), Tenant: tenant.Owner(ctx)}
 	if o.From != "" {
 		// The copies are the snapshot's: its image (by ID), limits and
 		// backend.
@@ -68,12 +69,15 @@ func (m *Manager) CreatePool(ctx context.Context, o sandbox.PoolOptions) (*sandb
 	if _, err := m.images.Get(ctx, p.Image); err != nil {
 		return nil, fmt.Errorf("create pool %s: image %w", o.Name, err)
 	}
+	if err := m.admitPool(ctx); err != nil {
+		return nil, fmt.Errorf("create pool %s: %w", o.Name, err)
+	}
 	limits, err := json.Marshal(p.Limits)
 	if err != nil {
 		return nil, err
 	}
-	_, err = m.st.DB().ExecContext(ctx, `INSERT INTO pools(name, image, size, targets, memory_budget, config, created_at, backend, snapshot, hot) VALUES(?,?,?,?,?,?,?,?,?,?)`,
-		p.Name, p.Image, p.Size, p.Targets, p.MemoryBudget, string(limits), p.CreatedAt.UnixMilli(), be, p.Snapshot, p.Hot)
+	_, err = m.st.DB().ExecContext(ctx, `INSERT INTO pools(name, image, size, targets, memory_budget, config, created_at, backend, snapshot, hot, tenant) VALUES(?,?,?,?,?,?,?,?,?,?,?)`,
+		p.Name, p.Image, p.Size, p.Targets, p.MemoryBudget, string(limits), p.CreatedAt.UnixMilli(), be, p.Snapshot, p.Hot, p.Tenant)
 	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed") {
 		return nil, fmt.Errorf("create pool: %w: pool %q exists", sandbox.ErrNameInUse, p.Name)
 	}
@@ -91,7 +95,8 @@ type poolRecord struct {
 	backend string
 }
 
-// loadPool reads a pool's record, without its members.
+// loadPool reads a pool's record, without its members: only a pool of
+// ctx's tenant (any, unscoped); another's is not found.
 func (m *Manager) loadPool(ctx context.Context, name string) (*poolRecord, error) {
 	if err := names.Check(names.Pool, name); err != nil {
 		return nil, err
@@ -101,8 +106,9 @@ func (m *Manager) loadPool(ctx context.Context, name string) (*poolRecord, error
 		limits  string
 		created int64
 	)
-	err := m.st.DB().QueryRowContext(ctx, `SELECT name, image, size, targets, memory_budget, config, created_at, backend, snapshot, hot FROM pools WHERE name = ?`, name).
-		Scan(&p.Name, &p.Image, &p.Size, &p.Targets, &p.MemoryBudget, &limits, &created, &p.backend, &p.Snapshot, &p.Hot)
+	owner, scoped := tenant.Of(ctx)
+	err := m.st.DB().QueryRowContext(ctx, `SELECT name, image, size, targets, memory_budget, config, created_at, backend, snapshot, hot, tenant FROM pools WHERE name = ? AND (NOT ? OR tenant = ?)`, name, scoped, owner).
+		Scan(&p.Name, &p.Image, &p.Size, &p.Targets, &p.MemoryBudget, &limits, &created, &p.backend, &p.Snapshot, &p.Hot, &p.Tenant)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %q", sandbox.ErrPoolNotFound, name)
 	}
@@ -165,9 +171,10 @@ func (m *Manager) pool(ctx context.Context, name string) (*poolRecord, error) {
 	return p, nil
 }
 
-// poolNames lists the pools' names.
+// poolNames lists the names of ctx's tenant's pools.
 func (m *Manager) poolNames(ctx context.Context) ([]string, error) {
-	return m.queryPools(ctx, `SELECT name FROM pools ORDER BY name`)
+	owner, scoped := tenant.Of(ctx)
+	return m.queryPools(ctx, `SELECT name FROM pools WHERE NOT ? OR tenant = ? ORDER BY name`, scoped, owner)
 }
 
 // hotPools lists the pools that hold hot copies of snapshot id.
@@ -218,7 +225,8 @@ func (m *Manager) RemovePool(ctx context.Context, name string) error {
 	if err := names.Check(names.Pool, name); err != nil {
 		return fmt.Errorf("remove pool: %w", err)
 	}
-	res, err := m.st.DB().ExecContext(ctx, `DELETE FROM pools WHERE name = ?`, name)
+	owner, scoped := tenant.Of(ctx)
+	res, err := m.st.DB().ExecContext(ctx, `DELETE FROM pools WHERE name = ? AND (NOT ? OR tenant = ?)`, name, scoped, owner)
 	if err != nil {
 		return fmt.Errorf("remove pool %s: %w", name, err)
 	}
@@ -285,9 +293,10 @@ func (m *Manager) FillPool(ctx context.Context, name string) (int, error) {
 		}
 		var sb *sandbox.Sandbox
 		if p.Snapshot != "" {
-			sb, err = m.makeHot(ctx, p)
+			sb, err = m.makeHot(tenant.With(ctx, p.Tenant), p)
 		} else {
-			sb, err = m.create(ctx, sandbox.CreateOptions{Image: p.Image, Backend: p.backend, Config: sandbox.Config{Limits: p.Limits}, Start: start}, name)
+			// Members belong to the pool's tenant, whoever fills it.
+			sb, err = m.create(tenant.With(ctx, p.Tenant), sandbox.CreateOptions{Image: p.Image, Backend: p.backend, Config: sandbox.Config{Limits: p.Limits}, Start: start}, name)
 		}
 		if err != nil {
 			return made, fmt.Errorf("fill pool %s: %w", name, err)
@@ -424,7 +433,7 @@ func (m *Manager) adopt(ctx context.Context, r *record, cfg sandbox.Config) (*sa
 	if cfg.Hostname == "" {
 		cfg.Hostname = hostnameFor(r.Name, r.ID)
 	}
-	r.Config, r.CreatedAt = cfg, store.Now()
+	r.Config, r.CreatedAt, r.Tenant = cfg, store.Now(), tenant.Owner(ctx)
 	r.spec = m.specFor(r, img)
 	startClock(r)
 	id := guest.Identity{Env: r.spec.Env, MachineID: r.spec.MachineID, Hostname: r.spec.Hostname,
@@ -453,7 +462,7 @@ func (m *Manager) makeHot(ctx context.Context, p *poolRecord) (*sandbox.Sandbox,
 	if err != nil {
 		return nil, fmt.Errorf("image %s of the snapshot: %w", meta.Image, err)
 	}
-	r, unlock, err := m.freshCopy("", meta.Image, img, meta.Config, be)
+	r, unlock, err := m.freshCopy(ctx, "", meta.Image, img, meta.Config, be)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"net"
 
 	"smolvm.dev/smolvm/internal/names"
+	"smolvm.dev/smolvm/runtime/network"
 )
 
 // DialPort connects to TCP port on a running sandbox's loopback, through
@@ -33,4 +34,21 @@ func (m *Manager) DialPort(ctx context.Context, ref string, port int) (net.Conn,
 		return nil, fmt.Errorf("%s: port %d: %w", r.Name, port, err)
 	}
 	return c, nil
+}
+
+// DialPublished connects to addr, a published port's host address, from
+// the namespace where the network host binds published ports: this host's
+// own, or a test world's (network.Host.NetNS).
+func (m *Manager) DialPublished(ctx context.Context, nw, addr string) (net.Conn, error) {
+	ns := ""
+	if m.net != nil {
+		ns = m.net.NetNS
+	}
+	var c net.Conn
+	err := network.InNetNS(ns, func() (err error) {
+		var d net.Dialer
+		c, err = d.DialContext(ctx, nw, addr)
+		return err
+	})
+	return c, err
 }

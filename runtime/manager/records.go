@@ -12,6 +12,7 @@ import (
 	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -62,9 +63,14 @@ var schema = []string{
 	// A hot pool holds copies restored from snapshot, paused.
 	`ALTER TABLE pools ADD COLUMN snapshot TEXT NOT NULL DEFAULT ''`,
 	`ALTER TABLE pools ADD COLUMN hot INTEGER NOT NULL DEFAULT 0`,
+	// The tenant (runtime/tenant) that owns a sandbox, pool or tombstone;
+	// '' is the admin's.
+	`ALTER TABLE sandboxes ADD COLUMN tenant TEXT NOT NULL DEFAULT ''`,
+	`ALTER TABLE pools ADD COLUMN tenant TEXT NOT NULL DEFAULT ''`,
+	`ALTER TABLE sandbox_tombstones ADD COLUMN tenant TEXT NOT NULL DEFAULT ''`,
 }
 
-const columns = `id, name, image, image_id, backend, state, config, spec, created_at, started_at, finished_at, expires_at, exit_code, reason, snapshot, forked_from, pool`
+const columns = `id, name, image, image_id, backend, state, config, spec, created_at, started_at, finished_at, expires_at, exit_code, reason, snapshot, forked_from, pool, tenant`
 
 // record is a Sandbox plus the backend spec needed to act on it.
 type record struct {
@@ -91,7 +97,7 @@ func scanRecord(row scanner) (*record, error) {
 		code                   sql.NullInt64
 	)
 	err := row.Scan(&r.ID, &r.Name, &r.Image, &r.ImageID, &r.Backend, &r.State, &cfg, &spec,
-		&created, &started, &finished, &exp, &code, &r.Reason, &r.Snapshot, &r.ForkedFrom, &r.pool)
+		&created, &started, &finished, &exp, &code, &r.Reason, &r.Snapshot, &r.ForkedFrom, &r.pool, &r.Tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -134,9 +140,9 @@ func insert(ctx context.Context, st *store.Store, r *record) error {
 	if err != nil {
 		return err
 	}
-	_, err = st.DB().ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err = st.DB().ExecContext(ctx, `INSERT INTO sandboxes (`+columns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		r.ID, r.Name, r.Image, r.ImageID, r.Backend, r.State, string(cfg), string(spec),
-		r.CreatedAt.UnixMilli(), msVal(r.StartedAt), msVal(r.FinishedAt), msVal(r.ExpiresAt), exitVal(r.ExitCode), r.Reason, r.Snapshot, r.ForkedFrom, r.pool)
+		r.CreatedAt.UnixMilli(), msVal(r.StartedAt), msVal(r.FinishedAt), msVal(r.ExpiresAt), exitVal(r.ExitCode), r.Reason, r.Snapshot, r.ForkedFrom, r.pool, r.Tenant)
 	return nameErr(r, err)
 }
 
@@ -165,8 +171,8 @@ func update(ctx context.Context, st *store.Store, r *record) error {
 	if err != nil {
 		return err
 	}
-	_, err = st.DB().ExecContext(ctx, `UPDATE sandboxes SET name=?, image=?, config=?, created_at=?, state=?, spec=?, started_at=?, finished_at=?, expires_at=?, exit_code=?, reason=?, snapshot=?, forked_from=?, pool=? WHERE id=?`,
-		r.Name, r.Image, string(cfg), r.CreatedAt.UnixMilli(), r.State, string(spec), msVal(r.StartedAt), msVal(r.FinishedAt), msVal(r.ExpiresAt), exitVal(r.ExitCode), r.Reason, r.Snapshot, r.ForkedFrom, r.pool, r.ID)
+	_, err = st.DB().ExecContext(ctx, `UPDATE sandboxes SET name=?, image=?, config=?, created_at=?, state=?, spec=?, started_at=?, finished_at=?, expires_at=?, exit_code=?, reason=?, snapshot=?, forked_from=?, pool=?, tenant=? WHERE id=?`,
+		r.Name, r.Image, string(cfg), r.CreatedAt.UnixMilli(), r.State, string(spec), msVal(r.StartedAt), msVal(r.FinishedAt), msVal(r.ExpiresAt), exitVal(r.ExitCode), r.Reason, r.Snapshot, r.ForkedFrom, r.pool, r.Tenant, r.ID)
 	return nameErr(r, err)
 }
 
@@ -215,12 +221,16 @@ func (m *Manager) listRecords(ctx context.Context, pool string, all bool) ([]*re
 	return rs, err
 }
 
-// lookup finds a sandbox by exact name, exact ID, or unique ID prefix.
+// lookup finds a sandbox by exact name, exact ID, or unique ID prefix,
+// among those ctx's tenant owns (all of them for an unscoped ctx). This is
+// where tenants are kept apart: another tenant's sandbox is not found,
+// with the very error of one that never existed.
 func lookup(ctx context.Context, st *store.Store, ref string) (*record, error) {
 	if err := validName(ref); err != nil {
 		return nil, err
 	}
-	r, err := scanRecord(st.DB().QueryRowContext(ctx, `SELECT `+columns+` FROM sandboxes WHERE name=? OR id=?`, ref, ref))
+	owner, scoped := tenant.Of(ctx)
+	r, err := scanRecord(st.DB().QueryRowContext(ctx, `SELECT `+columns+` FROM sandboxes WHERE (name=? OR id=?) AND (NOT ? OR tenant=?)`, ref, ref, scoped, owner))
 	if err == nil {
 		return r, nil
 	}
@@ -228,7 +238,7 @@ func lookup(ctx context.Context, st *store.Store, ref string) (*record, error) {
 		return nil, err
 	}
 	if len(ref) >= 4 && isHex(ref) {
-		rows, err := st.DB().QueryContext(ctx, `SELECT `+columns+` FROM sandboxes WHERE id LIKE ? LIMIT 2`, ref+"%")
+		rows, err := st.DB().QueryContext(ctx, `SELECT `+columns+` FROM sandboxes WHERE id LIKE ? AND (NOT ? OR tenant=?) LIMIT 2`, ref+"%", scoped, owner)
 		if err != nil {
 			return nil, err
 		}

@@ -13,6 +13,7 @@ import (
 	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -45,6 +46,9 @@ func (m *Manager) Checkpoint(ctx context.Context, ref string, o sandbox.Checkpoi
 		return nil, err
 	}
 	defer unlock()
+	if err := m.admitSnapshot(ctx); err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", r.Name, err)
+	}
 	sn, err := snapshotter(r.be, "checkpoint")
 	if err != nil {
 		return nil, err
@@ -122,6 +126,14 @@ func (m *Manager) Restore(ctx context.Context, snapRef string, o sandbox.Restore
 	if err != nil {
 		return nil, fmt.Errorf("restore %s: %w", snapRef, err)
 	}
+	if err := m.rate(ctx, 1); err != nil {
+		return nil, fmt.Errorf("restore %s: %w", snapRef, err)
+	}
+	release, err := m.admit(ctx, 1, meta.Config.Limits)
+	if err != nil {
+		return nil, fmt.Errorf("restore %s: %w", snapRef, err)
+	}
+	defer release()
 	r, unlock, err := m.newCopy(ctx, o.Name, meta.Image, snap.ImageID, meta.Config, be)
 	if err != nil {
 		return nil, fmt.Errorf("restore %s: %w", snapRef, err)
@@ -193,16 +205,16 @@ func (m *Manager) newCopy(ctx context.Context, name, imageRef, imageID string, c
 			// The target was created as sb-<ID>: the restored agent
 			// takes the copy's hostname from its identity.
 			cfg.Hostname = hostnameFor(r.Name, r.ID)
-			r.Image, r.Config, r.CreatedAt = imageRef, cfg, store.Now()
+			r.Image, r.Config, r.CreatedAt, r.Tenant = imageRef, cfg, store.Now(), tenant.Owner(ctx)
 			r.spec = m.specFor(r, img)
 		}
 		return r, unlock, err
 	}
-	return m.freshCopy(name, imageRef, img, cfg, be)
+	return m.freshCopy(ctx, name, imageRef, img, cfg, be)
 }
 
 // freshCopy makes the record of a new copy, not yet written, locked.
-func (m *Manager) freshCopy(name, imageRef string, img *sandbox.Image, cfg sandbox.Config, be backend.Backend) (*record, func(), error) {
+func (m *Manager) freshCopy(ctx context.Context, name, imageRef string, img *sandbox.Image, cfg sandbox.Config, be backend.Backend) (*record, func(), error) {
 	id := newID()
 	if name == "" {
 		name = "sb-" + id
@@ -210,7 +222,7 @@ func (m *Manager) freshCopy(name, imageRef string, img *sandbox.Image, cfg sandb
 	cfg.Hostname = hostnameFor(name, id)
 	r := &record{Sandbox: sandbox.Sandbox{
 		ID: id, Name: name, Image: imageRef, ImageID: img.ID, Backend: be.Name(),
-		State: sandbox.StateCreating, Config: cfg, CreatedAt: store.Now(),
+		State: sandbox.StateCreating, Config: cfg, CreatedAt: store.Now(), Tenant: tenant.Owner(ctx),
 	}, be: be}
 	r.spec = m.specFor(r, img)
 	unlock, err := m.lock(id)
@@ -361,6 +373,15 @@ func (m *Manager) Fork(ctx context.Context, ref string, o sandbox.ForkOptions) (
 	if err != nil {
 		return nil, err
 	}
+	// A fork of N is N creates.
+	if err := m.rate(ctx, n); err != nil {
+		return nil, fmt.Errorf("fork %s: %w", src.Name, err)
+	}
+	release, err := m.admit(ctx, n, src.Config.Limits)
+	if err != nil {
+		return nil, fmt.Errorf("fork %s: %w", src.Name, err)
+	}
+	defer release()
 	// The checkpoint is private to this fork: it goes in a scratch
 	// directory in memory that is never committed, and GC removes it if
 	// we crash.
@@ -496,6 +517,10 @@ func (m *Manager) transition(ctx context.Context, ref, op string, from, to sandb
 	}
 	if r.State != from {
 		return nil, fmt.Errorf("%s %s: %w: sandbox is %s, not %s", op, r.Name, sandbox.ErrState, r.State, from)
+	}
+	// Usage up to the pause counts; the time paused does not.
+	if err := m.accrue(ctx, r, from == sandbox.StateRunning, time.Now()); err != nil {
+		return nil, fmt.Errorf("%s %s: account usage: %w", op, r.Name, err)
 	}
 	if err := do(sn, &r.spec); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", op, r.Name, err)

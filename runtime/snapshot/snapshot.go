@@ -25,6 +25,7 @@ import (
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -73,6 +74,8 @@ var schema = []string{
 	`ALTER TABLE snapshots ADD COLUMN durable INTEGER NOT NULL DEFAULT 1`,
 	`ALTER TABLE snapshots ADD COLUMN sealer TEXT NOT NULL DEFAULT ''`,
 	`UPDATE snapshots SET digest = id`,
+	// The tenant (runtime/tenant) that owns a snapshot; '' is the admin's.
+	`ALTER TABLE snapshots ADD COLUMN tenant TEXT NOT NULL DEFAULT ''`,
 }
 
 const (
@@ -192,8 +195,10 @@ func (s *Store) resolve(ctx context.Context, nameOrID string) (string, error) {
 		return "", err
 	}
 	db := s.st.DB()
+	owner, scoped := tenant.Of(ctx)
 	var id string
-	err := db.QueryRowContext(ctx, `SELECT snapshot_id FROM snapshot_names WHERE name = ?`, nameOrID).Scan(&id)
+	err := db.QueryRowContext(ctx, `SELECT n.snapshot_id FROM snapshot_names n JOIN snapshots s ON s.id = n.snapshot_id
+		WHERE n.name = ? AND (NOT ? OR s.tenant = ?)`, nameOrID, scoped, owner).Scan(&id)
 	if err == nil {
 		return id, nil
 	}
@@ -206,8 +211,8 @@ func (s *Store) resolve(ctx context.Context, nameOrID string) (string, error) {
 	// IDs are hex; those of snapshots made before digests were separate
 	// are "sha256:" and their digest.
 	h := strings.TrimPrefix(nameOrID, "sha256:")
-	ids, err := queryStrings(ctx, db, `SELECT id FROM snapshots WHERE substr(id, 1, ?) = ? OR substr(id, 1, ?) = ? LIMIT 2`,
-		len(h), h, len(h)+7, "sha256:"+h)
+	ids, err := queryStrings(ctx, db, `SELECT id FROM snapshots WHERE (substr(id, 1, ?) = ? OR substr(id, 1, ?) = ?) AND (NOT ? OR tenant = ?) LIMIT 2`,
+		len(h), h, len(h)+7, "sha256:"+h, scoped, owner)
 	if err != nil {
 		return "", fmt.Errorf("get snapshot %s: %w", nameOrID, err)
 	}
@@ -220,15 +225,16 @@ func (s *Store) resolve(ctx context.Context, nameOrID string) (string, error) {
 	return "", fmt.Errorf("get snapshot %s: the ID prefix matches several snapshots: give more digits", nameOrID)
 }
 
-// load reads one snapshot row with its names.
+// load reads one snapshot row with its names, if ctx's tenant owns it.
 func (s *Store) load(ctx context.Context, id string) (*sandbox.Snapshot, error) {
 	db := s.st.DB()
 	snap := &sandbox.Snapshot{ID: id}
 	var created int64
 	var files, meta, sealer string
-	err := db.QueryRowContext(ctx, `SELECT sandbox, sandbox_name, parent, image_id, created, size, files, meta, digest, durable, sealer FROM snapshots WHERE id = ?`, id).
+	owner, scoped := tenant.Of(ctx)
+	err := db.QueryRowContext(ctx, `SELECT sandbox, sandbox_name, parent, image_id, created, size, files, meta, digest, durable, sealer, tenant FROM snapshots WHERE id = ? AND (NOT ? OR tenant = ?)`, id, scoped, owner).
 		Scan(&snap.Lineage.Sandbox, &snap.Lineage.SandboxName, &snap.Lineage.Parent, &snap.ImageID, &created, &snap.Size, &files, &meta,
-			&snap.Digest, &snap.Durable, &sealer)
+			&snap.Digest, &snap.Durable, &sealer, &snap.Tenant)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
@@ -273,9 +279,11 @@ func queryStrings(ctx context.Context, db *sql.DB, query string, args ...any) ([
 	return out, rows.Err()
 }
 
-// List returns all snapshots, newest first.
+// List returns the snapshots of ctx's tenant (all, unscoped), newest
+// first.
 func (s *Store) List(ctx context.Context) ([]sandbox.Snapshot, error) {
-	ids, err := queryStrings(ctx, s.st.DB(), `SELECT id FROM snapshots ORDER BY created DESC, id`)
+	owner, scoped := tenant.Of(ctx)
+	ids, err := queryStrings(ctx, s.st.DB(), `SELECT id FROM snapshots WHERE NOT ? OR tenant = ? ORDER BY created DESC, id`, scoped, owner)
 	if err != nil {
 		return nil, fmt.Errorf("list snapshots: %w", err)
 	}
@@ -291,6 +299,13 @@ func (s *Store) List(ctx context.Context) ([]sandbox.Snapshot, error) {
 		out = append(out, *snap)
 	}
 	return out, nil
+}
+
+// Bytes sums the sizes of owner's snapshots.
+func (s *Store) Bytes(ctx context.Context, owner string) (int64, error) {
+	var n int64
+	err := s.st.DB().QueryRowContext(ctx, `SELECT COALESCE(SUM(size), 0) FROM snapshots WHERE tenant = ?`, owner).Scan(&n)
+	return n, err
 }
 
 // Verify checks that every file of snap is in place with its recorded size

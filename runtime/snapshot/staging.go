@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -232,15 +233,18 @@ func (g *Staging) commit(ctx context.Context, name, imageID string, lin sandbox.
 			var owner string
 			err := tx.QueryRowContext(ctx, `SELECT snapshot_id FROM snapshot_names WHERE name = ?`, name).Scan(&owner)
 			if err == nil {
+				if _, scoped := tenant.Of(ctx); scoped {
+					return fmt.Errorf("%w: %s", ErrNameInUse, name) // perhaps another tenant's: say no more
+				}
 				return fmt.Errorf("%w: %s is snapshot %s", ErrNameInUse, name, shortID(owner))
 			}
 			if !errors.Is(err, sql.ErrNoRows) {
 				return err
 			}
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO snapshots(id, sandbox, sandbox_name, parent, image_id, created, size, files, meta, durable, sealer)
-			VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)`,
-			id, lin.Sandbox, lin.SandboxName, lin.Parent, imageID, now, size, string(filesJSON), string(metaJSON), filepath.Base(g.root))
+		_, err := tx.ExecContext(ctx, `INSERT INTO snapshots(id, sandbox, sandbox_name, parent, image_id, created, size, files, meta, durable, sealer, tenant)
+			VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)`,
+			id, lin.Sandbox, lin.SandboxName, lin.Parent, imageID, now, size, string(filesJSON), string(metaJSON), filepath.Base(g.root), tenant.Owner(ctx))
 		if err != nil {
 			return err
 		}

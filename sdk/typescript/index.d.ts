@@ -31,6 +31,14 @@ export interface Sandbox {
   forked_from?: string
 }
 
+export interface Browser {
+  id: string
+  name: string
+  cdp_url: string
+  http_url: string
+  expires_at?: string
+}
+
 export interface Snapshot {
   id: string
   /** "sha256:…" of the content, once durable */
@@ -162,5 +170,9 @@ export class Client {
   resume(ref: string): Promise<Sandbox>
   snapshots(): Promise<Snapshot[]>
   removeSnapshot(ref: string): Promise<void>
+  browserStart(opts?: { golden?: string; allowHosts?: string[]; allowCidrs?: string[]; mode?: 'egress' | 'full'; image?: string; timeout?: Seconds }): Promise<Snapshot>
+  browserNew(opts?: { golden?: string; name?: string; ttl?: Seconds }): Promise<Browser>
+  browserRelease(ref: string): Promise<void>
+  screenshot(url: string, opts?: { fullPage?: boolean; width?: number; height?: number; golden?: string }): Promise<Buffer>
   events(opts?: { signal?: AbortSignal }): AsyncGenerator<SandboxEvent, void, undefined>
 }

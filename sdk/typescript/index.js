@@ -265,6 +265,28 @@ export class Client {
     await this.#json('DELETE', `/v1/snapshots/${encodeURIComponent(ref)}`)
   }
 
+  /** Boot headless Chromium and checkpoint it as the golden browser; browsers may reach allowHosts/allowCidrs. */
+  browserStart({ golden, allowHosts, allowCidrs, mode, image, timeout } = {}) {
+    return this.#json('POST', '/v1/browsers/golden', {
+      json: { golden, allow_hosts: allowHosts, allow_cidrs: allowCidrs, mode, image, timeout: duration(timeout) },
+    })
+  }
+
+  /** A fresh browser from the golden: { id, name, cdp_url, http_url, expires_at }; cdp_url is for connectOverCDP. */
+  browserNew({ golden, name, ttl } = {}) {
+    return this.#json('POST', '/v1/browsers', { json: { golden, name, ttl: duration(ttl) } })
+  }
+
+  async browserRelease(ref) {
+    await this.#json('DELETE', `/v1/browsers/${encodeURIComponent(ref)}`)
+  }
+
+  /** A PNG of url, taken in a fresh browser that is removed afterwards. */
+  async screenshot(url, { fullPage = false, width, height, golden } = {}) {
+    const resp = await this.#fetch('POST', '/v1/browsers/screenshot', { json: { url, full_page: fullPage, width, height, golden } })
+    return Buffer.from(await resp.arrayBuffer())
+  }
+
   /** Yield lifecycle events until the signal aborts or the caller stops. */
   async *events({ signal } = {}) {
     const resp = await this.#fetch('GET', '/v1/events', { signal })

@@ -287,8 +287,13 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		opts.Config.Env = append(opts.Config.Env, k+"="+v)
 	}
 	sb, err := h.m.Create(r.Context(), opts)
-	if errors.Is(err, image.ErrNotFound) {
+	switch {
+	case errors.Is(err, image.ErrNotFound):
 		sb, err = h.fromTemplate(r.Context(), req.TemplateID, opts)
+	case err == nil && req.TemplateID == codeInterpreterTemplate:
+		// A warm pool (or an image) of that name: the template's
+		// sandboxes run the code interpreter, however they are made.
+		sb, err = h.withKernel(r.Context(), sb)
 	}
 	if errors.Is(err, image.ErrNotFound) || errors.Is(err, image.ErrInvalidRef) {
 		// A template that names nothing is a bad argument to create.

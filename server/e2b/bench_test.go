@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -124,4 +125,64 @@ func BenchmarkCodeInterpreter(b *testing.B) {
 	b.ReportMetric(float64(run.Quantile(0.99).Microseconds())/1000, "runcode-p99-ms")
 	b.ReportMetric(float64(base.Quantile(0.5).Microseconds())/1000, "commands-p50-ms")
 	b.ReportMetric(float64(base.Quantile(0.99).Microseconds())/1000, "commands-p99-ms")
+}
+
+// BenchmarkInterpreterFork measures a fork, through the E2B API, of a
+// code interpreter sandbox whose interpreter holds 200 MB of data, and
+// the first runCode in the copy (which finds the data there), against the
+// same for an idle interpreter, interleaved in one run. b.N is the sample
+// count of each series:
+//
+//	go test -run X -bench InterpreterFork -benchtime 5x ./server/e2b
+func BenchmarkInterpreterFork(b *testing.B) {
+	s := newServer(b)
+	t := b
+	ctx := context.Background()
+	newInterpreter := func(setup, check string) (id string) {
+		status, body := s.call(t, "POST", "/v2/sandboxes", apiKey, `{"templateID":"`+codeInterpreterTemplate+`","timeout":600}`)
+		if status != http.StatusCreated {
+			b.Fatalf("create: %d %v", status, body)
+		}
+		id = body["sandboxID"].(string)
+		if text, e := s.runCell(t, id, setup+"\n"+check); e != "" || text == "" {
+			b.Fatalf("setup %q: %q %s", setup, text, e)
+		}
+		return id
+	}
+	type subject struct {
+		name, id, check, want string
+		fork, first           bench.Series
+	}
+	// 200 MiB of bytes that are not zero, so every page is really there.
+	const data = "data = bytes(range(256)) * (800 << 10)"
+	subjects := []*subject{
+		{name: "idle interpreter", check: "x"},
+		{name: "interpreter holding 200 MB", check: "len(data)"},
+	}
+	subjects[0].id = newInterpreter("x = 1", subjects[0].check)
+	subjects[1].id = newInterpreter(data, subjects[1].check)
+	subjects[0].want, subjects[1].want = "1", strconv.Itoa(200<<20)
+	for _, sj := range subjects {
+		sj.fork.Name, sj.first.Name = "fork, "+sj.name, "first runCode in the copy, "+sj.name
+	}
+	for range b.N {
+		for _, sj := range subjects {
+			start := time.Now()
+			id := s.forkOne(t, sj.id)
+			sj.fork.Samples = append(sj.fork.Samples, time.Since(start))
+			start = time.Now()
+			if text, e := s.runCell(t, id, sj.check); text != sj.want || e != "" {
+				b.Fatalf("first runCode in a fork of the %s: %q %s, want %s", sj.name, text, e, sj.want)
+			}
+			sj.first.Samples = append(sj.first.Samples, time.Since(start))
+			s.env.Manager.Remove(ctx, id, true)
+		}
+	}
+	idle, full := subjects[0], subjects[1]
+	full.fork.Baseline, full.first.Baseline = idle.fork.Name, idle.first.Name
+	bench.Print(os.Stdout, []bench.Series{idle.fork, full.fork, idle.first, full.first})
+	b.ReportMetric(float64(full.fork.Quantile(0.5).Microseconds())/1000, "fork-200mb-p50-ms")
+	b.ReportMetric(float64(full.first.Quantile(0.5).Microseconds())/1000, "first-runcode-200mb-p50-ms")
+	b.ReportMetric(float64(idle.fork.Quantile(0.5).Microseconds())/1000, "fork-idle-p50-ms")
+	b.ReportMetric(float64(idle.first.Quantile(0.5).Microseconds())/1000, "first-runcode-idle-p50-ms")
 }

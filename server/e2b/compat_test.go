@@ -38,7 +38,7 @@ func newServerOn(t testing.TB, env *testmgr.Env) *server {
 	t.Helper()
 	h, err := New(context.Background(), Options{
 		Manager: env.Manager, Store: env.Store, Snapshots: env.Snapshots,
-		Authorize: func(r *http.Request) bool { return tokenEqual(r.Header.Get("X-API-KEY"), testKey) },
+		Authorize: func(r *http.Request) (*http.Request, bool) { return r, tokenEqual(r.Header.Get("X-API-KEY"), testKey) },
 		MaxUpload: 1 << 20, Ports: ports.New(env.Manager.DialPort),
 	})
 	if err != nil {

@@ -47,8 +47,9 @@ type Options struct {
 	// Authorize checks the API key of a control-plane request (the SDK
 	// sends it as X-API-KEY). envd requests carry no API key: they are
 	// checked against the per-sandbox access token handed out at create
-	// and connect. Required.
-	Authorize func(*http.Request) bool
+	// and connect. It returns the request acting as the key's tenant
+	// (httpapi.Authenticate). Required.
+	Authorize func(*http.Request) (*http.Request, bool)
 	// MaxUpload caps one uploaded file (default 1 GiB); larger uploads get
 	// 413 and leave nothing behind.
 	MaxUpload int64
@@ -77,7 +78,7 @@ type Handler struct {
 	m         *manager.Manager
 	st        *store.Store
 	snaps     *snapshot.Store
-	authorize func(*http.Request) bool
+	authorize func(*http.Request) (*http.Request, bool)
 	maxUpload int64
 	ttl       time.Duration
 	where     string
@@ -133,7 +134,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveEnvd(w, r, id)
 		return
 	}
-	if !h.authorize(r) {
+	r, ok := h.authorize(r)
+	if !ok {
 		writeAPIError(w, http.StatusUnauthorized, "missing or invalid API key (X-API-KEY)")
 		return
 	}

@@ -16,7 +16,7 @@ import (
 )
 
 // call sends one request and returns the status and decoded JSON body.
-func (s *server) call(t *testing.T, method, path string, hdr map[string]string, body string) (int, map[string]any) {
+func (s *server) call(t testing.TB, method, path string, hdr map[string]string, body string) (int, map[string]any) {
 	t.Helper()
 	status, b := s.send(t, method, path, hdr, "application/json", []byte(body))
 	var out map[string]any
@@ -25,7 +25,7 @@ func (s *server) call(t *testing.T, method, path string, hdr map[string]string, 
 }
 
 // send sends one request and returns the status and the body.
-func (s *server) send(t *testing.T, method, path string, hdr map[string]string, contentType string, body []byte) (int, []byte) {
+func (s *server) send(t testing.TB, method, path string, hdr map[string]string, contentType string, body []byte) (int, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(method, s.URL+path, bytes.NewReader(body))
 	if err != nil {

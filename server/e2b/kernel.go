@@ -15,26 +15,69 @@ import (
 // The code interpreter (@e2b/code-interpreter) talks to a server on port
 // 49999 inside the sandbox, reached like any port (servePort). smolvm's is
 // kernel/kernel.py: Python's standard library only, one interpreter
-// process per context. Sandboxes of the template codeInterpreterTemplate
-// (the SDK's default) start it at create; their interpreters live in the
-// sandbox's memory, so a fork or checkpoint copies their state.
+// process per context (kernel/worker.js for JavaScript, where the image
+// has node). Every sandbox of the template codeInterpreterTemplate (the
+// SDK's default) runs it, however it is made: a cold create or one from a
+// warm pool of that name starts it (withKernel); its interpreters live in
+// the sandbox's memory, so a fork or checkpoint copies them, and a restore
+// starts it again only if it was down when the checkpoint was taken
+// (ensureKernel).
 
-//go:embed kernel/kernel.py
-var kernelScript []byte
+var (
+	//go:embed kernel/kernel.py
+	kernelScript []byte
+	//go:embed kernel/worker.js
+	kernelWorkerJS []byte
+)
 
 const (
 	codeInterpreterTemplate = "code-interpreter-v1"
 	kernelPort              = 49999
 	kernelPath              = "/opt/smolvm/kernel.py"
+	kernelWorkerPath        = "/opt/smolvm/worker.js" // beside kernelPath: kernel.py looks there
 	// kernelStartTimeout bounds the wait for the kernel to listen.
 	kernelStartTimeout = 15 * time.Second
 )
 
+// withKernel starts the code interpreter in sb, a new sandbox of the
+// code interpreter's template, and removes sb if it cannot.
+func (h *Handler) withKernel(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.Sandbox, error) {
+	if err := h.startKernel(ctx, sb.ID); err != nil {
+		h.m.Remove(context.WithoutCancel(ctx), sb.ID, true)
+		return nil, err
+	}
+	return sb, nil
+}
+
+// ensureKernel starts the code interpreter in sandbox id, restored from a
+// checkpoint, if the sandbox had one (its script is there) that does not
+// listen. A sandbox that never had one is left alone.
+func (h *Handler) ensureKernel(ctx context.Context, id string) error {
+	c, err := h.m.DialPort(ctx, id, kernelPort)
+	if err == nil {
+		c.Close()
+		return nil
+	}
+	if !errors.Is(err, errdefs.ErrUnavailable) {
+		return fmt.Errorf("code interpreter: %w", err)
+	}
+	exit, err := h.m.Exec(ctx, id, sandbox.Process{Args: []string{"test", "-f", kernelPath}}, sandbox.Stdio{})
+	if err != nil {
+		return fmt.Errorf("code interpreter: %w", err)
+	}
+	if exit.Code != 0 {
+		return nil
+	}
+	return h.startKernel(ctx, id)
+}
+
 // startKernel starts the code interpreter's server in sandbox id and
 // returns once it listens.
 func (h *Handler) startKernel(ctx context.Context, id string) error {
-	if err := h.m.WriteFile(ctx, id, kernelPath, bytes.NewReader(kernelScript)); err != nil {
-		return fmt.Errorf("code interpreter: %w", err)
+	for path, data := range map[string][]byte{kernelPath: kernelScript, kernelWorkerPath: kernelWorkerJS} {
+		if err := h.m.WriteFile(ctx, id, path, bytes.NewReader(data)); err != nil {
+			return fmt.Errorf("code interpreter: %w", err)
+		}
 	}
 	start := sandbox.Process{Args: []string{"sh", "-c", fmt.Sprintf("python3 %s %d >/tmp/smolvm-kernel.log 2>&1 &", kernelPath, kernelPort)}}
 	exit, err := h.m.Exec(ctx, id, start, sandbox.Stdio{})

@@ -45,7 +45,9 @@ func (h *Handler) ServeHost(w http.ResponseWriter, r *http.Request) {
 // sandbox not running or a port nothing listens on.
 func (h *Handler) servePort(w http.ResponseWriter, r *http.Request, id, p string) {
 	traffic, envd := r.Header.Get(headerTrafficToken), r.Header.Get(headerAccessToken)
-	apiKey := h.authorize(r)
+	// With the API key, r acts as its tenant, who must own the sandbox;
+	// a sandbox's own tokens open only it.
+	r, apiKey := h.authorize(r)
 	if traffic == "" && envd == "" && !apiKey {
 		writeAPIError(w, http.StatusUnauthorized, fmt.Sprintf("missing access token: send %s (trafficAccessToken), %s or the API key", headerTrafficToken, headerAccessToken))
 		return

@@ -37,6 +37,10 @@ func (h *Handler) fromTemplate(ctx context.Context, template string, o sandbox.C
 	if h.snaps != nil {
 		sb, err := h.m.Restore(ctx, template, sandbox.RestoreOptions{})
 		if err == nil {
+			if err := h.ensureKernel(ctx, sb.ID); err != nil {
+				h.m.Remove(context.WithoutCancel(ctx), sb.ID, true)
+				return nil, err
+			}
 			// The copy carries its source's lifetime; this request's wins.
 			return h.m.SetTTL(ctx, sb.ID, o.Config.TTL)
 		}
@@ -54,11 +58,7 @@ func (h *Handler) fromTemplate(ctx context.Context, template string, o sandbox.C
 		if err != nil {
 			return nil, err
 		}
-		if err := h.startKernel(ctx, sb.ID); err != nil {
-			h.m.Remove(context.WithoutCancel(ctx), sb.ID, true)
-			return nil, err
-		}
-		return sb, nil
+		return h.withKernel(ctx, sb)
 	}
 	return nil, fmt.Errorf("%w: %q is neither an image nor a snapshot", image.ErrNotFound, template)
 }

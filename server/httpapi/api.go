@@ -16,6 +16,7 @@ import (
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/runtime/snapshot"
+	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/server/ports"
 )
@@ -26,7 +27,10 @@ type Options struct {
 	Images    *image.Store
 	Snapshots *snapshot.Store
 	// Token is the bearer token every request must carry; empty turns
-	// auth off (only sensible on a private Unix socket).
+	// auth off (only sensible on a private Unix socket). It is the admin's:
+	// it sees every tenant's objects. The keys of the Manager's tenants
+	// are admitted too, each request then scoped to its tenant (see
+	// Authenticate).
 	Token string
 	// Mounts are extra handlers served under path prefixes, behind the
 	// same auth and path checks (unless Public), limiter and metrics. The
@@ -163,7 +167,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer httpguard.Drain(w, r)
 	for _, m := range s.mounts {
 		if m.takes(r) {
-			if m.public || s.admit(w, r, "") {
+			if m.public {
+				m.h.ServeHTTP(w, r)
+			} else if r, ok := s.admit(w, r, ""); ok {
 				m.h.ServeHTTP(w, r)
 			}
 			return
@@ -174,7 +180,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.root.ServeHTTP(w, r)
 		return
 	}
-	if !s.admit(w, r, pattern) {
+	r, ok := s.admit(w, r, pattern)
+	if !ok {
 		return
 	}
 	if httpguard.Routed(w, r, s.mux, fail) {
@@ -199,13 +206,16 @@ func fail(w http.ResponseWriter, status int, msg string) {
 	writeError(w, &api.Error{Status: status, Code: code, Message: msg})
 }
 
-// admit checks the token (unless pattern is public) and the path,
-// answering 401 or 400 itself.
-func (s *Server) admit(w http.ResponseWriter, r *http.Request, pattern string) bool {
-	if !s.public[pattern] && !CheckToken(r, s.o.Token) {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="smolvm"`)
-		writeError(w, &api.Error{Status: http.StatusUnauthorized, Code: api.CodeUnauthorized, Message: "missing or wrong API token (Authorization: Bearer … or X-API-KEY)"})
-		return false
+// admit checks the key (unless pattern is public) and the path,
+// answering 401 or 400 itself. It returns r acting as the key's tenant.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, pattern string) (*http.Request, bool) {
+	if !s.public[pattern] {
+		var ok bool
+		if r, ok = Authenticate(r, s.o.Token, s.tenants()); !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="smolvm"`)
+			writeError(w, &api.Error{Status: http.StatusUnauthorized, Code: api.CodeUnauthorized, Message: "missing or wrong API token (Authorization: Bearer … or X-API-KEY)"})
+			return r, false
+		}
 	}
 	check := httpguard.Path
 	if s.proxied[pattern] {
@@ -213,9 +223,18 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, pattern string) b
 	}
 	if err := check(r); err != nil {
 		writeError(w, invalid("", err.Error()))
-		return false
+		return r, false
 	}
-	return true
+	return r, true
+}
+
+// tenants returns the Manager's tenants, nil without a Manager (tests of
+// the guards alone).
+func (s *Server) tenants() *tenant.Store {
+	if s.o.Manager == nil {
+		return nil
+	}
+	return s.o.Manager.Tenants()
 }
 
 // Routes returns every pattern the server registered.
@@ -297,17 +316,26 @@ func (s *Server) Run(ctx context.Context, srv *http.Server, serve func() error) 
 	return nil
 }
 
-// reapInterval is how often the server looks for expired sandboxes.
-const reapInterval = time.Second
+// reapInterval is how often the server looks for expired sandboxes; it
+// accounts usage every accountEvery of those.
+const (
+	reapInterval = time.Second
+	accountEvery = 5
+)
 
 func (s *Server) reap(ctx context.Context) {
 	t := time.NewTicker(reapInterval)
 	defer t.Stop()
-	for {
+	for tick := 0; ; tick++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if tick%accountEvery == 0 {
+			if err := s.o.Manager.Account(ctx); err != nil && ctx.Err() == nil {
+				s.o.Logger.Warn("usage accounting", "err", err)
+			}
 		}
 		removed, err := s.o.Manager.Reap(ctx, s.o.ExpiredGrace)
 		for _, n := range removed {

@@ -225,7 +225,7 @@ const keepalive = 15 * time.Second
 // events streams lifecycle events (SSE, or NDJSON) until the client goes.
 // A client that falls too far behind is cut off, and must list again.
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
-	evs, stop := s.o.Manager.Subscribe()
+	evs, stop := s.o.Manager.Subscribe(r.Context())
 	defer stop()
 	st := newStream(w, r)
 	// Send the headers now: a client waits for them before it listens.

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -123,6 +124,10 @@ func (m *metrics) write(w io.Writer, states map[sandbox.State]int, inFlight int)
 func sortedKeys(m map[int]uint64) []int { return slices.Sorted(maps.Keys(m)) }
 
 func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	if _, scoped := tenant.Of(r.Context()); scoped {
+		writeError(w, tenant.ErrAdminOnly) // the counts are the whole server's
+		return
+	}
 	sbs, err := s.o.Manager.List(r.Context())
 	if err != nil {
 		writeError(w, err)
@@ -132,6 +137,31 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	for _, sb := range sbs {
 		states[sb.State]++
 	}
+	usage, err := s.o.Manager.Usage(r.Context(), time.Time{}, "", false)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	s.metrics.write(w, states, len(s.limit.slots))
+	writeUsage(w, usage)
+}
+
+// writeUsage writes each tenant's usage since records began as counters
+// ("" is the admin's).
+func writeUsage(w io.Writer, usage []sandbox.Usage) {
+	for _, m := range []struct {
+		name, help string
+		v          func(sandbox.Usage) float64
+	}{
+		{"smolvm_tenant_sandbox_seconds_total", "Time sandboxes ran (paused time excluded).", func(u sandbox.Usage) float64 { return u.SandboxSeconds }},
+		{"smolvm_tenant_cpu_seconds_total", "CPU time sandboxes used.", func(u sandbox.Usage) float64 { return u.CPUSeconds }},
+		{"smolvm_tenant_memory_gib_seconds_total", "Memory limits times running time.", func(u sandbox.Usage) float64 { return u.MemoryGiBSeconds }},
+		{"smolvm_tenant_snapshot_gib_hours_total", "Snapshot storage held over time.", func(u sandbox.Usage) float64 { return u.SnapshotGiBHours }},
+	} {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s counter\n", m.name, m.help, m.name)
+		for _, u := range usage {
+			fmt.Fprintf(w, "%s{tenant=%q} %g\n", m.name, u.Tenant, m.v(u))
+		}
+	}
 }

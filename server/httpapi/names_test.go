@@ -27,7 +27,7 @@ import (
 // with bad names below; a new route must be added to one or the other.
 var (
 	nativeNameless = []string{"GET /healthz", "GET /openapi.json", "GET /metrics", "GET /v1/events", "GET /v1/sandboxes",
-		"GET /v1/images", "GET /v1/snapshots", "GET /v1/pools", "/e2b/"}
+		"GET /v1/images", "GET /v1/snapshots", "GET /v1/pools", "GET /v1/tenants", "GET /v1/usage", "/e2b/"}
 	e2bNameless = []string{"GET /sandboxes", "GET /v2/sandboxes"}
 )
 
@@ -42,7 +42,7 @@ func TestNamesOnEveryRoute(t *testing.T) {
 	var e2bRoutes, envdRoutes []string
 	f := newFixtureOn(t, func(o *httpapi.Options, env *testmgr.Env) {
 		h, err := e2b.New(context.Background(), e2b.Options{Manager: env.Manager, Store: env.Store, Snapshots: env.Snapshots,
-			Authorize: func(r *http.Request) bool { return httpapi.CheckToken(r, token) }, Ports: ports.New(env.Manager.DialPort)})
+			Authorize: func(r *http.Request) (*http.Request, bool) { return httpapi.Authenticate(r, token, nil) }, Ports: ports.New(env.Manager.DialPort)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -177,11 +177,15 @@ func TestNamesOnEveryRoute(t *testing.T) {
 	nativeFields := map[string][]string{
 		"POST /v1/sandboxes":                    {"name", "image", "pool"},
 		"POST /v1/pools":                        {"name", "image"},
+		"POST /v1/tenants":                      {"name"},
 		"POST /v1/sandboxes/{id}/checkpoint":    {"name"},
 		"POST /v1/sandboxes/{id}/fork":          {"name_prefix"},
 		"POST /v1/snapshots/{snapshot}/restore": {"name"},
 		"PUT /v1/sandboxes/{id}/files":          {"?path"},
 		"GET /v1/sandboxes/{id}/files":          {"?path"},
+		"POST /v1/browsers/golden":              {"golden", "image"},
+		"POST /v1/browsers":                     {"golden", "name"},
+		"POST /v1/browsers/screenshot":          {"golden"},
 	}
 	for _, pattern := range f.srv.Routes() {
 		if len(httpguard.Wildcards(pattern)) == 0 && nativeFields[pattern] == nil {

@@ -65,7 +65,8 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		"CreateRequest": api.CreateRequest{}, "ExecRequest": api.ExecRequest{}, "StopRequest": api.StopRequest{},
 		"TimeoutRequest": api.TimeoutRequest{}, "ForkRequest": api.ForkRequest{}, "CheckpointRequest": api.CheckpointRequest{},
 		"RestoreRequest": api.RestoreRequest{}, "PoolRequest": api.PoolRequest{}, "NetworkUpdateRequest": api.NetworkUpdateRequest{}, "ExecEvent": api.ExecEvent{}, "WSControl": api.WSControl{}, "LogEvent": api.LogEvent{},
-		"Error": api.Error{},
+		"Error": api.Error{}, "BrowserStartRequest": api.BrowserStartRequest{}, "BrowserRequest": api.BrowserRequest{},
+		"Browser": api.Browser{}, "ScreenshotRequest": api.ScreenshotRequest{},
 	} {
 		var fields []string
 		typ := reflect.TypeOf(v)

@@ -52,7 +52,9 @@ func (s *Server) registerRoutes() {
 	route("GET /v1/images", s.images)
 	s.registerSnapshotRoutes(route)
 	s.registerPoolRoutes(route)
+	s.registerTenantRoutes(route)
 	s.registerNetworkRoutes(route)
+	s.registerBrowserRoutes(route)
 	s.registerPortRoutes()
 }
 

@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"smolvm.dev/smolvm/runtime/tenant"
 )
 
 // TokenFile is the token's file name in the data dir.
@@ -73,6 +75,11 @@ func CheckToken(r *http.Request, token string) bool {
 	if token == "" {
 		return true
 	}
+	return subtle.ConstantTimeCompare([]byte(credential(r)), []byte(token)) == 1
+}
+
+// credential is the key r carries.
+func credential(r *http.Request) string {
 	got := r.Header.Get("X-API-KEY")
 	if h := r.Header.Get("Authorization"); h != "" {
 		scheme, rest, _ := strings.Cut(h, " ")
@@ -80,5 +87,25 @@ func CheckToken(r *http.Request, token string) bool {
 			got = strings.TrimSpace(rest)
 		}
 	}
-	return subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+	return got
+}
+
+// Authenticate returns r acting as whoever its key names: unchanged for
+// the server's token (the admin, who sees everything), scoped to the
+// tenant for one of tenants' keys (runtime/tenant), which the runtime then
+// holds to that tenant's objects. False: no valid key. Keys are looked up
+// at every request, so a revoked one fails at once. With auth off (empty
+// token) every request is the admin's.
+func Authenticate(r *http.Request, token string, tenants *tenant.Store) (*http.Request, bool) {
+	if CheckToken(r, token) {
+		return r, true
+	}
+	if tenants == nil {
+		return r, false
+	}
+	name, ok := tenants.Resolve(r.Context(), credential(r))
+	if !ok {
+		return r, false
+	}
+	return r.WithContext(tenant.With(r.Context(), name)), true
 }

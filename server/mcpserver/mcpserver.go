@@ -18,21 +18,23 @@ import (
 
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/workflow/browser"
 )
 
 // MaxOutput bounds what one exec or file read returns to the model: a tool
 // result lands in a context window, so more is cut and said to be cut.
 const MaxOutput = 1 << 20
 
-// New returns an MCP server whose tools drive m. version is smolvm's.
-func New(m sandbox.Service, version string) *mcp.Server {
+// New returns an MCP server whose tools drive m. version is smolvm's; dial
+// reaches browsers' published DevTools ports (nil: directly).
+func New(m sandbox.Service, version string, dial browser.Dialer) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "smolvm", Version: version}, &mcp.ServerOptions{
 		Instructions: "smolvm sandboxes are isolated machines (gVisor); those made here have no network. Create one, " +
 			"run commands and move files in it; checkpoint, restore and fork it to branch work. " +
 			"Sandboxes are named by ID or name.",
 	})
 	s.AddReceivingMiddleware(classify)
-	t := &tools{m: m}
+	t := &tools{m: m, dial: dial}
 	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_create", Description: "Create and start a sandbox. Returns its ID."}, t.create)
 	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_list", Description: "List sandboxes and their states."}, t.list)
 	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_remove", Description: "Stop and remove a sandbox."}, t.remove)
@@ -42,11 +44,14 @@ func New(m sandbox.Service, version string) *mcp.Server {
 	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_checkpoint", Description: "Save a running sandbox (memory, processes, files) as a snapshot; it keeps running."}, t.checkpoint)
 	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_restore", Description: "Start a new sandbox from a snapshot."}, t.restore)
 	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_fork", Description: "Make running copies of a running sandbox."}, t.fork)
+	mcp.AddTool(s, &mcp.Tool{Name: "browser_screenshot", Description: "Take a PNG screenshot of a web page in a fresh headless Chromium " +
+		"(restored from the golden browser that `smolvm browser start` made; its network policy applies), removed afterwards."}, t.screenshot)
 	return s
 }
 
 type tools struct {
-	m sandbox.Service
+	m    sandbox.Service
+	dial browser.Dialer
 }
 
 // MetaClass is the _meta key of a tool error's class (errdefs.Name).
@@ -353,4 +358,22 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
 	return n, err
+}
+
+type screenshotIn struct {
+	URL      string `json:"url" jsonschema:"an http or https URL"`
+	FullPage bool   `json:"full_page,omitempty" jsonschema:"capture the whole page, not only the viewport"`
+	Width    int    `json:"width,omitempty" jsonschema:"viewport width in CSS pixels; default 1280"`
+	Height   int    `json:"height,omitempty" jsonschema:"viewport height in CSS pixels; default 800"`
+	Golden   string `json:"golden,omitempty" jsonschema:"the golden browser's snapshot; default browser"`
+}
+
+func (t *tools) screenshot(ctx context.Context, _ *mcp.CallToolRequest, in screenshotIn) (*mcp.CallToolResult, any, error) {
+	png, err := browser.Capture(ctx, t.m, in.Golden, browser.ScreenshotOptions{
+		URL: in.URL, FullPage: in.FullPage, Width: in.Width, Height: in.Height, Dial: t.dial,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.ImageContent{Data: png, MIMEType: "image/png"}}}, nil, nil
 }

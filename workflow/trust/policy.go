@@ -463,3 +463,10 @@ func ParseAction(args []string) (Action, error) {
 	}
 	return Action{}, fmt.Errorf("unknown action %q (want run, read, write, net, git commit, git push, pr or memory)", strings.Join(args, " "))
 }
+
+// IsTest reports whether path (relative to the root, or absolute) is a
+// test file: one that the tests class, not the write class, governs.
+func (p *Policy) IsTest(path string) bool {
+	_, ok := p.testGlob(p.relPath(path))
+	return ok
+}

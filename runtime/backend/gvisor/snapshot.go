@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
-	"os"
 	"path/filepath"
 
 	"smolvm.dev/smolvm/runtime/backend"
@@ -32,7 +29,7 @@ func (b *Backend) Checkpoint(ctx context.Context, s *backend.Spec, dir string, o
 	}
 	err := b.runsc(ctx, s, append(args, s.ID)...)
 	if err == nil {
-		err = copyFiles(layout{s.Dir}.run(), dir, logFiles)
+		err = backend.CopyFiles(layout{s.Dir}.run(), dir, logFiles)
 	}
 	if err == nil && o.Saved != nil {
 		o.Saved()
@@ -59,7 +56,7 @@ func (b *Backend) Restore(ctx context.Context, s *backend.Spec, dir string) erro
 			return fmt.Errorf("restore %s: %w", s.ID, err)
 		}
 	}
-	if err := copyFiles(dir, l.run(), logFiles); err != nil {
+	if err := backend.CopyFiles(dir, l.run(), logFiles); err != nil {
 		return fmt.Errorf("restore %s: %w", s.ID, err)
 	}
 	// The identity is in place before the copy runs: its agent finds it
@@ -98,31 +95,4 @@ func (b *Backend) Pause(ctx context.Context, s *backend.Spec) error {
 // Resume implements backend.Snapshotter.
 func (b *Backend) Resume(ctx context.Context, s *backend.Spec) error {
 	return b.runsc(ctx, s, "resume", s.ID)
-}
-
-// copyFiles copies the named files that exist in src into dst.
-func copyFiles(src, dst string, names []string) error {
-	for _, n := range names {
-		in, err := os.Open(filepath.Join(src, n))
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		out, err := os.OpenFile(filepath.Join(dst, n), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-		if err != nil {
-			in.Close()
-			return err
-		}
-		_, err = io.Copy(out, in)
-		in.Close()
-		if cerr := out.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("copy %s: %w", n, err)
-		}
-	}
-	return nil
 }

@@ -110,4 +110,46 @@ test('fork copies the live interpreter: state in every copy, changes apart', asy
   assert.equal((await forks[0].runCode('marker')).text, 'changed in copy 0')
   assert.equal((await forks[1].runCode('marker')).text, 'before fork', 'copies are independent')
   assert.equal((await sbx.runCode('marker')).text, 'before fork', 'the source is untouched')
+
+  // A dead sandbox: runCode fails at once, in E2B's terms.
+  await forks[1].kill()
+  await assert.rejects(forks[1].runCode('marker', { requestTimeoutMs: 5000 }), (e) => e instanceof NotFoundError && e.message.includes(forks[1].sandboxId))
+})
+
+test('js contexts: state persists within one, results, errors; an unknown language is refused', async () => {
+  const sbx = await newSandbox()
+  const js = await sbx.createCodeContext({ language: 'js' })
+  assert.equal(js.language, 'javascript')
+  const out = []
+  const ex = await sbx.runCode('let n = 40\nconsole.log("hi", { a: 1 })\nn + 2', { context: js, onStdout: (m) => out.push(m.line) })
+  assert.equal(ex.error, undefined)
+  assert.equal(ex.text, '42')
+  assert.deepEqual(out, ['hi { a: 1 }\n'])
+  assert.equal((await sbx.runCode('n += 1; n', { context: js })).text, '41', 'state persists within the context')
+  assert.equal((await sbx.runCode('Promise.resolve("awaited")', { context: js })).text, 'awaited')
+  const e = await sbx.runCode('function f() { throw new TypeError("bad " + n) }\nf()', { context: js })
+  assert.equal(e.error.name, 'TypeError')
+  assert.equal(e.error.value, 'bad 41')
+  assert.match(e.error.traceback, /at f \(<cell \d+>:1:/)
+  await assert.rejects(sbx.runCode('while (true) {}', { context: js, timeoutMs: 1000 }), TimeoutError)
+  assert.equal((await sbx.runCode('n', { context: js })).text, '41', 'an interrupted cell leaves the context alive')
+
+  // runCode(code, {language}) runs in that language's default context.
+  await sbx.runCode('var viaLanguage = "kept"', { language: 'js' })
+  assert.equal((await sbx.runCode('viaLanguage', { language: 'javascript' })).text, 'kept')
+  assert.equal((await sbx.runCode('n', { language: 'js' })).error?.name, 'ReferenceError', 'contexts are separate')
+  assert.equal((await sbx.runCode('1 + 1')).text, '2', 'python stays the default')
+
+  await assert.rejects(sbx.runCode('1', { language: 'cobol', requestTimeoutMs: 5000 }), /400/)
+  await assert.rejects(sbx.createCodeContext({ language: 'cobol' }), /400/)
+  // The body is E2B's error shape, saying what is served.
+  const res = await fetch(`${process.env.E2B_SANDBOX_URL}/execute`, {
+    method: 'POST',
+    headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49999', 'X-API-KEY': process.env.E2B_API_KEY },
+    body: JSON.stringify({ code: '1', language: 'cobol' }),
+  })
+  assert.equal(res.status, 400)
+  const body = await res.json()
+  assert.equal(body.code, 400)
+  assert.match(body.message, /language "cobol" is not supported: use python, or js/)
 })

@@ -455,6 +455,46 @@ class Client:
     def remove_snapshot(self, ref: str) -> None:
         self._json("DELETE", "/v1/snapshots/" + urllib.parse.quote(ref, safe=""))
 
+    # -- browsers
+
+    def browser_start(self, *, golden: Optional[str] = None, allow_hosts: Optional[List[str]] = None,
+                      allow_cidrs: Optional[List[str]] = None, mode: Optional[str] = None,
+                      image: Optional[str] = None, timeout: Optional[Seconds] = None) -> Snapshot:
+        """Boot headless Chromium and checkpoint it as the golden browser.
+        Browsers may reach allow_hosts and allow_cidrs (mode egress, the default)."""
+        req: Dict[str, Any] = {}
+        for k, v in (("golden", golden), ("allow_hosts", allow_hosts), ("allow_cidrs", allow_cidrs),
+                     ("mode", mode), ("image", image), ("timeout", _duration(timeout))):
+            if v is not None:
+                req[k] = v
+        return Snapshot._from(self._json("POST", "/v1/browsers/golden", req))
+
+    def browser_new(self, *, golden: Optional[str] = None, name: Optional[str] = None,
+                    ttl: Optional[Seconds] = None) -> Dict[str, Any]:
+        """A fresh browser from the golden: {"id", "name", "cdp_url", "http_url", "expires_at"}.
+        cdp_url is for Playwright's connect_over_cdp; browser_release removes it."""
+        req: Dict[str, Any] = {}
+        for k, v in (("golden", golden), ("name", name), ("ttl", _duration(ttl))):
+            if v is not None:
+                req[k] = v
+        return self._json("POST", "/v1/browsers", req)
+
+    def browser_release(self, ref: str) -> None:
+        self._json("DELETE", "/v1/browsers/" + urllib.parse.quote(ref, safe=""))
+
+    def screenshot(self, url: str, *, full_page: bool = False, width: Optional[int] = None,
+                   height: Optional[int] = None, golden: Optional[str] = None) -> bytes:
+        """A PNG of url, taken in a fresh browser that is removed afterwards."""
+        req: Dict[str, Any] = {"url": url, "full_page": full_page}
+        for k, v in (("width", width), ("height", height), ("golden", golden)):
+            if v is not None:
+                req[k] = v
+        resp = self._open("POST", "/v1/browsers/screenshot", body=req)
+        try:
+            return resp.read()
+        finally:
+            resp.close()
+
     # -- events
 
     def events(self) -> Iterator[Event]:

@@ -4,6 +4,7 @@ $PATH) and runsc; scripts/test.sh runs them through `go test ./sdk`."""
 
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -144,6 +145,23 @@ class SDKTest(unittest.TestCase):
         self.c.kill(brief.id)
         with self.assertRaises(smolvm.Expired):  # the tombstone still says it expired
             self.c.get(brief.id)
+
+    @unittest.skipUnless(os.environ.get("SMOLVM_NET_NETNS") and os.path.exists("/usr/lib/chromium/chromium"),
+                         "needs chromium and a closed test network (go test ./sdk gives one)")
+    def test_browser(self):
+        snap = self.c.browser_start(allow_hosts=["allowed.test"], golden="py-browser")
+        self.assertEqual(snap.name, "py-browser")
+        png = self.c.screenshot("http://allowed.test/", width=320, height=200, golden="py-browser")
+        self.assertEqual(png[:8], b"\x89PNG\r\n\x1a\n")
+        self.assertEqual(struct.unpack(">II", png[16:24]), (320, 200))
+        b = self.c.browser_new(golden="py-browser", ttl=60)
+        self.assertTrue(b["cdp_url"].startswith("ws://127.0.0.1:"), b)
+        self.c.browser_release(b["id"])
+        with self.assertRaises(smolvm.NotFound):
+            self.c.get(b["id"])
+        with self.assertRaises(smolvm.InvalidRequest):
+            self.c.screenshot("file:///etc/passwd", golden="py-browser")
+        self.c.remove_snapshot("py-browser")
 
     def test_checkpoint_restore_fork_kill(self):
         src = self.c.create(name="py-src")

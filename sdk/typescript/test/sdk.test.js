@@ -5,7 +5,7 @@
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { spawn, execFileSync } from 'node:child_process'
-import { mkdtempSync, rmSync } from 'node:fs'
+import { existsSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Client, NotFoundError, ExpiredError, UnauthorizedError, TimeoutError, InvalidRequestError } from '../index.js'
@@ -122,6 +122,23 @@ test('typed errors', { skip }, async () => {
     assert.ok(Date.now() < deadline, 'sandbox did not expire')
     await new Promise((r) => setTimeout(r, 200))
   }
+})
+
+const browserSkip =
+  skip || (process.env.SMOLVM_NET_NETNS && existsSync('/usr/lib/chromium/chromium') ? false : 'needs chromium and a closed test network (go test ./sdk gives one)')
+
+test('browser: start, screenshot, new, release', { skip: browserSkip, timeout: 300_000 }, async () => {
+  const snap = await c.browserStart({ golden: 'ts-browser', allowHosts: ['allowed.test'] })
+  assert.equal(snap.name, 'ts-browser')
+  const png = await c.screenshot('http://allowed.test/', { width: 320, height: 200, golden: 'ts-browser' })
+  assert.deepEqual([...png.subarray(0, 8)], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a])
+  assert.deepEqual([png.readUInt32BE(16), png.readUInt32BE(20)], [320, 200])
+  const b = await c.browserNew({ golden: 'ts-browser', ttl: 60 })
+  assert.match(b.cdp_url, /^ws:\/\/127\.0\.0\.1:\d+\/devtools\/browser\//)
+  await c.browserRelease(b.id)
+  await assert.rejects(c.get(b.id), NotFoundError)
+  await assert.rejects(c.screenshot('file:///etc/passwd', { golden: 'ts-browser' }), InvalidRequestError)
+  await c.removeSnapshot('ts-browser')
 })
 
 test('checkpoint, restore, fork, kill', { skip }, async () => {

@@ -11,11 +11,13 @@ import base64
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 import traceback
 import uuid
 import warnings
@@ -24,18 +26,58 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 # --- the worker: one context's interpreter ------------------------------
 
+# The last line of every answer, byte for byte (worker.js writes the same):
+# the server looks for it without parsing the other lines.
+END = '{"type": "end_of_execution"}'
+
+# STREAM_DELAY bounds how long a stdout/stderr line waits to be sent while
+# its cell runs on; a cell that ends sooner sends its whole answer at once.
+STREAM_DELAY = 0.005
+
+
 class Emitter:
-    """Writes messages to the server, one JSON line each."""
+    """Sends messages to the server, one JSON line each, in as few writes
+    as it can: a cell's messages wait, and its end sends them all in one
+    write, so a short cell costs one write; a stream message wakes the
+    flusher thread, which sends what is pending within STREAM_DELAY."""
 
-    def __init__(self, out):
-        self.out = out
-        self.lock = threading.Lock()
+    def __init__(self, fd):
+        self.fd = fd
+        self.buf = []
+        self.due = False  # the flusher is woken
+        self.cond = threading.Condition()
+        threading.Thread(target=self.flusher, daemon=True).start()
 
-    def send(self, msg):
-        line = json.dumps(msg) + '\n'
-        with self.lock:
-            self.out.write(line)
-            self.out.flush()
+    def send(self, msg, stream=False):
+        line = json.dumps(msg)
+        with self.cond:
+            self.buf.append(line)
+            if stream and not self.due:
+                self.due = True
+                self.cond.notify()
+
+    def end(self):
+        """Ends the answer: what is pending and END, in one write."""
+        with self.cond:
+            self.buf.append(END)
+            self.write()
+
+    def write(self):
+        # Under self.cond. Only the flusher and end write: user code runs
+        # with SIGINT on, and an interrupt must not cut a line in two.
+        if not self.buf:
+            return
+        data = memoryview(('\n'.join(self.buf) + '\n').encode())
+        self.buf, self.due = [], False
+        while data:
+            data = data[os.write(self.fd, data):]
+
+    def flusher(self):
+        with self.cond:
+            while True:
+                self.cond.wait_for(lambda: self.due)
+                self.cond.wait(STREAM_DELAY)  # gather the lines that follow
+                self.write()
 
 
 class Stream:
@@ -50,13 +92,13 @@ class Stream:
         i = self.buf.rfind('\n')
         if i >= 0:
             text, self.buf = self.buf[:i + 1], self.buf[i + 1:]
-            self.emit.send({'type': self.kind, 'text': text})
+            self.emit.send({'type': self.kind, 'text': text}, stream=True)
         return len(s)
 
     def flush(self):
         if self.buf:
             text, self.buf = self.buf, ''
-            self.emit.send({'type': self.kind, 'text': text})
+            self.emit.send({'type': self.kind, 'text': text}, stream=True)
 
     def isatty(self):
         return False
@@ -111,8 +153,11 @@ def figures(emit):
 
 
 def worker():
-    # Messages go to the original stdout; user code gets Streams.
-    emit = Emitter(os.fdopen(os.dup(1), 'w', encoding='utf-8'))
+    # Messages go to the original stdout; user code gets Streams, and what
+    # writes to fd 1 itself (a subprocess) goes to the kernel's log, not
+    # into the messages.
+    emit = Emitter(os.dup(1))
+    os.dup2(2, 1)
     # Figures are sent at the end of each cell (figures), as Jupyter's
     # inline backend does; plt.show() has nothing to show meanwhile.
     os.environ.setdefault('MPLBACKEND', 'Agg')
@@ -120,7 +165,7 @@ def worker():
     sys.stdout, sys.stderr = Stream(emit, 'stdout'), Stream(emit, 'stderr')
     ns = {'__name__': '__main__', '__builtins__': __builtins__}
     count = 0
-    emit.send({'type': 'ready'})
+    emit.end()  # ready
     while True:
         # SIGINT interrupts a cell, and only a cell.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -128,26 +173,25 @@ def worker():
         if not line:
             return
         req = json.loads(line)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
         count += 1
+        emit.send({'type': 'number_of_executions', 'execution_count': count})
         old_env = {}
+        for k, v in (req.get('env_vars') or {}).items():
+            old_env[k] = os.environ.get(k)
+            os.environ[k] = str(v)
         try:
-            emit.send({'type': 'number_of_executions', 'execution_count': count})
-            for k, v in (req.get('env_vars') or {}).items():
-                old_env[k] = os.environ.get(k)
-                os.environ[k] = str(v)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             run_cell(req['code'], ns, count, emit)
         except KeyboardInterrupt:
             emit.send({'type': 'error', 'name': 'KeyboardInterrupt', 'value': 'interrupted', 'traceback': ''})
         finally:
-            try:
-                for k, v in old_env.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
-            finally:
-                emit.send({'type': 'end_of_execution'})
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for k, v in old_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        emit.end()
 
 
 def flush():
@@ -181,12 +225,37 @@ def run_cell(code, ns, count, emit):
 # --- the server --------------------------------------------------------
 
 DEFAULT_CWD = '/home/user' if os.path.isdir('/home/user') else '/'
+WORKER_JS = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'worker.js')
+
+# HEADER_DELAY is how long execute waits for a cell's whole answer before
+# it sends the headers and streams: a short cell's answer goes out in one
+# write, with its length. The SDK's request timeout covers only the
+# headers, so a long cell still gets them at once.
+HEADER_DELAY = 0.05
+
+# The languages and their names (as E2B's server normalizes them).
+LANGUAGES = {'python': 'python', 'py': 'python', 'js': 'javascript', 'javascript': 'javascript'}
+
+
+def language(name):
+    """The language name stands for, or an HTTPError saying what is served."""
+    lang = LANGUAGES.get(name.strip().lower()) if isinstance(name, str) else None
+    if lang is None:
+        raise HTTPError(400, 'language %s is not supported: use python, or js where the sandbox has node'
+                        % json.dumps(name))
+    if lang == 'javascript' and not shutil.which('node'):
+        raise HTTPError(400, 'language %s: node is not installed in this sandbox' % json.dumps(name))
+    return lang
 
 
 class Context:
-    def __init__(self, cwd, id=None):
-        self.id = id or uuid.uuid4().hex
-        self.language = 'python'
+    """One context: a worker process (python3 or node) holding its state.
+    A worker answers each request line with message lines ending in END,
+    and writes one END when it is ready."""
+
+    def __init__(self, lang, cwd):
+        self.id = uuid.uuid4().hex
+        self.language = lang
         self.cwd = cwd
         self.lock = threading.Lock()  # one cell at a time
         self.proc = None
@@ -195,21 +264,23 @@ class Context:
     def start(self):
         # Unbuffered pipes: execute selects on the worker's stdout and the
         # client's socket in one thread, and reads whole lines itself.
-        self.proc = subprocess.Popen([sys.executable, '-u', os.path.abspath(__file__), '--worker'],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=self.cwd, bufsize=0)
+        if self.language == 'javascript':
+            args = ['node', WORKER_JS]
+        else:
+            args = [sys.executable, '-u', os.path.abspath(__file__), '--worker']
+        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=self.cwd, bufsize=0)
         self.buf = b''
-        if self.line() is None:
-            raise RuntimeError('the interpreter did not start')
+        if self.read() and self.buf.startswith(END_LINE):
+            self.buf = self.buf[len(END_LINE):]
+            return
+        self.stop()
+        raise HTTPError(500, 'the %s interpreter did not start (see /tmp/smolvm-kernel.log)' % self.language)
 
-    def line(self):
-        """The worker's next message line, or None at its end."""
-        while b'\n' not in self.buf:
-            data = os.read(self.proc.stdout.fileno(), 1 << 16)
-            if not data:
-                return None
-            self.buf += data
-        line, self.buf = self.buf.split(b'\n', 1)
-        return line
+    def read(self):
+        """Reads what the worker wrote into self.buf; False at its end."""
+        data = os.read(self.proc.stdout.fileno(), 1 << 16)
+        self.buf += data
+        return bool(data)
 
     def stop(self):
         self.proc.kill()
@@ -225,9 +296,10 @@ class Context:
         return {'id': self.id, 'language': self.language, 'cwd': self.cwd}
 
 
+END_LINE = END.encode() + b'\n'
 contexts = {}
 contexts_lock = threading.Lock()
-default = None
+defaults = {}  # language: its default context, made at its first cell
 
 
 class HTTPError(Exception):
@@ -235,22 +307,34 @@ class HTTPError(Exception):
         self.status, self.msg = status, msg
 
 
+def write_all(fd, data):
+    data = memoryview(data)
+    while data:
+        data = data[os.write(fd, data):]
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = 'HTTP/1.1'
-    # Each NDJSON line is its own small write: without TCP_NODELAY the
-    # second waits for the peer's delayed ACK.
+    # An answer streamed in parts is small writes: without TCP_NODELAY
+    # the second waits for the peer's delayed ACK.
     disable_nagle_algorithm = True
 
     def log_message(self, *args):
         pass
 
+    def head(self, status, ctype, length=None):
+        """The status line and headers, as bytes to write with the body."""
+        h = 'HTTP/1.1 %d %s\r\nContent-Type: %s\r\n' % (status, self.responses[status][0], ctype)
+        if length is None:
+            h += 'Transfer-Encoding: chunked\r\n'
+        else:
+            h += 'Content-Length: %d\r\n' % length
+        return (h + '\r\n').encode()
+
     def send(self, status, body, ctype='application/json'):
+        """Writes a whole answer in one write."""
         data = body.encode() if isinstance(body, str) else body
-        self.send_response(status)
-        self.send_header('Content-Type', ctype)
-        self.send_header('Content-Length', str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        self.wfile.write(self.head(status, ctype, len(data)) + data)
 
     def body(self):
         n = int(self.headers.get('Content-Length') or 0)
@@ -277,7 +361,8 @@ class Handler(BaseHTTPRequestHandler):
                 return self.contexts(method, parts[1:])
             raise HTTPError(404, 'no route %s %s' % (method, path))
         except HTTPError as e:
-            self.send(e.status, e.msg, 'text/plain')
+            # E2B's error shape, as the rest of smolvm's E2B API answers.
+            self.send(e.status, json.dumps({'code': e.status, 'message': e.msg}))
 
     def do_GET(self):
         self.route('GET')
@@ -292,7 +377,7 @@ class Handler(BaseHTTPRequestHandler):
         with contexts_lock:
             ctx = contexts.get(id)
         if ctx is None:
-            raise HTTPError(404, 'Context %s not found' % id)
+            raise HTTPError(404, 'context %s not found' % id)
         return ctx
 
     def contexts(self, method, rest):
@@ -301,13 +386,11 @@ class Handler(BaseHTTPRequestHandler):
                 return self.send(200, json.dumps([c.json() for c in contexts.values()]))
         if method == 'POST' and not rest:
             req = self.body()
-            lang = req.get('language') or 'python'
-            if lang != 'python':
-                raise HTTPError(400, 'language %r is not supported: python only' % lang)
+            lang = language(req.get('language') or 'python')
             cwd = req.get('cwd') or DEFAULT_CWD
-            if not os.path.isdir(cwd):
-                raise HTTPError(400, 'cwd %r is not a directory' % cwd)
-            ctx = Context(cwd)
+            if not isinstance(cwd, str) or not os.path.isdir(cwd):
+                raise HTTPError(400, 'cwd %s is not a directory' % json.dumps(cwd))
+            ctx = Context(lang, cwd)
             with contexts_lock:
                 contexts[ctx.id] = ctx
             return self.send(200, json.dumps(ctx.json()))
@@ -315,6 +398,8 @@ class Handler(BaseHTTPRequestHandler):
             ctx = self.lookup(rest[0])
             with contexts_lock:
                 contexts.pop(ctx.id, None)
+                if defaults.get(ctx.language) is ctx:
+                    del defaults[ctx.language]
             ctx.stop()
             return self.send(200, 'null')
         if method == 'POST' and len(rest) == 2 and rest[1] == 'restart':
@@ -322,69 +407,108 @@ class Handler(BaseHTTPRequestHandler):
             return self.send(200, 'null')
         raise HTTPError(404, 'no route %s /contexts/%s' % (method, '/'.join(rest)))
 
+    def default(self, lang):
+        """The language's default context, made at its first cell."""
+        with contexts_lock:
+            ctx = defaults.get(lang)
+        if ctx is not None:
+            return ctx
+        ctx = Context(lang, DEFAULT_CWD)
+        with contexts_lock:
+            if lang in defaults:  # made meanwhile by another cell
+                ctx.stop()
+                return defaults[lang]
+            defaults[lang] = contexts[ctx.id] = ctx
+        return ctx
+
     def execute(self, req):
         code = req.get('code')
         if not isinstance(code, str):
             raise HTTPError(400, 'code: a string is required')
         if req.get('context_id') and req.get('language'):
             raise HTTPError(400, 'Only one of context_id or language can be provided')
-        lang = req.get('language') or 'python'
-        if lang != 'python':
-            raise HTTPError(400, 'language %r is not supported: python only' % lang)
-        ctx = self.lookup(req['context_id']) if req.get('context_id') else default
+        if req.get('context_id'):
+            ctx = self.lookup(req['context_id'])
+        else:
+            ctx = self.default(language(req.get('language') or 'python'))
         env = req.get('env_vars') or {}
-        # Headers go out at once: the SDK's request timeout covers only them.
-        self.send_response(200)
-        self.send_header('Content-Type', 'application/x-ndjson')
-        self.send_header('Transfer-Encoding', 'chunked')
-        self.end_headers()
-        self.wfile.flush()
+        if not isinstance(env, dict):
+            raise HTTPError(400, 'env_vars: an object is required')
         with ctx.lock:
-            proc = ctx.proc
-            proc.stdin.write((json.dumps({'code': code, 'env_vars': env}) + '\n').encode())
-            out, sock = proc.stdout.fileno(), self.connection
-            watch, gone = [out, sock], False
-            while True:
-                if b'\n' not in ctx.buf:
-                    # The client going away (EOF) interrupts the cell.
-                    ready, _, _ = select.select(watch, [], [])
-                    if sock in ready:
-                        try:
-                            peek = sock.recv(1, socket.MSG_PEEK)
-                        except OSError:
-                            peek = b''
-                        watch = [out]  # EOF, or (unlikely) a pipelined request
-                        if not peek:
-                            gone = True
-                            proc.send_signal(signal.SIGINT)
-                    if out not in ready:
-                        continue
-                line = ctx.line()
-                if line is None:
-                    self.chunk({'type': 'error', 'name': 'ContextRestarting', 'value': 'the interpreter exited', 'traceback': ''})
-                    if ctx.proc is proc:  # it died; a restart replaced it otherwise
-                        ctx.restart()
-                    break
-                msg = json.loads(line)
-                if msg['type'] == 'end_of_execution':
-                    break
-                if not gone:
-                    gone = not self.chunk(msg)
-        self.chunk(None)
+            self.run(ctx, json.dumps({'code': code, 'env_vars': env}).encode() + b'\n')
 
-    def chunk(self, msg):
-        """Writes one NDJSON line as one chunk (None: the last chunk)."""
-        data = b'' if msg is None else (json.dumps(msg) + '\n').encode()
+    def run(self, ctx, request):
+        """Runs one cell in ctx and answers with its messages (NDJSON):
+        all at once if they come within HEADER_DELAY, else streamed."""
+        proc = ctx.proc
+        write_all(proc.stdin.fileno(), request)
+        out, sock = proc.stdout.fileno(), self.connection
+        watch = [out, sock]
+        deadline = time.monotonic() + HEADER_DELAY
+        lines = []       # complete message lines not sent yet
+        streaming = False
+        gone = False     # the client went away: read on, send nothing
+        while True:
+            i = ctx.buf.rfind(b'\n')
+            if i >= 0:
+                lines.append(ctx.buf[:i + 1])
+                ctx.buf = ctx.buf[i + 1:]
+                if lines[-1].endswith(END_LINE) and (len(lines[-1]) == len(END_LINE) or lines[-1][-len(END_LINE) - 1] == 10):
+                    lines[-1] = lines[-1][:-len(END_LINE)]
+                    break
+            if streaming and lines and not gone:
+                gone = not self.chunks(lines)
+                lines = []
+            timeout = None if streaming else max(0, deadline - time.monotonic())
+            ready, _, _ = select.select(watch, [], [], timeout)
+            if not ready:
+                # A long cell: the headers (and what it said so far) now.
+                streaming = True
+                gone = not self.chunks(lines, head=True)
+                lines = []
+                continue
+            if sock in ready:
+                try:
+                    peek = sock.recv(1, socket.MSG_PEEK)
+                except OSError:
+                    peek = b''
+                watch = [out]  # EOF, or (unlikely) a pipelined request
+                if not peek:
+                    # The client going away interrupts the cell.
+                    gone = True
+                    proc.send_signal(signal.SIGINT)
+            if out in ready and not ctx.read():
+                lines.append((json.dumps({'type': 'error', 'name': 'ContextRestarting',
+                                          'value': 'the interpreter exited', 'traceback': ''}) + '\n').encode())
+                if ctx.proc is proc:  # it died; a restart replaced it otherwise
+                    ctx.restart()
+                break
+        if gone:
+            return
+        if streaming:
+            self.chunks(lines, last=True)
+            return
+        data = b''.join(lines)
+        self.wfile.write(self.head(200, 'application/x-ndjson', len(data)) + data)
+
+    def chunks(self, lines, head=False, last=False):
+        """Writes lines as one chunk, after the headers (head) or with the
+        last chunk (last), in one write. False if the client is gone."""
+        data = b''.join(lines)
+        out = self.head(200, 'application/x-ndjson') if head else b''
+        if data:
+            out += b'%x\r\n%s\r\n' % (len(data), data)
+        if last:
+            out += b'0\r\n\r\n'
         try:
-            self.wfile.write(b'%x\r\n%s\r\n' % (len(data), data))
-            self.wfile.flush()
+            if out:
+                self.wfile.write(out)
             return True
         except OSError:
             return False
 
 
 def main():
-    global default
     port = int(sys.argv[1]) if len(sys.argv) > 1 else 49999
     # Debian's matplotlib needs a matplotlibrc outside its data (in /etc),
     # which an image may lack: the workers get one that says only agg.
@@ -393,8 +517,8 @@ def main():
         with open(rc, 'w') as f:
             f.write('backend: agg\n')
     os.environ.setdefault('MATPLOTLIBRC', rc)
-    default = Context(DEFAULT_CWD)
-    contexts[default.id] = default
+    ctx = Context('python', DEFAULT_CWD)
+    defaults['python'] = contexts[ctx.id] = ctx
     srv = ThreadingHTTPServer(('127.0.0.1', port), Handler)
     srv.daemon_threads = True
     print('listening on %d' % port, flush=True)

@@ -1,0 +1,84 @@
+package cli
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestCLIAgent drives smolvm agent fix, log, resume and run --issue with
+// an external agent CLI (a shell script) in real sandboxes.
+func TestCLIAgent(t *testing.T) {
+	c := newSandboxCLI(t)
+	repo := t.TempDir()
+	files := map[string]string{
+		"calc.js": "exports.add = (a, b) => a - b;\n",
+		"calc.test.js": "const test = require('node:test');\nconst assert = require('node:assert');\n" +
+			"const { add } = require('./calc.js');\ntest('add', () => { assert.strictEqual(add(2, 3), 5); });\n",
+		// The agent: first it deletes the test, then (told why that was
+		// rejected, on stdin) it fixes the code.
+		"agent.sh": `prompt=$(cat)
+case "$prompt" in
+*"test add was removed"*) sed -i 's/a - b/a + b/' calc.js ;;
+*) printf "const test = require('node:test');\n" > calc.test.js ;;
+esac
+`,
+		"42-add-is-wrong.md": "# add() subtracts\n\nadd(2, 3) is -1.\n",
+	}
+	for name, data := range files {
+		os.WriteFile(filepath.Join(repo, name), []byte(data), 0o644)
+	}
+	for _, args := range [][]string{{"init", "-q"}, {"add", "-A"}, {"-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base"}} {
+		if out, err := exec.Command("git", append([]string{"-C", repo}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %s", args, out)
+		}
+	}
+	test := "node --test --test-reporter=tap"
+	out, errOut, code := c.run("agent", "fix", "--repo", repo, "--test", test, "--agent", "sh agent.sh", "--flaky-reruns", "-1")
+	if code != 0 || !strings.Contains(out, ": resolved (green)") || !strings.Contains(out, "pristine tests: 1 passed, 0 failed") {
+		t.Fatalf("fix: %d\n%s\n%s", code, out, errOut)
+	}
+	// Not a terminal: one plain line per phase.
+	if !strings.Contains(errOut, "#1 rejected") || !strings.Contains(errOut, "#2 tests    1 passed, 0 failed") || strings.Contains(errOut, "\r") {
+		t.Errorf("status lines:\n%s", errOut)
+	}
+	id := regexp.MustCompile(`run (run-[0-9a-f]+)`).FindStringSubmatch(out)[1]
+
+	if out := c.must("agent", "log"); !strings.Contains(out, id) || !strings.Contains(out, "resolved") {
+		t.Errorf("log: %s", out)
+	}
+	out = c.must("agent", "log", id, "--diff")
+	for _, want := range []string{"#0 (from 0)  tests: 0 passed, 1 failed", "#1 (from 0)  rejected", "test add was removed", "#2 (from 0)  tests: 1 passed", "+exports.add = (a, b) => a + b;", "checkpoint: sha256:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log %s lacks %q:\n%s", id, want, out)
+		}
+	}
+	// Resume from the base checkpoint: the same run goes on at #3.
+	out, errOut, code = c.run("agent", "resume", id, "--from", "0", "--agent", "sh agent.sh", "--flaky-reruns", "-1")
+	if code != 0 || !strings.Contains(out, "best iteration 4") {
+		t.Fatalf("resume: %d\n%s\n%s", code, out, errOut)
+	}
+	if out := c.must("agent", "log", id); !strings.Contains(out, "#3 (from 0)  rejected") || !strings.Contains(out, "#4 (from 0)  tests: 1 passed") {
+		t.Errorf("log after resume:\n%s", out)
+	}
+
+	dry := filepath.Join(t.TempDir(), "pr")
+	out, errOut, code = c.run("agent", "run", "--repo", repo, "--issue", filepath.Join(repo, "42-add-is-wrong.md"), "--test", test,
+		"--agent", "sh agent.sh", "--flaky-reruns", "-1", "--dry-run", dry)
+	if code != 0 || !strings.Contains(out, "branch smolvm/issue-42-add-subtracts") {
+		t.Fatalf("run --issue: %d\n%s\n%s", code, out, errOut)
+	}
+	if md, _ := os.ReadFile(filepath.Join(dry, "pr.md")); !strings.Contains(string(md), "# Fix #42: add() subtracts") || !strings.Contains(string(md), "1 rejected by the guard") {
+		t.Errorf("pr.md:\n%s", md)
+	}
+
+	if _, errOut, code := c.run("agent", "fix", "--repo", t.TempDir(), "--test", "true", "--agent", "true"); code != 125 || !strings.Contains(errOut, "not a git repository") {
+		t.Errorf("not a repository: %d %q", code, errOut)
+	}
+	if _, errOut, code := c.run("agent", "fix", "--repo", repo, "--test", "true", "--agent", "true", "--max-iterations", "-2"); code != 125 || !strings.Contains(errOut, "bad budget") {
+		t.Errorf("bad budget: %d %q", code, errOut)
+	}
+}

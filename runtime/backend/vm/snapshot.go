@@ -1,0 +1,257 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/runtime/backend"
+	"smolvm.dev/smolvm/runtime/guest"
+)
+
+var _ backend.Snapshotter = (*Backend)(nil)
+
+// A checkpoint is a directory of: the guest's RAM file (ram), the device
+// state as a migration stream that skips that RAM (state, x-ignore-shared),
+// the writable disk frozen at that moment (disk.qcow2, backed by the
+// shared blank disk), the launch parameters QEMU must be started with
+// again (vm.json: same kernel, initramfs, image and memory), and the
+// main log.
+const (
+	snapState  = "state"
+	snapRAM    = "ram"
+	snapDisk   = "disk.qcow2"
+	snapLaunch = "vm.json"
+)
+
+// ErrLoad is a checkpoint this backend cannot restore: files missing or
+// damaged, or QEMU refusing the stream.
+var ErrLoad = errdefs.New(errdefs.ErrCorrupt, "cannot load VM checkpoint")
+
+// logFiles are the run-dir files a copy takes from its checkpoint.
+var logFiles = []string{"main.log", "main.log.1"}
+
+// Checkpoint implements backend.Snapshotter: the agent drops its
+// connections, QEMU stops and writes its device state, and the RAM file
+// and disk are copied; a sandbox left running then continues and gets
+// its identity back.
+func (b *Backend) Checkpoint(ctx context.Context, s *backend.Spec, dir string, o backend.CheckpointOptions) error {
+	if err := b.Guest(s).Quiesce(ctx); err != nil {
+		return fmt.Errorf("checkpoint %s: quiesce agent: %w", s.ID, err)
+	}
+	// The relay would take connections the stopped VM cannot answer: hide
+	// its socket, as a quiesced agent under gVisor removes its own, so
+	// that clients fail to dial (guest.ErrNotListening) and retry.
+	l := layout{s.Dir}
+	if err := os.Rename(l.agent(), l.agent()+".quiesced"); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", s.ID, err)
+	}
+	err := b.save(ctx, s, dir)
+	if err == nil && o.Saved != nil {
+		o.Saved()
+	}
+	if o.LeaveRunning || err != nil {
+		// Whatever happened, the source must serve again.
+		if rerr := b.resume(ctx, s); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+	} else if pid, ok := b.qemu(s); ok {
+		killWait(b, s, pid)
+	}
+	if err != nil {
+		return fmt.Errorf("checkpoint %s: %w", s.ID, err)
+	}
+	return nil
+}
+
+func (b *Backend) save(ctx context.Context, s *backend.Spec, dir string) error {
+	l := layout{s.Dir}
+	q, err := dialQMP(ctx, l.qmp())
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	if err := q.ignoreShared(ctx); err != nil {
+		return err
+	}
+	if _, err := q.run(ctx, "stop", nil); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, snapState), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := q.sendFD(ctx, "snap", f); err != nil {
+		return err
+	}
+	if _, err := q.run(ctx, "migrate", map[string]any{"uri": "fd:snap"}); err != nil {
+		return err
+	}
+	if err := q.waitMigration(ctx); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	// QEMU flushed the disk for the migration, and the guest stands still.
+	for src, dst := range map[string]string{l.ram(): snapRAM, l.disk(): snapDisk, l.launch(): snapLaunch} {
+		if err := run("cp", "--sparse=always", src, filepath.Join(dir, dst)); err != nil {
+			return err
+		}
+	}
+	return backend.CopyFiles(l.run(), dir, logFiles)
+}
+
+// resume continues a VM stopped for a checkpoint and hands its agent
+// its identity.
+func (b *Backend) resume(ctx context.Context, s *backend.Spec) error {
+	q, err := dialQMP(ctx, layout{s.Dir}.qmp())
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	if _, err := q.run(ctx, "cont", nil); err != nil {
+		return err
+	}
+	if err := writeIdentity(s, false); err != nil {
+		return err
+	}
+	l := layout{s.Dir}
+	if err := os.Rename(l.agent()+".quiesced", l.agent()); err != nil {
+		return err
+	}
+	return b.waitAgent(ctx, s)
+}
+
+// writeIdentity leaves s's identity in its run dir, from where the relay
+// sends it to the quiesced agent.
+func writeIdentity(s *backend.Spec, restored bool) error {
+	id := guest.Identity{Env: s.Env, MachineID: s.MachineID, Deadline: s.Deadline, Hostname: s.Hostname, Restored: restored}
+	return writeJSON(filepath.Join(layout{s.Dir}.run(), "resume.json"), id)
+}
+
+// Restore implements backend.Snapshotter: a new QEMU on a copy of the
+// RAM file and an overlay of the frozen disk loads the device state.
+func (b *Backend) Restore(ctx context.Context, s *backend.Spec, dir string) error {
+	if err := b.restore(ctx, s, dir); err != nil {
+		return fmt.Errorf("restore %s: %w", s.ID, err)
+	}
+	return nil
+}
+
+func (b *Backend) restore(ctx context.Context, s *backend.Spec, dir string) error {
+	l := layout{s.Dir}
+	var ln launch
+	if err := readJSON(filepath.Join(dir, snapLaunch), &ln); err != nil {
+		return fmt.Errorf("%w: %v", ErrLoad, err)
+	}
+	for _, f := range []string{filepath.Join(dir, snapState), filepath.Join(dir, snapRAM), filepath.Join(dir, snapDisk), ln.Kernel, ln.Initrd, ln.Image} {
+		if _, err := os.Stat(f); err != nil {
+			return fmt.Errorf("%w: %v", ErrLoad, err)
+		}
+	}
+	if st, _ := b.State(ctx, s); st != backend.StatusCreated {
+		if err := b.create(s); err != nil {
+			return err
+		}
+	}
+	os.Remove(l.disk())
+	if err := overlay(l.disk(), filepath.Join(dir, snapDisk), "qcow2"); err != nil {
+		return err
+	}
+	if err := run("cp", "--sparse=always", filepath.Join(dir, snapRAM), l.ram()); err != nil {
+		return err
+	}
+	// The copy must boot what the checkpoint ran, whatever s says.
+	if err := writeJSON(l.launch(), ln); err != nil {
+		return err
+	}
+	if err := backend.CopyFiles(dir, l.run(), logFiles); err != nil {
+		return err
+	}
+	if err := writeIdentity(s, true); err != nil {
+		return err
+	}
+	if err := b.startRelay(s); err != nil {
+		return err
+	}
+	if err := b.startQEMU(s, ln, "-incoming", "defer"); err != nil {
+		return err
+	}
+	if err := b.load(ctx, s, filepath.Join(dir, snapState)); err != nil {
+		if pid, ok := b.qemu(s); ok {
+			killWait(b, s, pid)
+		}
+		return err
+	}
+	return b.waitAgent(ctx, s)
+}
+
+// load feeds a QEMU started with -incoming defer its device state.
+func (b *Backend) load(ctx context.Context, s *backend.Spec, state string) error {
+	qctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	q, err := dialQMP(qctx, layout{s.Dir}.qmp())
+	if err != nil {
+		return fmt.Errorf("%w%s", err, b.bootError(s))
+	}
+	defer q.Close()
+	if err := q.ignoreShared(qctx); err != nil {
+		return err
+	}
+	f, err := os.Open(state)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrLoad, err)
+	}
+	defer f.Close()
+	if err := q.sendFD(qctx, "snap", f); err != nil {
+		return err
+	}
+	if _, err := q.run(qctx, "migrate-incoming", map[string]any{"uri": "fd:snap"}); err != nil {
+		return fmt.Errorf("%w: %v", ErrLoad, err)
+	}
+	if err := q.waitMigration(qctx); err != nil {
+		return fmt.Errorf("%w: %v%s", ErrLoad, err, b.bootError(s))
+	}
+	// The source was stopped when saved, and the copy takes on that
+	// run state: start it.
+	_, err = q.run(qctx, "cont", nil)
+	return err
+}
+
+// Pause implements backend.Snapshotter.
+func (b *Backend) Pause(ctx context.Context, s *backend.Spec) error {
+	if err := b.qmpRun(ctx, s, "stop"); err != nil {
+		return fmt.Errorf("pause %s: %w", s.ID, err)
+	}
+	return os.WriteFile(b.pausedFile(s), nil, 0o600)
+}
+
+// Resume implements backend.Snapshotter.
+func (b *Backend) Resume(ctx context.Context, s *backend.Spec) error {
+	if err := b.qmpRun(ctx, s, "cont"); err != nil {
+		return fmt.Errorf("resume %s: %w", s.ID, err)
+	}
+	return os.Remove(b.pausedFile(s))
+}
+
+func (b *Backend) qmpRun(ctx context.Context, s *backend.Spec, cmd string) error {
+	if _, ok := b.qemu(s); !ok {
+		return backend.ErrNotRunning
+	}
+	q, err := dialQMP(ctx, layout{s.Dir}.qmp())
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	_, err = q.run(ctx, cmd, nil)
+	return err
+}

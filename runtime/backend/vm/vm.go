@@ -1,0 +1,618 @@
+// Package vm runs each sandbox in its own virtual machine, with its own
+// guest kernel, driving QEMU's microvm machine (KVM where /dev/kvm works,
+// TCG otherwise).
+package vm
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"smolvm.dev/smolvm/runtime/backend"
+	"smolvm.dev/smolvm/runtime/guest"
+	"smolvm.dev/smolvm/sandbox"
+)
+
+// Config configures the backend.
+type Config struct {
+	// Cache holds what is built once and shared by sandboxes: the
+	// uncompressed kernel, initramfs images, image and blank disks.
+	Cache string
+	// Kernel is a bzImage or ELF kernel with PVH entry; empty is the
+	// newest /boot/vmlinuz-*. Modules is its modules directory; empty is
+	// /lib/modules/<version from the kernel's file name>.
+	Kernel, Modules string
+	// QEMU is the qemu-system-x86_64 binary; Busybox a static busybox.
+	QEMU, Busybox string
+	// Accel is "kvm", "tcg" or empty: KVM if it works here, else TCG.
+	Accel string
+}
+
+// Backend drives QEMU. A sandbox is a QEMU process and a relay process
+// (guest.RelayFiles: the agent's port, and its run dir mirrored into the
+// sandbox's) beside it, both found again through pid files in
+// the sandbox's dir.
+type Backend struct {
+	cfg        Config
+	kernel     string // uncompressed
+	accel, cpu string
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// New returns a VM backend, preparing its kernel. Under TCG it works but
+// is slow: Accel tells callers which one it got.
+func New(cfg Config) (*Backend, error) {
+	if cfg.Cache == "" {
+		return nil, errors.New("vm backend: no cache directory")
+	}
+	if cfg.QEMU == "" {
+		cfg.QEMU = "qemu-system-x86_64"
+	}
+	if cfg.Busybox == "" {
+		cfg.Busybox = "/bin/busybox"
+	}
+	if _, err := exec.LookPath(cfg.QEMU); err != nil {
+		return nil, fmt.Errorf("vm backend: %w (install qemu-system-x86)", err)
+	}
+	if cfg.Kernel == "" {
+		k, err := defaultKernel()
+		if err != nil {
+			return nil, fmt.Errorf("vm backend: %w", err)
+		}
+		cfg.Kernel = k
+	}
+	if cfg.Modules == "" {
+		cfg.Modules = filepath.Join("/lib/modules", kernelVersion(cfg.Kernel))
+	}
+	b := &Backend{cfg: cfg}
+	var err error
+	if b.accel, b.cpu, err = chooseAccel(cfg.Accel, ProbeKVM()); err != nil {
+		return nil, fmt.Errorf("vm backend: %w", err)
+	}
+	if err := os.MkdirAll(cfg.Cache, 0o700); err != nil {
+		return nil, fmt.Errorf("vm backend: %w", err)
+	}
+	if b.kernel, err = uncompressedKernel(cfg.Kernel, cfg.Cache); err != nil {
+		return nil, fmt.Errorf("vm backend: %w", err)
+	}
+	return b, nil
+}
+
+// Name implements backend.Backend.
+func (b *Backend) Name() string { return "vm" }
+
+// Accel is the accelerator the backend's VMs run under: "kvm" or "tcg".
+func (b *Backend) Accel() string { return b.accel }
+
+// layout names the files a sandbox keeps under its Dir.
+type layout struct{ dir string }
+
+func (l layout) run() string      { return filepath.Join(l.dir, "run") }
+func (l layout) launch() string   { return filepath.Join(l.dir, "vm.json") }
+func (l layout) config() string   { return filepath.Join(l.dir, "config.img") }
+func (l layout) disk() string     { return filepath.Join(l.dir, "disk.qcow2") }
+func (l layout) ram() string      { return filepath.Join(l.dir, "ram") }
+func (l layout) qemuPid() string  { return filepath.Join(l.dir, "qemu.pid") }
+func (l layout) relayPid() string { return filepath.Join(l.dir, "relay.pid") }
+func (l layout) serial() string   { return filepath.Join(l.dir, "serial.sock") }
+func (l layout) agent() string    { return filepath.Join(l.dir, "agent.sock") }
+func (l layout) qmp() string      { return filepath.Join(l.dir, "qmp.sock") }
+func (l layout) console() string  { return filepath.Join(l.dir, "console.log") }
+func (l layout) qemuLog() string  { return filepath.Join(l.dir, "qemu.log") }
+func (l layout) exitFile() string { return filepath.Join(l.run(), "exit.json") }
+func (l layout) logFile() string  { return filepath.Join(l.run(), "main.log") }
+
+// launch is what Create decided, for Start to boot.
+type launch struct {
+	Kernel, Initrd, Image string
+	Memory                int64 // bytes
+	CPUs                  int
+}
+
+// Guest paths.
+const (
+	guestRun = "/.smolvm/run"
+	// serialPort is the virtio-serial port the agent serves.
+	serialPort = "smolvm.agent"
+)
+
+// defaultMemory is a VM's memory when the spec sets no limit.
+const defaultMemory = 512 << 20
+
+// Create implements backend.Backend: it builds (or finds) the image
+// disk and initramfs and lays out the sandbox's dir.
+func (b *Backend) Create(ctx context.Context, s *backend.Spec) error {
+	if err := b.create(s); err != nil {
+		return fmt.Errorf("create %s: %w", s.ID, err)
+	}
+	return nil
+}
+
+func (b *Backend) create(s *backend.Spec) error {
+	l := layout{s.Dir}
+	if err := os.MkdirAll(l.run(), 0o700); err != nil {
+		return err
+	}
+	image, err := imageDisk(b.cfg.Cache, s.Rootfs)
+	if err != nil {
+		return err
+	}
+	initrd, err := initramfs(b.cfg.Cache, b.cfg.Busybox, b.cfg.Modules, s.GuestBinary)
+	if err != nil {
+		return err
+	}
+	size := s.Rootfs.WritableSize
+	if size <= 0 {
+		size = defaultDisk
+	}
+	blank, err := blankDisk(b.cfg.Cache, size)
+	if err != nil {
+		return err
+	}
+	os.Remove(l.disk())
+	if err := overlay(l.disk(), blank, "raw"); err != nil {
+		return err
+	}
+	if err := writeConfigDisk(l.config(), agentConfig(s)); err != nil {
+		return err
+	}
+	mem := s.Limits.Memory
+	if mem <= 0 {
+		mem = defaultMemory
+	}
+	return writeJSON(l.launch(), launch{Kernel: b.kernel, Initrd: initrd, Image: image, Memory: mem, CPUs: max(1, int(math.Ceil(s.Limits.CPUs)))})
+}
+
+// writeConfigDisk writes v as JSON into a disk image (sectors, padded
+// with spaces, which JSON ignores): the guest's init copies it into the
+// agent's run dir.
+func writeConfigDisk(path string, v any) error {
+	p, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	pad := (4096 - len(p)%4096) % 4096
+	return writeFileAtomic(path, append(p, bytes.Repeat([]byte(" "), pad)...))
+}
+
+// agentConfig is what the agent reads at boot, from its config disk.
+func agentConfig(s *backend.Spec) guest.Config {
+	return guest.Config{
+		Serial:      serialPort,
+		Env:         s.Env,
+		Dir:         s.WorkDir,
+		User:        s.User,
+		Main:        s.Main,
+		LogFile:     guestRun + "/main.log",
+		ExitFile:    guestRun + "/exit.json",
+		Deadline:    s.Deadline,
+		IdleTimeout: s.IdleTimeout,
+		Pids:        s.Limits.Pids,
+		ResumeFile:  guestRun + "/resume.json",
+		MachineID:   s.MachineID,
+	}
+}
+
+// Run implements backend.Backend.
+func (b *Backend) Run(ctx context.Context, s *backend.Spec) error {
+	if err := b.Create(ctx, s); err != nil {
+		return fmt.Errorf("run %s: %w", s.ID, err)
+	}
+	return b.Start(ctx, s)
+}
+
+// Restart implements backend.Backend: the sandbox is made anew from its
+// spec, writable disk included, as under gVisor.
+func (b *Backend) Restart(ctx context.Context, s *backend.Spec) error {
+	if err := b.Delete(ctx, s); err != nil {
+		return fmt.Errorf("restart %s: %w", s.ID, err)
+	}
+	return b.Run(ctx, s)
+}
+
+// Start implements backend.Backend.
+func (b *Backend) Start(ctx context.Context, s *backend.Spec) error {
+	if err := b.start(ctx, s); err != nil {
+		return fmt.Errorf("start %s: %w", s.ID, err)
+	}
+	return nil
+}
+
+func (b *Backend) start(ctx context.Context, s *backend.Spec) error {
+	l := layout{s.Dir}
+	var ln launch
+	if err := readJSON(l.launch(), &ln); err != nil {
+		return fmt.Errorf("not created: %w", err)
+	}
+	os.Remove(l.exitFile())
+	if err := b.startRelay(s); err != nil {
+		return err
+	}
+	if err := b.startQEMU(s, ln); err != nil {
+		return err
+	}
+	return b.waitAgent(ctx, s)
+}
+
+// startRelay starts the host side of the agent's port. Its sockets are
+// made here, before QEMU (which connects to one of them) starts.
+func (b *Backend) startRelay(s *backend.Spec) error {
+	l := layout{s.Dir}
+	var files []*os.File
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	for _, path := range []string{l.serial(), l.agent()} {
+		os.Remove(path)
+		ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+		if err != nil {
+			return err
+		}
+		if err := os.Chmod(path, 0o600); err != nil {
+			ln.Close()
+			return err
+		}
+		f, err := ln.File()
+		ln.SetUnlinkOnClose(false)
+		ln.Close()
+		if err != nil {
+			return err
+		}
+		files = append(files, f)
+	}
+	logf, err := os.OpenFile(filepath.Join(s.Dir, "relay.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(s.GuestBinary, "relay", l.run())
+	cmd.ExtraFiles = files
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// The relay outlives this process, as the sandbox does.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("relay: %w", err)
+	}
+	pid := cmd.Process.Pid
+	cmd.Process.Release()
+	return os.WriteFile(l.relayPid(), []byte(strconv.Itoa(pid)), 0o600)
+}
+
+// qemuArgs is QEMU's command line for s.
+func (b *Backend) qemuArgs(s *backend.Spec, ln launch) []string {
+	l := layout{s.Dir}
+	cmdline := "console=ttyS0 quiet panic=-1 reboot=t cryptomgr.notests mitigations=off nokaslr pci=off " +
+		"tsc=reliable " + tscFlags() + " smolvm.hostname=" + s.Hostname
+	mem := strconv.FormatInt(ln.Memory>>20, 10) + "M"
+	return []string{
+		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+		// Guest RAM lives in a file of the sandbox's, shared, so that a
+		// checkpoint is that file and a small device-state stream.
+		"-object", "memory-backend-file,id=mem,size=" + mem + ",mem-path=" + l.ram() + ",share=on",
+		"-M", "microvm,memory-backend=mem", "-accel", b.accel, "-cpu", b.cpu,
+		"-m", mem, "-smp", strconv.Itoa(ln.CPUs),
+		"-kernel", ln.Kernel, "-initrd", ln.Initrd, "-append", cmdline,
+		"-serial", "file:" + l.console(),
+		"-drive", "id=image,file=" + ln.Image + ",format=raw,if=none,readonly=on",
+		"-device", "virtio-blk-device,drive=image,serial=smolvm-image",
+		"-drive", "id=disk,file=" + l.disk() + ",format=qcow2,if=none",
+		"-device", "virtio-blk-device,drive=disk,serial=smolvm-disk",
+		"-device", "virtio-serial-device",
+		"-chardev", "socket,id=agent,path=" + l.serial(),
+		"-device", "virtserialport,chardev=agent,name=" + serialPort,
+		"-drive", "id=config,file=" + l.config() + ",format=raw,if=none,readonly=on",
+		"-device", "virtio-blk-device,drive=config,serial=smolvm-config",
+		"-qmp", "unix:" + l.qmp() + ",server=on,wait=off",
+		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+	}
+}
+
+// tscFlags tell the guest the TSC's rate, which it otherwise calibrates,
+// slowly and sometimes forever, under TCG.
+func tscFlags() string {
+	p, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(p), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "cpu MHz" {
+			mhz, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil || mhz <= 0 {
+				return ""
+			}
+			khz := int64(mhz * 1000)
+			// lpj is loops per jiffy at the kernel's HZ (250 on Debian).
+			return fmt.Sprintf("tsc_early_khz=%d lpj=%d", khz, khz*1000/250)
+		}
+	}
+	return ""
+}
+
+// startQEMU starts QEMU, on its own: the VM outlives this process.
+// Whether it came up is for waitAgent to see.
+func (b *Backend) startQEMU(s *backend.Spec, ln launch, extra ...string) error {
+	l := layout{s.Dir}
+	logf, err := os.OpenFile(l.qemuLog(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(b.cfg.QEMU, append(b.qemuArgs(s, ln), extra...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("qemu: %w", err)
+	}
+	// Reaped here if it ends while this process lives; init reaps it
+	// otherwise.
+	go cmd.Wait()
+	return os.WriteFile(l.qemuPid(), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600)
+}
+
+// waitAgent returns once the agent answers, or early once the main
+// process has ended (a run of a short command).
+func (b *Backend) waitAgent(ctx context.Context, s *backend.Spec) error {
+	l := layout{s.Dir}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	c := b.Guest(s)
+	for {
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		err := c.Ping(pctx)
+		pcancel()
+		if err == nil {
+			return nil
+		}
+		if _, err := os.Stat(l.exitFile()); err == nil {
+			return nil
+		}
+		if _, ok := b.qemu(s); !ok {
+			return fmt.Errorf("the VM stopped before its agent answered%s", b.bootError(s))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("agent did not answer: %w%s", ctx.Err(), b.bootError(s))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// bootError is the agent's or QEMU's last words, or the end of the
+// guest's console.
+func (b *Backend) bootError(s *backend.Spec) string {
+	l := layout{s.Dir}
+	for _, f := range []string{filepath.Join(l.run(), "agent.err"), l.qemuLog()} {
+		if p, err := os.ReadFile(f); err == nil && len(bytes.TrimSpace(p)) > 0 {
+			return ": " + lastLine(string(p))
+		}
+	}
+	p, _ := os.ReadFile(l.console())
+	lines := strings.Split(strings.TrimSpace(string(p)), "\n")
+	return "; console ends:\n" + strings.Join(lines[max(0, len(lines)-20):], "\n")
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	return s
+}
+
+// qemu returns the pid of s's QEMU, if it runs.
+func (b *Backend) qemu(s *backend.Spec) (int, bool) {
+	dir := []byte(s.Dir)
+	return livePid(layout{s.Dir}.qemuPid(), func(cmdline []byte) bool { return bytes.Contains(cmdline, dir) })
+}
+
+// relay returns the pid of s's relay, if it runs.
+func (b *Backend) relay(s *backend.Spec) (int, bool) {
+	return livePid(layout{s.Dir}.relayPid(), func(cmdline []byte) bool {
+		return bytes.HasSuffix(cmdline, []byte("\x00relay\x00"+layout{s.Dir}.run()+"\x00"))
+	})
+}
+
+// livePid reads a pid file and reports whether that process still runs
+// and is ours, as ours tells from its command line (pids are reused).
+func livePid(pidFile string, ours func(cmdline []byte) bool) (int, bool) {
+	p, err := os.ReadFile(pidFile)
+	if err != nil {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(p)))
+	if err != nil || pid <= 0 {
+		return 0, false
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || !ours(cmdline) {
+		return 0, false
+	}
+	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		// A zombie has ended.
+		if i := bytes.LastIndexByte(stat, ')'); i > 0 && len(stat) > i+2 && stat[i+2] == 'Z' {
+			return 0, false
+		}
+	}
+	return pid, true
+}
+
+// Guest implements backend.Backend.
+func (b *Backend) Guest(s *backend.Spec) *guest.Client {
+	return guest.NewClient(guest.UnixDialer(layout{s.Dir}.agent()))
+}
+
+// Exec implements backend.Backend.
+func (b *Backend) Exec(ctx context.Context, s *backend.Spec, p sandbox.Process, stdio sandbox.Stdio) (sandbox.Exit, error) {
+	return b.Guest(s).Exec(ctx, p, stdio)
+}
+
+// Signal implements backend.Backend. SIGKILL ends the VM from outside;
+// other signals go through the agent, which is PID 1 inside.
+func (b *Backend) Signal(ctx context.Context, s *backend.Spec, sig syscall.Signal, all bool) error {
+	if sig == unix.SIGKILL {
+		if pid, ok := b.qemu(s); ok {
+			unix.Kill(pid, unix.SIGKILL)
+		}
+		return nil
+	}
+	if err := b.Guest(s).Signal(ctx, sig, all); err != nil {
+		return fmt.Errorf("signal %s: %w", s.ID, err)
+	}
+	return nil
+}
+
+// Stats implements backend.Backend: the QEMU process's, which holds the
+// guest's memory.
+func (b *Backend) Stats(ctx context.Context, s *backend.Spec) (*sandbox.Stats, error) {
+	st := &sandbox.Stats{}
+	var ln launch
+	if readJSON(layout{s.Dir}.launch(), &ln) == nil {
+		st.MemoryLimit = ln.Memory
+	}
+	pid, ok := b.qemu(s)
+	if !ok {
+		return st, nil
+	}
+	st.ProcessesAlive = true
+	if p, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		for _, line := range strings.Split(string(p), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				st.MemoryBytes, st.ResidentBytes = kb<<10, kb<<10
+			}
+		}
+	}
+	if p, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		if i := bytes.LastIndexByte(p, ')'); i > 0 {
+			f := strings.Fields(string(p[i+2:]))
+			if len(f) > 12 {
+				ut, _ := strconv.ParseInt(f[11], 10, 64)
+				stt, _ := strconv.ParseInt(f[12], 10, 64)
+				st.CPUNanos = (ut + stt) * int64(time.Second/100)
+			}
+		}
+	}
+	return st, nil
+}
+
+// State implements backend.Backend. What runs is what the pid files
+// name and still lives, so a QEMU killed behind smolvm's back shows as
+// stopped.
+func (b *Backend) State(ctx context.Context, s *backend.Spec) (backend.Status, error) {
+	l := layout{s.Dir}
+	if _, err := os.Stat(l.launch()); errors.Is(err, fs.ErrNotExist) {
+		return backend.StatusMissing, nil
+	}
+	if _, err := os.Stat(l.qemuPid()); errors.Is(err, fs.ErrNotExist) {
+		return backend.StatusCreated, nil
+	}
+	if _, ok := b.qemu(s); !ok {
+		return backend.StatusStopped, nil
+	}
+	if _, err := os.Stat(b.pausedFile(s)); err == nil {
+		return backend.StatusPaused, nil
+	}
+	return backend.StatusRunning, nil
+}
+
+func (b *Backend) pausedFile(s *backend.Spec) string { return filepath.Join(s.Dir, "paused") }
+
+// MainExit implements backend.Backend.
+func (b *Backend) MainExit(ctx context.Context, s *backend.Spec) (*backend.Exit, error) {
+	e, err := backend.ReadExit(layout{s.Dir}.exitFile())
+	if err != nil {
+		return nil, fmt.Errorf("exit of %s: %w", s.ID, err)
+	}
+	return e, nil
+}
+
+// MainLog implements backend.Backend.
+func (b *Backend) MainLog(ctx context.Context, s *backend.Spec, follow bool) (io.ReadCloser, error) {
+	return backend.MainLogReader(ctx, layout{s.Dir}.logFile(), follow, func() (bool, error) {
+		st, err := b.State(ctx, s)
+		return st == backend.StatusRunning || st == backend.StatusPaused || st == backend.StatusCreated, err
+	}), nil
+}
+
+// Stop implements backend.Backend: SIGTERM to the agent, which stops
+// everything and ends the VM, then SIGKILL to QEMU after timeout.
+func (b *Backend) Stop(ctx context.Context, s *backend.Spec, timeout time.Duration) error {
+	pid, ok := b.qemu(s)
+	if !ok {
+		return nil
+	}
+	if st, _ := b.State(ctx, s); st == backend.StatusRunning {
+		sctx, cancel := context.WithTimeout(ctx, timeout)
+		b.Guest(s).Signal(sctx, unix.SIGTERM, false)
+		cancel()
+		for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if _, ok := b.qemu(s); !ok {
+				return nil
+			}
+		}
+	}
+	if !killWait(b, s, pid) {
+		return fmt.Errorf("stop %s: QEMU still running after SIGKILL", s.ID)
+	}
+	return nil
+}
+
+// killWait kills s's QEMU and waits (up to 2 s) for it to be gone.
+func killWait(b *Backend, s *backend.Spec, pid int) bool {
+	unix.Kill(pid, unix.SIGKILL)
+	for range 200 {
+		if _, ok := b.qemu(s); !ok {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
+}
+
+// Delete implements backend.Backend.
+func (b *Backend) Delete(ctx context.Context, s *backend.Spec) error {
+	if pid, ok := b.qemu(s); ok {
+		killWait(b, s, pid)
+	}
+	if pid, ok := b.relay(s); ok {
+		unix.Kill(pid, unix.SIGKILL)
+	}
+	if err := os.RemoveAll(s.Dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("delete %s: %w", s.ID, err)
+	}
+	return nil
+}
+
+func writeJSON(path string, v any) error {
+	p, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(path, p)
+}
+
+func readJSON(path string, v any) error {
+	p, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(p, v)
+}

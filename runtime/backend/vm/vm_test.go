@@ -1,0 +1,171 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/runtime/guest"
+
+	"smolvm.dev/smolvm/internal/testenv"
+	"smolvm.dev/smolvm/runtime/backend"
+	"smolvm.dev/smolvm/runtime/backend/backendtest"
+)
+
+// testBackend returns one backend per test process, its cache shared by
+// every test (the kernel is uncompressed and images built once).
+func testBackend(t *testing.T) *Backend {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("VM tests need root")
+	}
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("qemu-system-x86_64 not found in CI: scripts/test.sh installs it")
+		}
+		t.Skip("qemu-system-x86 not installed")
+	}
+	shared.once.Do(func() {
+		dir, err := os.MkdirTemp("", "smolvm-vm-cache-")
+		if err != nil {
+			shared.err = err
+			return
+		}
+		shared.b, shared.err = New(Config{Cache: dir})
+		if shared.err == nil {
+			println("vm backend: accelerator", shared.b.Accel())
+		}
+	})
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	return shared.b
+}
+
+var shared struct {
+	once sync.Once
+	b    *Backend
+	err  error
+}
+
+func TestConformance(t *testing.T) {
+	backendtest.Run(t, func(t *testing.T) backendtest.Harness {
+		return backendtest.Harness{Backend: testBackend(t), Rootfs: busyboxRoot(t), GuestBinary: testenv.Guest(t)}
+	})
+}
+
+// busyboxRoot builds a root of the host's static busybox: the host's
+// /usr is too big to copy into a disk image.
+func busyboxRoot(t *testing.T) backend.Rootfs {
+	dir := t.TempDir()
+	for _, d := range []string{"bin", "etc", "proc", "dev", "sys", "tmp", "root"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bb, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		t.Skip("busybox-static not installed")
+	}
+	os.WriteFile(filepath.Join(dir, "bin/busybox"), bb, 0o755)
+	for _, c := range []string{"sh", "cat", "echo", "sleep", "seq", "hostname", "tail", "id", "grep", "dd", "rm", "kill", "test", "pwd", "true", "mkdir", "ls"} {
+		os.Symlink("busybox", filepath.Join(dir, "bin", c))
+	}
+	os.WriteFile(filepath.Join(dir, "etc/passwd"), []byte("root:x:0:0:root:/root:/bin/sh\nsandbox:x:1000:1000::/tmp:/bin/sh\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "etc/group"), []byte("root:x:0:\nsandbox:x:1000:\n"), 0o644)
+	return backend.Rootfs{ImageID: "busybox-" + filepath.Base(dir), Layers: []backend.Layer{{Dir: dir}}}
+}
+
+func TestChooseAccel(t *testing.T) {
+	noKVM := errors.New("open /dev/kvm: no such file or directory")
+	for _, tc := range []struct {
+		want       string
+		kvm        error
+		accel, cpu string
+		fails      bool
+	}{
+		{"", nil, AccelKVM, "host", false},
+		{"", noKVM, AccelTCG, "max", false},
+		{"kvm", nil, AccelKVM, "host", false},
+		{"kvm", noKVM, "", "", true},
+		{"tcg", nil, AccelTCG, "max", false},
+		{"tcg", noKVM, AccelTCG, "max", false},
+		{"hvf", nil, "", "", true},
+	} {
+		accel, cpu, err := chooseAccel(tc.want, tc.kvm)
+		if accel != tc.accel || cpu != tc.cpu || (err != nil) != tc.fails {
+			t.Errorf("chooseAccel(%q, %v) = %q, %q, %v", tc.want, tc.kvm, accel, cpu, err)
+		}
+		if tc.want == "kvm" && tc.kvm != nil && !errors.Is(err, errNoKVM) {
+			t.Errorf("demanding KVM without it: %v", err)
+		}
+	}
+}
+
+func TestMissingKernel(t *testing.T) {
+	_, err := New(Config{Cache: t.TempDir(), Kernel: "/no/such/vmlinuz"})
+	if err == nil || !strings.Contains(err.Error(), "/no/such/vmlinuz") {
+		t.Fatalf("a missing kernel: %v", err)
+	}
+}
+
+// TestCorruptCheckpoint: a checkpoint whose files are damaged or missing
+// is refused as corrupt, before any VM starts.
+func TestCorruptCheckpoint(t *testing.T) {
+	b := testBackend(t)
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, snapLaunch), []byte("{not json"), 0o600)
+	s := &backend.Spec{ID: "corrupt", Dir: filepath.Join(t.TempDir(), "s"), GuestBinary: testenv.Guest(t), Rootfs: busyboxRoot(t)}
+	err := b.Restore(context.Background(), s, dir)
+	if !errors.Is(err, ErrLoad) || !errors.Is(err, errdefs.ErrCorrupt) {
+		t.Fatalf("restore of a damaged checkpoint: %v", err)
+	}
+	os.WriteFile(filepath.Join(dir, snapLaunch), []byte(`{"Kernel":"/no/kernel"}`), 0o600)
+	if err := b.Restore(context.Background(), s, dir); !errors.Is(err, ErrLoad) {
+		t.Fatalf("restore of a checkpoint without its files: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(s.Dir, "qemu.pid")); err == nil {
+		t.Fatal("a QEMU was started for a corrupt checkpoint")
+	}
+}
+
+// TestKilledQEMU: a VM killed from outside shows as stopped, with no
+// main exit (nothing recorded one), and its agent as unavailable.
+func TestKilledQEMU(t *testing.T) {
+	b := testBackend(t)
+	s := &backend.Spec{ID: "killed", Hostname: "k", Dir: filepath.Join(t.TempDir(), "s"), GuestBinary: testenv.Guest(t), Rootfs: busyboxRoot(t)}
+	ctx := context.Background()
+	defer b.Delete(ctx, s)
+	if err := b.Run(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	pid, ok := b.qemu(s)
+	if !ok {
+		t.Fatal("no QEMU after run")
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if st, _ := b.State(ctx, s); st == backend.StatusStopped {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a killed VM still shows as running")
+		}
+	}
+	if e, err := b.MainExit(ctx, s); e != nil || err != nil {
+		t.Fatalf("main exit of a killed VM: %+v, %v", e, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := b.Guest(s).Ping(pctx); !errors.Is(err, guest.ErrUnavailable) {
+		t.Fatalf("ping of a killed VM: %v", err)
+	}
+}

@@ -1,0 +1,47 @@
+package sandbox
+
+import "time"
+
+// Quota bounds what a tenant's sandboxes may hold at once, and how fast it
+// may create them. Zero is no limit.
+type Quota struct {
+	// Sandboxes counts sandboxes not stopped (creating, created, running,
+	// paused); a fork of N counts N.
+	Sandboxes int `json:"sandboxes,omitempty"`
+	// Memory and CPUs sum the limits of those sandboxes.
+	Memory int64   `json:"memory,omitempty"`
+	CPUs   float64 `json:"cpus,omitempty"`
+	// SnapshotBytes sums the sizes of the tenant's snapshots.
+	SnapshotBytes int64 `json:"snapshot_bytes,omitempty"`
+	Pools         int   `json:"pools,omitempty"`
+	// CreatesPerMinute bounds creates, restores and fork copies in any
+	// minute.
+	CreatesPerMinute int `json:"creates_per_minute,omitempty"`
+}
+
+// Tenant is one tenant and its keys (never the keys' secrets).
+type Tenant struct {
+	Name      string      `json:"name"`
+	Quota     Quota       `json:"quota"`
+	CreatedAt time.Time   `json:"created_at"`
+	Keys      []TenantKey `json:"keys"`
+}
+
+// TenantKey is one API key of a tenant. Its secret is shown once, when
+// it is made.
+type TenantKey struct {
+	ID        string    `json:"id"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Usage is what a tenant's sandboxes used over a period, summed by
+// tenant, or by tenant and sandbox.
+type Usage struct {
+	Tenant string `json:"tenant"` // "" is the admin's
+	// Sandbox names the sandbox (by ID) when usage is broken down by it.
+	Sandbox          string  `json:"sandbox,omitempty"`
+	SandboxSeconds   float64 `json:"sandbox_seconds"`
+	CPUSeconds       float64 `json:"cpu_seconds"`
+	MemoryGiBSeconds float64 `json:"memory_gib_seconds"`
+	SnapshotGiBHours float64 `json:"snapshot_gib_hours"`
+}

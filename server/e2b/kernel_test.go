@@ -1,0 +1,120 @@
+package e2b
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"testing"
+
+	"smolvm.dev/smolvm/sandbox"
+)
+
+// runCell runs code in sandbox id's default code interpreter context
+// through the handler's port route, as @e2b/code-interpreter does, and
+// returns the main result's text and the error's name ("" for none). It
+// fails t if the kernel does not answer.
+func (s *server) runCell(t testing.TB, id, code string) (text, errName string) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]string{"code": code})
+	status, out := s.send(t, "POST", "/execute", map[string]string{headerSandboxID: id, headerSandboxPort: strconv.Itoa(kernelPort), "X-API-KEY": testKey}, "application/json", body)
+	if status != http.StatusOK {
+		t.Fatalf("sandbox %s: runCode(%q): %d %s", id, code, status, out)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		var msg struct{ Type, Text, Name string }
+		if err := json.Unmarshal(sc.Bytes(), &msg); err != nil {
+			t.Fatalf("sandbox %s: runCode(%q): message %q: %v", id, code, sc.Bytes(), err)
+		}
+		switch msg.Type {
+		case "result":
+			text = msg.Text
+		case "error":
+			errName = msg.Name
+		}
+	}
+	return text, errName
+}
+
+// forkOne forks sandbox id once through the E2B API and returns the copy.
+func (s *server) forkOne(t testing.TB, id string) string {
+	t.Helper()
+	status, raw := s.send(t, "POST", "/sandboxes/"+id+"/fork", apiKey, "application/json", []byte(`{"count":1}`))
+	var forks []struct {
+		Sandbox struct {
+			SandboxID string `json:"sandboxID"`
+		} `json:"sandbox"`
+	}
+	if err := json.Unmarshal(raw, &forks); status != http.StatusCreated || err != nil || len(forks) != 1 || forks[0].Sandbox.SandboxID == "" {
+		t.Fatalf("fork %s: %d %s (%v)", id, status, raw, err)
+	}
+	return forks[0].Sandbox.SandboxID
+}
+
+// TestCodeInterpreterTemplate checks that every sandbox of the code
+// interpreter's template runs the kernel, however it is made: a cold
+// create, one from a warm pool of the template's name, a restore of a
+// checkpoint (the interpreter's state with it), a fork, and a restore of a
+// checkpoint taken while the kernel was down (started again, fresh).
+func TestCodeInterpreterTemplate(t *testing.T) {
+	s := newServer(t)
+	ctx := context.Background()
+	m := s.env.Manager
+	create := func(what, template string) string {
+		t.Helper()
+		status, body := s.call(t, "POST", "/v2/sandboxes", apiKey, `{"templateID":"`+template+`","timeout":300}`)
+		if status != http.StatusCreated {
+			t.Fatalf("%s: create %s: %d %v", what, template, status, body)
+		}
+		return body["sandboxID"].(string)
+	}
+	snapshot := func(id, name string) {
+		t.Helper()
+		if status, body := s.call(t, "POST", "/sandboxes/"+id+"/snapshots", apiKey, `{"name":"`+name+`"}`); status != http.StatusCreated {
+			t.Fatalf("snapshot %s of %s: %d %v", name, id, status, body)
+		}
+	}
+
+	cold := create("cold", codeInterpreterTemplate)
+	if text, e := s.runCell(t, cold, "state = 'set before the checkpoint'\nstate"); text != "set before the checkpoint" || e != "" {
+		t.Fatalf("cold create: %q %q", text, e)
+	}
+
+	snapshot(cold, "ci-live")
+	restored := create("restore", "ci-live")
+	if text, e := s.runCell(t, restored, "state"); text != "set before the checkpoint" || e != "" {
+		t.Fatalf("restored from a checkpoint: %q %q; want the interpreter's state", text, e)
+	}
+
+	forked := s.forkOne(t, cold)
+	if text, e := s.runCell(t, forked, "state"); text != "set before the checkpoint" || e != "" {
+		t.Fatalf("fork: %q %q", text, e)
+	}
+
+	// The kernel killed, then a checkpoint: its restore starts it again.
+	if exit, err := m.Exec(ctx, cold, sandbox.Process{Args: []string{"pkill", "-f", kernelPath}}, sandbox.Stdio{}); err != nil || exit.Code != 0 {
+		t.Fatalf("pkill the kernel: %+v %v", exit, err)
+	}
+	snapshot(cold, "ci-down")
+	again := create("restore of a kernel that was down", "ci-down")
+	if text, e := s.runCell(t, again, "state"); text != "" || e != "NameError" {
+		t.Fatalf("restored with the kernel down: %q %q; want a fresh kernel (NameError)", text, e)
+	}
+
+	if _, err := m.CreatePool(ctx, sandbox.PoolOptions{Name: codeInterpreterTemplate, Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := m.FillPool(ctx, codeInterpreterTemplate); err != nil || n != 1 {
+		t.Fatalf("fill: %d %v", n, err)
+	}
+	pooled := create("pool", codeInterpreterTemplate)
+	if p, err := m.Pool(ctx, codeInterpreterTemplate); err != nil || p.Ready != 0 {
+		t.Fatalf("pool after the create: %+v %v (want its one sandbox taken)", p, err)
+	}
+	if text, e := s.runCell(t, pooled, "1 + 1"); text != "2" || e != "" {
+		t.Fatalf("from a warm pool: %q %q", text, e)
+	}
+}

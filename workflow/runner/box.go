@@ -1,0 +1,180 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/workflow/runner/testparse"
+)
+
+// Dir is where the repository is inside the sandbox.
+const Dir = "/work"
+
+// MaxOutput bounds what is kept of a test run's stdout and stderr.
+const MaxOutput = 8 << 20
+
+// runTests runs the test command in sb and parses its output.
+func (r *run) runTests(ctx context.Context, sb string) (testparse.Result, error) {
+	var stdout, stderr capped
+	stdout.max, stderr.max = MaxOutput, MaxOutput
+	exit, err := r.svc.Exec(ctx, sb, sandbox.Process{
+		Args: []string{"sh", "-c", r.o.Test}, Dir: Dir,
+		TimeoutMS: r.o.TestTimeout.Milliseconds(),
+	}, sandbox.Stdio{Stdout: &stdout, Stderr: &stderr})
+	if err != nil {
+		return testparse.Result{}, fmt.Errorf("run tests in %s: %w", sb, err)
+	}
+	if exit.Error != "" {
+		return testparse.Result{}, fmt.Errorf("run tests in %s: %s", sb, exit.Error)
+	}
+	res := testparse.Parse(stdout.Bytes(), stderr.Bytes(), exit.Code)
+	if exit.TimedOut {
+		res.Failure = fmt.Sprintf("the test command timed out after %s\n%s", r.o.TestTimeout, res.Failure)
+	}
+	return res, nil
+}
+
+// capped is a buffer that keeps the first max bytes.
+type capped struct {
+	bytes.Buffer
+	max int
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if room := c.max - c.Len(); room > 0 {
+		c.Buffer.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+// newBox creates a sandbox with the base tree in Dir.
+func (r *run) newBox(ctx context.Context, name string) (string, error) {
+	sb, err := r.svc.Create(ctx, sandbox.CreateOptions{
+		Name: name, Image: r.o.Image, Start: true,
+		Config: sandbox.Config{Cmd: []string{"sleep", "infinity"}, Limits: r.o.Limits},
+	})
+	if err != nil {
+		return "", fmt.Errorf("create sandbox: %w", err)
+	}
+	// Dir does not exist yet: cp semantics make it the copy of the tree.
+	if err := r.svc.CopyIn(ctx, sb.ID, r.scr.tree, Dir); err != nil {
+		r.svc.Remove(context.WithoutCancel(ctx), sb.ID, true)
+		return "", fmt.Errorf("copy the repository into %s: %w", sb.ID, err)
+	}
+	return sb.ID, nil
+}
+
+// snapshot checkpoints sb as the state of iteration n.
+func (r *run) snapshot(ctx context.Context, sb string, n int) (string, error) {
+	snap, err := r.svc.Checkpoint(ctx, sb, sandbox.CheckpointOptions{Name: fmt.Sprintf("agent-%s-%d", r.id, n)})
+	if err != nil {
+		return "", fmt.Errorf("checkpoint iteration %d: %w", n, err)
+	}
+	return snap.ID, nil
+}
+
+// restore starts a sandbox from a checkpoint; the caller removes it.
+func (r *run) restore(ctx context.Context, snap string) (string, error) {
+	sb, err := r.svc.Restore(ctx, snap, sandbox.RestoreOptions{})
+	if err != nil {
+		return "", fmt.Errorf("restore %s: %w", snap, err)
+	}
+	return sb.ID, nil
+}
+
+func (r *run) remove(ctx context.Context, sb string) {
+	if sb != "" {
+		r.svc.Remove(context.WithoutCancel(ctx), sb, true)
+	}
+}
+
+// candidate copies the sandbox's tree out and commits it on parent in the
+// scratch repository. Copying out (instead of running git inside) keeps
+// the sandbox from choosing what the diff shows.
+func (r *run) candidate(ctx context.Context, sb, parent string, n int) (string, error) {
+	out := filepath.Join(r.scr.dir, fmt.Sprintf("iter-%d", n))
+	os.RemoveAll(out)
+	defer os.RemoveAll(out)
+	// out does not exist: cp semantics make it the copy of Dir.
+	if err := r.svc.CopyOut(ctx, sb, Dir, out); err != nil {
+		return "", fmt.Errorf("copy the tree out of %s: %w", sb, err)
+	}
+	// A .git the agent made inside is not part of the change.
+	os.RemoveAll(filepath.Join(out, ".git"))
+	return r.scr.commit(ctx, out, parent, fmt.Sprintf("smolvm agent: iteration %d", n))
+}
+
+// pristine puts the base commit's test files back in sb and removes test
+// files the agent added, so the verdict is the base's own tests.
+func (r *run) pristine(ctx context.Context, sb, commit string) error {
+	baseFiles, err := r.scr.files(ctx, r.scr.base)
+	if err != nil {
+		return err
+	}
+	now, err := r.scr.files(ctx, commit)
+	if err != nil {
+		return err
+	}
+	inBase := map[string]bool{}
+	for _, f := range baseFiles {
+		inBase[f] = true
+		if !r.policy.IsTest(f) {
+			continue
+		}
+		data, err := r.scr.file(ctx, r.scr.base, f)
+		if err != nil {
+			return err
+		}
+		if err := r.svc.WriteFile(ctx, sb, path.Join(Dir, f), bytes.NewReader(data)); err != nil {
+			return fmt.Errorf("restore pristine %s: %w", f, err)
+		}
+	}
+	var added []string
+	for _, f := range now {
+		if !inBase[f] && r.policy.IsTest(f) {
+			added = append(added, path.Join(Dir, f))
+		}
+	}
+	if len(added) > 0 {
+		exit, err := r.svc.Exec(ctx, sb, sandbox.Process{Args: append([]string{"rm", "-f", "--"}, added...)}, sandbox.Stdio{})
+		if err != nil || exit.Code != 0 {
+			return fmt.Errorf("remove added test files %s: %v %s", strings.Join(added, " "), err, exit.Error)
+		}
+	}
+	return nil
+}
+
+// rerunBase runs the tests on n copies of the base checkpoint in parallel
+// and returns each run's result.
+func (r *run) rerunBase(ctx context.Context, n int) ([]testparse.Result, error) {
+	results := make([]testparse.Result, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sb, err := r.restore(ctx, r.baseSnap)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer r.remove(ctx, sb)
+			results[i], errs[i] = r.runTests(ctx, sb)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("rerun on the base: %w", err)
+		}
+	}
+	return results, nil
+}

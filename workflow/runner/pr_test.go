@@ -1,0 +1,125 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/workflow/forge/forgetest"
+	"smolvm.dev/smolvm/workflow/trust"
+)
+
+func gate(t *testing.T, st *store.Store, repo, policy string) *trust.Gate {
+	t.Helper()
+	p, err := trust.Parse(repo, "policy.toml", []byte(policy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := trust.OpenLedger(context.Background(), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &trust.Gate{Policy: p, Ledger: l}
+}
+
+func TestIssueToPR(t *testing.T) {
+	fg := forgetest.NewServer(t)
+	t.Setenv("SMOLVM_GITHUB_API", fg.URL)
+	fg.GitHubIssue("o", "r", forgetest.Issue{Number: 12, Title: "add() subtracts; mul() adds", Body: "calc.js is wrong."})
+	fg.GitHubIssue("o", "r", forgetest.Issue{Number: 13, Title: "old", State: "closed"})
+	fg.GitHubIssue("o", "r", forgetest.Issue{Number: 14, Title: "locked", Locked: true})
+	fg.GitHubIssue("o", "r", forgetest.Issue{Number: 15, Title: "done already"})
+	ctx := context.Background()
+
+	rn := newRunner(t)
+	repo := gitRepo(t, jsRepo)
+	exec.Command("git", "-C", repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "handle it (#15)").Run()
+
+	is, f, err := ReadIssue(ctx, "https://github.com/o/r/issues/12", "tok", nil)
+	if err != nil || f == nil || is.Number != 12 {
+		t.Fatalf("read issue: %+v %v", is, err)
+	}
+	if err := CheckIssue(ctx, repo, is); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"13", "14", "15"} {
+		other, _, err := ReadIssue(ctx, "https://github.com/o/r/issues/"+n, "tok", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := CheckIssue(ctx, repo, other); !errors.Is(err, ErrSkipped) {
+			t.Errorf("issue %s: %v, want skipped", n, err)
+		}
+	}
+
+	runs := t.TempDir()
+	run := fix(t, rn, repo, &script{steps: []func(context.Context, Step) error{write("calc.js", fixedCalc)}},
+		func(o *Options) { o.Task = Task(is); o.RunsDir = runs })
+	if run.State != Resolved {
+		t.Fatalf("run = %+v", run)
+	}
+	pr, err := rn.MakePR(ctx, runs, run.ID, is, "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pr.Head != "smolvm/issue-12-add-subtracts-mul-adds" || !pr.Draft || pr.Title != "Fix #12: add() subtracts; mul() adds" {
+		t.Fatalf("pr = %+v", pr.PullRequest)
+	}
+	for _, want := range []string{"## Problem", "calc.js is wrong", "## Change", "calc.js | 4", "## Test evidence", "3 passed, 0 failed", "iterations: 1", "tokens: 100 in", "flaky tests seen: none"} {
+		if !strings.Contains(pr.Body, want) {
+			t.Errorf("body lacks %q:\n%s", want, pr.Body)
+		}
+	}
+	dry := filepath.Join(t.TempDir(), "pr")
+	if err := pr.WriteFiles(dry); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := os.ReadFile(filepath.Join(dry, "pr.diff")); !strings.Contains(string(d), "+exports.mul = (a, b) => a * b;") {
+		t.Errorf("pr.diff = %s", d)
+	}
+
+	st, err := store.Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	// A policy that denies open-pr sends nothing.
+	if err := pr.Open(ctx, gate(t, st, repo, "[git]\npr = \"deny\"\n"), f, "agent"); !errors.Is(err, trust.ErrDenied) {
+		t.Fatalf("open under deny: %v", err)
+	}
+	if len(fg.PRs()) != 0 {
+		t.Fatal("a PR was opened against the policy")
+	}
+	allow := gate(t, st, repo, "[git]\ncommit = \"allow\"\npr = \"allow\"\n")
+	if err := rn.Branch(ctx, allow, runs, run.ID, pr); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("git", "-C", repo, "show", "--format=%s%n%b", "--stat", pr.Head).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "Fixes #12") || !strings.Contains(string(out), "calc.js") {
+		t.Fatalf("branch: %v\n%s", err, out)
+	}
+	if st, _ := exec.Command("git", "-C", repo, "status", "--porcelain").Output(); len(st) != 0 {
+		t.Errorf("the user's work tree changed: %s", st)
+	}
+	if err := pr.Open(ctx, allow, f, "agent"); err != nil {
+		t.Fatal(err)
+	}
+	prs := fg.PRs()
+	if len(prs) != 1 || prs[0].Head != pr.Head || prs[0].Base != "main" || !prs[0].Draft || prs[0].Repo != "o/r" || pr.URL == "" {
+		t.Fatalf("opened %+v, url %q", prs, pr.URL)
+	}
+	var sawAuth bool
+	for _, r := range fg.Requests() {
+		if r.Method == "POST" && r.Path == "/repos/o/r/pulls" {
+			sawAuth = r.Header.Get("Authorization") == "Bearer tok"
+		}
+	}
+	if !sawAuth {
+		t.Errorf("no authorized POST /repos/o/r/pulls in %+v", fg.Requests())
+	}
+}

@@ -1,0 +1,251 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"smolvm.dev/smolvm/internal/testmgr"
+	"smolvm.dev/smolvm/workflow/runner/guard"
+)
+
+// A repository whose tests run under node --test (TAP): two functions,
+// both wrong, and a test that fails only the first time it runs in a
+// sandbox (flaky).
+var jsRepo = map[string]string{
+	"calc.js": "exports.add = (a, b) => a - b;\nexports.mul = (a, b) => a + b;\n",
+	"calc.test.js": `const test = require('node:test');
+const assert = require('node:assert');
+const { add, mul } = require('./calc.js');
+test('add', () => { assert.strictEqual(add(2, 3), 5); });
+test('mul', () => { assert.strictEqual(mul(2, 3), 6); });
+test('zero', () => { assert.strictEqual(add(0, 0), 0); });
+`,
+}
+
+const jsTest = "node --test --test-reporter=tap"
+
+func flakyRepo() map[string]string {
+	m := map[string]string{}
+	for k, v := range jsRepo {
+		m[k] = v
+	}
+	// Fails on the first run in a sandbox, passes on every later one: on
+	// copies of the base checkpoint (taken after the first run) it passes.
+	m["flaky.test.js"] = `const test = require('node:test');
+const fs = require('node:fs');
+test('flaky', () => {
+  if (!fs.existsSync('/tmp/ran-once')) { fs.writeFileSync('/tmp/ran-once', ''); throw new Error('timing out talking to the network'); }
+});
+`
+	return m
+}
+
+func gitRepo(t *testing.T, files map[string]string) string { return gitRepoTB(t, files) }
+
+func gitRepoTB(t testing.TB, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, data := range files {
+		p := filepath.Join(dir, name)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{{"init", "-q"}, {"add", "-A"}, {"-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base"}} {
+		if out, err := exec.Command("git", append([]string{"-C", dir}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	return dir
+}
+
+// script is an agent whose steps are Go functions; it records the
+// feedback each step was given.
+type script struct {
+	mu       sync.Mutex
+	steps    []func(ctx context.Context, s Step) error
+	feedback []string
+}
+
+func (a *script) Step(ctx context.Context, s Step) (Usage, error) {
+	a.mu.Lock()
+	a.feedback = append(a.feedback, s.Feedback)
+	i := len(a.feedback) - 1
+	a.mu.Unlock()
+	if i >= len(a.steps) {
+		return Usage{InputTokens: 10}, nil // does nothing
+	}
+	return Usage{InputTokens: 100, OutputTokens: 20, CostUSD: 0.01}, a.steps[i](ctx, s)
+}
+
+func write(name, data string) func(ctx context.Context, s Step) error {
+	return func(ctx context.Context, s Step) error {
+		return s.Service.WriteFile(ctx, s.Sandbox, s.Dir+"/"+name, strings.NewReader(data))
+	}
+}
+
+func read(ctx context.Context, s Step, name string) (string, error) {
+	rc, err := s.Service.ReadFile(ctx, s.Sandbox, s.Dir+"/"+name)
+	if err != nil {
+		return "", err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	return string(b), err
+}
+
+func newRunner(t testing.TB) *Runner {
+	t.Helper()
+	env := testmgr.New(t)
+	log, err := OpenLog(context.Background(), env.Store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Runner{Service: env.Manager, Log: log}
+}
+
+func fix(t *testing.T, rn *Runner, repo string, agent Agent, mod func(*Options)) *Run {
+	t.Helper()
+	o := Options{Repo: repo, Test: jsTest, Task: "make the tests pass", Agent: agent, AgentName: "script",
+		RunsDir: t.TempDir(), FlakyReruns: 2, Budget: Budget{Iterations: 4}}
+	if mod != nil {
+		mod(&o)
+	}
+	var events []Event
+	o.Progress = func(e Event) { events = append(events, e) }
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	run, err := rn.Fix(ctx, o)
+	if err != nil {
+		t.Fatalf("fix: %v", err)
+	}
+	if len(events) == 0 || events[len(events)-1].Phase != "done" {
+		t.Errorf("events = %+v", events)
+	}
+	return run
+}
+
+const fixedCalc = "exports.add = (a, b) => a + b;\nexports.mul = (a, b) => a * b;\n"
+
+func TestFixSucceedsWithRejectedCheat(t *testing.T) {
+	rn := newRunner(t)
+	repo := gitRepo(t, jsRepo)
+	before, _ := os.ReadFile(filepath.Join(repo, "calc.js"))
+	agent := &script{steps: []func(context.Context, Step) error{
+		// The tempting move: delete the failing tests.
+		write("calc.test.js", "const test = require('node:test');\ntest('zero', () => {});\n"),
+		// After the rollback the test file is the original again.
+		func(ctx context.Context, s Step) error {
+			got, err := read(ctx, s, "calc.test.js")
+			if err != nil {
+				return err
+			}
+			if got != jsRepo["calc.test.js"] {
+				return fmt.Errorf("not rolled back: %q", got)
+			}
+			return write("calc.js", fixedCalc)(ctx, s)
+		},
+	}}
+	run := fix(t, rn, repo, agent, nil)
+	if run.State != Resolved || run.Verdict == nil || !run.Verdict.Green() || run.Best != 2 {
+		t.Fatalf("run = %+v", run)
+	}
+	if !strings.Contains(agent.feedback[0], "--- FAIL: add") || !strings.Contains(agent.feedback[0], "5") {
+		t.Errorf("first feedback lacks the failure:\n%s", agent.feedback[0])
+	}
+	if !strings.Contains(agent.feedback[1], "rejected") || !strings.Contains(agent.feedback[1], "test add was removed") {
+		t.Errorf("the rejection was not fed back:\n%s", agent.feedback[1])
+	}
+	its, err := rn.Log.Iterations(context.Background(), run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(its) != 3 || its[1].Result != nil || len(its[1].Violations) == 0 || its[2].Snapshot == "" ||
+		!strings.Contains(its[2].Diff, "+exports.add = (a, b) => a + b;") {
+		t.Fatalf("iterations = %+v", its)
+	}
+	rules := []guard.Rule{}
+	for _, v := range its[1].Violations {
+		rules = append(rules, v.Rule)
+	}
+	if !slices.Contains(rules, guard.Protected) || !slices.Contains(rules, guard.RemovedTest) {
+		t.Errorf("violations = %v", its[1].Violations)
+	}
+	if after, _ := os.ReadFile(filepath.Join(repo, "calc.js")); !bytes.Equal(before, after) {
+		t.Error("the user's tree was written")
+	}
+}
+
+func TestFlakyNotChased(t *testing.T) {
+	rn := newRunner(t)
+	repo := gitRepo(t, flakyRepo())
+	agent := &script{steps: []func(context.Context, Step) error{write("calc.js", fixedCalc)}}
+	run := fix(t, rn, repo, agent, nil)
+	if !slices.Equal(run.Flaky, []string{"flaky"}) {
+		t.Fatalf("flaky = %q", run.Flaky)
+	}
+	if strings.Contains(agent.feedback[0], "--- FAIL: flaky") || !strings.Contains(agent.feedback[0], "Flaky") {
+		t.Errorf("the flaky test drove the loop:\n%s", agent.feedback[0])
+	}
+	if run.State != Resolved {
+		t.Fatalf("run = %+v", run)
+	}
+}
+
+func TestBudgetKeepsBestThenResume(t *testing.T) {
+	rn := newRunner(t)
+	repo := gitRepo(t, jsRepo)
+	work := t.TempDir()
+	agent := &script{steps: []func(context.Context, Step) error{
+		write("calc.js", "exports.add = (a, b) => a + b;\nexports.mul = (a, b) => a + b;\n"), // add fixed: 2 pass
+		write("calc.js", "exports.add = (a, b) => a * b;\nexports.mul = (a, b) => a + b;\n"), // worse: 0 pass
+	}}
+	run := fix(t, rn, repo, agent, func(o *Options) { o.Budget.Iterations = 2; o.RunsDir = work })
+	if run.State != Stopped || run.Best != 1 || run.Verdict == nil || run.Verdict.Passed != 2 || !strings.HasPrefix(run.Reason, "budget") {
+		t.Fatalf("run = %+v verdict %+v", run, run.Verdict)
+	}
+	// Resume from the best checkpoint: the file there is iteration 1's.
+	next := &script{steps: []func(context.Context, Step) error{func(ctx context.Context, s Step) error {
+		got, err := read(ctx, s, "calc.js")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(got, "a + b;\nexports.mul = (a, b) => a + b") {
+			return fmt.Errorf("resumed from the wrong state: %q", got)
+		}
+		return write("calc.js", fixedCalc)(ctx, s)
+	}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	run, err := rn.Resume(ctx, run.ID, 1, Options{Agent: next, RunsDir: work, FlakyReruns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	its, _ := rn.Log.Iterations(ctx, run.ID)
+	if run.State != Resolved || run.Best != 3 || len(its) != 4 || its[3].Parent != 1 {
+		t.Fatalf("resumed run = %+v, iterations %d", run, len(its))
+	}
+}
+
+func TestStuck(t *testing.T) {
+	rn := newRunner(t)
+	run := fix(t, rn, gitRepo(t, jsRepo), &script{}, func(o *Options) { o.Budget.Iterations = 10; o.FlakyReruns = -1 })
+	if run.State != Stopped || !strings.HasPrefix(run.Reason, "stuck") {
+		t.Fatalf("run = %+v", run)
+	}
+	its, _ := rn.Log.Iterations(context.Background(), run.ID)
+	if len(its) != 1+DefaultStuckAfter {
+		t.Fatalf("%d iterations before stopping", len(its))
+	}
+}

@@ -1,0 +1,1 @@
+sed -i 's/b := \[\]byte(s)/b := []rune(s)/' rev.go

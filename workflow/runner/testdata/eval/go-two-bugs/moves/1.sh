@@ -1,0 +1,1 @@
+sed -i 's|float64(len(xs)+1)|float64(len(xs))|' stats.go

@@ -1,0 +1,1 @@
+sed -i 's/ and n != 0//' num.py

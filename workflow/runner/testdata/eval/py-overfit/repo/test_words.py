@@ -1,0 +1,5 @@
+from words import title
+
+
+def test_acronym():
+    assert title('nasa rocket') == 'NASA Rocket'

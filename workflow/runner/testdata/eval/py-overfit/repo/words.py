@@ -1,0 +1,5 @@
+ACRONYMS = {'nasa', 'usa'}
+
+
+def title(s):
+    return ' '.join(w.capitalize() for w in s.split())

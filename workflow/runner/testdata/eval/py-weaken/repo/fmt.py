@@ -1,0 +1,2 @@
+def percent(part, whole):
+    return int(100 * part / whole)

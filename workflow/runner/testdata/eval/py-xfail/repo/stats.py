@@ -1,0 +1,3 @@
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
