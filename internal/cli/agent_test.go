@@ -51,10 +51,13 @@ esac
 		t.Errorf("log: %s", out)
 	}
 	out = c.must("agent", "log", id, "--diff")
-	for _, want := range []string{"#0 (from 0)  tests: 0 passed, 1 failed", "#1 (from 0)  rejected", "test add was removed", "#2 (from 0)  tests: 1 passed", "+exports.add = (a, b) => a + b;", "checkpoint: sha256:"} {
+	for _, want := range []string{"#0 (from 0)  tests: 0 passed, 1 failed", "#1 (from 0)  rejected", "test add was removed", "#2 (from 0)  tests: 1 passed", "+exports.add = (a, b) => a + b;"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("log %s lacks %q:\n%s", id, want, out)
 		}
+	}
+	if !regexp.MustCompile(`checkpoint: [0-9a-f]{64}`).MatchString(out) {
+		t.Errorf("log %s names no checkpoint:\n%s", id, out)
 	}
 	// Resume from the base checkpoint: the same run goes on at #3.
 	out, errOut, code = c.run("agent", "resume", id, "--from", "0", "--agent", "sh agent.sh", "--flaky-reruns", "-1")
