@@ -149,8 +149,8 @@ type Pool struct {
 	// Snapshot is the ID of the snapshot a hot pool holds Hot copies
 	// of, restored and paused; HotReady counts those waiting.
 	Snapshot string `json:"snapshot,omitempty"`
-	Hot      int    `json:"hot,omitempty"`
-	HotReady int    `json:"hot_ready,omitempty"`
+	Hot      int    `json:"hot"`
+	HotReady int    `json:"hot_ready"`
 	// Tenant owns the pool; "" is the admin.
 	Tenant string `json:"tenant,omitempty"`
 }
