@@ -84,12 +84,16 @@ func (a *app) open(ctx context.Context) (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	bs, err := a.addVM([]backend.Backend{be})
+	def, err := a.defaultBackend()
+	if err != nil {
+		return nil, err
+	}
+	bs, err := a.addVM([]backend.Backend{be}, def)
 	if err != nil {
 		return nil, err
 	}
 	c := manager.Config{
-		DataDir: a.dataDir, Backends: bs, DefaultBackend: defaultBackend(), GuestBinary: bin,
+		DataDir: a.dataDir, Backends: bs, DefaultBackend: def, GuestBinary: bin,
 		// The host namespace and upstream DNS are overridable for tests,
 		// which must never send traffic off the machine.
 		Network: &network.Host{NetNS: os.Getenv("SMOLVM_NET_NETNS"), Resolver: os.Getenv("SMOLVM_NET_RESOLVER")},

@@ -113,7 +113,7 @@ func (a *app) rootCmd() *cobra.Command {
 	pf.StringVar(&a.dataDir, "data-dir", envOr("SMOLVM_DATA_DIR", defaultDataDir()), "state directory (env SMOLVM_DATA_DIR)")
 	pf.StringVar(&a.host, "host", os.Getenv("SMOLVM_HOST"), "smolvm serve to use: unix:///path or http(s)://host:port (env SMOLVM_HOST; token in SMOLVM_TOKEN); default: work directly")
 	pf.StringVar(&a.runsc, "runsc", os.Getenv("SMOLVM_RUNSC"), "path to runsc (env SMOLVM_RUNSC; default: next to smolvm, then $PATH)")
-	pf.StringVar(&a.kernel, "kernel", os.Getenv("SMOLVM_KERNEL"), "guest kernel of the vm backend (env SMOLVM_KERNEL; default: the newest /boot/vmlinuz-*); SMOLVM_BACKEND=vm makes vm the default backend")
+	pf.StringVar(&a.kernel, "kernel", os.Getenv("SMOLVM_KERNEL"), "guest kernel of the vm backend (env SMOLVM_KERNEL; default: the newest /boot/vmlinuz-*); {\"backend\": \"vm\"} in <data dir>/config.json, or SMOLVM_BACKEND=vm, makes vm the default backend")
 
 	root.AddCommand(
 		// Command groups register here, one constructor per file.

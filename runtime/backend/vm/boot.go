@@ -148,25 +148,36 @@ busybox mount -t proc proc /proc
 busybox --install -s /bin
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
-for m in $(cat /modules); do insmod /lib/modules/$m || echo "smolvm: insmod $m failed"; done
-for d in /sys/block/vd*; do
-	case $(cat $d/serial 2>/dev/null) in
-	smolvm-image) image=/dev/${d##*/} ;;
-	smolvm-disk) disk=/dev/${d##*/} ;;
-	smolvm-config) config=/dev/${d##*/} ;;
-	esac
-done
+# Stages go to the console (with the guest's uptime), so that a boot that
+# stalls or crawls says how far it got.
+stage() { echo "smolvm init: $* at $(cut -d' ' -f1 /proc/uptime /newroot/proc/uptime 2>/dev/null)s"; }
 # init exiting ends the VM (panic=-1 and QEMU's -no-reboot).
-fail() { echo "smolvm init: $*"; exit 1; }
-mount -t ext4 -o ro,noload $image /lower || fail "mount image $image"
-mount -t ext4 $disk /upper || fail "mount disk $disk"
+fail() { stage "$*"; exit 1; }
+for m in $(cat /modules); do insmod /lib/modules/$m || echo "smolvm: insmod $m failed"; done
+stage "modules loaded"
+# A serial is read from the device: under a starved TCG the read can
+# fail, so look again for a while rather than boot without a disk.
+for try in $(seq 50); do
+	for d in /sys/block/vd*; do
+		case $(cat $d/serial 2>/dev/null) in
+		smolvm-image) image=/dev/${d##*/} ;;
+		smolvm-disk) disk=/dev/${d##*/} ;;
+		smolvm-config) config=/dev/${d##*/} ;;
+		esac
+	done
+	[ -n "$image" ] && [ -n "$disk" ] && [ -n "$config" ] && break
+	sleep 0.2
+done
+[ -n "$image" ] && [ -n "$disk" ] && [ -n "$config" ] || fail "disks missing: image=$image disk=$disk config=$config"
+mount -t ext4 -o ro,noload "$image" /lower || fail "mount image $image"
+mount -t ext4 "$disk" /upper || fail "mount disk $disk"
 mkdir -p /upper/upper /upper/work
 mount -t overlay overlay -o lowerdir=/lower,upperdir=/upper/upper,workdir=/upper/work /newroot || fail "overlay"
 mkdir -p /newroot/.smolvm /newroot/proc /newroot/sys /newroot/dev /newroot/tmp
 mount -t tmpfs -o mode=755,size=64m smolvm /newroot/.smolvm
 cp /agent /newroot/.smolvm/agent
 mkdir /newroot/.smolvm/run
-cat $config > /newroot/.smolvm/run/agent.json || fail "read config $config"
+cat "$config" > /newroot/.smolvm/run/agent.json || fail "read config $config"
 host=$(sed -n 's/.*smolvm.hostname=\([^ ]*\).*/\1/p' /proc/cmdline)
 echo "${host:-sandbox}" > /proc/sys/kernel/hostname
 ip link set lo up
@@ -178,6 +189,7 @@ mount -t cgroup2 cgroup /newroot/sys/fs/cgroup
 mkdir -p /newroot/dev/pts /newroot/dev/shm
 mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts /newroot/dev/pts
 mount -t tmpfs -o mode=1777,size=64m shm /newroot/dev/shm
+stage "starting the agent"
 exec switch_root /newroot /.smolvm/agent /.smolvm/run/agent.json
 `
 

@@ -51,6 +51,7 @@ type Backend struct {
 	cfg        Config
 	kernel     string // uncompressed
 	accel, cpu string
+	bootCPU    time.Duration // see waitAgent; tests shorten it
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -80,7 +81,7 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.Modules == "" {
 		cfg.Modules = filepath.Join("/lib/modules", kernelVersion(cfg.Kernel))
 	}
-	b := &Backend{cfg: cfg}
+	b := &Backend{cfg: cfg, bootCPU: bootCPU}
 	var err error
 	if b.accel, b.cpu, err = chooseAccel(cfg.Accel, ProbeKVM()); err != nil {
 		return nil, fmt.Errorf("vm backend: %w", err)
@@ -181,13 +182,17 @@ func (b *Backend) create(s *backend.Spec) error {
 
 // writeConfigDisk writes v as JSON into a disk image (sectors, padded
 // with spaces, which JSON ignores): the guest's init copies it into the
-// agent's run dir.
+// agent's run dir. It is at least 64 KiB, past where the kernel's
+// partition probes read (a smaller disk logs a misleading read error).
 func writeConfigDisk(path string, v any) error {
 	p, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
 	pad := (4096 - len(p)%4096) % 4096
+	if len(p)+pad < 64<<10 {
+		pad = 64<<10 - len(p)
+	}
 	return writeFileAtomic(path, append(p, bytes.Repeat([]byte(" "), pad)...))
 }
 
@@ -367,13 +372,28 @@ func (b *Backend) startQEMU(s *backend.Spec, ln launch, extra ...string) error {
 	return os.WriteFile(l.qemuPid(), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600)
 }
 
+// A boot's budget. Under TCG a boot takes 8–11 s of QEMU's CPU time here,
+// but on a loaded host QEMU may get a sliver of a core and take minutes
+// of wall time (CI's first such failure: a 2-minute wall limit hit while
+// other tests loaded the machine). So a wait for the agent gives up on
+// CPU time spent without an answer (bootCPU: the guest stalled), and only
+// then on wall time (bootWall: the host is too starved to boot at all).
+const (
+	bootCPU  = 60 * time.Second
+	bootWall = 5 * time.Minute
+)
+
+// errStalled is a guest that spent bootCPU without its agent answering.
+var errStalled = errors.New("the guest stalled")
+
 // waitAgent returns once the agent answers, or early once the main
 // process has ended (a run of a short command).
 func (b *Backend) waitAgent(ctx context.Context, s *backend.Spec) error {
 	l := layout{s.Dir}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, bootWall)
 	defer cancel()
 	c := b.Guest(s)
+	start, cpu0 := time.Now(), time.Duration(-1)
 	for {
 		pctx, pcancel := context.WithTimeout(ctx, time.Second)
 		err := c.Ping(pctx)
@@ -384,22 +404,64 @@ func (b *Backend) waitAgent(ctx context.Context, s *backend.Spec) error {
 		if _, err := os.Stat(l.exitFile()); err == nil {
 			return nil
 		}
-		if _, ok := b.qemu(s); !ok {
+		pid, ok := b.qemu(s)
+		if !ok {
 			return fmt.Errorf("the VM stopped before its agent answered%s", b.bootError(s))
+		}
+		used := time.Duration(0)
+		if cpu, ok := cpuTime(pid); ok {
+			if cpu0 < 0 {
+				cpu0 = cpu
+			}
+			used = cpu - cpu0
+		}
+		if used > b.bootCPU {
+			return fmt.Errorf("agent did not answer: %w (QEMU used %v of CPU in %v, load %s)%s",
+				errStalled, used.Round(time.Second), time.Since(start).Round(time.Second), loadAvg(), b.bootError(s))
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("agent did not answer: %w%s", ctx.Err(), b.bootError(s))
+			return fmt.Errorf("agent did not answer: %w (QEMU used %v of CPU in %v, load %s)%s",
+				ctx.Err(), used.Round(time.Second), time.Since(start).Round(time.Second), loadAvg(), b.bootError(s))
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }
 
-// bootError is the agent's or QEMU's last words, or the end of the
-// guest's console.
+// cpuTime is the CPU time process pid has used.
+func cpuTime(pid int) (time.Duration, bool) {
+	p, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	i := bytes.LastIndexByte(p, ')')
+	if i < 0 || len(p) < i+2 {
+		return 0, false
+	}
+	f := strings.Fields(string(p[i+2:]))
+	if len(f) <= 12 {
+		return 0, false
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	// In clock ticks, 100 a second on Linux.
+	return time.Duration(ut+st) * (time.Second / 100), true
+}
+
+// loadAvg is the host's 1-minute load average, for boot failures.
+func loadAvg() string {
+	p, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Fields(string(p) + " ?")[0]
+}
+
+// bootError is the agent's, QEMU's or the relay's last words, or the end
+// of the guest's console (where init reports its stages).
 func (b *Backend) bootError(s *backend.Spec) string {
 	l := layout{s.Dir}
-	for _, f := range []string{filepath.Join(l.run(), "agent.err"), l.qemuLog()} {
+	for _, f := range []string{filepath.Join(l.run(), "agent.err"), l.qemuLog(), filepath.Join(s.Dir, "relay.log")} {
 		if p, err := os.ReadFile(f); err == nil && len(bytes.TrimSpace(p)) > 0 {
 			return ": " + lastLine(string(p))
 		}
@@ -500,15 +562,8 @@ func (b *Backend) Stats(ctx context.Context, s *backend.Spec) (*sandbox.Stats, e
 			}
 		}
 	}
-	if p, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-		if i := bytes.LastIndexByte(p, ')'); i > 0 {
-			f := strings.Fields(string(p[i+2:]))
-			if len(f) > 12 {
-				ut, _ := strconv.ParseInt(f[11], 10, 64)
-				stt, _ := strconv.ParseInt(f[12], 10, 64)
-				st.CPUNanos = (ut + stt) * int64(time.Second/100)
-			}
-		}
+	if cpu, ok := cpuTime(pid); ok {
+		st.CPUNanos = int64(cpu)
 	}
 	return st, nil
 }

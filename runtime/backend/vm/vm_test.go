@@ -169,3 +169,47 @@ func TestKilledQEMU(t *testing.T) {
 		t.Fatalf("ping of a killed VM: %v", err)
 	}
 }
+
+// TestStalledBoot: a guest whose agent never answers, spinning instead,
+// is given up once QEMU has spent the boot's CPU budget, and the error
+// says how far the boot got.
+func TestStalledBoot(t *testing.T) {
+	b := testBackend(t)
+	// The same file is the relay on the host and the "agent" in the
+	// guest, where it spins (the image's /bin/sh is busybox).
+	spin := filepath.Join(t.TempDir(), "spin")
+	script := "#!/bin/sh\n[ \"$1\" = relay ] && exec " + testenv.Guest(t) + " \"$@\"\nwhile :; do :; done\n"
+	if err := os.WriteFile(spin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stalled := *b
+	// A boot takes 8–11 s of CPU under TCG here, less under KVM.
+	stalled.bootCPU = 25 * time.Second
+	s := &backend.Spec{ID: "stalled", Hostname: "st", Dir: filepath.Join(t.TempDir(), "s"), GuestBinary: spin, Rootfs: busyboxRoot(t)}
+	ctx := context.Background()
+	defer stalled.Delete(ctx, s)
+	start := time.Now()
+	err := stalled.Run(ctx, s)
+	t.Logf("after %v: %v", time.Since(start), err)
+	if !errors.Is(err, errStalled) {
+		t.Fatalf("a spinning guest: %v", err)
+	}
+	if !strings.Contains(err.Error(), "smolvm init: starting the agent") {
+		t.Fatalf("the error does not say how far the boot got: %v", err)
+	}
+}
+
+func TestCPUTime(t *testing.T) {
+	before, ok := cpuTime(os.Getpid())
+	if !ok {
+		t.Fatal("no CPU time for this process")
+	}
+	// Spin until the CPU time moves (slowly on a loaded host).
+	after := before
+	for end := time.Now().Add(20 * time.Second); after-before < 50*time.Millisecond && time.Now().Before(end); {
+		after, _ = cpuTime(os.Getpid())
+	}
+	if after-before < 50*time.Millisecond {
+		t.Fatalf("CPU time went from %v to %v over 20 s of spinning", before, after)
+	}
+}
