@@ -320,6 +320,43 @@ func TestBrowser(t *testing.T) {
 		checkShot(t, png, 5)
 	})
 
+	t.Run("HotPool", func(t *testing.T) {
+		// Copies of the golden restored ahead of time, each with its
+		// own network and DevTools port: browser new claims one.
+		if _, err := w.mgr.CreatePool(ctx, sandbox.PoolOptions{Name: "browsers", From: browser.DefaultGolden, Hot: 2}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { w.mgr.RemovePool(ctx, "browsers") })
+		if _, err := w.mgr.FillPool(ctx, "browsers"); err != nil {
+			t.Fatal(err)
+		}
+		var got []*browser.Browser
+		for n := range 2 {
+			if p, err := w.mgr.Pool(ctx, "browsers"); err != nil || p.HotReady != 2-n {
+				t.Fatalf("pool before claim %d: %+v %v, want %d waiting", n, p, err, 2-n)
+			}
+			t0 := time.Now()
+			b := newBrowser(t)
+			t.Logf("browser new from the hot pool: %v", time.Since(t0))
+			got = append(got, b)
+			w.onePage(t, b)
+			png, err := browser.Screenshot(ctx, b.CDP, browser.ScreenshotOptions{URL: pageURL("allowed.test", 6+n), Dial: w.dial})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkShot(t, png, 6+n)
+		}
+		if got[0].CDP == got[1].CDP {
+			t.Errorf("two hot browsers share %s", got[0].CDP)
+		}
+		p, err := w.mgr.Pool(ctx, "browsers")
+		if err != nil || p.HotReady != 0 {
+			t.Errorf("pool after two claims: %+v %v, want none waiting", p, err)
+		}
+		// An empty pool falls back to a plain restore.
+		newBrowser(t)
+	})
+
 	t.Run("BadInput", func(t *testing.T) {
 		for _, o := range []browser.ScreenshotOptions{
 			{URL: "file:///etc/passwd"},
