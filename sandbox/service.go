@@ -176,8 +176,9 @@ type PoolOptions struct {
 	MemoryBudget int64  // 0: DefaultMemoryBudget
 	Limits       Limits
 	// From names a snapshot; the pool then holds Hot copies already
-	// restored from it, paused, which restores of it claim. Its image
-	// and limits are the snapshot's.
+	// restored from it, paused, which restores of it claim. Its image,
+	// limits and network policy (each copy its own network, published
+	// ports included) are the snapshot's.
 	From string
 	Hot  int
 }

@@ -58,9 +58,6 @@ func (m *Manager) CreatePool(ctx context.Context, o sandbox.PoolOptions) (*sandb
 		if err != nil {
 			return nil, fmt.Errorf("create pool %s: %w", o.Name, err)
 		}
-		if meta.Config.Network.Enabled() {
-			return nil, fmt.Errorf("create pool %s: %w: snapshot %s is of a sandbox with a network; hot copies have none", o.Name, sandbox.ErrInvalid, o.From)
-		}
 		p.Snapshot, p.Image, p.Limits = snap.ID, snap.ImageID, meta.Config.Limits
 		if meta.Backend != "" {
 			be = meta.Backend
@@ -448,7 +445,10 @@ func (m *Manager) adopt(ctx context.Context, r *record, cfg sandbox.Config) (*sa
 }
 
 // makeHot makes one hot copy for pool p: restored from its snapshot
-// under a placeholder identity, then paused, waiting in the pool.
+// under a placeholder identity, then paused, waiting in the pool. A copy
+// of a sandbox with a network gets its own before the restore, as any
+// restored copy does (materialize), published ports included, and keeps
+// it when claimed: its ID does not change.
 func (m *Manager) makeHot(ctx context.Context, p *poolRecord) (*sandbox.Sandbox, error) {
 	snap, meta, err := m.snapshotMeta(ctx, p.Snapshot)
 	if err != nil {

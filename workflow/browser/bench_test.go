@@ -14,13 +14,33 @@ import (
 )
 
 // BenchmarkBrowser times, in one run: browser new until its CDP endpoint
-// answers, against a cold Chromium start in a sandbox until the same;
+// answers, from a hot pool and by a plain restore, against a cold Chromium start in a sandbox until the same;
 // screenshot end to end (new, page, PNG, release); and the memory of one
 // more idle browser. It reports the load average beside them.
 func BenchmarkBrowser(b *testing.B) {
 	w := newWorld(b)
 	ctx := context.Background()
-	var fork, cold, shot bench.Series
+	// A hot pool of the golden: copies restored ahead of time, each with
+	// its network and DevTools port, which browser new claims.
+	if _, err := w.mgr.CreatePool(ctx, sandbox.PoolOptions{Name: "browsers", From: browser.DefaultGolden, Hot: 1}); err != nil {
+		b.Fatal(err)
+	}
+	var fork, hot, cold, shot bench.Series
+	for range b.N {
+		if _, err := w.mgr.FillPool(ctx, "browsers"); err != nil {
+			b.Fatal(err)
+		}
+		t0 := time.Now()
+		br, err := browser.New(ctx, w.mgr, browser.NewOptions{Dial: w.dial})
+		if err != nil {
+			b.Fatal(err)
+		}
+		hot.Samples = append(hot.Samples, time.Since(t0))
+		browser.Release(ctx, w.mgr, br.ID)
+	}
+	if err := w.mgr.RemovePool(ctx, "browsers"); err != nil {
+		b.Fatal(err)
+	}
 	for range b.N {
 		t0 := time.Now()
 		br, err := browser.New(ctx, w.mgr, browser.NewOptions{Dial: w.dial})
@@ -55,6 +75,7 @@ func BenchmarkBrowser(b *testing.B) {
 		b.ReportMetric(float64(s.Quantile(0.99).Microseconds())/1000, name+"-p99-ms")
 	}
 	report(fork, "new")
+	report(hot, "new-hot")
 	report(cold, "cold")
 	report(shot, "screenshot")
 

@@ -116,8 +116,12 @@ while True:
 // Command is a browser sandbox's main command: the relay in the
 // background, and Chromium, whose end ends the sandbox.
 func Command() []string {
-	return append([]string{"/bin/sh", "-c", `/usr/bin/python3 -c "$0" & exec "$@"`,
+	cmd := append([]string{"/bin/sh", "-c", `/usr/bin/python3 -c "$0" & exec "$@"`,
 		fmt.Sprintf(forward, devtoolsPort, CDPPort), Chromium}, flags...)
+	// Start on about:blank: without a URL Chromium opens its New Tab page,
+	// a WebUI page whose navigation a checkpoint can catch uncommitted,
+	// and Playwright's connectOverCDP waits for every page's first commit.
+	return append(cmd, "about:blank")
 }
 
 // Dialer connects to a host address. Nil dials directly; a test whose
@@ -174,11 +178,11 @@ func Start(ctx context.Context, svc sandbox.Service, o StartOptions) (*sandbox.S
 	if err != nil {
 		return nil, fmt.Errorf("browser start: %w", err)
 	}
-	// One page and one screenshot before the checkpoint, so that every
-	// browser starts with the renderer running and the raster code
-	// loaded: a first screenshot took 10 s without, 2 s with.
+	// One screenshot before the checkpoint, so that every browser starts
+	// with the renderer running and the raster code loaded: a first
+	// screenshot took 10 s without, 2 s with.
 	warm := ScreenshotOptions{URL: "about:blank", Width: DefaultWidth, Height: DefaultHeight, Timeout: o.Timeout, Dial: o.Dial}
-	if _, err := capture(ctx, ep.ws, warm); err != nil {
+	if err := warmUp(ctx, ep.ws, warm); err != nil {
 		return nil, fmt.Errorf("browser start: warm-up: %w", err)
 	}
 	snap, err := svc.Checkpoint(ctx, sb.ID, sandbox.CheckpointOptions{Name: o.Golden, Stop: true})
@@ -426,15 +430,11 @@ func Screenshot(ctx context.Context, cdpURL string, o ScreenshotOptions) ([]byte
 	return capture(ctx, cdpURL, o)
 }
 
-// capture is Screenshot of any URL. The page's target is closed after.
+// capture is Screenshot of any URL, in a new page closed after.
 func capture(ctx context.Context, cdpURL string, o ScreenshotOptions) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	var wo *websocket.DialOptions
-	if o.Dial != nil {
-		wo = &websocket.DialOptions{HTTPClient: httpClient(o.Dial)}
-	}
-	c, err := dialCDP(ctx, cdpURL, wo)
+	c, err := dialCDP(ctx, cdpURL, dialOptions(o.Dial))
 	if err != nil {
 		return nil, err
 	}
@@ -446,13 +446,73 @@ func capture(ctx context.Context, cdpURL string, o ScreenshotOptions) ([]byte, e
 		return nil, err
 	}
 	defer c.call(context.WithoutCancel(ctx), "", "Target.closeTarget", map[string]any{"targetId": target.TargetID}, nil)
-	var att struct {
-		SessionID string `json:"sessionId"`
-	}
-	if err := c.call(ctx, "", "Target.attachToTarget", map[string]any{"targetId": target.TargetID, "flatten": true}, &att); err != nil {
+	s, err := c.attach(ctx, target.TargetID)
+	if err != nil {
 		return nil, err
 	}
-	s := att.SessionID
+	return render(ctx, c, s, o)
+}
+
+// warmUp renders o.URL in the golden's one page, the about:blank tab
+// Chromium starts with, and leaves it open: closing a page is
+// asynchronous, and a checkpoint taken while one closes gave browsers a
+// page that never answered. It then checks that the browser has settled,
+// one page with a committed URL, since Playwright's connectOverCDP waits
+// for every page it finds to commit a navigation.
+func warmUp(ctx context.Context, cdpURL string, o ScreenshotOptions) error {
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	c, err := dialCDP(ctx, cdpURL, dialOptions(o.Dial))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	// DevTools may answer before the first tab exists.
+	var pages []page
+	for {
+		if pages, err = c.pages(ctx); err != nil || len(pages) > 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no page: %w", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if len(pages) != 1 {
+		return fmt.Errorf("Chromium started with %d pages, want one: %+v", len(pages), pages)
+	}
+	s, err := c.attach(ctx, pages[0].TargetID)
+	if err != nil {
+		return err
+	}
+	if _, err := render(ctx, c, s, o); err != nil {
+		return err
+	}
+	if err := c.call(ctx, "", "Target.detachFromTarget", map[string]any{"sessionId": s}, nil); err != nil {
+		return err
+	}
+	if pages, err = c.pages(ctx); err != nil {
+		return err
+	}
+	if len(pages) != 1 || pages[0].URL != o.URL {
+		return fmt.Errorf("browser did not settle: pages %+v, want one at %s", pages, o.URL)
+	}
+	return nil
+}
+
+func dialOptions(dial Dialer) *websocket.DialOptions {
+	if dial == nil {
+		return nil
+	}
+	return &websocket.DialOptions{HTTPClient: httpClient(dial)}
+}
+
+// render loads o.URL in the page of session s and captures it.
+func render(ctx context.Context, c *cdp, s string, o ScreenshotOptions) ([]byte, error) {
 	if err := c.call(ctx, s, "Page.enable", nil, nil); err != nil {
 		return nil, err
 	}

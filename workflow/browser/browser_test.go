@@ -53,12 +53,14 @@ func newWorld(t testing.TB) *world {
 	w := nettest.New(t)
 	env := testmgr.New(t, func(c *manager.Config) { c.Network = w.Host(testenv.Smolvm(t)) })
 	servePages(t, w.InternetNS, nettest.Internet4)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	dial := env.Manager.DialPublished
 	_, err := browser.Start(ctx, env.Manager, browser.StartOptions{
 		Network: sandbox.Network{Mode: sandbox.NetEgress, Hosts: []string{"allowed.test"}},
 		Dial:    dial,
+		// A cold Chromium took over a minute at load 60.
+		Timeout: 150 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -165,6 +167,30 @@ func (w *world) playwright(t *testing.T, cdp, page, mode, shot string) (r struct
 	return r
 }
 
+// onePage checks that b has one page, about:blank, as the golden left it.
+func (w *world) onePage(t *testing.T, b *browser.Browser) {
+	t.Helper()
+	hc := &http.Client{Transport: &http.Transport{DialContext: w.dial}}
+	resp, err := hc.Get(b.HTTP + "/json/list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var targets []struct{ Type, URL string }
+	if err := json.NewDecoder(resp.Body).Decode(&targets); err != nil {
+		t.Fatal(err)
+	}
+	var pages []string
+	for _, tg := range targets {
+		if tg.Type == "page" {
+			pages = append(pages, tg.URL)
+		}
+	}
+	if len(pages) != 1 || pages[0] != "about:blank" {
+		t.Errorf("a new browser's pages: %q, want [about:blank]", pages)
+	}
+}
+
 // TestBrowser runs real Chromium in real sandboxes: Playwright over CDP,
 // isolation between forks, ten forks at once, the network policy, and a
 // fork whose Chromium dies.
@@ -187,6 +213,10 @@ func TestBrowser(t *testing.T) {
 		if !strings.HasPrefix(first.CDP, "ws://127.0.0.1:") || !strings.Contains(first.CDP, "/devtools/browser/") {
 			t.Errorf("CDP URL %q", first.CDP)
 		}
+		// Playwright's connectOverCDP waits for every page to commit a
+		// navigation: a golden caught with Chromium's New Tab page still
+		// navigating made it hang. A browser has the golden's one page.
+		w.onePage(t, first)
 		shot := filepath.Join(t.TempDir(), "shot.png")
 		r := w.playwright(t, first.CDP, pageURL("allowed.test", 3), "set", shot)
 		if r.Title != "page 3" || len(r.Cookies) != 1 || r.Cookies[0] != "run=first" || r.Storage == nil || *r.Storage != "first" {
@@ -204,6 +234,7 @@ func TestBrowser(t *testing.T) {
 		if second.CDP == first.CDP {
 			t.Fatalf("two browsers share %s", first.CDP)
 		}
+		w.onePage(t, second)
 		r = w.playwright(t, second.CDP, pageURL("allowed.test", 3), "read", "")
 		if r.Title != "page 3" || len(r.Cookies) != 0 || r.Storage != nil {
 			t.Errorf("second browser sees the first one's state: %+v", r)
@@ -287,6 +318,43 @@ func TestBrowser(t *testing.T) {
 			t.Fatalf("a new browser after the kill: %v", err)
 		}
 		checkShot(t, png, 5)
+	})
+
+	t.Run("HotPool", func(t *testing.T) {
+		// Copies of the golden restored ahead of time, each with its
+		// own network and DevTools port: browser new claims one.
+		if _, err := w.mgr.CreatePool(ctx, sandbox.PoolOptions{Name: "browsers", From: browser.DefaultGolden, Hot: 2}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { w.mgr.RemovePool(ctx, "browsers") })
+		if _, err := w.mgr.FillPool(ctx, "browsers"); err != nil {
+			t.Fatal(err)
+		}
+		var got []*browser.Browser
+		for n := range 2 {
+			if p, err := w.mgr.Pool(ctx, "browsers"); err != nil || p.HotReady != 2-n {
+				t.Fatalf("pool before claim %d: %+v %v, want %d waiting", n, p, err, 2-n)
+			}
+			t0 := time.Now()
+			b := newBrowser(t)
+			t.Logf("browser new from the hot pool: %v", time.Since(t0))
+			got = append(got, b)
+			w.onePage(t, b)
+			png, err := browser.Screenshot(ctx, b.CDP, browser.ScreenshotOptions{URL: pageURL("allowed.test", 6+n), Dial: w.dial})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkShot(t, png, 6+n)
+		}
+		if got[0].CDP == got[1].CDP {
+			t.Errorf("two hot browsers share %s", got[0].CDP)
+		}
+		p, err := w.mgr.Pool(ctx, "browsers")
+		if err != nil || p.HotReady != 0 {
+			t.Errorf("pool after two claims: %+v %v, want none waiting", p, err)
+		}
+		// An empty pool falls back to a plain restore.
+		newBrowser(t)
 	})
 
 	t.Run("BadInput", func(t *testing.T) {

@@ -158,3 +158,40 @@ func (c *cdp) expect(session, method string) <-chan json.RawMessage {
 	c.mu.Unlock()
 	return w.ch
 }
+
+// attach opens a flat session to a target.
+func (c *cdp) attach(ctx context.Context, target string) (string, error) {
+	var att struct {
+		SessionID string `json:"sessionId"`
+	}
+	if err := c.call(ctx, "", "Target.attachToTarget", map[string]any{"targetId": target, "flatten": true}, &att); err != nil {
+		return "", err
+	}
+	return att.SessionID, nil
+}
+
+// page is a page target.
+type page struct {
+	TargetID string `json:"targetId"`
+	URL      string `json:"url"`
+}
+
+// pages lists the browser's page targets.
+func (c *cdp) pages(ctx context.Context) ([]page, error) {
+	var r struct {
+		TargetInfos []struct {
+			page
+			Type string `json:"type"`
+		} `json:"targetInfos"`
+	}
+	if err := c.call(ctx, "", "Target.getTargets", nil, &r); err != nil {
+		return nil, err
+	}
+	var ps []page
+	for _, t := range r.TargetInfos {
+		if t.Type == "page" {
+			ps = append(ps, t.page)
+		}
+	}
+	return ps, nil
+}
