@@ -302,7 +302,11 @@ func (a *app) agentRunner(s *session) (*runner.Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &runner.Runner{Service: svc, Log: l}, nil
+	ledger, err := s.ledger()
+	if err != nil {
+		return nil, err
+	}
+	return &runner.Runner{Service: svc, Log: l, Ledger: ledger}, nil
 }
 
 func (a *app) agentFix(s *session, f *agentFlags) (*runner.Run, error) {

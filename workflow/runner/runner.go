@@ -52,6 +52,11 @@ type Step struct {
 	Feedback string
 	// Diff returns the change so far against the base commit.
 	Diff func(ctx context.Context) (string, error)
+	// Check asks the repository's trust policy whether the agent may take
+	// action a: an allow returns nil, a deny its reason, an ask waits for
+	// an approval (trust.Gate.Check); every call is audited under the
+	// requester "agent-RUN".
+	Check func(ctx context.Context, a trust.Action) error
 }
 
 // Agent changes the repository in a sandbox, one iteration at a time.
@@ -127,11 +132,15 @@ type Event struct {
 type Runner struct {
 	Service sandbox.Service
 	Log     *Log
+	// Ledger audits what agents ask the trust policy (Step.Check) and
+	// carries the approvals of its asks.
+	Ledger *trust.Ledger
 }
 
 type run struct {
 	svc    sandbox.Service
 	log    *Log
+	ledger *trust.Ledger
 	o      Options
 	id     string
 	rec    *Run
@@ -170,6 +179,14 @@ func (o *Options) defaults() error {
 	return nil
 }
 
+// check validates o and fills in its defaults.
+func (rn *Runner) check(o *Options) error {
+	if rn.Ledger == nil {
+		return errdefs.New(errdefs.ErrInvalid, "runner: no trust ledger to audit the agent's actions")
+	}
+	return o.defaults()
+}
+
 func cmp0[T comparable](v, def T) T {
 	var zero T
 	if v == zero {
@@ -180,10 +197,10 @@ func cmp0[T comparable](v, def T) T {
 
 // Fix runs the repair loop on a fresh copy of o.Repo.
 func (rn *Runner) Fix(ctx context.Context, o Options) (*Run, error) {
-	if err := o.defaults(); err != nil {
+	if err := rn.check(&o); err != nil {
 		return nil, err
 	}
-	r := &run{svc: rn.Service, log: rn.Log, o: o, id: newRunID(), start: time.Now(), flaky: map[string]bool{}}
+	r := &run{svc: rn.Service, log: rn.Log, ledger: rn.Ledger, o: o, id: newRunID(), start: time.Now(), flaky: map[string]bool{}}
 	if err := r.open(ctx, ""); err != nil {
 		return nil, err
 	}
@@ -239,10 +256,10 @@ func (rn *Runner) Resume(ctx context.Context, id string, from int, o Options) (*
 	}
 	o.Repo, o.Test = rec.Repo, cmp0(o.Test, rec.Test)
 	o.Task = cmp0(o.Task, rec.Task)
-	if err := o.defaults(); err != nil {
+	if err := rn.check(&o); err != nil {
 		return nil, err
 	}
-	r := &run{svc: rn.Service, log: rn.Log, o: o, id: id, rec: rec, its: its, start: time.Now(),
+	r := &run{svc: rn.Service, log: rn.Log, ledger: rn.Ledger, o: o, id: id, rec: rec, its: its, start: time.Now(),
 		flaky: map[string]bool{}, baseSnap: rec.BaseSnapshot}
 	for _, f := range rec.Flaky {
 		r.flaky[f] = true
@@ -328,7 +345,8 @@ func (r *run) loop(ctx context.Context, sb *string, from int) (*Run, error) {
 		r.emit(n, "agent", nil, "")
 		u, err := r.o.Agent.Step(ctx, Step{
 			Service: r.svc, Sandbox: *sb, Dir: Dir, N: n, Task: r.o.Task, Feedback: feedback,
-			Diff: func(ctx context.Context) (string, error) { return r.diffOf(ctx, *sb, cur.Commit, n) },
+			Diff:  func(ctx context.Context) (string, error) { return r.diffOf(ctx, *sb, cur.Commit, n) },
+			Check: r.check,
 		})
 		usage.add(u)
 		r.rec.Usage.add(u)
@@ -594,6 +612,13 @@ func (r *run) feedback(it Iteration) string {
 		}
 	}
 	return b.String()
+}
+
+// check is Step.Check: the policy's verdict on an action of the agent,
+// audited in the ledger.
+func (r *run) check(ctx context.Context, a trust.Action) error {
+	g := &trust.Gate{Policy: r.policy, Ledger: r.ledger}
+	return g.Check(ctx, a, "agent-"+r.id)
 }
 
 // diffOf is the agent's view_diff: the sandbox's tree against the base.
