@@ -106,7 +106,7 @@ func BenchmarkAgentFlakyReruns(b *testing.B) {
 	var par, seq []time.Duration
 	for range b.N {
 		t0 := time.Now()
-		if _, err := r.rerunBase(ctx, n); err != nil {
+		if _, err := r.rerunBase(ctx, n, r.o.Test); err != nil {
 			b.Fatal(err)
 		}
 		par = append(par, time.Since(t0))

@@ -150,7 +150,10 @@ type run struct {
 
 	baseSnap   string
 	baseResult testparse.Result
-	baseReruns []testparse.Result // nil until needed
+	// reruns are each test's statuses in the reruns on the base, for the
+	// tests rerun so far; rerunWhole says the whole command was rerun.
+	reruns     map[string][]testparse.Status
+	rerunWhole bool
 	flaky      map[string]bool
 	its        []Iteration
 }
@@ -547,22 +550,48 @@ func (r *run) newFailures(res testparse.Result) []string {
 // base state, do not fail consistently the way the base run said: a
 // test failing on base that passes in a rerun flips; a test that passed
 // on base (a new failure) and fails in a rerun fails on base regardless
-// of the change. The reruns happen once, in parallel, and are reused.
+// of the change. Each test is rerun once, the copies in parallel, and
+// only the tests not yet rerun: the command is narrowed to them where the
+// test runner selects by name (narrow), else it runs whole, once.
 func (r *run) classify(ctx context.Context, names []string) error {
 	if len(names) == 0 || r.o.FlakyReruns <= 0 {
 		return nil
 	}
-	if r.baseReruns == nil {
-		res, err := r.rerunBase(ctx, r.o.FlakyReruns)
+	if r.reruns == nil {
+		r.reruns = map[string][]testparse.Status{}
+	}
+	var todo []string
+	for _, name := range names {
+		if _, done := r.reruns[name]; !done && !r.rerunWhole {
+			todo = append(todo, name)
+		}
+	}
+	if len(todo) > 0 {
+		cmd, ok := narrow(r.o.Test, r.baseResult.Format, todo)
+		if !ok {
+			cmd = r.o.Test
+		}
+		res, err := r.rerunBase(ctx, r.o.FlakyReruns, cmd)
 		if err != nil {
 			return err
 		}
-		r.baseReruns = res
+		r.rerunWhole = !ok
+		for _, rr := range res {
+			for _, name := range todo {
+				r.reruns[name] = append(r.reruns[name], rr.Status(name))
+			}
+			if !ok { // the whole command ran: every test's rerun is known
+				for _, t := range rr.Tests {
+					if !slices.Contains(todo, t.Name) {
+						r.reruns[t.Name] = append(r.reruns[t.Name], t.Status)
+					}
+				}
+			}
+		}
 	}
 	for _, name := range names {
 		was := r.baseResult.Status(name)
-		for _, rr := range r.baseReruns {
-			s := rr.Status(name)
+		for _, s := range r.reruns[name] {
 			if was == testparse.Fail && s == testparse.Pass || was != testparse.Fail && s == testparse.Fail {
 				r.flaky[name] = true
 			}
