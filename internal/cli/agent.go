@@ -14,7 +14,6 @@ import (
 	"golang.org/x/term"
 
 	"smolvm.dev/smolvm/workflow/forge"
-	"smolvm.dev/smolvm/workflow/llm"
 	"smolvm.dev/smolvm/workflow/runner"
 	"smolvm.dev/smolvm/workflow/trust"
 )
@@ -340,23 +339,9 @@ func (a *app) agentOptions(s *session, f *agentFlags) (runner.Options, error) {
 		TestTimeout: f.testTimeout, FlakyReruns: f.flakyReruns, StuckAfter: f.stuckAfter,
 		AllowWeaken: f.allowWeaken, RunsDir: a.runsDir(), Progress: newStatus(a.stderr).show,
 	}
-	if f.agent == "builtin" {
-		cfg, err := llm.ConfigFromEnv(os.Getenv)
-		if err != nil {
-			return o, fmt.Errorf("agent builtin: %w", err)
-		}
-		m, err := llm.New(cfg, nil)
-		if err != nil {
-			return o, fmt.Errorf("agent builtin: %w", err)
-		}
-		b := &runner.Builtin{Model: m}
-		if b.Context, err = runner.RepoContext(s.ctx, repo); err != nil {
-			return o, err
-		}
-		o.Agent = b
-		o.AgentName = "builtin:" + cfg.Provider + "/" + cfg.Model
-	} else {
-		o.Agent = &runner.External{Command: f.agent, Output: a.stderr}
+	o.Agent, o.AgentName, err = runner.NewAgent(s.ctx, f.agent, repo, os.Getenv, a.stderr)
+	if err != nil {
+		return o, err
 	}
 	return o, nil
 }

@@ -28,7 +28,7 @@ func benchRun(b *testing.B) (*run, string) {
 	if err := o.defaults(); err != nil {
 		b.Fatal(err)
 	}
-	r := &run{svc: rn.Service, log: rn.Log, o: o, id: newRunID(), flaky: map[string]bool{}, rec: &Run{}}
+	r := &run{svc: rn.Service, log: rn.Log, o: o, id: NewRunID(), flaky: map[string]bool{}, rec: &Run{}}
 	if err := r.open(ctx, ""); err != nil {
 		b.Fatal(err)
 	}

@@ -86,6 +86,7 @@ const (
 
 // Options describe one run.
 type Options struct {
+	ID        string // the run's ID (NewRunID); empty: a new one
 	Repo      string // the user's repository; never written
 	Test      string // the test command, run with sh -c in the repository
 	Task      string
@@ -203,7 +204,7 @@ func (rn *Runner) Fix(ctx context.Context, o Options) (*Run, error) {
 	if err := rn.check(&o); err != nil {
 		return nil, err
 	}
-	r := &run{svc: rn.Service, log: rn.Log, ledger: rn.Ledger, o: o, id: newRunID(), start: time.Now(), flaky: map[string]bool{}}
+	r := &run{svc: rn.Service, log: rn.Log, ledger: rn.Ledger, o: o, id: cmp0(o.ID, NewRunID()), start: time.Now(), flaky: map[string]bool{}}
 	if err := r.open(ctx, ""); err != nil {
 		return nil, err
 	}
@@ -316,8 +317,13 @@ func (r *run) closeScratch() {
 
 func (r *run) fail(ctx context.Context, err error) (*Run, error) {
 	r.rec.State, r.rec.Reason = Failed, err.Error()
+	if ctx.Err() != nil {
+		// Cancelled before anything was checkpointed.
+		r.rec.State, r.rec.Reason = Stopped, "stopped: cancelled ("+err.Error()+")"
+	}
 	r.rec.Elapsed += time.Since(r.start)
 	r.log.Save(context.WithoutCancel(ctx), r.rec)
+	r.emit(r.rec.Best, "done", nil, string(r.rec.State)+": "+r.rec.Reason)
 	return r.rec, err
 }
 
@@ -363,6 +369,10 @@ func (r *run) loop(ctx context.Context, sb *string, from int) (*Run, error) {
 		}
 		it, err := r.iterate(ctx, sb, cur, n, u)
 		if err != nil {
+			if ctx.Err() != nil {
+				reason = "cancelled"
+				break
+			}
 			return r.fail(ctx, err)
 		}
 		r.its = append(r.its, it)
@@ -448,6 +458,18 @@ func (r *run) iterate(ctx context.Context, sb *string, cur Iteration, n int, u U
 func (r *run) finish(ctx context.Context, reason string) (*Run, error) {
 	best := r.best()
 	r.rec.Best = best.N
+	if ctx.Err() != nil {
+		// Stopped: the best checkpoint stands without a verdict, which
+		// would run the tests again.
+		r.rec.Flaky = r.flakyList()
+		r.rec.State, r.rec.Reason = Stopped, "stopped: "+reason
+		r.rec.Elapsed += time.Since(r.start)
+		if err := r.log.Save(context.WithoutCancel(ctx), r.rec); err != nil {
+			return r.rec, err
+		}
+		r.emit(best.N, "done", best.Result, string(r.rec.State)+": "+reason)
+		return r.rec, nil
+	}
 	r.emit(best.N, "verdict", best.Result, reason)
 	sb, err := r.restore(ctx, best.Snapshot)
 	if err != nil {
