@@ -59,13 +59,19 @@ func (c *capped) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// newBox creates a sandbox with the base tree in Dir.
+// newBox creates a sandbox (or restores Options.From) with the base
+// tree in Dir.
 func (r *run) newBox(ctx context.Context, name string) (string, error) {
-	sb, err := r.svc.Create(ctx, sandbox.CreateOptions{
+	var sb *sandbox.Sandbox
+	var err error
+	if r.o.From != "" {
+		if sb, err = r.svc.Restore(ctx, r.o.From, sandbox.RestoreOptions{Name: name}); err != nil {
+			return "", fmt.Errorf("restore %s: %w", r.o.From, err)
+		}
+	} else if sb, err = r.svc.Create(ctx, sandbox.CreateOptions{
 		Name: name, Image: r.o.Image, Start: true,
 		Config: sandbox.Config{Cmd: []string{"sleep", "infinity"}, Limits: r.o.Limits},
-	})
-	if err != nil {
+	}); err != nil {
 		return "", fmt.Errorf("create sandbox: %w", err)
 	}
 	// Dir does not exist yet: cp semantics make it the copy of the tree.

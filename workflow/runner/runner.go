@@ -103,6 +103,11 @@ type Options struct {
 	StuckAfter int
 	Image      string
 	Limits     sandbox.Limits
+	// From, if set, is a checkpoint the run's first sandbox is restored
+	// from instead of created fresh from Image (with Limits): a warmed
+	// build cache, installed tools. The repository is copied into it at
+	// Dir, which must not exist there.
+	From string
 	// Policy classifies and protects test files; nil loads the
 	// repository's (trust.Load).
 	Policy      *trust.Policy
