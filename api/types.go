@@ -355,3 +355,108 @@ type ScreenshotRequest struct {
 	Height   int      `json:"height,omitempty"`
 	Timeout  Duration `json:"timeout,omitempty"`
 }
+
+// AgentRunRequest is the body of POST /v1/agent/runs: the options of
+// `smolvm agent run --task`. Repo is a git work tree on the server's host
+// (copied, never written); zero budgets take the runner's defaults.
+type AgentRunRequest struct {
+	Task string `json:"task"`
+	Repo string `json:"repo"`
+	// Test is the test command (default: detected from the repository).
+	Test string `json:"test,omitempty"`
+	// Agent is "builtin" (the default: the server's SMOLVM_MODEL_*
+	// model) or an agent CLI command line run in the sandbox.
+	Agent            string   `json:"agent,omitempty"`
+	MaxIterations    int      `json:"max_iterations,omitempty"`
+	MaxTime          Duration `json:"max_time,omitempty"`
+	MaxTokens        int      `json:"max_tokens,omitempty"`
+	MaxCost          float64  `json:"max_cost,omitempty"`
+	TestTimeout      Duration `json:"test_timeout,omitempty"`
+	FlakyReruns      int      `json:"flaky_reruns,omitempty"`
+	StuckAfter       int      `json:"stuck_after,omitempty"`
+	AllowTestChanges bool     `json:"allow_test_changes,omitempty"`
+}
+
+// AgentUsage is what an agent spent.
+type AgentUsage struct {
+	InputTokens  int     `json:"input_tokens"`
+	OutputTokens int     `json:"output_tokens"`
+	CostUSD      float64 `json:"cost_usd"`
+}
+
+// AgentTests is what one run of the test command showed.
+type AgentTests struct {
+	Format  string   `json:"format"`
+	Exit    int      `json:"exit"`
+	Passed  int      `json:"passed"`
+	Failed  int      `json:"failed"`
+	Skipped int      `json:"skipped"`
+	Failing []string `json:"failing,omitempty"`
+}
+
+// AgentRun is an agent run: State is running, resolved, stopped or
+// failed; Best the iteration with most tests passing; Verdict its tests
+// on the base commit's pristine test files. Elapsed is in seconds.
+type AgentRun struct {
+	ID           string      `json:"id"`
+	Created      time.Time   `json:"created"`
+	Repo         string      `json:"repo"`
+	Task         string      `json:"task"`
+	Test         string      `json:"test"`
+	Agent        string      `json:"agent"`
+	State        string      `json:"state"`
+	Reason       string      `json:"reason,omitempty"`
+	Best         int         `json:"best"`
+	BaseSnapshot string      `json:"base_snapshot,omitempty"`
+	Verdict      *AgentTests `json:"verdict,omitempty"`
+	Flaky        []string    `json:"flaky,omitempty"`
+	Usage        AgentUsage  `json:"usage"`
+	Elapsed      float64     `json:"elapsed"`
+}
+
+// AgentViolation is a guard's reason to reject a change.
+type AgentViolation struct {
+	Rule   string `json:"rule"`
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+}
+
+// AgentIteration is one step of a run: the change (Diff against the base
+// commit), the tests (nil when the guard rejected it: Violations say
+// why) and its checkpoint.
+type AgentIteration struct {
+	N          int              `json:"n"`
+	Parent     int              `json:"parent"`
+	Created    time.Time        `json:"created"`
+	Commit     string           `json:"commit,omitempty"`
+	Snapshot   string           `json:"snapshot,omitempty"`
+	Diff       string           `json:"diff,omitempty"`
+	Tests      *AgentTests      `json:"tests,omitempty"`
+	Violations []AgentViolation `json:"violations,omitempty"`
+	Flaky      []string         `json:"flaky,omitempty"`
+	Usage      AgentUsage       `json:"usage"`
+	Note       string           `json:"note,omitempty"`
+}
+
+// AgentRunLog is GET /v1/agent/runs/{id}: the run and its iterations.
+type AgentRunLog struct {
+	Run        AgentRun         `json:"run"`
+	Iterations []AgentIteration `json:"iterations"`
+}
+
+// AgentProgress is the Data of an "agent.PHASE" event on /v1/events
+// (PHASE: started, base, agent, rejected, tests, verdict, done): the
+// tests passing and failing (flaky aside), tokens, cost and seconds
+// elapsed so far.
+type AgentProgress struct {
+	Run       string  `json:"run"`
+	Iteration int     `json:"iteration"`
+	Phase     string  `json:"phase"`
+	Passed    int     `json:"passed"`
+	Failed    int     `json:"failed"`
+	Flaky     int     `json:"flaky"`
+	Tokens    int     `json:"tokens"`
+	CostUSD   float64 `json:"cost_usd"`
+	Elapsed   float64 `json:"elapsed"`
+	Note      string  `json:"note,omitempty"`
+}

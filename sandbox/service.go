@@ -4,6 +4,7 @@ package sandbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -71,6 +72,9 @@ type Event struct {
 	Reason    string     `json:"reason,omitempty"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	Time      time.Time  `json:"time"`
+	// Data carries the details of events that are not a sandbox's
+	// (Type "agent.*": ID is an agent run's, Data its progress).
+	Data json.RawMessage `json:"data,omitempty"`
 }
 
 // MaxCopyOut bounds what a copy out of a sandbox may write on the host, so

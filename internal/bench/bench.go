@@ -8,10 +8,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"text/tabwriter"
 	"time"
 
+	"smolvm.dev/smolvm/internal/bench/series"
 	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/runtime/backend/gvisor"
 	"smolvm.dev/smolvm/runtime/manager"
@@ -28,23 +28,9 @@ type Options struct {
 	Cold, Exec int
 }
 
-// Series is one measured operation.
-type Series struct {
-	Name     string
-	Baseline string // name of the series it is compared with, if any
-	Samples  []time.Duration
-}
-
-// Quantile returns the q-quantile (nearest rank).
-func (s Series) Quantile(q float64) time.Duration {
-	if len(s.Samples) == 0 {
-		return 0
-	}
-	d := slices.Clone(s.Samples)
-	slices.Sort(d)
-	i := int(q*float64(len(d))+0.5) - 1
-	return d[max(0, min(i, len(d)-1))]
-}
+// Series is one measured operation (package series, which benchmarks of
+// packages the API server imports use directly).
+type Series = series.Series
 
 // Run measures every series. Operations alternate between smolvm and the
 // baseline so that machine noise hits both alike.

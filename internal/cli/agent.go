@@ -14,7 +14,6 @@ import (
 	"golang.org/x/term"
 
 	"smolvm.dev/smolvm/workflow/forge"
-	"smolvm.dev/smolvm/workflow/llm"
 	"smolvm.dev/smolvm/workflow/runner"
 	"smolvm.dev/smolvm/workflow/trust"
 )
@@ -88,7 +87,7 @@ func (a *app) agentFixCmd() *cobra.Command {
 
 func (a *app) agentRunCmd() *cobra.Command {
 	f := &agentFlags{}
-	var issue, dryRun, baseBranch string
+	var issue, dryRun, baseBranch, remote string
 	var openPR bool
 	cmd := a.withSession(&cobra.Command{
 		Use:   "run (--task TEXT | --issue FILE|URL)",
@@ -98,9 +97,9 @@ GitLab issue URL) it skips closed and locked issues and issues a commit
 already references, and once resolved makes a PR: one commit on branch
 smolvm/issue-N-slug with a body giving the problem, the change, the test
 evidence, iterations, tokens and flaky tests. --dry-run DIR writes it as
-files; --open-pr creates the branch (the policy's git-commit) and opens a
-draft PR through the forge (the policy's open-pr, or an approval). The
-branch must be pushed for the forge to accept the PR (smolvm git push).`,
+files; --open-pr, once the policy allows open-pr (or someone approves it),
+creates the branch (the policy's git-commit), pushes it to --remote (its
+git-push) and opens a draft PR through the forge.`,
 		Example: `  smolvm agent run --task "handle empty input in Parse" --test "go test -json ./..."
   smolvm agent run --issue https://github.com/o/r/issues/12 --dry-run /tmp/pr`,
 		Args: cobra.NoArgs,
@@ -130,18 +129,19 @@ branch must be pushed for the forge to accept the PR (smolvm git push).`,
 			}
 			return err
 		}
-		return a.agentPR(s, run, is, fg, baseBranch, dryRun, openPR)
+		return a.agentPR(s, run, is, fg, baseBranch, remote, dryRun, openPR)
 	})
 	cmd.Flags().StringVar(&f.task, "task", "", "what to do")
 	cmd.Flags().StringVar(&issue, "issue", "", "an issue: a Markdown file or a GitHub/GitLab issue URL")
 	cmd.Flags().StringVar(&dryRun, "dry-run", "", "write the PR into this directory (pr.md, pr.diff, pr.json) instead of opening it")
-	cmd.Flags().BoolVar(&openPR, "open-pr", false, "create the branch and open a draft PR through the forge, as the trust policy allows")
+	cmd.Flags().BoolVar(&openPR, "open-pr", false, "create and push the branch and open a draft PR through the forge, as the trust policy allows")
 	cmd.Flags().StringVar(&baseBranch, "base", "main", "the branch the PR targets")
+	cmd.Flags().StringVar(&remote, "remote", "origin", "the remote --open-pr pushes the branch to (the policy's git-push)")
 	f.register(cmd)
 	return cmd
 }
 
-func (a *app) agentPR(s *session, run *runner.Run, is forge.Issue, fg forge.Forge, base, dryRun string, open bool) error {
+func (a *app) agentPR(s *session, run *runner.Run, is forge.Issue, fg forge.Forge, base, remote, dryRun string, open bool) error {
 	rn, err := a.agentRunner(s)
 	if err != nil {
 		return err
@@ -170,17 +170,13 @@ func (a *app) agentPR(s *session, run *runner.Run, is forge.Issue, fg forge.Forg
 		return err
 	}
 	gate := &trust.Gate{Policy: p, Ledger: l}
-	if err := rn.Branch(s.ctx, gate, a.runsDir(), run.ID, pr); err != nil {
-		return err
-	}
-	fmt.Fprintf(a.stdout, "branch %s created in %s\n", pr.Head, run.Repo)
 	if fg == nil {
 		return fmt.Errorf("the issue came from a file: no forge to open the PR on")
 	}
-	if err := pr.Open(s.ctx, gate, fg, "agent-"+run.ID); err != nil {
+	if err := rn.Publish(s.ctx, gate, fg, a.runsDir(), run.ID, remote, pr); err != nil {
 		return err
 	}
-	fmt.Fprintf(a.stdout, "draft PR opened: %s\n", pr.URL)
+	fmt.Fprintf(a.stdout, "branch %s pushed to %s; draft PR opened: %s\n", pr.Head, remote, pr.URL)
 	return nil
 }
 
@@ -302,7 +298,11 @@ func (a *app) agentRunner(s *session) (*runner.Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &runner.Runner{Service: svc, Log: l}, nil
+	ledger, err := s.ledger()
+	if err != nil {
+		return nil, err
+	}
+	return &runner.Runner{Service: svc, Log: l, Ledger: ledger}, nil
 }
 
 func (a *app) agentFix(s *session, f *agentFlags) (*runner.Run, error) {
@@ -339,23 +339,9 @@ func (a *app) agentOptions(s *session, f *agentFlags) (runner.Options, error) {
 		TestTimeout: f.testTimeout, FlakyReruns: f.flakyReruns, StuckAfter: f.stuckAfter,
 		AllowWeaken: f.allowWeaken, RunsDir: a.runsDir(), Progress: newStatus(a.stderr).show,
 	}
-	if f.agent == "builtin" {
-		cfg, err := llm.ConfigFromEnv(os.Getenv)
-		if err != nil {
-			return o, fmt.Errorf("agent builtin: %w", err)
-		}
-		m, err := llm.New(cfg, nil)
-		if err != nil {
-			return o, fmt.Errorf("agent builtin: %w", err)
-		}
-		b := &runner.Builtin{Model: m}
-		if b.Context, err = runner.RepoContext(s.ctx, repo); err != nil {
-			return o, err
-		}
-		o.Agent = b
-		o.AgentName = "builtin:" + cfg.Provider + "/" + cfg.Model
-	} else {
-		o.Agent = &runner.External{Command: f.agent, Output: a.stderr}
+	o.Agent, o.AgentName, err = runner.NewAgent(s.ctx, f.agent, repo, os.Getenv, a.stderr)
+	if err != nil {
+		return o, err
 	}
 	return o, nil
 }

@@ -20,6 +20,8 @@ import (
 	"smolvm.dev/smolvm/server/e2b"
 	"smolvm.dev/smolvm/server/httpapi"
 	"smolvm.dev/smolvm/server/ports"
+	"smolvm.dev/smolvm/workflow/runner"
+	"smolvm.dev/smolvm/workflow/trust"
 )
 
 // SocketName is the default API socket's name in the data dir.
@@ -122,6 +124,14 @@ X-Access-Token). The sandbox needs no network for either.`,
 				return err
 			}
 			defer e2bAPI.Close()
+			runLog, err := runner.OpenLog(ctx, e.st)
+			if err != nil {
+				return err
+			}
+			ledger, err := trust.OpenLedger(ctx, e.st)
+			if err != nil {
+				return err
+			}
 			srv := httpapi.New(httpapi.Options{
 				Manager: e.mgr, Images: e.images, Snapshots: e.snaps, Token: token, TempDir: tmp,
 				MaxUpload: limit, MaxInFlight: inFlight, MaxQueue: queue,
@@ -131,7 +141,9 @@ X-Access-Token). The sandbox needs no network for either.`,
 					{Host: func(h string) bool { return ports.Under(h, domain) }, Handler: http.HandlerFunc(e2bAPI.ServeHost), Public: true},
 					{Prefix: E2BPrefix + "/", Handler: http.StripPrefix(E2BPrefix, e2bAPI), Public: true},
 				},
-				Root: e2bAPI,
+				Root:    e2bAPI,
+				Runner:  &runner.Runner{Service: e.mgr, Log: runLog, Ledger: ledger},
+				RunsDir: a.runsDir(), Getenv: os.Getenv,
 			})
 			hs := &http.Server{ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 			scheme := "http"

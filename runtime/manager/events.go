@@ -53,12 +53,27 @@ func (m *Manager) Subscribe(ctx context.Context) (<-chan sandbox.Event, func()) 
 
 // publish sends typ for sb to every subscriber without ever blocking.
 func (m *Manager) publish(typ string, sb *sandbox.Sandbox) {
-	h := &m.events
 	e := sandbox.Event{Type: typ, ID: sb.ID, Name: sb.Name, State: sb.State, Reason: sb.Reason, ExpiresAt: sb.ExpiresAt, Time: time.Now().UTC()}
+	m.fanout(e, sb.Tenant)
+}
+
+// Publish sends an event that is not a sandbox's (an agent run's
+// progress) to the subscribers that may see ctx's tenant's objects.
+func (m *Manager) Publish(ctx context.Context, e sandbox.Event) {
+	owner, _ := tenant.Of(ctx)
+	if e.Time.IsZero() {
+		e.Time = time.Now().UTC()
+	}
+	m.fanout(e, owner)
+}
+
+// fanout sends e, of owner's, to every subscriber without ever blocking.
+func (m *Manager) fanout(e sandbox.Event, owner string) {
+	h := &m.events
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for c, sub := range h.subs {
-		if sub.scoped && sub.owner != sb.Tenant {
+		if sub.scoped && sub.owner != owner {
 			continue
 		}
 		select {

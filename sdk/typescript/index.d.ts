@@ -61,6 +61,8 @@ export interface SandboxEvent {
   reason?: string
   expires_at?: string
   time: string
+  /** agent.* events: the run's progress (id is the run's) */
+  data?: AgentProgress
 }
 
 export interface CreateOptions {
@@ -175,4 +177,86 @@ export class Client {
   browserRelease(ref: string): Promise<void>
   screenshot(url: string, opts?: { fullPage?: boolean; width?: number; height?: number; golden?: string }): Promise<Buffer>
   events(opts?: { signal?: AbortSignal }): AsyncGenerator<SandboxEvent, void, undefined>
+  agentRunStart(task: string, repo: string, opts?: AgentRunOptions): Promise<AgentRun>
+  agentRuns(): Promise<AgentRun[]>
+  agentRun(id: string): Promise<{ run: AgentRun; iterations: AgentIteration[] }>
+  agentRunStop(id: string): Promise<AgentRun>
+  agentRunWatch(id: string, opts?: { signal?: AbortSignal }): AsyncGenerator<AgentProgress, void, undefined>
+}
+
+export interface AgentRunOptions {
+  test?: string
+  /** "builtin" (default) or an agent CLI command line */
+  agent?: string
+  maxIterations?: number
+  maxTime?: Seconds
+  maxTokens?: number
+  maxCost?: number
+  testTimeout?: Seconds
+  /** -1: off */
+  flakyReruns?: number
+  stuckAfter?: number
+  allowTestChanges?: boolean
+}
+
+export interface AgentUsage {
+  input_tokens: number
+  output_tokens: number
+  cost_usd: number
+}
+
+export interface AgentTests {
+  format: string
+  exit: number
+  passed: number
+  failed: number
+  skipped: number
+  failing?: string[]
+}
+
+export interface AgentRun {
+  id: string
+  created: string
+  repo: string
+  task: string
+  test: string
+  agent: string
+  state: 'running' | 'resolved' | 'stopped' | 'failed'
+  reason?: string
+  best: number
+  base_snapshot?: string
+  verdict?: AgentTests
+  flaky?: string[]
+  usage: AgentUsage
+  /** seconds */
+  elapsed: number
+}
+
+export interface AgentIteration {
+  n: number
+  parent: number
+  created: string
+  commit?: string
+  snapshot?: string
+  diff?: string
+  tests?: AgentTests
+  violations?: { rule: string; path: string; reason: string }[]
+  flaky?: string[]
+  usage: AgentUsage
+  note?: string
+}
+
+/** The data of an agent.PHASE event on /v1/events. */
+export interface AgentProgress {
+  run: string
+  iteration: number
+  phase: 'started' | 'base' | 'agent' | 'rejected' | 'tests' | 'verdict' | 'done'
+  passed: number
+  failed: number
+  flaky: number
+  tokens: number
+  cost_usd: number
+  /** seconds */
+  elapsed: number
+  note?: string
 }

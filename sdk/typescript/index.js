@@ -287,6 +287,55 @@ export class Client {
     return Buffer.from(await resp.arrayBuffer())
   }
 
+  /**
+   * Start an agent run (smolvm agent run --task) on repo, a git work tree on
+   * the server's host; agent is "builtin" (the server's model) or an agent
+   * CLI command line. Resolves to the run, running; agentRunWatch follows it.
+   */
+  agentRunStart(task, repo, { test, agent, maxIterations, maxTime, maxTokens, maxCost, testTimeout, flakyReruns, stuckAfter, allowTestChanges } = {}) {
+    const json = {
+      task, repo, test, agent, max_iterations: maxIterations, max_time: duration(maxTime), max_tokens: maxTokens, max_cost: maxCost,
+      test_timeout: duration(testTimeout), flaky_reruns: flakyReruns, stuck_after: stuckAfter, allow_test_changes: allowTestChanges,
+    }
+    return this.#json('POST', '/v1/agent/runs', { json })
+  }
+
+  /** The server's agent runs, newest first. */
+  agentRuns() {
+    return this.#json('GET', '/v1/agent/runs')
+  }
+
+  /** A run and its iterations: { run, iterations }. */
+  agentRun(id) {
+    return this.#json('GET', `/v1/agent/runs/${encodeURIComponent(id)}`)
+  }
+
+  /** Stop a running run; resolves to it once ended (stopped, its best checkpoint standing). */
+  agentRunStop(id) {
+    return this.#json('POST', `/v1/agent/runs/${encodeURIComponent(id)}/stop`)
+  }
+
+  /** Yield the run's progress (phase, iteration, passed, failed, tokens, cost_usd, elapsed) until its "done"; nothing if it is no longer running. */
+  async *agentRunWatch(id, { signal } = {}) {
+    const ac = new AbortController()
+    const abort = () => ac.abort()
+    signal?.addEventListener('abort', abort)
+    // Subscribed once the headers are in: a run that ends is seen in its
+    // state below or in the stream.
+    const resp = await this.#fetch('GET', '/v1/events', { signal: ac.signal })
+    try {
+      if ((await this.agentRun(id)).run.state !== 'running') return
+      for await (const e of jsonLines(resp.body)) {
+        if (e.id !== id || !e.data) continue
+        yield e.data
+        if (e.data.phase === 'done') return
+      }
+    } finally {
+      signal?.removeEventListener('abort', abort)
+      ac.abort()
+    }
+  }
+
   /** Yield lifecycle events until the signal aborts or the caller stops. */
   async *events({ signal } = {}) {
     const resp = await this.#fetch('GET', '/v1/events', { signal })

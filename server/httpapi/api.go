@@ -19,6 +19,7 @@ import (
 	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/server/ports"
+	"smolvm.dev/smolvm/workflow/runner"
 )
 
 // Options configure a Server.
@@ -58,6 +59,12 @@ type Options struct {
 	// Ports forwards GET|POST|… /v1/sandboxes/{id}/ports/{port}/… to
 	// that port inside the sandbox; nil leaves the route unserved (501).
 	Ports *ports.Proxy
+	// Runner serves /v1/agent/runs (nil: 501), over this Manager; runs
+	// keep their scratch repositories in RunsDir. Getenv configures the
+	// built-in agent's model (SMOLVM_MODEL_*; nil: none).
+	Runner  *runner.Runner
+	RunsDir string
+	Getenv  func(string) string
 }
 
 // Mount is an extra handler under Prefix (a path ending in "/"), or for
@@ -91,6 +98,7 @@ type Server struct {
 	public, proxied map[string]bool
 	mounts          []mount
 	root            http.Handler // Options.Root, guarded; nil for none
+	runs            agentRuns
 }
 
 // mount is a Mount with its handler wrapped.
@@ -310,6 +318,8 @@ func (s *Server) Run(ctx context.Context, srv *http.Server, serve func() error) 
 	if err := srv.Shutdown(sctx); err != nil {
 		srv.Close()
 	}
+	// Agent runs end as stopped, their best checkpoint standing.
+	s.stopRuns(30 * time.Second)
 	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}

@@ -55,6 +55,7 @@ func (s *Server) registerRoutes() {
 	s.registerTenantRoutes(route)
 	s.registerNetworkRoutes(route)
 	s.registerBrowserRoutes(route)
+	s.registerAgentRoutes(route)
 	s.registerPortRoutes()
 }
 

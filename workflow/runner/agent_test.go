@@ -6,9 +6,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"smolvm.dev/smolvm/workflow/llm"
 	"smolvm.dev/smolvm/workflow/llm/llmtest"
+	"smolvm.dev/smolvm/workflow/trust"
 )
 
 func call(name string, args map[string]string) llm.ToolCall {
@@ -55,7 +57,7 @@ func TestBuiltinAgent(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			run := fix(t, rn, repo, &Builtin{Model: m, Context: ctxFn}, nil)
+			run := fix(t, rn, repo, &Builtin{Model: m, Context: ctxFn}, func(o *Options) { o.Policy = runPolicy(t, repo) })
 			if run.State != Resolved || run.Best != 2 || run.Usage.InputTokens == 0 || run.Usage.CostUSD == 0 {
 				t.Fatalf("run = %+v", run)
 			}
@@ -72,6 +74,72 @@ func TestBuiltinAgent(t *testing.T) {
 				t.Error("an ambiguous edit was not refused")
 			}
 		})
+	}
+}
+
+// runPolicy lets the agent run node and grep, denies touch, and asks
+// (like the default policy) for everything else.
+func runPolicy(t *testing.T, repo string) *trust.Policy {
+	t.Helper()
+	p, err := trust.Parse(repo, trust.FileName, []byte("[run]\nallow = [\"node\", \"grep\"]\ndeny = [\"touch\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// run_command goes through the trust policy: a denied command is refused
+// (and does not run), the model is told why, and both verdicts are in
+// the audit log under the run.
+func TestBuiltinRunCommandGated(t *testing.T) {
+	rn := newRunner(t)
+	repo := gitRepo(t, jsRepo)
+	srv := llmtest.NewServer(t)
+	srv.Respond(func(req llm.Request) llmtest.Turn {
+		last := req.Messages[len(req.Messages)-1]
+		turn := llmtest.Turn{InputTokens: 10, OutputTokens: 5}
+		switch {
+		case last.Role == llm.RoleUser:
+			turn.ToolCalls = []llm.ToolCall{call("run_command", map[string]string{"command": "touch denied-marker"})}
+		case strings.Contains(last.Content, "refused by the trust policy"):
+			turn.ToolCalls = []llm.ToolCall{call("run_command", map[string]string{"command": "node -e 'console.log(40+2)'"})}
+		default:
+			turn.Text = "done"
+		}
+		return turn
+	})
+	m, err := llm.New(llm.Config{Provider: llm.OpenAI, BaseURL: srv.URL, Model: "scripted", APIKey: "k"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := fix(t, rn, repo, &Builtin{Model: m}, func(o *Options) {
+		o.Policy, o.Budget.Iterations, o.FlakyReruns = runPolicy(t, repo), 1, -1
+	})
+	all, _ := json.Marshal(srv.Requests())
+	for _, want := range []string{"refused by the trust policy: run touch denied-marker: policy denies it", "exit status 0\\n42"} {
+		if !strings.Contains(string(all), want) {
+			t.Errorf("no request carried %q:\n%s", want, all)
+		}
+	}
+	its, err := rn.Log.Iterations(t.Context(), run.ID)
+	if err != nil || len(its) != 2 {
+		t.Fatalf("iterations %+v: %v", its, err)
+	}
+	if strings.Contains(its[1].Diff, "denied-marker") {
+		t.Errorf("the denied command ran:\n%s", its[1].Diff)
+	}
+	recs, err := rn.Ledger.Audit(t.Context(), time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]trust.Outcome{}
+	for _, r := range recs {
+		if r.Requester == "agent-"+run.ID {
+			got[r.Action.String()] = r.Outcome
+		}
+	}
+	if got["run touch denied-marker"] != trust.Deny || got["run node -e 'console.log(40+2)'"] != trust.Allow || len(got) != 2 {
+		t.Fatalf("audit = %v", got)
 	}
 }
 

@@ -8,13 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/internal/bench"
+	"smolvm.dev/smolvm/internal/bench/series"
 	"smolvm.dev/smolvm/workflow/runner/guard"
 	"smolvm.dev/smolvm/workflow/trust"
 )
 
 func report(b *testing.B, prefix string, samples []time.Duration) {
-	s := bench.Series{Samples: samples}
+	s := series.Series{Samples: samples}
 	b.ReportMetric(float64(s.Quantile(0.5).Microseconds())/1000, prefix+"p50-ms")
 	b.ReportMetric(float64(s.Quantile(0.99).Microseconds())/1000, prefix+"p99-ms")
 }
@@ -28,7 +28,7 @@ func benchRun(b *testing.B) (*run, string) {
 	if err := o.defaults(); err != nil {
 		b.Fatal(err)
 	}
-	r := &run{svc: rn.Service, log: rn.Log, o: o, id: newRunID(), flaky: map[string]bool{}, rec: &Run{}}
+	r := &run{svc: rn.Service, log: rn.Log, o: o, id: NewRunID(), flaky: map[string]bool{}, rec: &Run{}}
 	if err := r.open(ctx, ""); err != nil {
 		b.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func BenchmarkAgentIteration(b *testing.B) {
 	report(b, "host-test-", host)
 	report(b, "sandbox-iter-", iter)
 	report(b, "checkpoint-", ckpt)
-	over := bench.Series{Samples: iter}.Quantile(0.5) - bench.Series{Samples: host}.Quantile(0.5)
+	over := series.Series{Samples: iter}.Quantile(0.5) - series.Series{Samples: host}.Quantile(0.5)
 	b.ReportMetric(float64(over.Microseconds())/1000, "overhead-p50-ms")
 }
 
@@ -106,7 +106,7 @@ func BenchmarkAgentFlakyReruns(b *testing.B) {
 	var par, seq []time.Duration
 	for range b.N {
 		t0 := time.Now()
-		if _, err := r.rerunBase(ctx, n); err != nil {
+		if _, err := r.rerunBase(ctx, n, r.o.Test); err != nil {
 			b.Fatal(err)
 		}
 		par = append(par, time.Since(t0))

@@ -22,10 +22,15 @@ const MaxOutput = 8 << 20
 
 // runTests runs the test command in sb and parses its output.
 func (r *run) runTests(ctx context.Context, sb string) (testparse.Result, error) {
+	return r.runCommand(ctx, sb, r.o.Test)
+}
+
+// runCommand runs a test command in sb and parses its output.
+func (r *run) runCommand(ctx context.Context, sb, test string) (testparse.Result, error) {
 	var stdout, stderr capped
 	stdout.max, stderr.max = MaxOutput, MaxOutput
 	exit, err := r.svc.Exec(ctx, sb, sandbox.Process{
-		Args: []string{"sh", "-c", r.o.Test}, Dir: Dir,
+		Args: []string{"sh", "-c", test}, Dir: Dir,
 		TimeoutMS: r.o.TestTimeout.Milliseconds(),
 	}, sandbox.Stdio{Stdout: &stdout, Stderr: &stderr})
 	if err != nil {
@@ -54,13 +59,19 @@ func (c *capped) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// newBox creates a sandbox with the base tree in Dir.
+// newBox creates a sandbox (or restores Options.From) with the base
+// tree in Dir.
 func (r *run) newBox(ctx context.Context, name string) (string, error) {
-	sb, err := r.svc.Create(ctx, sandbox.CreateOptions{
+	var sb *sandbox.Sandbox
+	var err error
+	if r.o.From != "" {
+		if sb, err = r.svc.Restore(ctx, r.o.From, sandbox.RestoreOptions{Name: name}); err != nil {
+			return "", fmt.Errorf("restore %s: %w", r.o.From, err)
+		}
+	} else if sb, err = r.svc.Create(ctx, sandbox.CreateOptions{
 		Name: name, Image: r.o.Image, Start: true,
 		Config: sandbox.Config{Cmd: []string{"sleep", "infinity"}, Limits: r.o.Limits},
-	})
-	if err != nil {
+	}); err != nil {
 		return "", fmt.Errorf("create sandbox: %w", err)
 	}
 	// Dir does not exist yet: cp semantics make it the copy of the tree.
@@ -151,9 +162,9 @@ func (r *run) pristine(ctx context.Context, sb, commit string) error {
 	return nil
 }
 
-// rerunBase runs the tests on n copies of the base checkpoint in parallel
-// and returns each run's result.
-func (r *run) rerunBase(ctx context.Context, n int) ([]testparse.Result, error) {
+// rerunBase runs the test command cmd on n copies of the base checkpoint
+// in parallel and returns each run's result.
+func (r *run) rerunBase(ctx context.Context, n int, cmd string) ([]testparse.Result, error) {
 	results := make([]testparse.Result, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -167,7 +178,7 @@ func (r *run) rerunBase(ctx context.Context, n int) ([]testparse.Result, error) 
 				return
 			}
 			defer r.remove(ctx, sb)
-			results[i], errs[i] = r.runTests(ctx, sb)
+			results[i], errs[i] = r.runCommand(ctx, sb, cmd)
 		}()
 	}
 	wg.Wait()

@@ -12,6 +12,7 @@ import (
 
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/workflow/llm"
+	"smolvm.dev/smolvm/workflow/trust"
 )
 
 // Builtin is the agent smolvm ships: a tool loop over an llm.Model whose
@@ -58,7 +59,7 @@ var tools = []llm.Tool{
 		Parameters: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"},"old":{"type":"string"},"new":{"type":"string"}},"required":["path","old","new"]}`)},
 	{Name: "write_file", Description: "Create or replace a whole file.",
 		Parameters: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"},"content":{"type":"string"}},"required":["path","content"]}`)},
-	{Name: "run_command", Description: "Run a shell command in the repository (2 minute limit); returns its exit status and output.",
+	{Name: "run_command", Description: "Run a shell command in the repository (2 minute limit); returns its exit status and output. The project's trust policy may refuse it.",
 		Parameters: json.RawMessage(`{"type":"object","properties":{"command":{"type":"string"}},"required":["command"]}`)},
 	{Name: "view_diff", Description: "Show the change made so far against the starting commit.",
 		Parameters: json.RawMessage(`{"type":"object","properties":{}}`)},
@@ -166,6 +167,11 @@ func (b *Builtin) tool(ctx context.Context, s Step, name, full, pattern, old, ne
 	case "run_command":
 		if command == "" {
 			return "", fmt.Errorf("no command")
+		}
+		// The sandbox contains what a command does, but the policy still
+		// says what an agent may run (network tools, pushes, installs).
+		if err := s.Check(ctx, trust.Action{Kind: trust.Run, Target: command}); err != nil {
+			return "", fmt.Errorf("refused by the trust policy: %w", err)
 		}
 		var out capped
 		out.max = maxToolOutput

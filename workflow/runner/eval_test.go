@@ -32,6 +32,35 @@ func (m moves) Step(ctx context.Context, s Step) (Usage, error) {
 	return Usage{InputTokens: 500, OutputTokens: 100, CostUSD: 0.001}, nil
 }
 
+// warmCmd builds the standard library's test dependencies into the Go
+// build cache the fixtures' test command uses (same environment and
+// flags), in a throwaway module.
+const warmCmd = `mkdir -p /tmp/warm && cd /tmp/warm && printf 'module warm\n\ngo 1.22\n' > go.mod &&
+printf 'package warm\nimport (\n"errors"\n"fmt"\n"os"\n"sort"\n"strconv"\n"strings"\n"testing"\n)\nvar _ = []any{errors.New, fmt.Sprint, os.Exit, sort.Ints, strconv.Itoa, strings.Cut}\nfunc TestWarm(t *testing.T) {}\n' > warm_test.go &&
+PATH=$PATH:/usr/local/go/bin GOCACHE=/tmp/go-cache GOPATH=/tmp/go GOTOOLCHAIN=local GOFLAGS=-mod=mod go test -vet=off -json ./... >/dev/null && cd / && rm -rf /tmp/warm`
+
+// warmGo returns a checkpoint of a sandbox whose Go build cache is warm:
+// every fixture starts from it (Options.From) instead of compiling the
+// standard library's test dependencies cold in gVisor, which made most of
+// this test's time. The fixtures' own packages still build in their runs.
+func warmGo(ctx context.Context, t *testing.T, rn *Runner) string {
+	t.Helper()
+	sb, err := rn.Service.Create(ctx, sandbox.CreateOptions{Start: true, Config: sandbox.Config{Cmd: []string{"sleep", "infinity"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rn.Service.Remove(context.WithoutCancel(ctx), sb.ID, true)
+	exit, err := rn.Service.Exec(ctx, sb.ID, sandbox.Process{Args: []string{"sh", "-ec", warmCmd}}, sandbox.Stdio{Stdout: os.Stderr, Stderr: os.Stderr})
+	if err != nil || exit.Code != 0 {
+		t.Fatalf("warm-up: %v %+v", err, exit)
+	}
+	snap, err := rn.Service.Checkpoint(ctx, sb.ID, sandbox.CheckpointOptions{Name: "eval-warm-go"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap.ID
+}
+
 func TestEvalFixtures(t *testing.T) {
 	if testing.Short() {
 		t.Skip("12 fixtures, each a full run in sandboxes")
@@ -42,8 +71,11 @@ func TestEvalFixtures(t *testing.T) {
 	rn := newRunner(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
+	start := time.Now()
+	warm := warmGo(ctx, t, rn)
+	t.Logf("warm-up: %s", time.Since(start).Round(time.Second))
 	rep, err := rn.Eval(ctx, "testdata/eval", func(f Fixture) Agent { return moves{f.Dir} },
-		Options{RunsDir: t.TempDir(), FlakyReruns: -1, Budget: Budget{Iterations: 4}})
+		Options{RunsDir: t.TempDir(), FlakyReruns: -1, Budget: Budget{Iterations: 4}, From: warm})
 	if err != nil {
 		t.Fatal(err)
 	}

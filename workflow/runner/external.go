@@ -7,7 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/workflow/llm"
 )
 
 // PromptFile is where an external agent finds the prompt inside the
@@ -60,4 +62,31 @@ func (e *External) Step(ctx context.Context, s Step) (Usage, error) {
 		return Usage{}, fmt.Errorf("agent %q: exit status %d", e.Command, exit.Code)
 	}
 	return Usage{}, nil
+}
+
+// NewAgent returns the agent spec names, and its name for the log:
+// "builtin" is the built-in agent over the model getenv configures
+// (SMOLVM_MODEL_*, llm.ConfigFromEnv), told the rules and memory of the
+// repository at repo; anything else is an agent CLI command line run in
+// the sandbox (External), whose output goes to out.
+func NewAgent(ctx context.Context, spec, repo string, getenv func(string) string, out io.Writer) (Agent, string, error) {
+	if spec != "builtin" {
+		if strings.TrimSpace(spec) == "" {
+			return nil, "", errdefs.New(errdefs.ErrInvalid, `no agent: give "builtin" or an agent command line`)
+		}
+		return &External{Command: spec, Output: out}, spec, nil
+	}
+	cfg, err := llm.ConfigFromEnv(getenv)
+	if err != nil {
+		return nil, "", fmt.Errorf("agent builtin: %w", err)
+	}
+	m, err := llm.New(cfg, nil)
+	if err != nil {
+		return nil, "", fmt.Errorf("agent builtin: %w", err)
+	}
+	b := &Builtin{Model: m}
+	if b.Context, err = RepoContext(ctx, repo); err != nil {
+		return nil, "", err
+	}
+	return b, "builtin:" + cfg.Provider + "/" + cfg.Model, nil
 }

@@ -92,7 +92,9 @@ func OpenLog(ctx context.Context, st *store.Store) (*Log, error) {
 	return &Log{db: st.DB()}, nil
 }
 
-func newRunID() string {
+// NewRunID returns a fresh run ID, for callers that name a run before
+// it starts (Options.ID).
+func NewRunID() string {
 	b := make([]byte, 4)
 	rand.Read(b)
 	return "run-" + hex.EncodeToString(b)

@@ -14,6 +14,7 @@ import (
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/workflow/forge"
 	"smolvm.dev/smolvm/workflow/trust"
+	"smolvm.dev/smolvm/workflow/workspace"
 )
 
 // ErrSkipped is returned for an issue the runner leaves alone: closed,
@@ -223,11 +224,25 @@ func (rn *Runner) Branch(ctx context.Context, gate *trust.Gate, runsDir, id stri
 	return nil
 }
 
-// Open opens pr on f, once gate allows open-pr (or someone approves it).
-// The branch must already be on the forge (pushed).
-func (pr *PR) Open(ctx context.Context, gate *trust.Gate, f forge.Forge, requester string) error {
+// Publish opens pr on f as a draft: once gate allows open-pr (or
+// someone approves it), it creates the branch in the user's repository
+// (Branch: git-commit), pushes it to remote through workflow/workspace
+// (git-push), then asks the forge. The PR is checked first, so a denied
+// PR leaves no branch on the remote.
+func (rn *Runner) Publish(ctx context.Context, gate *trust.Gate, f forge.Forge, runsDir, id, remote string, pr *PR) error {
+	rec, err := rn.Log.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	requester := "agent-" + id
 	if err := gate.Check(ctx, trust.Action{Kind: trust.PR}, requester); err != nil {
 		return err
+	}
+	if err := rn.Branch(ctx, gate, runsDir, id, pr); err != nil {
+		return err
+	}
+	if err := workspace.Push(ctx, gate, rec.Repo, remote, pr.Head, requester); err != nil {
+		return fmt.Errorf("push %s to %s: %w", pr.Head, remote, err)
 	}
 	url, err := f.OpenPR(ctx, pr.PullRequest)
 	if err != nil {

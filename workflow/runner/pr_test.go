@@ -88,15 +88,29 @@ func TestIssueToPR(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	// A policy that denies open-pr sends nothing.
-	if err := pr.Open(ctx, gate(t, st, repo, "[git]\npr = \"deny\"\n"), f, "agent"); !errors.Is(err, trust.ErrDenied) {
-		t.Fatalf("open under deny: %v", err)
+	// The repository's remote: a real bare repository.
+	remote := filepath.Join(t.TempDir(), "remote.git")
+	for _, args := range [][]string{{"init", "-q", "--bare", remote}, {"-C", repo, "remote", "add", "origin", remote}} {
+		if out, err := exec.Command("git", args...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
 	}
-	if len(fg.PRs()) != 0 {
-		t.Fatal("a PR was opened against the policy")
+	onRemote := func() string {
+		out, _ := exec.Command("git", "--git-dir", remote, "for-each-ref", "--format=%(refname) %(objectname)").Output()
+		return strings.TrimSpace(string(out))
 	}
-	allow := gate(t, st, repo, "[git]\ncommit = \"allow\"\npr = \"allow\"\n")
-	if err := rn.Branch(ctx, allow, runs, run.ID, pr); err != nil {
+	// A policy that denies open-pr makes no branch and sends nothing;
+	// one that allows the PR but denies the push opens no PR.
+	for _, policy := range []string{"[git]\ncommit = \"allow\"\npush = \"allow\"\npr = \"deny\"\n", "[git]\ncommit = \"allow\"\npush = \"deny\"\npr = \"allow\"\n"} {
+		if err := rn.Publish(ctx, gate(t, st, repo, policy), f, runs, run.ID, "origin", pr); !errors.Is(err, trust.ErrDenied) {
+			t.Fatalf("publish under %q: %v", policy, err)
+		}
+		if len(fg.PRs()) != 0 || onRemote() != "" {
+			t.Fatalf("under %q: PRs %+v, remote %q", policy, fg.PRs(), onRemote())
+		}
+	}
+	allow := gate(t, st, repo, "[git]\ncommit = \"allow\"\npush = \"allow\"\npr = \"allow\"\n")
+	if err := rn.Publish(ctx, allow, f, runs, run.ID, "origin", pr); err != nil {
 		t.Fatal(err)
 	}
 	out, err := exec.Command("git", "-C", repo, "show", "--format=%s%n%b", "--stat", pr.Head).CombinedOutput()
@@ -106,8 +120,8 @@ func TestIssueToPR(t *testing.T) {
 	if st, _ := exec.Command("git", "-C", repo, "status", "--porcelain").Output(); len(st) != 0 {
 		t.Errorf("the user's work tree changed: %s", st)
 	}
-	if err := pr.Open(ctx, allow, f, "agent"); err != nil {
-		t.Fatal(err)
+	if got := onRemote(); got != "refs/heads/"+pr.Head+" "+pr.Commit {
+		t.Fatalf("remote has %q, want the branch at %s", got, pr.Commit)
 	}
 	prs := fg.PRs()
 	if len(prs) != 1 || prs[0].Head != pr.Head || prs[0].Base != "main" || !prs[0].Draft || prs[0].Repo != "o/r" || pr.URL == "" {

@@ -52,6 +52,11 @@ type Step struct {
 	Feedback string
 	// Diff returns the change so far against the base commit.
 	Diff func(ctx context.Context) (string, error)
+	// Check asks the repository's trust policy whether the agent may take
+	// action a: an allow returns nil, a deny its reason, an ask waits for
+	// an approval (trust.Gate.Check); every call is audited under the
+	// requester "agent-RUN".
+	Check func(ctx context.Context, a trust.Action) error
 }
 
 // Agent changes the repository in a sandbox, one iteration at a time.
@@ -81,6 +86,7 @@ const (
 
 // Options describe one run.
 type Options struct {
+	ID        string // the run's ID (NewRunID); empty: a new one
 	Repo      string // the user's repository; never written
 	Test      string // the test command, run with sh -c in the repository
 	Task      string
@@ -97,6 +103,11 @@ type Options struct {
 	StuckAfter int
 	Image      string
 	Limits     sandbox.Limits
+	// From, if set, is a checkpoint the run's first sandbox is restored
+	// from instead of created fresh from Image (with Limits): a warmed
+	// build cache, installed tools. The repository is copied into it at
+	// Dir, which must not exist there.
+	From string
 	// Policy classifies and protects test files; nil loads the
 	// repository's (trust.Load).
 	Policy      *trust.Policy
@@ -127,11 +138,15 @@ type Event struct {
 type Runner struct {
 	Service sandbox.Service
 	Log     *Log
+	// Ledger audits what agents ask the trust policy (Step.Check) and
+	// carries the approvals of its asks.
+	Ledger *trust.Ledger
 }
 
 type run struct {
 	svc    sandbox.Service
 	log    *Log
+	ledger *trust.Ledger
 	o      Options
 	id     string
 	rec    *Run
@@ -141,7 +156,10 @@ type run struct {
 
 	baseSnap   string
 	baseResult testparse.Result
-	baseReruns []testparse.Result // nil until needed
+	// reruns are each test's statuses in the reruns on the base, for the
+	// tests rerun so far; rerunWhole says the whole command was rerun.
+	reruns     map[string][]testparse.Status
+	rerunWhole bool
 	flaky      map[string]bool
 	its        []Iteration
 }
@@ -170,6 +188,14 @@ func (o *Options) defaults() error {
 	return nil
 }
 
+// check validates o and fills in its defaults.
+func (rn *Runner) check(o *Options) error {
+	if rn.Ledger == nil {
+		return errdefs.New(errdefs.ErrInvalid, "runner: no trust ledger to audit the agent's actions")
+	}
+	return o.defaults()
+}
+
 func cmp0[T comparable](v, def T) T {
 	var zero T
 	if v == zero {
@@ -180,10 +206,10 @@ func cmp0[T comparable](v, def T) T {
 
 // Fix runs the repair loop on a fresh copy of o.Repo.
 func (rn *Runner) Fix(ctx context.Context, o Options) (*Run, error) {
-	if err := o.defaults(); err != nil {
+	if err := rn.check(&o); err != nil {
 		return nil, err
 	}
-	r := &run{svc: rn.Service, log: rn.Log, o: o, id: newRunID(), start: time.Now(), flaky: map[string]bool{}}
+	r := &run{svc: rn.Service, log: rn.Log, ledger: rn.Ledger, o: o, id: cmp0(o.ID, NewRunID()), start: time.Now(), flaky: map[string]bool{}}
 	if err := r.open(ctx, ""); err != nil {
 		return nil, err
 	}
@@ -239,10 +265,10 @@ func (rn *Runner) Resume(ctx context.Context, id string, from int, o Options) (*
 	}
 	o.Repo, o.Test = rec.Repo, cmp0(o.Test, rec.Test)
 	o.Task = cmp0(o.Task, rec.Task)
-	if err := o.defaults(); err != nil {
+	if err := rn.check(&o); err != nil {
 		return nil, err
 	}
-	r := &run{svc: rn.Service, log: rn.Log, o: o, id: id, rec: rec, its: its, start: time.Now(),
+	r := &run{svc: rn.Service, log: rn.Log, ledger: rn.Ledger, o: o, id: id, rec: rec, its: its, start: time.Now(),
 		flaky: map[string]bool{}, baseSnap: rec.BaseSnapshot}
 	for _, f := range rec.Flaky {
 		r.flaky[f] = true
@@ -296,8 +322,13 @@ func (r *run) closeScratch() {
 
 func (r *run) fail(ctx context.Context, err error) (*Run, error) {
 	r.rec.State, r.rec.Reason = Failed, err.Error()
+	if ctx.Err() != nil {
+		// Cancelled before anything was checkpointed.
+		r.rec.State, r.rec.Reason = Stopped, "stopped: cancelled ("+err.Error()+")"
+	}
 	r.rec.Elapsed += time.Since(r.start)
 	r.log.Save(context.WithoutCancel(ctx), r.rec)
+	r.emit(r.rec.Best, "done", nil, string(r.rec.State)+": "+r.rec.Reason)
 	return r.rec, err
 }
 
@@ -328,7 +359,8 @@ func (r *run) loop(ctx context.Context, sb *string, from int) (*Run, error) {
 		r.emit(n, "agent", nil, "")
 		u, err := r.o.Agent.Step(ctx, Step{
 			Service: r.svc, Sandbox: *sb, Dir: Dir, N: n, Task: r.o.Task, Feedback: feedback,
-			Diff: func(ctx context.Context) (string, error) { return r.diffOf(ctx, *sb, cur.Commit, n) },
+			Diff:  func(ctx context.Context) (string, error) { return r.diffOf(ctx, *sb, cur.Commit, n) },
+			Check: r.check,
 		})
 		usage.add(u)
 		r.rec.Usage.add(u)
@@ -342,6 +374,10 @@ func (r *run) loop(ctx context.Context, sb *string, from int) (*Run, error) {
 		}
 		it, err := r.iterate(ctx, sb, cur, n, u)
 		if err != nil {
+			if ctx.Err() != nil {
+				reason = "cancelled"
+				break
+			}
 			return r.fail(ctx, err)
 		}
 		r.its = append(r.its, it)
@@ -427,6 +463,18 @@ func (r *run) iterate(ctx context.Context, sb *string, cur Iteration, n int, u U
 func (r *run) finish(ctx context.Context, reason string) (*Run, error) {
 	best := r.best()
 	r.rec.Best = best.N
+	if ctx.Err() != nil {
+		// Stopped: the best checkpoint stands without a verdict, which
+		// would run the tests again.
+		r.rec.Flaky = r.flakyList()
+		r.rec.State, r.rec.Reason = Stopped, "stopped: "+reason
+		r.rec.Elapsed += time.Since(r.start)
+		if err := r.log.Save(context.WithoutCancel(ctx), r.rec); err != nil {
+			return r.rec, err
+		}
+		r.emit(best.N, "done", best.Result, string(r.rec.State)+": "+reason)
+		return r.rec, nil
+	}
 	r.emit(best.N, "verdict", best.Result, reason)
 	sb, err := r.restore(ctx, best.Snapshot)
 	if err != nil {
@@ -529,22 +577,48 @@ func (r *run) newFailures(res testparse.Result) []string {
 // base state, do not fail consistently the way the base run said: a
 // test failing on base that passes in a rerun flips; a test that passed
 // on base (a new failure) and fails in a rerun fails on base regardless
-// of the change. The reruns happen once, in parallel, and are reused.
+// of the change. Each test is rerun once, the copies in parallel, and
+// only the tests not yet rerun: the command is narrowed to them where the
+// test runner selects by name (narrow), else it runs whole, once.
 func (r *run) classify(ctx context.Context, names []string) error {
 	if len(names) == 0 || r.o.FlakyReruns <= 0 {
 		return nil
 	}
-	if r.baseReruns == nil {
-		res, err := r.rerunBase(ctx, r.o.FlakyReruns)
+	if r.reruns == nil {
+		r.reruns = map[string][]testparse.Status{}
+	}
+	var todo []string
+	for _, name := range names {
+		if _, done := r.reruns[name]; !done && !r.rerunWhole {
+			todo = append(todo, name)
+		}
+	}
+	if len(todo) > 0 {
+		cmd, ok := narrow(r.o.Test, r.baseResult.Format, todo)
+		if !ok {
+			cmd = r.o.Test
+		}
+		res, err := r.rerunBase(ctx, r.o.FlakyReruns, cmd)
 		if err != nil {
 			return err
 		}
-		r.baseReruns = res
+		r.rerunWhole = !ok
+		for _, rr := range res {
+			for _, name := range todo {
+				r.reruns[name] = append(r.reruns[name], rr.Status(name))
+			}
+			if !ok { // the whole command ran: every test's rerun is known
+				for _, t := range rr.Tests {
+					if !slices.Contains(todo, t.Name) {
+						r.reruns[t.Name] = append(r.reruns[t.Name], t.Status)
+					}
+				}
+			}
+		}
 	}
 	for _, name := range names {
 		was := r.baseResult.Status(name)
-		for _, rr := range r.baseReruns {
-			s := rr.Status(name)
+		for _, s := range r.reruns[name] {
 			if was == testparse.Fail && s == testparse.Pass || was != testparse.Fail && s == testparse.Fail {
 				r.flaky[name] = true
 			}
@@ -594,6 +668,13 @@ func (r *run) feedback(it Iteration) string {
 		}
 	}
 	return b.String()
+}
+
+// check is Step.Check: the policy's verdict on an action of the agent,
+// audited in the ledger.
+func (r *run) check(ctx context.Context, a trust.Action) error {
+	g := &trust.Gate{Policy: r.policy, Ledger: r.ledger}
+	return g.Check(ctx, a, "agent-"+r.id)
 }
 
 // diffOf is the agent's view_diff: the sandbox's tree against the base.

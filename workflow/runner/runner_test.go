@@ -16,6 +16,7 @@ import (
 
 	"smolvm.dev/smolvm/internal/testmgr"
 	"smolvm.dev/smolvm/workflow/runner/guard"
+	"smolvm.dev/smolvm/workflow/trust"
 )
 
 // A repository whose tests run under node --test (TAP): two functions,
@@ -112,7 +113,11 @@ func newRunner(t testing.TB) *Runner {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Runner{Service: env.Manager, Log: log}
+	ledger, err := trust.OpenLedger(context.Background(), env.Store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Runner{Service: env.Manager, Log: log, Ledger: ledger}
 }
 
 func fix(t *testing.T, rn *Runner, repo string, agent Agent, mod func(*Options)) *Run {

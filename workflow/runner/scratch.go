@@ -210,3 +210,12 @@ func short(commit string) string {
 	}
 	return commit
 }
+
+// CheckRepo returns an ErrInvalid error unless repo is a git work tree,
+// so a caller can refuse a run before starting it.
+func CheckRepo(ctx context.Context, repo string) error {
+	if _, err := gitOut(ctx, repo, nil, "rev-parse", "--show-toplevel"); err != nil {
+		return errdefs.New(errdefs.ErrInvalid, fmt.Sprintf("%s is not a git repository: %v", repo, err))
+	}
+	return nil
+}

@@ -495,6 +495,61 @@ class Client:
         finally:
             resp.close()
 
+    # -- agent runs
+
+    def agent_run_start(self, task: str, repo: str, *, test: Optional[str] = None, agent: Optional[str] = None,
+                        max_iterations: Optional[int] = None, max_time: Optional[Seconds] = None,
+                        max_tokens: Optional[int] = None, max_cost: Optional[float] = None,
+                        test_timeout: Optional[Seconds] = None, flaky_reruns: Optional[int] = None,
+                        stuck_after: Optional[int] = None, allow_test_changes: Optional[bool] = None) -> Dict[str, Any]:
+        """Start an agent run (smolvm agent run --task) on repo, a git work tree
+        on the server's host. agent is "builtin" (the server's model) or an
+        agent CLI command line. Returns the run ({"id", "state": "running", ...});
+        agent_run_watch follows it."""
+        req: Dict[str, Any] = {"task": task, "repo": repo}
+        for k, v in (("test", test), ("agent", agent), ("max_iterations", max_iterations),
+                     ("max_time", _duration(max_time)), ("max_tokens", max_tokens), ("max_cost", max_cost),
+                     ("test_timeout", _duration(test_timeout)), ("flaky_reruns", flaky_reruns),
+                     ("stuck_after", stuck_after), ("allow_test_changes", allow_test_changes)):
+            if v is not None:
+                req[k] = v
+        return self._json("POST", "/v1/agent/runs", req)
+
+    def agent_runs(self) -> List[Dict[str, Any]]:
+        """The server's agent runs, newest first."""
+        return self._json("GET", "/v1/agent/runs")
+
+    def agent_run(self, run_id: str) -> Dict[str, Any]:
+        """A run and its iterations: {"run": {...}, "iterations": [...]}."""
+        return self._json("GET", "/v1/agent/runs/" + urllib.parse.quote(run_id, safe=""))
+
+    def agent_run_stop(self, run_id: str) -> Dict[str, Any]:
+        """Stop a running run; returns it once ended (stopped, its best checkpoint standing)."""
+        return self._json("POST", "/v1/agent/runs/" + urllib.parse.quote(run_id, safe="") + "/stop")
+
+    def agent_run_watch(self, run_id: str) -> Iterator[Dict[str, Any]]:
+        """Yield the run's progress ({"phase", "iteration", "passed", "failed",
+        "tokens", "cost_usd", "elapsed", ...}) until its "done"; nothing if it
+        is no longer running."""
+        resp = self._open("GET", "/v1/events")  # subscribed once this returns
+        try:
+            if self.agent_run(run_id)["run"]["state"] != "running":
+                return
+            while True:
+                line = resp.readline()
+                if not line:
+                    return
+                if not line.strip():
+                    continue
+                d = json.loads(line)
+                if d.get("id") != run_id or "data" not in d:
+                    continue
+                yield d["data"]
+                if d["data"].get("phase") == "done":
+                    return
+        finally:
+            resp.close()
+
     # -- events
 
     def events(self) -> Iterator[Event]:

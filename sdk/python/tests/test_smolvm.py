@@ -203,6 +203,49 @@ class SDKTest(unittest.TestCase):
         self.assertTrue(got.wait(20), [e.type for e in seen])
         self.assertIn("created", [e.type for e in seen if e.name == "py-ev"])
 
+    def test_agent_runs(self):
+        repo = tempfile.mkdtemp(prefix="smolvm-py-repo-")
+        self.addCleanup(shutil.rmtree, repo, True)
+        files = {
+            "calc.js": "exports.add = (a, b) => a - b;\n",
+            "calc.test.js": "const test = require('node:test');\nconst assert = require('node:assert');\n"
+                            "test('add', () => { assert.strictEqual(require('./calc.js').add(2, 3), 5); });\n",
+            # The stand-in for an agent CLI.
+            "fix.sh": "sed -i 's/a - b/a + b/' calc.js\n",
+        }
+        for name, data in files.items():
+            with open(os.path.join(repo, name), "w") as f:
+                f.write(data)
+        for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base"]):
+            subprocess.check_call(["git", "-C", repo] + args)
+        test = "node --test --test-reporter=tap"
+
+        run = self.c.agent_run_start("make add add", repo, test=test, agent="sh fix.sh", flaky_reruns=-1, max_time="5m")
+        self.assertEqual(run["state"], "running")
+        phases = [p["phase"] for p in self.c.agent_run_watch(run["id"])]
+        self.assertIn("tests", phases)
+        self.assertEqual(phases[-1], "done")
+        log = self.c.agent_run(run["id"])
+        self.assertEqual((log["run"]["state"], log["run"]["best"], log["run"]["verdict"]["passed"]), ("resolved", 1, 1))
+        self.assertIn("+exports.add = (a, b) => a + b;", log["iterations"][1]["diff"])
+        self.assertIn(run["id"], [r["id"] for r in self.c.agent_runs()])
+
+        hang = self.c.agent_run_start("wait", repo, test=test, agent="sleep 600", flaky_reruns=-1)
+        watch = self.c.agent_run_watch(hang["id"])
+        for p in watch:
+            if p["phase"] == "agent":
+                break
+        watch.close()
+        stopped = self.c.agent_run_stop(hang["id"])
+        self.assertEqual((stopped["state"], stopped["best"]), ("stopped", 0))
+
+        with self.assertRaises(smolvm.InvalidRequest):
+            self.c.agent_run_start("x", tempfile.gettempdir(), test="true", agent="true")  # not a git repository
+        with self.assertRaises(smolvm.NotFound):
+            self.c.agent_run("run-00000000")
+        with self.assertRaises(smolvm.NotFound):
+            self.c.agent_run_stop("run-00000000")
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -5,7 +5,7 @@
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { spawn, execFileSync } from 'node:child_process'
-import { existsSync, mkdtempSync, rmSync } from 'node:fs'
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Client, NotFoundError, ExpiredError, UnauthorizedError, TimeoutError, InvalidRequestError } from '../index.js'
@@ -160,4 +160,39 @@ test('checkpoint, restore, fork, kill', { skip }, async () => {
   await c.kill(src.id)
   await assert.rejects(c.get(src.id), (e) => e instanceof NotFoundError && /was removed at/.test(e.message))
   await c.removeSnapshot('ts-snap')
+})
+
+test('agent runs: start, watch, log, stop', { skip, timeout: 300_000 }, async () => {
+  const repo = mkdtempSync(join(tmpdir(), 'smolvm-ts-repo-'))
+  try {
+    writeFileSync(join(repo, 'calc.js'), 'exports.add = (a, b) => a - b;\n')
+    writeFileSync(join(repo, 'calc.test.js'), "const test = require('node:test');\nconst assert = require('node:assert');\n" +
+      "test('add', () => { assert.strictEqual(require('./calc.js').add(2, 3), 5); });\n")
+    writeFileSync(join(repo, 'fix.sh'), "sed -i 's/a - b/a + b/' calc.js\n") // the stand-in for an agent CLI
+    for (const args of [['init', '-q'], ['add', '-A'], ['-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-qm', 'base']]) {
+      execFileSync('git', ['-C', repo, ...args])
+    }
+    const testCmd = 'node --test --test-reporter=tap'
+    const run = await c.agentRunStart('make add add', repo, { test: testCmd, agent: 'sh fix.sh', flakyReruns: -1, maxTime: '5m' })
+    assert.equal(run.state, 'running')
+    const phases = []
+    for await (const p of c.agentRunWatch(run.id)) phases.push(p.phase)
+    assert.ok(phases.includes('tests'), phases.join(','))
+    assert.equal(phases.at(-1), 'done')
+    const log = await c.agentRun(run.id)
+    assert.deepEqual([log.run.state, log.run.best, log.run.verdict.passed], ['resolved', 1, 1])
+    assert.ok(log.iterations[1].diff.includes('+exports.add = (a, b) => a + b;'))
+    assert.ok((await c.agentRuns()).some((r) => r.id === run.id))
+
+    const hang = await c.agentRunStart('wait', repo, { test: testCmd, agent: 'sleep 600', flakyReruns: -1 })
+    for await (const p of c.agentRunWatch(hang.id)) if (p.phase === 'agent') break
+    const stopped = await c.agentRunStop(hang.id)
+    assert.deepEqual([stopped.state, stopped.best], ['stopped', 0])
+
+    await assert.rejects(c.agentRunStart('x', tmpdir(), { test: 'true', agent: 'true' }), InvalidRequestError) // not a git repository
+    await assert.rejects(c.agentRun('run-00000000'), NotFoundError)
+    await assert.rejects(c.agentRunStop('run-00000000'), NotFoundError)
+  } finally {
+    rmSync(repo, { recursive: true, force: true })
+  }
 })

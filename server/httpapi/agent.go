@@ -1,0 +1,272 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"smolvm.dev/smolvm/api"
+	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/runtime/tenant"
+	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/workflow/runner"
+	"smolvm.dev/smolvm/workflow/runner/testparse"
+)
+
+// agentRuns are the runs this server started and that have not ended,
+// by ID: their cancel functions, for stop and shutdown.
+type agentRuns struct {
+	mu     sync.Mutex
+	active map[string]*activeRun
+	wg     sync.WaitGroup
+}
+
+type activeRun struct {
+	cancel context.CancelFunc
+	first  api.AgentRun // what GET answers until the log has the run
+}
+
+// errNoRunner answers the agent routes of a server without a runner.
+var errNoRunner = errdefs.New(errdefs.ErrUnsupported, "this server runs no agents")
+
+// registerAgentRoutes registers the agent runner's routes. They are the
+// admin's: a run reads a path on the server's host.
+func (s *Server) registerAgentRoutes(route func(string, http.HandlerFunc)) {
+	admin := func(pattern string, h http.HandlerFunc) {
+		route(pattern, func(w http.ResponseWriter, r *http.Request) {
+			if _, scoped := tenant.Of(r.Context()); scoped {
+				writeError(w, tenant.ErrAdminOnly)
+				return
+			}
+			if s.o.Runner == nil {
+				writeError(w, errNoRunner)
+				return
+			}
+			h(w, r)
+		})
+	}
+	admin("POST /v1/agent/runs", s.startRun)
+	admin("GET /v1/agent/runs", s.listRuns)
+	admin("GET /v1/agent/runs/{id}", s.getRun)
+	admin("POST /v1/agent/runs/{id}/stop", s.stopRun)
+}
+
+// startRun starts a run in the background and answers 202 with it; its
+// progress is on /v1/events.
+func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
+	var req api.AgentRunRequest
+	if err := decode(r.Body, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	o, err := s.runOptions(r.Context(), &req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	o.ID = runner.NewRunID()
+	first := api.AgentRun{ID: o.ID, Created: time.Now().UTC(), Repo: o.Repo, Task: o.Task, Test: o.Test, Agent: o.AgentName, State: string(runner.Running)}
+	// The run outlives the request; the server's shutdown stops it.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	o.Progress = func(e runner.Event) { s.publishRun(ctx, "agent."+e.Phase, e) }
+	a := &s.runs
+	a.mu.Lock()
+	if a.active == nil {
+		a.active = map[string]*activeRun{}
+	}
+	a.active[o.ID] = &activeRun{cancel: cancel, first: first}
+	a.wg.Add(1)
+	a.mu.Unlock()
+	s.publishRun(ctx, "agent.started", runner.Event{Run: o.ID, Phase: "started"})
+	go func() {
+		defer a.wg.Done()
+		defer cancel()
+		_, err := s.o.Runner.Fix(ctx, o)
+		if err != nil {
+			s.o.Logger.Warn("agent run", "run", o.ID, "err", err)
+		}
+		a.mu.Lock()
+		delete(a.active, o.ID)
+		a.mu.Unlock()
+	}()
+	writeJSON(w, http.StatusAccepted, first)
+}
+
+// runOptions checks a request and turns it into the runner's options.
+func (s *Server) runOptions(ctx context.Context, req *api.AgentRunRequest) (runner.Options, error) {
+	switch {
+	case req.Task == "":
+		return runner.Options{}, invalid("task", "no task")
+	case req.Repo == "" || !filepath.IsAbs(req.Repo):
+		return runner.Options{}, invalid("repo", "want an absolute path on the server's host")
+	case req.MaxIterations < 0 || req.MaxIterations > runner.MaxIterations:
+		return runner.Options{}, invalid("max_iterations", fmt.Sprintf("want 0 (the default) to %d", runner.MaxIterations))
+	case req.MaxTokens < 0 || req.MaxCost < 0 || req.FlakyReruns < -1 || req.FlakyReruns > sandbox.MaxFork || req.StuckAfter < 0:
+		return runner.Options{}, invalid("", fmt.Sprintf("budgets must not be negative; flaky_reruns is -1 (off) to %d", sandbox.MaxFork))
+	}
+	if err := runner.CheckRepo(ctx, req.Repo); err != nil {
+		return runner.Options{}, invalid("repo", err.Error())
+	}
+	o := runner.Options{
+		Repo: req.Repo, Task: req.Task, Test: req.Test,
+		Budget:      runner.Budget{Iterations: req.MaxIterations, Wall: time.Duration(req.MaxTime), Tokens: req.MaxTokens, CostUSD: req.MaxCost},
+		TestTimeout: time.Duration(req.TestTimeout), FlakyReruns: req.FlakyReruns, StuckAfter: req.StuckAfter,
+		AllowWeaken: req.AllowTestChanges, RunsDir: s.o.RunsDir,
+	}
+	if o.Test == "" {
+		if o.Test = runner.DetectTest(o.Repo); o.Test == "" {
+			return o, invalid("test", "no test command given and none detected in "+o.Repo)
+		}
+	}
+	spec := req.Agent
+	if spec == "" {
+		spec = "builtin"
+	}
+	getenv := s.o.Getenv
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	var err error
+	o.Agent, o.AgentName, err = runner.NewAgent(ctx, spec, o.Repo, getenv, io.Discard)
+	if err != nil {
+		return o, invalid("agent", err.Error())
+	}
+	return o, nil
+}
+
+// publishRun sends a run's progress to /v1/events.
+func (s *Server) publishRun(ctx context.Context, typ string, e runner.Event) {
+	data, _ := json.Marshal(api.AgentProgress{
+		Run: e.Run, Iteration: e.Iteration, Phase: e.Phase, Passed: e.Passed, Failed: e.Failed, Flaky: e.Flaky,
+		Tokens: e.Tokens, CostUSD: e.CostUSD, Elapsed: e.Elapsed.Seconds(), Note: e.Note,
+	})
+	s.o.Manager.Publish(ctx, sandbox.Event{Type: typ, ID: e.Run, Data: data})
+}
+
+func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
+	runs, err := s.o.Runner.Log.Runs(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := make([]api.AgentRun, 0, len(runs))
+	for _, run := range runs {
+		out = append(out, wireRun(run))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getRun(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	run, err := s.o.Runner.Log.Get(r.Context(), id)
+	if errors.Is(err, runner.ErrRunNotFound) {
+		// Started, but the runner has not logged it yet.
+		s.runs.mu.Lock()
+		a := s.runs.active[id]
+		s.runs.mu.Unlock()
+		if a != nil {
+			writeJSON(w, http.StatusOK, api.AgentRunLog{Run: a.first, Iterations: []api.AgentIteration{}})
+			return
+		}
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	its, err := s.o.Runner.Log.Iterations(r.Context(), id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := api.AgentRunLog{Run: wireRun(run), Iterations: make([]api.AgentIteration, 0, len(its))}
+	for _, it := range its {
+		wi := api.AgentIteration{N: it.N, Parent: it.Parent, Created: it.Created, Commit: it.Commit, Snapshot: it.Snapshot,
+			Diff: it.Diff, Tests: wireTests(it.Result), Flaky: it.Flaky, Usage: wireUsage(it.Usage), Note: it.Note}
+		for _, v := range it.Violations {
+			wi.Violations = append(wi.Violations, api.AgentViolation{Rule: string(v.Rule), Path: v.Path, Reason: v.Reason})
+		}
+		out.Iterations = append(out.Iterations, wi)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// stopRun cancels a running run; it ends as stopped, its best checkpoint
+// standing. The answer is the run once it has ended.
+func (s *Server) stopRun(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	s.runs.mu.Lock()
+	a := s.runs.active[id]
+	s.runs.mu.Unlock()
+	if a == nil {
+		run, err := s.o.Runner.Log.Get(r.Context(), id)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeError(w, errdefs.New(errdefs.ErrConflict, fmt.Sprintf("run %s is not running here (%s)", id, run.State)))
+		return
+	}
+	a.cancel()
+	// Wait (bounded by the request) for the run to save its end.
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		s.runs.mu.Lock()
+		_, running := s.runs.active[id]
+		s.runs.mu.Unlock()
+		if !running {
+			break
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-t.C:
+		}
+	}
+	run, err := s.o.Runner.Log.Get(r.Context(), id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wireRun(run))
+}
+
+// stopRuns stops every run at shutdown and waits for them to save.
+func (s *Server) stopRuns(timeout time.Duration) {
+	s.runs.mu.Lock()
+	for _, a := range s.runs.active {
+		a.cancel()
+	}
+	s.runs.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.runs.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+	}
+}
+
+func wireRun(run *runner.Run) api.AgentRun {
+	return api.AgentRun{
+		ID: run.ID, Created: run.Created, Repo: run.Repo, Task: run.Task, Test: run.Test, Agent: run.Agent,
+		State: string(run.State), Reason: run.Reason, Best: run.Best, BaseSnapshot: run.BaseSnapshot,
+		Verdict: wireTests(run.Verdict), Flaky: run.Flaky, Usage: wireUsage(run.Usage), Elapsed: run.Elapsed.Seconds(),
+	}
+}
+
+func wireTests(r *testparse.Result) *api.AgentTests {
+	if r == nil {
+		return nil
+	}
+	return &api.AgentTests{Format: r.Format, Exit: r.Exit, Passed: r.Passed, Failed: r.Failed, Skipped: r.Skipped, Failing: r.Failing()}
+}
+
+func wireUsage(u runner.Usage) api.AgentUsage {
+	return api.AgentUsage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CostUSD: u.CostUSD}
+}
