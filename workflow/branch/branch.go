@@ -36,7 +36,7 @@ type State string
 const (
 	SettingUp State = "setting-up"
 	Running   State = "running"
-	Done      State = "done"   // every branch finished
+	Done      State = "done" // every branch finished
 	Merging   State = "merging"
 	Merged    State = "merged" // the integration branch exists
 	Failed    State = "failed" // an error ended it; Reason says which
