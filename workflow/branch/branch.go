@@ -390,11 +390,16 @@ func (c *Coordinator) runBranch(ctx context.Context, r *Run, o Options, b *Branc
 	if rerr := c.record(ctx, r, b); rerr != nil && err == nil {
 		err = rerr
 	}
+	// The agent's own timeout is the wall budget: a hung agent is killed
+	// by it and the runner stops there.
+	hung := strings.HasSuffix(rec.Reason, ": timed out") && time.Since(start) >= o.Budget.Wall
 	switch {
-	case killed:
-		finish(Killed, fmt.Sprintf("over its wall budget of %s: killed", o.Budget.Wall))
+	case killed || hung:
+		finish(Killed, fmt.Sprintf("over its wall budget of %s: killed (%s)", o.Budget.Wall, cmp(rec.Reason, errText(err))))
 	case err != nil:
 		finish(Failed, err.Error())
+	case b.DiffLines == 0:
+		finish(Red, fmt.Sprintf("made no change (%s: %s; %d interventions)", rec.State, rec.Reason, b.Interventions))
 	case rec.Verdict != nil && rec.Verdict.Green():
 		finish(Passed, rec.Reason)
 	default:
@@ -476,6 +481,13 @@ func alive(pid int) bool {
 	}
 	_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
 	return !errors.Is(err, os.ErrNotExist)
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 func firstLine(s string) string {

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"smolvm.dev/smolvm/sandbox"
@@ -11,7 +12,9 @@ import (
 // FixIn is Fix in a sandbox the caller made ready (workflow/branch forks
 // one set-up checkpoint into many): sb runs, and its Dir holds o.Repo's
 // committed tree plus whatever the set-up left beside it. The run owns sb
-// and removes it at the end.
+// and removes it at the end. Unlike Fix, a task on a green base is work
+// to do (a feature, a sub-task), not nothing to fix: the agent gets one
+// turn before the loop judges it.
 func (rn *Runner) FixIn(ctx context.Context, o Options, sb string) (*Run, error) {
 	if err := o.defaults(); err != nil {
 		rn.Service.Remove(context.WithoutCancel(ctx), sb, true)
@@ -51,7 +54,31 @@ func (rn *Runner) FixIn(ctx context.Context, o Options, sb string) (*Run, error)
 		return r.fail(ctx, err)
 	}
 	r.emit(0, "base", &base, "")
-	return r.loop(ctx, &sb, 0)
+	if !r.green(base) {
+		return r.loop(ctx, &sb, 0)
+	}
+	r.emit(1, "agent", nil, "")
+	u, err := o.Agent.Step(ctx, Step{Service: r.svc, Sandbox: sb, Dir: Dir, N: 1, Task: o.Task, Feedback: r.feedback(it),
+		Diff: func(ctx context.Context) (string, error) { return r.diffOf(ctx, sb, it.Commit, 1) }})
+	r.rec.Usage.add(u)
+	if err != nil {
+		return r.finish(ctx, fmt.Sprintf("agent: %v", err))
+	}
+	next, err := r.iterate(ctx, &sb, it, 1, u)
+	if err != nil {
+		return r.fail(ctx, err)
+	}
+	r.its = append(r.its, next)
+	if err := r.log.Add(ctx, r.id, next); err != nil {
+		return r.fail(ctx, err)
+	}
+	if next.Result == nil {
+		// Rejected and rolled back: the base stands.
+		r.emit(1, "rejected", nil, fmt.Sprintf("%d violation(s)", len(next.Violations)))
+		return r.loop(ctx, &sb, 0)
+	}
+	r.emit(1, "tests", next.Result, "")
+	return r.loop(ctx, &sb, 1)
 }
 
 // RunTests runs a test command with sh -c in sb's Dir and parses what it
