@@ -392,7 +392,7 @@ func (c *Coordinator) runBranch(ctx context.Context, r *Run, o Options, b *Branc
 	}
 	// The agent's own timeout is the wall budget: a hung agent is killed
 	// by it and the runner stops there.
-	hung := strings.HasSuffix(rec.Reason, ": timed out") && time.Since(start) >= o.Budget.Wall
+	hung := strings.Contains(rec.Reason, "timed out") && time.Since(start) >= o.Budget.Wall
 	switch {
 	case killed || hung:
 		finish(Killed, fmt.Sprintf("over its wall budget of %s: killed (%s)", o.Budget.Wall, cmp(rec.Reason, errText(err))))

@@ -104,7 +104,7 @@ func fanout(t *testing.T, c *Coordinator, o Options) (*Run, []*Branch) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.State != Done || len(bs) != len(o.Tasks) {
+	if want := max(len(o.Tasks), o.N); r.State != Done || len(bs) != want {
 		t.Fatalf("run %+v, %d branches", r, len(bs))
 	}
 	for _, b := range bs {
