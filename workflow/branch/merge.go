@@ -114,9 +114,8 @@ func (c *Coordinator) Merge(ctx context.Context, id string, o MergeOptions) (*Ru
 	if err != nil {
 		return nil, err
 	}
-	switch r.State {
-	case Done, Merged:
-	default:
+	// A run whose smolvm was killed merges the branches that finished.
+	if going(r.State) || r.Snapshot == "" {
 		return nil, errdefs.New(errdefs.ErrConflict, fmt.Sprintf("run %s is %s (%s): merge needs every branch finished", id, r.State, r.Reason))
 	}
 	q := &queue{c: c, r: r, g: gitDir(r.Git), o: o, start: time.Now()}
@@ -131,7 +130,8 @@ func (c *Coordinator) Merge(ctx context.Context, id string, o MergeOptions) (*Ru
 		summary, err = q.split(ctx, bs)
 	}
 	if err != nil {
-		r.State, r.Reason = Failed, "merge: "+err.Error()
+		// The branches stand; merge may be run again.
+		r.State, r.Reason = Done, "merge: "+err.Error()
 		c.Store.SaveRun(ctx, r)
 		return r, err
 	}
