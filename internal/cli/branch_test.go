@@ -20,7 +20,7 @@ func TestCLIBranchKilled(t *testing.T) {
 	c := newSandboxCLI(t)
 	repo := t.TempDir()
 	files := map[string]string{
-		"test.sh": "echo 'TAP version 13'; n=0; bad=0\nfor f in cmd/*.sh; do n=$((n+1)); if [ \"$(sh $f)\" = ok ]; then echo \"ok $n - $f\"; else echo \"not ok $n - $f\"; bad=1; fi; done\necho \"1..$n\"; exit $bad\n",
+		"test.sh":     "echo 'TAP version 13'; n=0; bad=0\nfor f in cmd/*.sh; do n=$((n+1)); if [ \"$(sh $f)\" = ok ]; then echo \"ok $n - $f\"; else echo \"not ok $n - $f\"; bad=1; fi; done\necho \"1..$n\"; exit $bad\n",
 		"cmd/main.sh": "echo ok\n",
 	}
 	for name, data := range files {
