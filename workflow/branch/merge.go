@@ -157,8 +157,8 @@ func (q *queue) log(ctx context.Context, s Step) {
 	}
 }
 
-// Rank orders best-of-N branches: CI green first, then more tests
-// passing, then the smaller diff, then fewer interventions, then k.
+// Rank orders best-of-N branches: CI green first, then those that
+// finished red, then more tests passing, then the smaller diff, then fewer interventions, then k.
 func Rank(bs []*Branch) []*Branch {
 	out := slices.Clone(bs)
 	passed := func(b *Branch) int {
@@ -167,11 +167,21 @@ func Rank(bs []*Branch) []*Branch {
 		}
 		return b.Result.Passed
 	}
+	// Passed, then red (finished), then killed or failed.
+	finished := func(b *Branch) int {
+		switch b.State {
+		case Passed:
+			return 0
+		case Red:
+			return 1
+		}
+		return 2
+	}
 	sort.SliceStable(out, func(i, j int) bool {
 		a, b := out[i], out[j]
 		switch {
-		case a.Green() != b.Green():
-			return a.Green()
+		case finished(a) != finished(b):
+			return finished(a) < finished(b)
 		case passed(a) != passed(b):
 			return passed(a) > passed(b)
 		case a.DiffLines != b.DiffLines:
