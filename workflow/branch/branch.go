@@ -212,35 +212,9 @@ func (c *Coordinator) Fanout(ctx context.Context, o Options) (*Run, error) {
 	if err := o.check(); err != nil {
 		return nil, err
 	}
-	repo, err := filepath.Abs(o.Repo)
-	if err != nil {
-		return nil, err
-	}
-	top, _, err := git(ctx, repo, "rev-parse", "--show-toplevel")
-	if err != nil {
-		return nil, errdefs.New(errdefs.ErrInvalid, fmt.Sprintf("%s is not a git repository: %v", repo, err))
-	}
-	repo = strings.TrimSpace(string(top))
-	if dirty, _, err := git(ctx, repo, "status", "--porcelain"); err != nil {
-		return nil, err
-	} else if len(bytes.TrimSpace(dirty)) > 0 {
-		return nil, errdefs.New(errdefs.ErrConflict, fmt.Sprintf("%s has uncommitted changes: commit or stash them (branches start from HEAD)", repo))
-	}
 	start := time.Now()
-	r := &Run{ID: newID(), Created: start.UTC(), Repo: repo, Mode: o.Mode, Task: o.Task, Setup: o.Setup, CI: o.CI,
-		Limits: o.Limits, Concurrency: o.Concurrency, Budget: o.Budget, State: SettingUp, PID: os.Getpid()}
-	r.Git = filepath.Join(c.Dir, r.ID, "git")
-	if err := os.MkdirAll(filepath.Dir(r.Git), 0o700); err != nil {
-		return nil, err
-	}
-	if _, _, err := git(ctx, "", "clone", "-q", "--bare", "--shared", repo, r.Git); err != nil {
-		return nil, fmt.Errorf("clone %s: %w", repo, err)
-	}
-	g := gitDir(r.Git)
-	if r.Base, err = g.run(ctx, "rev-parse", "HEAD"); err != nil {
-		return nil, fmt.Errorf("%s has no commit: %w", repo, err)
-	}
-	if err := c.Store.SaveRun(ctx, r); err != nil {
+	r, err := c.newRun(ctx, o)
+	if err != nil {
 		return nil, err
 	}
 	branches := make([]*Branch, len(o.Tasks))
@@ -258,6 +232,10 @@ func (c *Coordinator) Fanout(ctx context.Context, o Options) (*Run, error) {
 		}
 	}
 	if r.Snapshot, err = c.setup(ctx, r, o); err != nil {
+		for _, b := range branches {
+			b.State, b.Reason = Failed, "the set-up failed"
+			c.Store.SaveBranch(ctx, b)
+		}
 		return c.fail(ctx, r, err)
 	}
 	r.SetupElapsed = time.Since(start)
@@ -290,15 +268,63 @@ func (c *Coordinator) Fanout(ctx context.Context, o Options) (*Run, error) {
 	return r, c.Store.SaveRun(ctx, r)
 }
 
+// newRun checks the repository, clones it into the run's repository
+// and saves the run.
+func (c *Coordinator) newRun(ctx context.Context, o Options) (*Run, error) {
+	repo, err := filepath.Abs(o.Repo)
+	if err != nil {
+		return nil, err
+	}
+	top, _, err := git(ctx, repo, "rev-parse", "--show-toplevel")
+	if err != nil {
+		return nil, errdefs.New(errdefs.ErrInvalid, fmt.Sprintf("%s is not a git repository: %v", repo, err))
+	}
+	repo = strings.TrimSpace(string(top))
+	if dirty, _, err := git(ctx, repo, "status", "--porcelain"); err != nil {
+		return nil, err
+	} else if len(bytes.TrimSpace(dirty)) > 0 {
+		return nil, errdefs.New(errdefs.ErrConflict, fmt.Sprintf("%s has uncommitted changes: commit or stash them (branches start from HEAD)", repo))
+	}
+	r := &Run{ID: newID(), Created: time.Now().UTC(), Repo: repo, Mode: o.Mode, Task: o.Task, Setup: o.Setup, CI: o.CI,
+		Limits: o.Limits, Concurrency: o.Concurrency, Budget: o.Budget, State: SettingUp, PID: os.Getpid()}
+	r.Git = filepath.Join(c.Dir, r.ID, "git")
+	if err := os.MkdirAll(filepath.Dir(r.Git), 0o700); err != nil {
+		return nil, err
+	}
+	if _, _, err := git(ctx, "", "clone", "-q", "--bare", "--shared", repo, r.Git); err != nil {
+		return nil, fmt.Errorf("clone %s: %w", repo, err)
+	}
+	g := gitDir(r.Git)
+	if r.Base, err = g.run(ctx, "rev-parse", "HEAD"); err != nil {
+		return nil, fmt.Errorf("%s has no commit: %w", repo, err)
+	}
+	return r, c.Store.SaveRun(ctx, r)
+}
+
 func (c *Coordinator) fail(ctx context.Context, r *Run, err error) (*Run, error) {
 	r.State, r.Reason = Failed, err.Error()
 	c.Store.SaveRun(ctx, r)
 	return r, err
 }
 
-// setup creates a sandbox with the base tree in runner.Dir, runs the
-// set-up command there once, and checkpoints it.
+// setup prepares a sandbox once and checkpoints it: every branch is a
+// fork of that checkpoint.
 func (c *Coordinator) setup(ctx context.Context, r *Run, o Options) (string, error) {
+	sb, err := c.prepare(ctx, r, o)
+	if err != nil {
+		return "", err
+	}
+	defer c.Service.Remove(context.WithoutCancel(ctx), sb, true)
+	snap, err := c.Service.Checkpoint(ctx, sb, sandbox.CheckpointOptions{Name: "branch-" + r.ID + "-setup"})
+	if err != nil {
+		return "", fmt.Errorf("checkpoint the set-up: %w", err)
+	}
+	return snap.ID, nil
+}
+
+// prepare creates a sandbox with the base tree in runner.Dir and runs
+// the set-up command there; the caller removes it.
+func (c *Coordinator) prepare(ctx context.Context, r *Run, o Options) (string, error) {
 	tree, err := os.MkdirTemp("", "smolvm-branch-")
 	if err != nil {
 		return "", err
@@ -317,10 +343,13 @@ func (c *Coordinator) setup(ctx context.Context, r *Run, o Options) (string, err
 	if err != nil {
 		return "", fmt.Errorf("create the set-up sandbox: %w", err)
 	}
-	defer c.Service.Remove(context.WithoutCancel(ctx), sb.ID, true)
+	fail := func(err error) (string, error) {
+		c.Service.Remove(context.WithoutCancel(ctx), sb.ID, true)
+		return "", err
+	}
 	// runner.Dir does not exist yet: cp semantics make it the copy.
 	if err := c.Service.CopyIn(ctx, sb.ID, tree, runner.Dir); err != nil {
-		return "", fmt.Errorf("copy the repository into %s: %w", sb.ID, err)
+		return fail(fmt.Errorf("copy the repository into %s: %w", sb.ID, err))
 	}
 	if o.Setup != "" {
 		var out bytes.Buffer
@@ -328,17 +357,14 @@ func (c *Coordinator) setup(ctx context.Context, r *Run, o Options) (string, err
 			TimeoutMS: o.SetupTimeout.Milliseconds()}, sandbox.Stdio{Stdout: &out, Stderr: &out})
 		switch {
 		case err != nil:
-			return "", fmt.Errorf("set-up: %w", err)
-		case exit.Error != "" || exit.TimedOut || exit.Code != 0:
-			return "", errdefs.New(errdefs.ErrInvalid, fmt.Sprintf("set-up %q failed (exit %d%s): %s", o.Setup, exit.Code,
-				map[bool]string{true: ", timed out"}[exit.TimedOut], tail(out.String(), 4<<10)))
+			return fail(fmt.Errorf("set-up: %w", err))
+		case exit.TimedOut:
+			return fail(errdefs.New(errdefs.ErrInvalid, fmt.Sprintf("set-up %q timed out after %s: %s", o.Setup, o.SetupTimeout, tail(out.String(), 4<<10))))
+		case exit.Error != "" || exit.Code != 0:
+			return fail(errdefs.New(errdefs.ErrInvalid, fmt.Sprintf("set-up %q failed (exit %d %s): %s", o.Setup, exit.Code, exit.Error, tail(out.String(), 4<<10))))
 		}
 	}
-	snap, err := c.Service.Checkpoint(ctx, sb.ID, sandbox.CheckpointOptions{Name: "branch-" + r.ID + "-setup"})
-	if err != nil {
-		return "", fmt.Errorf("checkpoint the set-up: %w", err)
-	}
-	return snap.ID, nil
+	return sb.ID, nil
 }
 
 // runBranch forks the set-up checkpoint and runs b's agent loop in the

@@ -2,6 +2,7 @@ package branch
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/internal/testmgr"
+	"smolvm.dev/smolvm/workflow/forge"
 	"smolvm.dev/smolvm/workflow/runner"
 )
 
@@ -92,7 +95,7 @@ func show(t *testing.T, g gitDir, commit, file string) string {
 	return out
 }
 
-func fanout(t *testing.T, c *Coordinator, o Options) (*Run, []*Branch) {
+func fanout(t testing.TB, c *Coordinator, o Options) (*Run, []*Branch) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -181,8 +184,16 @@ func kinds(ss []*Step, kind string) []*Step {
 // with CI on the merged state.
 func TestSplitMergesAll(t *testing.T) {
 	c := newCoordinator(t)
-	repo := gitRepo(t, repoFiles(goodLib))
+	files := repoFiles(goodLib)
+	// CI is the run: steps of a GitHub job, run in the sandbox.
+	files[".github/workflows/ci.yml"] = "jobs:\n  test:\n    steps:\n      - uses: actions/checkout@v4\n      - run: sh test.sh\n"
+	repo := gitRepo(t, files)
 	o := options(repo, Split)
+	ci, err := GitHubCI(repo, "test")
+	if err != nil || len(ci.Unsupported) != 1 {
+		t.Fatalf("CI %+v, %v", ci, err)
+	}
+	o.CI = ci
 	o.Tasks = []string{
 		"do: printf '. ./lib.sh; greet\\n' > cmd/alpha.sh",
 		"do: printf '. ./lib.sh; greet\\n' > cmd/beta.sh",
@@ -210,6 +221,11 @@ func TestSplitMergesAll(t *testing.T) {
 	}
 	ss := steps(t, c, r.ID)
 	merged := kinds(ss, "merged")
+	pr, err := c.PR(context.Background(), r.ID, forge.Issue{}, "main")
+	if err != nil || !strings.Contains(pr.Body, "3 merged") || !strings.Contains(pr.Body, "uses actions/checkout@v4") ||
+		!strings.Contains(pr.Diff, "+more() { echo ok; }") || pr.Head != r.Integration {
+		t.Errorf("PR %+v, %v", pr, err)
+	}
 	if len(merged) != 3 {
 		t.Fatalf("merged %d of 3:\n%s", len(merged), r.Summary)
 	}
@@ -303,5 +319,32 @@ func TestTextualConflictResolved(t *testing.T) {
 	head, _ := g.run(context.Background(), "rev-parse", "refs/heads/"+r.Integration)
 	if lib := show(t, g, head, "lib.sh"); !strings.Contains(lib, "VERSION=3") || strings.Contains(lib, "<<<<") {
 		t.Errorf("integration lib.sh:\n%s", lib)
+	}
+}
+
+// Bad input loses nothing: a dirty repository is refused before anything
+// starts; a failing set-up fails the run and its branches with the
+// set-up's output.
+func TestFanoutRefuses(t *testing.T) {
+	c := newCoordinator(t)
+	repo := gitRepo(t, repoFiles(goodLib))
+	o := options(repo, Split)
+	o.Tasks, o.Agent = []string{"do: true"}, agents(doAgent)
+	os.WriteFile(filepath.Join(repo, "new.txt"), []byte("x"), 0o644)
+	if _, err := c.Fanout(context.Background(), o); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "uncommitted") {
+		t.Fatalf("dirty repo: %v", err)
+	}
+	os.Remove(filepath.Join(repo, "new.txt"))
+	o.Setup = "echo no such package >&2; exit 3"
+	r, err := c.Fanout(context.Background(), o)
+	if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "no such package") || r == nil {
+		t.Fatalf("failing set-up: %v", err)
+	}
+	r, bs, err := c.Get(context.Background(), r.ID)
+	if err != nil || r.State != Failed || len(bs) != 1 || bs[0].State != Failed {
+		t.Fatalf("after a failed set-up: %+v %+v %v", r, bs, err)
+	}
+	if _, err := c.Merge(context.Background(), r.ID, MergeOptions{}); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("merge of a run without a set-up: %v", err)
 	}
 }
