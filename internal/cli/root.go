@@ -126,7 +126,7 @@ func (a *app) rootCmd() *cobra.Command {
 		a.checkpointCmd(), a.restoreCmd(), a.forkCmd(), a.pauseCmd(), a.resumeCmd(), a.snapshotCmd(), a.poolCmd(),
 		a.applyCmd(), a.gitCmd(),
 		a.mcpCmd(),
-		a.agentCmd(),
+		a.agentCmd(), a.branchCmd(),
 		a.netCmd(), a.netHelperCmd(),
 		a.tenantCmd(), a.usageCmd(),
 		a.browserCmd(),
