@@ -264,7 +264,8 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	opts := sandbox.CreateOptions{Start: true, Config: sandbox.Config{TTL: h.ttl, Network: netPolicy}}
+	// Metadata are the sandbox's labels too: usage by label sums them.
+	opts := sandbox.CreateOptions{Start: true, Config: sandbox.Config{TTL: h.ttl, Network: netPolicy, Labels: req.Metadata}}
 	if req.AutoPause != nil && *req.AutoPause {
 		// lifecycle.onTimeout: 'pause'; smolvm serve's reaper pauses it.
 		opts.Config.OnExpiry = sandbox.ExpiryPause

@@ -363,7 +363,7 @@ func TestTenantUsage(t *testing.T) {
 	}
 	defer m2.Close()
 	before := usage("b")
-	us, err := m2.Usage(ctx, time.Now().Add(-time.Hour), "b", false)
+	us, err := m2.Usage(ctx, time.Now().Add(-time.Hour), "b", sandbox.UsageByTenant)
 	if err != nil || len(us) != 1 || us[0].SandboxSeconds != before.SandboxSeconds {
 		t.Fatalf("after reopening: %+v %v, want %+v", us, err, before)
 	}
