@@ -44,6 +44,8 @@ type CreateRequest struct {
 	TrustRepo string `json:"policy,omitempty"`
 	// Network is what the sandbox may reach; absent is mode none.
 	Network *sandbox.Network `json:"network,omitempty"`
+	// Labels tag the sandbox for usage by label.
+	Labels map[string]string `json:"labels,omitempty"`
 	// Start defaults to true.
 	Start *bool `json:"start,omitempty"`
 	// Backend runs the sandbox; absent is the server's default (or the

@@ -76,7 +76,17 @@ type Config struct {
 	TrustRepo string `json:"policy,omitempty"`
 	// Network is what the sandbox may reach; nil is mode none.
 	Network *Network `json:"network,omitempty"`
+	// Labels are the caller's key=value tags (E2B's metadata too); usage
+	// can be broken down by them. Copies keep their source's.
+	Labels map[string]string `json:"labels,omitempty"`
 }
+
+// Bounds of a sandbox's labels.
+const (
+	MaxLabels        = 32
+	MaxLabelKeyLen   = 128
+	MaxLabelValueLen = 512
+)
 
 // What the end of a TTL does (Config.OnExpiry).
 const (

@@ -44,4 +44,17 @@ type Usage struct {
 	CPUSeconds       float64 `json:"cpu_seconds"`
 	MemoryGiBSeconds float64 `json:"memory_gib_seconds"`
 	SnapshotGiBHours float64 `json:"snapshot_gib_hours"`
+	// Label is the key=value the row sums, when broken down by label.
+	Label string `json:"label,omitempty"`
+	// EgressBytes is what the sandboxes sent through their network (to
+	// the host and beyond).
+	EgressBytes int64 `json:"egress_bytes"`
 }
+
+// How usage is broken down: each row sums a tenant, a sandbox, or a
+// label's key=value (a sandbox with two labels counts in two rows).
+const (
+	UsageByTenant  = "tenant"
+	UsageBySandbox = "sandbox"
+	UsageByLabel   = "label"
+)

@@ -4,6 +4,8 @@ package archive
 
 import (
 	"archive/tar"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -136,20 +138,9 @@ func ExtractTar(r io.Reader, dst string, limit int64) error {
 			if limit > 0 && written+hdr.Size > limit {
 				return fmt.Errorf("%s: %w (%d bytes)", hdr.Name, ErrTooLarge, limit)
 			}
-			root.Remove(name) // replace, never write through an existing symlink
-			f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-			if err != nil {
-				return err
-			}
-			n, err := io.CopyN(f, tr, hdr.Size)
+			n, werr := writeFile(root, name, tr, hdr.Size, mode)
 			written += n
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return fmt.Errorf("write %s: %w", name, err)
-			}
-			err = root.Chmod(name, mode)
+			err = werr
 		case tar.TypeSymlink:
 			root.Remove(name)
 			err = root.Symlink(hdr.Linkname, name)
@@ -206,4 +197,35 @@ func cleanName(name string) (string, error) {
 		return "", fmt.Errorf("unsafe archive entry %q", name)
 	}
 	return c, nil
+}
+
+// writeFile writes size bytes of r as name under root, through a
+// temporary file renamed into place: a write that fails (a full disk)
+// leaves the file that was there as it was and no partial file taking
+// the space. The rename replaces a symlink at name, never writes through
+// it. The temporary name is the guest's upload marker (.NAME.smolvm-…),
+// which watchers hide.
+func writeFile(root *os.Root, name string, r io.Reader, size int64, mode fs.FileMode) (int64, error) {
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	tmp := path.Join(path.Dir(name), "."+path.Base(name)+".smolvm-"+hex.EncodeToString(rnd[:]))
+	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	n, err := io.CopyN(f, r, size)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = root.Chmod(tmp, mode)
+	}
+	if err == nil {
+		err = root.Rename(tmp, name)
+	}
+	if err != nil {
+		root.Remove(tmp)
+		return n, fmt.Errorf("write %s: %w", name, err)
+	}
+	return n, nil
 }

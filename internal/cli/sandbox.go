@@ -69,7 +69,7 @@ type createFlags struct {
 	limitFlags
 	name, image, workdir, user, hostname string
 	policy, pool, onExpiry, backend      string
-	env                                  []string
+	env, labels                          []string
 	timeout, idle                        time.Duration
 	net                                  netFlags
 	publish                              []string
@@ -82,6 +82,7 @@ func (f *createFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.backend, "backend", "", "backend to run the sandbox on (default: this smolvm's default, or the pool's)")
 	f.limitFlags.register(fs)
 	fs.StringArrayVarP(&f.env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
+	fs.StringArrayVar(&f.labels, "label", nil, "label KEY=VALUE, for smolvm usage --by label (repeatable)")
 	fs.StringVarP(&f.workdir, "workdir", "w", "", "working directory inside the sandbox")
 	fs.StringVarP(&f.user, "user", "u", "", "user (name, uid or uid:gid)")
 	fs.StringVar(&f.hostname, "hostname", "", "hostname (default: the name)")
@@ -105,6 +106,16 @@ func (f *createFlags) options(fs *pflag.FlagSet, cmd []string, start bool) (sand
 	}}
 	if err := checkEnv(f.env); err != nil {
 		return o, err
+	}
+	for _, kv := range f.labels {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return o, fmt.Errorf("--label %q: want KEY=VALUE", kv)
+		}
+		if o.Config.Labels == nil {
+			o.Config.Labels = map[string]string{}
+		}
+		o.Config.Labels[k] = v
 	}
 	pol := f.net.policy()
 	for _, p := range f.publish {

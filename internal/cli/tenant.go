@@ -215,8 +215,8 @@ func (a *app) usageCmd() *cobra.Command {
 		only, since, by string
 	)
 	c := &cobra.Command{
-		Use:   "usage [--tenant T] [--since D] [--by tenant|sandbox]",
-		Short: "What each tenant's sandboxes used: running time, CPU, memory, snapshot storage",
+		Use:   "usage [--tenant T] [--since D] [--by tenant|sandbox|label]",
+		Short: "What each tenant's sandboxes used: running time, CPU, memory, snapshot storage, egress",
 		Long: "Usage as smolvm serve accounts it (every few seconds, and at each pause and stop), in\n" +
 			"whole hours from --since (a duration back from now, or an RFC 3339 time; default 30 days).",
 		Args: cobra.NoArgs,
@@ -224,20 +224,20 @@ func (a *app) usageCmd() *cobra.Command {
 	f := c.Flags()
 	f.StringVar(&only, "tenant", "", "only this tenant (\"\" for all; the admin's own sandboxes are tenant \"\")")
 	f.StringVar(&since, "since", "", "start: a duration back from now (24h) or an RFC 3339 time")
-	f.StringVar(&by, "by", "tenant", "break down by tenant or by sandbox")
+	f.StringVar(&by, "by", "tenant", "break down by tenant, by sandbox, or by label (a row per key=value)")
 	return command(a, c, "print JSON", func(w io.Writer, us []sandbox.Usage) error {
-		return table(w, "TENANT\tSANDBOX\tSANDBOX-S\tCPU-S\tMEM-GIB-S\tSNAP-GIB-H", func(tw io.Writer) {
+		return table(w, "TENANT\tSANDBOX\tLABEL\tSANDBOX-S\tCPU-S\tMEM-GIB-S\tSNAP-GIB-H\tEGRESS", func(tw io.Writer) {
 			for _, u := range us {
 				name := u.Tenant
 				if name == "" {
 					name = tenant.Admin
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.2f\t%.1f\t%.4f\n", name, orDash(u.Sandbox), u.SandboxSeconds, u.CPUSeconds, u.MemoryGiBSeconds, u.SnapshotGiBHours)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%.2f\t%.1f\t%.4f\t%s\n", name, orDash(u.Sandbox), orDash(u.Label), u.SandboxSeconds, u.CPUSeconds, u.MemoryGiBSeconds, u.SnapshotGiBHours, units.FormatBytes(u.EgressBytes))
 			}
 		})
 	}, on((*session).runtime, func(s *session, e *env, _ []string) ([]sandbox.Usage, error) {
-		if by != "tenant" && by != "sandbox" {
-			return nil, fmt.Errorf("--by %q: want tenant or sandbox", by)
+		if by != sandbox.UsageByTenant && by != sandbox.UsageBySandbox && by != sandbox.UsageByLabel {
+			return nil, fmt.Errorf("--by %q: want tenant, sandbox or label", by)
 		}
 		from, err := units.ParseSince(since, time.Now())
 		if err != nil {
@@ -246,6 +246,6 @@ func (a *app) usageCmd() *cobra.Command {
 		if only == tenant.Admin {
 			only = ""
 		}
-		return e.mgr.Usage(s.ctx, from, only, by == "sandbox")
+		return e.mgr.Usage(s.ctx, from, only, by)
 	}))
 }

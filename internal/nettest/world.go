@@ -187,6 +187,7 @@ func Dial(ctx context.Context, ns, addr string) (net.Conn, error) {
 func (w *World) serveHTTP(ns, addr, body string) {
 	ln := Listen(w.t, ns, addr)
 	srv := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body) // an upload arrives whole (egress tests count it)
 		fmt.Fprint(rw, body)
 	})}
 	go srv.Serve(ln)

@@ -5,6 +5,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"runtime"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/sandbox"
@@ -67,6 +70,27 @@ func validate(c *sandbox.Config) error {
 		}
 		if !c.Network.Enabled() {
 			c.Network = nil
+		}
+	}
+	return checkLabels(c.Labels)
+}
+
+// checkLabels bounds a sandbox's labels: how many, their sizes, and text
+// that prints (UTF-8, no control characters; no '=' in a key, which
+// usage by label joins them with).
+func checkLabels(l map[string]string) error {
+	if len(l) > sandbox.MaxLabels {
+		return fmt.Errorf("%w: %d labels: at most %d", sandbox.ErrInvalid, len(l), sandbox.MaxLabels)
+	}
+	printable := func(s string) bool {
+		return utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl)
+	}
+	for k, v := range l {
+		switch {
+		case k == "" || len(k) > sandbox.MaxLabelKeyLen || strings.Contains(k, "=") || !printable(k):
+			return fmt.Errorf("%w: label key %q: want 1 to %d printable bytes without '='", sandbox.ErrInvalid, k, sandbox.MaxLabelKeyLen)
+		case len(v) > sandbox.MaxLabelValueLen || !printable(v):
+			return fmt.Errorf("%w: label %s: value of %d bytes: want at most %d printable bytes", sandbox.ErrInvalid, k, len(v), sandbox.MaxLabelValueLen)
 		}
 	}
 	return nil

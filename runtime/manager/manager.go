@@ -563,6 +563,11 @@ func (m *Manager) Remove(ctx context.Context, ref string, force bool) error {
 
 // removeRecord deletes a sandbox that existed, leaving a tombstone.
 func (m *Manager) removeRecord(ctx context.Context, r *record) error {
+	// The last of its usage: running time of a forced remove, and bytes
+	// sent, before the network's counters go with it.
+	if err := m.accrue(ctx, r, r.State == sandbox.StateRunning, time.Now()); err != nil {
+		return fmt.Errorf("remove %s: account usage: %w", r.Name, err)
+	}
 	if err := m.release(ctx, r); err != nil {
 		return fmt.Errorf("remove %s: %w", r.Name, err)
 	}

@@ -174,9 +174,11 @@ func (m *Manager) poolNames(ctx context.Context) ([]string, error) {
 	return m.queryPools(ctx, `SELECT name FROM pools WHERE NOT ? OR tenant = ? ORDER BY name`, scoped, owner)
 }
 
-// hotPools lists the pools that hold hot copies of snapshot id.
+// hotPools lists the pools of ctx's owner that hold hot copies of
+// snapshot id. Only the owner's: a copy belongs to its pool's tenant, so
+// the admin's hot pool of a tenant's snapshot serves the admin alone.
 func (m *Manager) hotPools(ctx context.Context, id string) ([]string, error) {
-	return m.queryPools(ctx, `SELECT name FROM pools WHERE snapshot = ? AND hot > 0 ORDER BY name`, id)
+	return m.queryPools(ctx, `SELECT name FROM pools WHERE snapshot = ? AND hot > 0 AND tenant = ? ORDER BY name`, id, tenant.Owner(ctx))
 }
 
 func (m *Manager) queryPools(ctx context.Context, query string, args ...any) ([]string, error) {

@@ -289,8 +289,12 @@ func SnapshotInUse(ctx context.Context, st *store.Store, snapshotID string) (boo
 	if err := st.Migrate(ctx, "sandbox", schema); err != nil {
 		return false, err
 	}
-	var pool string
-	err := st.DB().QueryRowContext(ctx, `SELECT name FROM pools WHERE snapshot = ? ORDER BY name LIMIT 1`, snapshotID).Scan(&pool)
+	var pool, owner string
+	err := st.DB().QueryRowContext(ctx, `SELECT name, tenant FROM pools WHERE snapshot = ? ORDER BY name LIMIT 1`, snapshotID).Scan(&pool, &owner)
+	if err == nil && !tenant.Owns(ctx, owner) {
+		// The admin's pool of a tenant's snapshot: no name to a tenant.
+		return false, fmt.Errorf("%w: a hot pool holds copies of it", snapshot.ErrInUse)
+	}
 	if err == nil {
 		return false, fmt.Errorf("%w: hot pool %s holds copies of it: remove the pool first (smolvm pool rm %s)", snapshot.ErrInUse, pool, pool)
 	}

@@ -116,6 +116,10 @@ func (m *Manager) Restore(ctx context.Context, snapRef string, o sandbox.Restore
 	if err != nil {
 		return nil, fmt.Errorf("restore %s: %w", snapRef, err)
 	}
+	// Rated here, counted in admit: a hot copy already counts.
+	if err := m.rate(ctx, 1); err != nil {
+		return nil, fmt.Errorf("restore %s: %w", snapRef, err)
+	}
 	if sb, err := m.claimHot(ctx, snap, meta, o.Name); err != nil || sb != nil {
 		if err != nil {
 			return nil, fmt.Errorf("restore %s: %w", snapRef, err)
@@ -124,9 +128,6 @@ func (m *Manager) Restore(ctx context.Context, snapRef string, o sandbox.Restore
 	}
 	be, sn, err := m.restorer(meta)
 	if err != nil {
-		return nil, fmt.Errorf("restore %s: %w", snapRef, err)
-	}
-	if err := m.rate(ctx, 1); err != nil {
 		return nil, fmt.Errorf("restore %s: %w", snapRef, err)
 	}
 	release, err := m.admit(ctx, 1, meta.Config.Limits)

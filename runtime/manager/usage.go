@@ -14,10 +14,12 @@ import (
 // Usage accounting: Account, called periodically by smolvm serve, adds
 // to hourly rows what each running sandbox used since its last mark:
 // time running, CPU (the backend's counter, so a paused sandbox accrues
-// none), memory limit times time, and each tenant's snapshot bytes times
-// time. Pause, resume and stop account at the moment they happen, so a
-// paused sandbox accrues no running time either. Marks and rows are in
-// the state database: a restarted server carries on from them.
+// none), memory limit times time, bytes sent (the network's counter),
+// and each tenant's snapshot bytes times time. Pause, resume, stop and
+// remove account at the moment they happen, so a paused sandbox accrues
+// no running time either. Marks and rows are in the state database: a
+// restarted server carries on from them. A sandbox's labels are kept
+// beside its rows (usage_labels), so usage by label outlives it.
 
 var usageSchema = []string{
 	`CREATE TABLE usage (
@@ -37,68 +39,115 @@ var usageSchema = []string{
 		at INTEGER NOT NULL,
 		cpu_ns INTEGER NOT NULL DEFAULT 0
 	)`,
+	`ALTER TABLE usage ADD COLUMN egress_bytes INTEGER NOT NULL DEFAULT 0`,
+	// The sandbox's network Tx counter at its mark.
+	`ALTER TABLE usage_marks ADD COLUMN tx_bytes INTEGER NOT NULL DEFAULT 0`,
+	`CREATE TABLE usage_labels (
+		sandbox TEXT NOT NULL,
+		key TEXT NOT NULL,
+		value TEXT NOT NULL,
+		PRIMARY KEY (sandbox, key)
+	)`,
 }
 
 const gib = float64(1 << 30)
 
+// usageMark is the last accounted moment of a sandbox, with its
+// counters then.
+type usageMark struct {
+	at  time.Time
+	cpu int64 // CPU nanoseconds
+	tx  int64 // bytes sent
+}
+
 // mark reads id's mark; ok is false if it has none.
-func (m *Manager) mark(ctx context.Context, id string) (at time.Time, cpu int64, ok bool, err error) {
+func (m *Manager) mark(ctx context.Context, id string) (mk usageMark, ok bool, err error) {
 	var ms int64
-	err = m.st.DB().QueryRowContext(ctx, `SELECT at, cpu_ns FROM usage_marks WHERE id = ?`, id).Scan(&ms, &cpu)
+	err = m.st.DB().QueryRowContext(ctx, `SELECT at, cpu_ns, tx_bytes FROM usage_marks WHERE id = ?`, id).Scan(&ms, &mk.cpu, &mk.tx)
 	if errors.Is(err, sql.ErrNoRows) {
-		return time.Time{}, 0, false, nil
+		return usageMark{}, false, nil
 	}
-	return time.UnixMilli(ms), cpu, err == nil, err
+	mk.at = time.UnixMilli(ms)
+	return mk, err == nil, err
 }
 
-func (m *Manager) setMark(ctx context.Context, db execer, id string, at time.Time, cpu int64) error {
-	_, err := db.ExecContext(ctx, `INSERT INTO usage_marks(id, at, cpu_ns) VALUES(?, ?, ?)
-		ON CONFLICT(id) DO UPDATE SET at = excluded.at, cpu_ns = excluded.cpu_ns`, id, at.UnixMilli(), cpu)
+func (m *Manager) setMark(ctx context.Context, db execer, id string, mk usageMark) error {
+	_, err := db.ExecContext(ctx, `INSERT INTO usage_marks(id, at, cpu_ns, tx_bytes) VALUES(?, ?, ?, ?)
+		ON CONFLICT(id) DO UPDATE SET at = excluded.at, cpu_ns = excluded.cpu_ns, tx_bytes = excluded.tx_bytes`, id, mk.at.UnixMilli(), mk.cpu, mk.tx)
 	return err
 }
 
-// addUsage adds to the row of at's hour.
-func addUsage(ctx context.Context, db execer, at time.Time, owner, sb string, ms, cpu int64, memGiBms, snapGiBms float64) error {
+// used is what to add to a usage row.
+type used struct {
+	ms, cpu, egress     int64
+	memGiBms, snapGiBms float64
+}
+
+// addUsage adds u to the row of at's hour.
+func addUsage(ctx context.Context, db execer, at time.Time, owner, sb string, u used) error {
 	hour := at.UTC().Truncate(time.Hour).Unix()
-	_, err := db.ExecContext(ctx, `INSERT INTO usage(hour, tenant, sandbox, sandbox_ms, cpu_ns, mem_gib_ms, snap_gib_ms) VALUES(?,?,?,?,?,?,?)
+	_, err := db.ExecContext(ctx, `INSERT INTO usage(hour, tenant, sandbox, sandbox_ms, cpu_ns, mem_gib_ms, snap_gib_ms, egress_bytes) VALUES(?,?,?,?,?,?,?,?)
 		ON CONFLICT(hour, tenant, sandbox) DO UPDATE SET sandbox_ms = sandbox_ms + excluded.sandbox_ms, cpu_ns = cpu_ns + excluded.cpu_ns,
-		mem_gib_ms = mem_gib_ms + excluded.mem_gib_ms, snap_gib_ms = snap_gib_ms + excluded.snap_gib_ms`,
-		hour, owner, sb, ms, cpu, memGiBms, snapGiBms)
+		mem_gib_ms = mem_gib_ms + excluded.mem_gib_ms, snap_gib_ms = snap_gib_ms + excluded.snap_gib_ms, egress_bytes = egress_bytes + excluded.egress_bytes`,
+		hour, owner, sb, u.ms, u.cpu, u.memGiBms, u.snapGiBms, u.egress)
 	return err
+}
+
+// delta is what a counter moved from mark to now; one that went back
+// restarted (with the sandbox, or its network's table) and moved now.
+func delta(now, mark int64) int64 {
+	if now < mark {
+		return now
+	}
+	return now - mark
 }
 
 // accrue accounts r up to now: if it ran since its mark, the time, CPU
-// and memory since then; either way its mark moves to now. A sandbox
-// seen for the first time ran since it started.
+// and memory since then; the bytes it sent since then; either way its
+// mark moves to now. A sandbox seen for the first time ran since it
+// started. Its labels are recorded beside its rows.
 func (m *Manager) accrue(ctx context.Context, r *record, running bool, now time.Time) error {
-	at, cpuMark, ok, err := m.mark(ctx, r.ID)
+	prev, ok, err := m.mark(ctx, r.ID)
 	if err != nil {
 		return err
 	}
 	if !ok && r.StartedAt != nil {
-		at = *r.StartedAt
+		prev.at = *r.StartedAt
 	}
-	var cpu int64
+	next := usageMark{at: now, cpu: prev.cpu, tx: prev.tx} // unreadable counters: accrue nothing, keep the mark
 	if r.be != nil {
 		if st, err := r.be.Stats(ctx, &r.spec); err == nil {
-			cpu = st.CPUNanos
-		} else if running {
-			cpu = cpuMark // counter unreadable now: accrue no CPU, keep the mark
+			next.cpu = st.CPUNanos
+		} else if !running {
+			next.cpu = 0
+		}
+	}
+	if r.Config.Network != nil && m.net != nil {
+		if c, err := m.net.Counters(r.ID); err == nil {
+			next.tx = int64(c.TxBytes)
 		}
 	}
 	return m.st.Tx(ctx, func(tx *sql.Tx) error {
-		if running && !at.IsZero() && now.After(at) {
-			ms := now.Sub(at).Milliseconds()
-			dcpu := cpu - cpuMark
-			if dcpu < 0 {
-				dcpu = cpu // the counter restarted with the sandbox
-			}
-			mem := float64(r.Config.Limits.Memory) / gib * float64(ms)
-			if err := addUsage(ctx, tx, now, r.Tenant, r.ID, ms, dcpu, mem, 0); err != nil {
+		// Every time, not just the first: a pool member gets its labels
+		// when it is taken.
+		for k, v := range r.Config.Labels {
+			if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO usage_labels(sandbox, key, value) VALUES(?, ?, ?)`, r.ID, k, v); err != nil {
 				return err
 			}
 		}
-		return m.setMark(ctx, tx, r.ID, now, cpu)
+		var u used
+		if running && !prev.at.IsZero() && now.After(prev.at) {
+			u.ms = now.Sub(prev.at).Milliseconds()
+			u.cpu = delta(next.cpu, prev.cpu)
+			u.memGiBms = float64(r.Config.Limits.Memory) / gib * float64(u.ms)
+		}
+		u.egress = delta(next.tx, prev.tx)
+		if u != (used{}) {
+			if err := addUsage(ctx, tx, now, r.Tenant, r.ID, u); err != nil {
+				return err
+			}
+		}
+		return m.setMark(ctx, tx, r.ID, next)
 	})
 }
 
@@ -138,18 +187,18 @@ func (m *Manager) Account(ctx context.Context) error {
 	rows.Close()
 	for owner, n := range held {
 		id := "snapshots:" + owner
-		at, _, ok, err := m.mark(ctx, id)
+		prev, ok, err := m.mark(ctx, id)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		errs = append(errs, m.st.Tx(ctx, func(tx *sql.Tx) error {
-			if ok && now.After(at) {
-				if err := addUsage(ctx, tx, now, owner, "", 0, 0, 0, float64(n)/gib*float64(now.Sub(at).Milliseconds())); err != nil {
+			if ok && now.After(prev.at) {
+				if err := addUsage(ctx, tx, now, owner, "", used{snapGiBms: float64(n) / gib * float64(now.Sub(prev.at).Milliseconds())}); err != nil {
 					return err
 				}
 			}
-			return m.setMark(ctx, tx, id, now, 0)
+			return m.setMark(ctx, tx, id, usageMark{at: now})
 		}))
 	}
 	return errors.Join(errs...)
@@ -157,19 +206,28 @@ func (m *Manager) Account(ctx context.Context) error {
 
 // Usage sums the usage recorded since (whole hours: the hour since falls
 // in counts) of ctx's tenant, or of every tenant (unscoped; only one if
-// only is set), by tenant, or by tenant and sandbox with bySandbox.
-func (m *Manager) Usage(ctx context.Context, since time.Time, only string, bySandbox bool) ([]sandbox.Usage, error) {
+// only is set), by tenant, by tenant and sandbox (sandbox.UsageBySandbox)
+// or by tenant and label (sandbox.UsageByLabel: one row per key=value, of
+// the sandboxes that have it).
+func (m *Manager) Usage(ctx context.Context, since time.Time, only, by string) ([]sandbox.Usage, error) {
 	owner, scoped := tenant.Of(ctx)
 	if scoped {
 		only = owner
 	}
-	group := "tenant"
-	if bySandbox {
-		group = "tenant, sandbox"
+	var sel, from, group string
+	switch by {
+	case "", sandbox.UsageByTenant:
+		sel, from, group = `u.tenant, '', ''`, `usage u`, `u.tenant`
+	case sandbox.UsageBySandbox:
+		sel, from, group = `u.tenant, u.sandbox, ''`, `usage u`, `u.tenant, u.sandbox`
+	case sandbox.UsageByLabel:
+		sel, from, group = `u.tenant, '', l.key || '=' || l.value`, `usage u JOIN usage_labels l ON l.sandbox = u.sandbox`, `u.tenant, l.key, l.value`
+	default:
+		return nil, fmt.Errorf("usage: %w: by %q: want %s, %s or %s", sandbox.ErrInvalid, by, sandbox.UsageByTenant, sandbox.UsageBySandbox, sandbox.UsageByLabel)
 	}
-	rows, err := m.st.DB().QueryContext(ctx, `SELECT tenant, `+map[bool]string{true: "sandbox", false: "''"}[bySandbox]+`,
-		SUM(sandbox_ms), SUM(cpu_ns), SUM(mem_gib_ms), SUM(snap_gib_ms) FROM usage
-		WHERE hour >= ? AND (? = 0 OR tenant = ?) GROUP BY `+group+` ORDER BY `+group,
+	rows, err := m.st.DB().QueryContext(ctx, `SELECT `+sel+`,
+		SUM(u.sandbox_ms), SUM(u.cpu_ns), SUM(u.mem_gib_ms), SUM(u.snap_gib_ms), SUM(u.egress_bytes) FROM `+from+`
+		WHERE u.hour >= ? AND (? = 0 OR u.tenant = ?) GROUP BY `+group+` ORDER BY `+group,
 		since.UTC().Truncate(time.Hour).Unix(), scoped || only != "", only)
 	if err != nil {
 		return nil, fmt.Errorf("usage: %w", err)
@@ -182,7 +240,7 @@ func (m *Manager) Usage(ctx context.Context, since time.Time, only string, bySan
 			ms, cpu int64
 			mem, sn float64
 		)
-		if err := rows.Scan(&u.Tenant, &u.Sandbox, &ms, &cpu, &mem, &sn); err != nil {
+		if err := rows.Scan(&u.Tenant, &u.Sandbox, &u.Label, &ms, &cpu, &mem, &sn, &u.EgressBytes); err != nil {
 			return nil, err
 		}
 		u.SandboxSeconds, u.CPUSeconds = float64(ms)/1e3, float64(cpu)/1e9

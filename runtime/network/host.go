@@ -392,18 +392,30 @@ func (h *Host) Status(ctx context.Context, id string) (*sandbox.NetworkState, er
 	}
 	st := &sandbox.NetworkState{Network: cfg.Network, Addrs: a, NetNS: h.NetNSPath(id), Helper: h.helperPid(id), Resolver: a.Gateway4}
 	readJSON(filepath.Join(h.dir(id), filePorts), &st.Ports)
-	err = InNetNS(h.NetNS, func() error {
+	c, err := h.Counters(id)
+	if err == nil {
+		st.Counters = &c
+	}
+	return st, err
+}
+
+// Counters reads id's byte and packet counters (its nftables table's):
+// Tx is what the sandbox sent, to the host or beyond. They restart from
+// zero when the table is made again.
+func (h *Host) Counters(id string) (sandbox.NetworkCounters, error) {
+	var c sandbox.NetworkCounters
+	err := InNetNS(h.NetNS, func() error {
 		conn, err := nftables.New()
 		if err != nil {
 			return err
 		}
-		c, err := newFirewall(conn, id, a).counters()
-		if err == nil {
-			st.Counters = &c
-		}
+		c, err = newFirewall(conn, id, sandbox.NetworkAddrs{}).counters()
 		return err
 	})
-	return st, err
+	if err != nil {
+		return c, fmt.Errorf("counters of %s: %w", id, err)
+	}
+	return c, nil
 }
 
 // Teardown removes everything id's network made: helper, table, veth,

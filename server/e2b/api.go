@@ -16,6 +16,7 @@ import (
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/runtime/image"
+	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -264,7 +265,8 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	opts := sandbox.CreateOptions{Start: true, Config: sandbox.Config{TTL: h.ttl, Network: netPolicy}}
+	// Metadata are the sandbox's labels too: usage by label sums them.
+	opts := sandbox.CreateOptions{Start: true, Config: sandbox.Config{TTL: h.ttl, Network: netPolicy, Labels: req.Metadata}}
 	if req.AutoPause != nil && *req.AutoPause {
 		// lifecycle.onTimeout: 'pause'; smolvm serve's reaper pauses it.
 		opts.Config.OnExpiry = sandbox.ExpiryPause
@@ -375,7 +377,9 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	template := q.Get("template")
 	// E2B state first: a row is saved only after its sandbox's record
 	// exists, so any row the later List lacks belongs to a sandbox that
-	// is gone (removed by the CLI, reaped after expiry) and can go too.
+	// is gone (removed by the CLI, reaped after expiry) and can go too;
+	// but only in an unscoped list: a tenant's lacks every other tenant's
+	// sandboxes, whose envd tokens and metadata must stay.
 	mds, err := h.allInfo(r.Context())
 	if err != nil {
 		writeErr(w, err)
@@ -397,8 +401,10 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 			out = append(out, d)
 		}
 	}
-	for id := range mds {
-		h.deleteInfo(r.Context(), id)
+	if _, scoped := tenant.Of(r.Context()); !scoped {
+		for id := range mds {
+			h.deleteInfo(r.Context(), id)
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 }

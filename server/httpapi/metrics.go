@@ -137,7 +137,7 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	for _, sb := range sbs {
 		states[sb.State]++
 	}
-	usage, err := s.o.Manager.Usage(r.Context(), time.Time{}, "", false)
+	usage, err := s.o.Manager.Usage(r.Context(), time.Time{}, "", sandbox.UsageByTenant)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -158,6 +158,7 @@ func writeUsage(w io.Writer, usage []sandbox.Usage) {
 		{"smolvm_tenant_cpu_seconds_total", "CPU time sandboxes used.", func(u sandbox.Usage) float64 { return u.CPUSeconds }},
 		{"smolvm_tenant_memory_gib_seconds_total", "Memory limits times running time.", func(u sandbox.Usage) float64 { return u.MemoryGiBSeconds }},
 		{"smolvm_tenant_snapshot_gib_hours_total", "Snapshot storage held over time.", func(u sandbox.Usage) float64 { return u.SnapshotGiBHours }},
+		{"smolvm_tenant_egress_bytes_total", "Bytes sandboxes sent through their network.", func(u sandbox.Usage) float64 { return float64(u.EgressBytes) }},
 	} {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s counter\n", m.name, m.help, m.name)
 		for _, u := range usage {

@@ -80,7 +80,7 @@ func (s *Server) registerTenantRoutes(route func(string, http.HandlerFunc)) {
 	})
 }
 
-// usage answers GET /v1/usage?since=DURATION|RFC3339&tenant=T&by=sandbox.
+// usage answers GET /v1/usage?since=DURATION|RFC3339&tenant=T&by=sandbox|label.
 func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	since, err := units.ParseSince(q.Get("since"), time.Now())
@@ -95,10 +95,10 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	by := q.Get("by")
-	if by != "" && by != "tenant" && by != "sandbox" {
-		writeError(w, invalid("by", `by: want "tenant" or "sandbox"`))
+	if by != "" && by != sandbox.UsageByTenant && by != sandbox.UsageBySandbox && by != sandbox.UsageByLabel {
+		writeError(w, invalid("by", `by: want "tenant", "sandbox" or "label"`))
 		return
 	}
-	u, err := s.o.Manager.Usage(r.Context(), since, q.Get("tenant"), by == "sandbox")
+	u, err := s.o.Manager.Usage(r.Context(), since, q.Get("tenant"), by)
 	reply(w, u, err)
 }

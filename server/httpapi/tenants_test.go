@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/client"
 	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/internal/testdeps"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/sandbox"
@@ -361,8 +363,127 @@ func TestTenantUsage(t *testing.T) {
 	}
 	defer m2.Close()
 	before := usage("b")
-	us, err := m2.Usage(ctx, time.Now().Add(-time.Hour), "b", false)
+	us, err := m2.Usage(ctx, time.Now().Add(-time.Hour), "b", sandbox.UsageByTenant)
 	if err != nil || len(us) != 1 || us[0].SandboxSeconds != before.SandboxSeconds {
 		t.Fatalf("after reopening: %+v %v, want %+v", us, err, before)
+	}
+}
+
+// TestTenantErrorsNameNoOthers sends every route, with another tenant's
+// (and the admin's) names and IDs in its parameters and bodies, under a
+// tenant's key, and holds that no answer names an object of someone else
+// that the request did not name itself. A hot pool the admin made of a
+// tenant's snapshot is the admin's: the tenant's restore does not claim
+// its copies, and its snapshot rm does not name it.
+func TestTenantErrorsNameNoOthers(t *testing.T) {
+	tf := newTenantFixture(t)
+	ctx := context.Background()
+	a := tf.clients["a"]
+	box, err := a.Create(ctx, sandbox.CreateOptions{Name: "a-box", Start: true, Config: sandbox.Config{TTL: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := a.Checkpoint(ctx, "a-box", sandbox.CheckpointOptions{Name: "a-snap"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.CreatePool(ctx, api.PoolRequest{Name: "a-pool", Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tf.c.CreatePool(ctx, api.PoolRequest{Name: "adm-hot", From: snap.ID, Hot: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := tf.c.FillPool(ctx, "adm-hot"); err != nil || p.HotReady != 1 {
+		t.Fatalf("admin's hot pool: %+v %v", p, err)
+	}
+
+	// a's restore makes a copy of its own; the admin's stays waiting.
+	sb, err := a.Restore(ctx, "a-snap", sandbox.RestoreOptions{Name: "a-copy"})
+	if err != nil || sb.Tenant != "a" {
+		t.Fatalf("a's restore with the admin's hot pool there: %+v %v", sb, err)
+	}
+	if ps, err := tf.c.Pools(ctx); err != nil || len(ps) != 2 || ps[1].Name != "adm-hot" || ps[1].HotReady != 1 {
+		t.Fatalf("a's restore took the admin's hot copy: %+v %v", ps, err)
+	}
+
+	secrets := map[string][]string{
+		"a": {"adm-hot"},
+		"b": {"adm-hot", "a-box", box.ID, box.ID[:12], "a-snap", snap.ID, snap.ID[:12], "a-pool", "a-copy", sb.ID},
+	}
+	values := map[string][]string{
+		"id":       {"a-box", box.ID, box.ID[:8], "a-copy"},
+		"snapshot": {"a-snap", snap.ID, snap.ID[:12]},
+		"pool":     {"a-pool", "adm-hot"},
+		"tenant":   {"a"},
+		"key":      {tf.keyIDs["a"]},
+		"port":     {"8080"},
+	}
+	hc := &http.Client{Timeout: 3 * time.Second} // event streams stop here
+	send := func(who, method, path, body string) {
+		t.Helper()
+		req, err := http.NewRequest(method, tf.url+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+tf.keys[who])
+		resp, err := hc.Do(req)
+		if err != nil {
+			return // a stream that timed out sent nothing in the time
+		}
+		got, _ := io.ReadAll(resp.Body) // what came before a timeout too
+		resp.Body.Close()
+		for _, s := range secrets[who] {
+			if strings.Contains(string(got), s) && !strings.Contains(path+body, s) {
+				t.Errorf("%s: %s %s %s: answer names %q: %d %s", who, method, path, body, s, resp.StatusCode, got)
+			}
+		}
+	}
+	for _, who := range []string{"b", "a"} {
+		for _, p := range tf.srv.Routes() {
+			method, tmpl, ok := strings.Cut(p, " ")
+			if !ok || strings.HasPrefix(tmpl, "/v1/browsers") || method == "POST" && !strings.Contains(tmpl, "{") {
+				continue // browsers start Chromium; creates are below
+			}
+			body := "{}"
+			if strings.HasSuffix(tmpl, "/files") {
+				body = "x"
+			}
+			paths := []string{tmpl}
+			for _, wc := range httpguard.Wildcards(p) {
+				var next []string
+				for _, path := range paths {
+					for _, v := range values[wc] {
+						next = append(next, strings.ReplaceAll(path, "{"+wc+"}", v))
+					}
+				}
+				paths = next
+			}
+			for _, path := range paths {
+				if who == "a" && !strings.Contains(path, "adm-hot") && path != tmpl {
+					continue // a's own objects
+				}
+				if strings.HasSuffix(path, "/files") {
+					path += "?path=/tmp/x"
+				}
+				send(who, method, path, body)
+			}
+		}
+		for _, r := range []struct{ path, body string }{
+			{"/v1/sandboxes", `{"name":"a-box"}`},
+			{"/v1/sandboxes", `{"pool":"a-pool"}`},
+			{"/v1/sandboxes", `{"pool":"adm-hot"}`},
+			{"/v1/pools", `{"name":"a-pool","size":1}`},
+			{"/v1/pools", `{"name":"adm-hot","size":1}`},
+			{"/v1/pools", `{"name":"bp","from":"a-snap","hot":1}`},
+			{"/v1/pools", `{"name":"bp","from":"` + snap.ID + `","hot":1}`},
+			{"/v1/snapshots/a-snap/restore", `{"name":"a-box"}`},
+		} {
+			send(who, "POST", r.path, r.body)
+		}
+	}
+	// a's snapshot rm is refused, without the admin's pool's name.
+	code, body := tf.as("a", "DELETE", "/v1/snapshots/a-snap", "")
+	if code < 400 || strings.Contains(body, "adm-hot") {
+		t.Errorf("a's snapshot rm with the admin's hot pool: %d %s", code, body)
 	}
 }
