@@ -573,3 +573,31 @@ func TestControlFallsBack(t *testing.T) {
 		t.Fatalf("runsc CLI calls: %q", got)
 	}
 }
+
+// TestSeccompPrecompiled boots a sandbox with runsc's debug log and reads
+// there that the Sentry and the gofer each found a precompiled seccomp
+// program for smolvm's configuration (tools/runsc/cmd/seccompgen keeps
+// only those): without one, each compiles its filter at every start.
+func TestSeccompPrecompiled(t *testing.T) {
+	b, spec := controlHarness(t)
+	b.cfg.Debug = true
+	s := spec()
+	if err := b.Run(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	logs, err := filepath.Glob(filepath.Join(layout{s.Dir}.debugDir(), "*"))
+	if err != nil || len(logs) == 0 {
+		t.Fatalf("no runsc debug logs: %v", err)
+	}
+	loaded := 0
+	for _, f := range logs {
+		p, _ := os.ReadFile(f)
+		if strings.Contains(string(p), "No precompiled program found") {
+			t.Errorf("%s: %s", filepath.Base(f), lastLine(string(p[:strings.Index(string(p), "No precompiled program found")+80])))
+		}
+		loaded += strings.Count(string(p), "Loaded precompiled seccomp instructions")
+	}
+	if loaded < 2 {
+		t.Errorf("%d precompiled programs loaded, want the Sentry's and the gofer's", loaded)
+	}
+}
