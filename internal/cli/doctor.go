@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"smolvm.dev/smolvm/runtime/backend/gvisor"
 	"smolvm.dev/smolvm/runtime/backend/vm"
 	"smolvm.dev/smolvm/runtime/network"
 )
@@ -65,6 +66,11 @@ func (a *app) doctorChecks() []check {
 		add("runsc (gVisor)", "fail", p+" is dynamically linked and fails inside its chroot; rebuild with CGO_ENABLED=0 (scripts/install.sh)")
 	} else {
 		add("runsc (gVisor)", "ok", p+" (static, systrap platform: no KVM needed)")
+		if err := gvisor.CheckControl(p); err != nil {
+			add("runsc control socket", "warn", err.Error())
+		} else {
+			add("runsc control socket", "ok", "checkpoint, restore into targets, pause and resume skip the runsc CLI")
+		}
 	}
 	if p, err := guestBinary(); err != nil {
 		add("smolvm-guest", "fail", err.Error())

@@ -37,6 +37,9 @@ type Config struct {
 // wedged sandbox's state lock cannot block any other.
 type Backend struct {
 	cfg Config
+	// proto decides whether operations go to the sandbox's control
+	// socket or through the runsc CLI.
+	proto *protocol
 }
 
 // New returns a gVisor backend.
@@ -47,7 +50,7 @@ func New(cfg Config) (*Backend, error) {
 	if _, err := os.Stat(cfg.Runsc); err != nil {
 		return nil, fmt.Errorf("runsc %q: %w", cfg.Runsc, err)
 	}
-	return &Backend{cfg: cfg}, nil
+	return &Backend{cfg: cfg, proto: &protocol{runsc: cfg.Runsc}}, nil
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -389,14 +392,15 @@ type runscState struct {
 	Status   string `json:"status"`
 	GoferPid int    `json:"goferPid"`
 	Sandbox  struct {
-		Pid       int    `json:"pid"`
-		StartTime string `json:"startTime"`
+		Pid               int    `json:"pid"`
+		StartTime         string `json:"startTime"`
+		ControlSocketPath string `json:"controlSocketPath"`
 	} `json:"sandbox"`
 }
 
 func (b *Backend) state(s *backend.Spec) (*runscState, error) {
 	root := layout{s.Dir}.runscRoot()
-	p, err := os.ReadFile(filepath.Join(root, s.ID+"_sandbox:"+s.ID+".state"))
+	p, err := os.ReadFile(statePath(root, s.ID, "state"))
 	if err != nil {
 		return nil, err
 	}

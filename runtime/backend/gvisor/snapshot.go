@@ -23,11 +23,16 @@ func (b *Backend) Checkpoint(ctx context.Context, s *backend.Spec, dir string, o
 	if err := b.Guest(s).Quiesce(ctx); err != nil {
 		return fmt.Errorf("checkpoint %s: quiesce agent: %w", s.ID, err)
 	}
-	args := []string{"checkpoint", "--image-path", dir}
-	if o.LeaveRunning {
-		args = append(args, "--leave-running")
+	var err error
+	if b.proto.check() == nil {
+		err = b.checkpointControl(ctx, s, dir, o.LeaveRunning)
+	} else {
+		args := []string{"checkpoint", "--image-path", dir}
+		if o.LeaveRunning {
+			args = append(args, "--leave-running")
+		}
+		err = b.runsc(ctx, s, append(args, s.ID)...)
 	}
-	err := b.runsc(ctx, s, append(args, s.ID)...)
 	if err == nil {
 		err = backend.CopyFiles(layout{s.Dir}.run(), dir, logFiles)
 	}
@@ -48,10 +53,18 @@ func (b *Backend) Checkpoint(ctx context.Context, s *backend.Spec, dir string, o
 
 // Restore implements backend.Snapshotter. A sandbox already created (with
 // Create) is restored into, which leaves runsc only the restore itself:
-// fork creates its copies while the source is being saved.
+// fork creates its copies while the source is being saved. Without a
+// network, that restore goes straight to the sandbox's control socket; a
+// sandbox with one needs runsc's copy of its namespace's links and routes
+// (setupNetwork), which only the CLI does.
 func (b *Backend) Restore(ctx context.Context, s *backend.Spec, dir string) error {
 	l := layout{s.Dir}
-	if st, _ := b.State(ctx, s); st != backend.StatusCreated {
+	st, _ := b.State(ctx, s)
+	switch st {
+	case backend.StatusCreated:
+	case backend.StatusStopped:
+		return fmt.Errorf("restore %s: %w: the created sandbox died before the restore", s.ID, backend.ErrNotRunning)
+	default:
 		if err := b.prepare(s); err != nil {
 			return fmt.Errorf("restore %s: %w", s.ID, err)
 		}
@@ -67,7 +80,13 @@ func (b *Backend) Restore(ctx context.Context, s *backend.Spec, dir string) erro
 	// --background: memory loads as it is touched, after runsc returns;
 	// the sandbox holds the pages file open, so dir may go once it runs.
 	// Not --direct: O_DIRECT reads serialise parallel restores.
-	if err := b.runsc(ctx, s, "restore", "--detach", "--background", "--bundle", l.bundle(), "--image-path", dir, s.ID); err != nil {
+	var err error
+	if st == backend.StatusCreated && s.NetNS == "" && b.proto.check() == nil {
+		err = b.restoreControl(ctx, s, dir)
+	} else {
+		err = b.runsc(ctx, s, "restore", "--detach", "--background", "--bundle", l.bundle(), "--image-path", dir, s.ID)
+	}
+	if err != nil {
 		return fmt.Errorf("restore %s: %w", s.ID, err)
 	}
 	return b.booted(ctx, s)
@@ -89,10 +108,16 @@ func writeIdentity(s *backend.Spec, restored bool) error {
 
 // Pause implements backend.Snapshotter.
 func (b *Backend) Pause(ctx context.Context, s *backend.Spec) error {
+	if b.proto.check() == nil {
+		return b.pauseControl(ctx, s)
+	}
 	return b.runsc(ctx, s, "pause", s.ID)
 }
 
 // Resume implements backend.Snapshotter.
 func (b *Backend) Resume(ctx context.Context, s *backend.Spec) error {
+	if b.proto.check() == nil {
+		return b.resumeControl(ctx, s)
+	}
 	return b.runsc(ctx, s, "resume", s.ID)
 }

@@ -6,6 +6,11 @@
 // optimizes the Sentry's filter at every boot and restore (about 140 ms of
 // CPU here). The programs are the ones gVisor itself would embed; this only
 // moves their compilation from each sandbox start to the build.
+//
+// Only the programs for the configuration smolvm runs runsc with are
+// registered (uses): gVisor precompiles one per combination of platform,
+// networking, GPU/TPU/RDMA proxies and more, several hundred in all, and
+// every runsc process, CLI commands included, registers each at start.
 package main
 
 import (
@@ -14,6 +19,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"gvisor.dev/gvisor/pkg/seccomp/precompiledseccomp"
@@ -30,15 +36,20 @@ func main() {
 	targets := []struct {
 		file     string
 		programs func() ([]precompiledseccomp.Program, error)
+		uses     map[string]string
 	}{
-		{"runsc/boot/filter/filter_precompiled.go", sentry.PrecompiledPrograms},
-		{"runsc/fsgofer/filter/filter_precompiled.go", gofer.PrecompiledPrograms},
+		{"runsc/boot/filter/filter_precompiled.go", sentry.PrecompiledPrograms, sentryUses},
+		{"runsc/fsgofer/filter/filter_precompiled.go", gofer.PrecompiledPrograms, goferUses},
 	}
 	for _, t := range targets {
 		path := filepath.Join(*gvisorDir, t.file)
-		progs, err := t.programs()
+		all, err := t.programs()
 		if err != nil {
 			log.Fatalf("%s: %v", t.file, err)
+		}
+		progs := keep(all, t.uses)
+		if len(progs) == 0 {
+			log.Fatalf("%s: none of %d programs fits smolvm's configuration %v; update seccompgen for this gVisor version", t.file, len(all), t.uses)
 		}
 		src, err := patch(path, progs)
 		if err != nil {
@@ -47,8 +58,58 @@ func main() {
 		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 			log.Fatal(err)
 		}
-		log.Printf("%s: %d programs", t.file, len(progs))
+		log.Printf("%s: %d of %d programs", t.file, len(progs), len(all))
 	}
+}
+
+// The options smolvm's runsc flags (runtime/backend/gvisor.runscArgs) give
+// the Sentry's and the gofer's filters, as they appear in a program's key
+// (its Name, config.Options.ConfigKey). Options not named here vary with
+// the sandbox and are kept in every value.
+var (
+	sentryUses = map[string]string{
+		"Platform":              `"systrap"`,
+		"HostNetwork":           "false", // --network none or sandbox
+		"HostNetworkRawSockets": "false",
+		"HostFilesystem":        "true", // directfs, runsc's default
+		"ProfileEnable":         "false",
+		"NVProxy":               "false",
+		"TPUProxy":              "false",
+		"RDMAProxy":             "false",
+		"CgoEnabled":            "false",
+		"PluginNetwork":         "false",
+	}
+	goferUses = map[string]string{
+		"UDSOpenEnabled":   "false", // --host-uds create
+		"UDSCreateEnabled": "true",
+		"ProfileEnabled":   "false",
+		"DirectFS":         "true",
+		"CgoEnabled":       "false",
+	}
+)
+
+var keyField = regexp.MustCompile(`(\w+)=("[^"]*"|\S+)`)
+
+// keep returns the programs whose key has every option uses names at the
+// value it gives.
+func keep(progs []precompiledseccomp.Program, uses map[string]string) []precompiledseccomp.Program {
+	var out []precompiledseccomp.Program
+	for _, p := range progs {
+		fields := map[string]string{}
+		for _, m := range keyField.FindAllStringSubmatch(p.Name, -1) {
+			fields[m[1]] = m[2]
+		}
+		fits := true
+		for k, v := range uses {
+			if fields[k] != v {
+				fits = false
+			}
+		}
+		if fits {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // patch returns the registration file at path with progs registered.
