@@ -1,16 +1,21 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"smolvm.dev/smolvm/internal/bench"
+	"smolvm.dev/smolvm/runtime/backend/vm"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 func (a *app) benchCmd() *cobra.Command {
 	var cold, execs, snaps, viaAPI int
+	var backendName, img string
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure cold start, exec, checkpoint, restore, fork and pool latency (p50/p99) against the stock runsc CLI",
@@ -21,11 +26,20 @@ func (a *app) benchCmd() *cobra.Command {
 			}
 			ctx := cmd.Context()
 			a.noRefill = true
+			if backendName == "" {
+				var err error
+				if backendName, err = a.defaultBackend(); err != nil {
+					return err
+				}
+			}
 			e, err := a.open(ctx)
 			if err != nil {
 				return err
 			}
 			defer e.Close()
+			if backendName != "gvisor" {
+				return a.benchBackend(ctx, e, backendName, img, cold, execs, snaps)
+			}
 			runsc, err := a.runscPath()
 			if err != nil {
 				return err
@@ -68,6 +82,47 @@ func (a *app) benchCmd() *cobra.Command {
 	cmd.Flags().IntVar(&cold, "cold", 10, "sandboxes to cold-start")
 	cmd.Flags().IntVar(&execs, "exec", 200, "execs to time")
 	cmd.Flags().IntVar(&viaAPI, "api", 0, "also time this many execs through the HTTP API (with the direct ones in the same run), 100 concurrent streaming execs, and --cold creates")
+	cmd.Flags().StringVar(&backendName, "backend", "", "backend to measure beside gvisor in the same run (vm; default: this host's default backend; gvisor: beside stock runsc)")
+	cmd.Flags().StringVar(&img, "image", "", "image the compared backends run (--backend vm needs an OCI image, not the builtin host one)")
 	cmd.Flags().IntVar(&snaps, "snapshots", 0, "times to measure each snapshot operation (checkpoint, restore, fork, pool); 0 skips them")
 	return cmd
+}
+
+// benchBackend measures backendName beside gVisor, on img, and says
+// which accelerator a VM ran under and how loaded the host was.
+func (a *app) benchBackend(ctx context.Context, e *env, backendName, img string, cold, execs, snaps int) error {
+	if img == "" || img == sandbox.DefaultImage {
+		return fmt.Errorf("bench --backend %s: give --image, an OCI image (smolvm image import): the builtin %q image cannot become a VM disk", backendName, sandbox.DefaultImage)
+	}
+	if backendName == "vm" {
+		vb, err := a.vmBackend()
+		if err != nil {
+			return err
+		}
+		note := ""
+		if vb.Accel() == vm.AccelTCG {
+			note = " (no usable /dev/kvm: software emulation, far slower than KVM)"
+		}
+		fmt.Fprintf(a.stdout, "vm backend under %s%s; baseline gvisor in the same run\n", strings.ToUpper(vb.Accel()), note)
+	}
+	load := func() string {
+		p, _ := os.ReadFile("/proc/loadavg")
+		return strings.Join(strings.Fields(string(p) + "? ? ?")[:3], " ")
+	}
+	fmt.Fprintf(a.stdout, "load average before: %s\n\n", load())
+	series, mem, err := bench.Compare(ctx, bench.CompareOptions{Manager: e.mgr, Backend: backendName, Baseline: "gvisor", Image: img, Cold: cold, Exec: execs, Snapshots: snaps})
+	if err != nil {
+		return err
+	}
+	if err := bench.Print(a.stdout, series); err != nil {
+		return err
+	}
+	if len(mem) > 0 {
+		fmt.Fprintln(a.stdout)
+		if err := bench.PrintMemory(a.stdout, mem); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(a.stdout, "\nload average after: %s\n", load())
+	return nil
 }

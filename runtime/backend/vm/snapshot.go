@@ -102,10 +102,36 @@ func (b *Backend) save(ctx context.Context, s *backend.Spec, dir string) error {
 		return err
 	}
 	// QEMU flushed the disk for the migration, and the guest stands still.
-	for src, dst := range map[string]string{l.ram(): snapRAM, l.disk(): snapDisk, l.launch(): snapLaunch} {
-		if err := run("cp", "--sparse=always", src, filepath.Join(dir, dst)); err != nil {
+	if err := run("cp", "--sparse=always", l.disk(), filepath.Join(dir, snapDisk)); err != nil {
+		return err
+	}
+	var ln launch
+	if err := readJSON(l.launch(), &ln); err != nil {
+		return err
+	}
+	if ln.CowRAM == "" {
+		if err := run("cp", "--sparse=always", l.ram(), filepath.Join(dir, snapRAM)); err != nil {
 			return err
 		}
+	} else {
+		// A copy's RAM is private, so x-ignore-shared left it in the
+		// stream, every page: the checkpoint's RAM file is only a hole
+		// of the right size for the stream to fill at restore.
+		f, err := os.OpenFile(filepath.Join(dir, snapRAM), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+		if err != nil {
+			return err
+		}
+		err = f.Truncate(ln.Memory)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+		ln.CowRAM = ""
+	}
+	if err := writeJSON(filepath.Join(dir, snapLaunch), ln); err != nil {
+		return err
 	}
 	return backend.CopyFiles(l.run(), dir, logFiles)
 }
@@ -167,9 +193,16 @@ func (b *Backend) restore(ctx context.Context, s *backend.Spec, dir string) erro
 	if err := overlay(l.disk(), filepath.Join(dir, snapDisk), "qcow2"); err != nil {
 		return err
 	}
-	if err := run("cp", "--sparse=always", filepath.Join(dir, snapRAM), l.ram()); err != nil {
+	// The copy maps the checkpoint's RAM copy-on-write rather than
+	// copying it: N copies share its pages until they write them. The
+	// mapping outlives the file, should the checkpoint go first (a
+	// fork's scratch checkpoint goes once its copies run).
+	ram, err := filepath.Abs(filepath.Join(dir, snapRAM))
+	if err != nil {
 		return err
 	}
+	os.Remove(l.ram())
+	ln.CowRAM = ram
 	// The copy must boot what the checkpoint ran, whatever s says.
 	if err := writeJSON(l.launch(), ln); err != nil {
 		return err

@@ -124,6 +124,11 @@ type launch struct {
 	Kernel, Initrd, Image string
 	Memory                int64 // bytes
 	CPUs                  int
+	// CowRAM, set on a restored copy, is the checkpoint's RAM file, which
+	// the copy maps privately (share=off): copies share its pages until
+	// they write them, and the file never changes. Empty: the sandbox's
+	// own RAM file, shared, which a checkpoint copies.
+	CowRAM string `json:",omitempty"`
 }
 
 // Guest paths.
@@ -245,6 +250,13 @@ func (b *Backend) start(ctx context.Context, s *backend.Spec) error {
 	if err := readJSON(l.launch(), &ln); err != nil {
 		return fmt.Errorf("not created: %w", err)
 	}
+	if ln.CowRAM != "" {
+		// A boot needs no checkpoint's RAM (which may be gone).
+		ln.CowRAM = ""
+		if err := writeJSON(l.launch(), ln); err != nil {
+			return err
+		}
+	}
 	os.Remove(l.exitFile())
 	if err := b.startRelay(s); err != nil {
 		return err
@@ -307,11 +319,16 @@ func (b *Backend) qemuArgs(s *backend.Spec, ln launch) []string {
 	cmdline := "console=ttyS0 quiet panic=-1 reboot=t cryptomgr.notests mitigations=off nokaslr pci=off " +
 		"tsc=reliable " + tscFlags() + " smolvm.hostname=" + s.Hostname
 	mem := strconv.FormatInt(ln.Memory>>20, 10) + "M"
+	// Guest RAM lives in a file of the sandbox's, shared, so that a
+	// checkpoint is that file and a small device-state stream; a restored
+	// copy maps its checkpoint's file copy-on-write instead.
+	ram := "mem-path=" + l.ram() + ",share=on"
+	if ln.CowRAM != "" {
+		ram = "mem-path=" + ln.CowRAM + ",share=off"
+	}
 	return []string{
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-		// Guest RAM lives in a file of the sandbox's, shared, so that a
-		// checkpoint is that file and a small device-state stream.
-		"-object", "memory-backend-file,id=mem,size=" + mem + ",mem-path=" + l.ram() + ",share=on",
+		"-object", "memory-backend-file,id=mem,size=" + mem + "," + ram,
 		"-M", "microvm,memory-backend=mem", "-accel", b.accel, "-cpu", b.cpu,
 		"-m", mem, "-smp", strconv.Itoa(ln.CPUs),
 		"-kernel", ln.Kernel, "-initrd", ln.Initrd, "-append", cmdline,
@@ -554,11 +571,18 @@ func (b *Backend) Stats(ctx context.Context, s *backend.Spec) (*sandbox.Stats, e
 		return st, nil
 	}
 	st.ProcessesAlive = true
-	if p, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+	// Resident is what only this VM holds (pages mapped once: its own
+	// RAM file's, and the pages a copy wrote); Memory adds the pages it
+	// shares, such as its checkpoint's RAM that copies map copy-on-write.
+	if p, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid)); err == nil {
 		for _, line := range strings.Split(string(p), "\n") {
-			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-				st.MemoryBytes, st.ResidentBytes = kb<<10, kb<<10
+			k, v, _ := strings.Cut(line, ":")
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			switch k {
+			case "Rss":
+				st.MemoryBytes = kb << 10
+			case "Private_Clean", "Private_Dirty":
+				st.ResidentBytes += kb << 10
 			}
 		}
 	}

@@ -2,7 +2,11 @@ package vm
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +22,7 @@ import (
 	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/runtime/backend/backendtest"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // testBackend returns one backend per test process, its cache shared by
@@ -212,4 +217,108 @@ func TestCPUTime(t *testing.T) {
 	if after-before < 50*time.Millisecond {
 		t.Fatalf("CPU time went from %v to %v over 20 s of spinning", before, after)
 	}
+}
+
+// TestForkCopyOnWrite: two copies restored from one checkpoint map its
+// RAM file copy-on-write (share=off). What one copy writes to memory (a
+// guest tmpfs, which lives only in guest RAM) neither the other copy nor
+// the source sees, only the writer holds those pages, the checkpoint's
+// file never changes, and a copy outlives the checkpoint's files.
+func TestForkCopyOnWrite(t *testing.T) {
+	b := testBackend(t)
+	ctx := context.Background()
+	root := busyboxRoot(t)
+	spec := func(name string) *backend.Spec {
+		return &backend.Spec{ID: name, Hostname: name, Dir: filepath.Join(t.TempDir(), name), GuestBinary: testenv.Guest(t), Rootfs: root, MachineID: strings.Repeat("ab", 16), Env: []string{"PATH=/bin"}}
+	}
+	sh := func(s *backend.Spec, script string) string {
+		t.Helper()
+		var out, errb strings.Builder
+		ectx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		exit, err := b.Exec(ectx, s, sandbox.Process{Args: []string{"sh", "-c", script}}, sandbox.Stdio{Stdout: &out, Stderr: &errb})
+		if err != nil || exit.Code != 0 {
+			t.Fatalf("%s: %q: %v %+v %s", s.ID, script, err, exit, errb.String())
+		}
+		return out.String()
+	}
+	src := spec("src")
+	defer b.Delete(ctx, src)
+	if err := b.Run(ctx, src); err != nil {
+		t.Fatal(err)
+	}
+	sh(src, "echo A > /dev/shm/v")
+	dir := filepath.Join(t.TempDir(), "ck")
+	if err := b.Checkpoint(ctx, src, dir, backend.CheckpointOptions{LeaveRunning: true}); err != nil {
+		t.Fatal(err)
+	}
+	ram := filepath.Join(dir, snapRAM)
+	sum := fileSum(t, ram)
+	var copies []*backend.Spec
+	for _, name := range []string{"c1", "c2"} {
+		c := spec(name)
+		defer b.Delete(ctx, c)
+		start := time.Now()
+		if err := b.Restore(ctx, c, dir); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s restored in %v", name, time.Since(start))
+		pid, _ := b.qemu(c)
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if !strings.Contains(string(cmdline), "mem-path="+ram+",share=off") {
+			t.Fatalf("%s does not map the checkpoint's RAM copy-on-write: %q", name, cmdline)
+		}
+		copies = append(copies, c)
+	}
+	c1, c2 := copies[0], copies[1]
+	before, err := b.Stats(ctx, c2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh(c1, "echo B > /dev/shm/v; dd if=/dev/urandom of=/dev/shm/big bs=1M count=32 2>/dev/null")
+	for _, tc := range []struct {
+		s    *backend.Spec
+		want string
+	}{{c1, "B\n"}, {c2, "A\n"}, {src, "A\n"}} {
+		if got := sh(tc.s, "cat /dev/shm/v"); got != tc.want {
+			t.Errorf("%s reads %q, want %q", tc.s.ID, got, tc.want)
+		}
+	}
+	s1, err := b.Stats(ctx, c1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := b.Stats(ctx, c2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("private memory: c1 %d MiB after writing 32 MiB, c2 %d MiB (was %d); mapped: c1 %d MiB, c2 %d MiB",
+		s1.ResidentBytes>>20, s2.ResidentBytes>>20, before.ResidentBytes>>20, s1.MemoryBytes>>20, s2.MemoryBytes>>20)
+	if s1.ResidentBytes-s2.ResidentBytes < 24<<20 {
+		t.Errorf("the writer holds %d MiB of its own, the other copy %d MiB: the 32 MiB written are not private to the writer", s1.ResidentBytes>>20, s2.ResidentBytes>>20)
+	}
+	if fileSum(t, ram) != sum {
+		t.Fatal("the checkpoint's RAM file changed")
+	}
+	// A fork's checkpoint is scratch, gone once its copies run.
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if got := sh(c2, "cat /dev/shm/v"); got != "A\n" {
+		t.Fatalf("c2 after its checkpoint went: %q", got)
+	}
+}
+
+func fileSum(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
