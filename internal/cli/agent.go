@@ -15,7 +15,6 @@ import (
 
 	"smolvm.dev/smolvm/workflow/forge"
 	"smolvm.dev/smolvm/workflow/runner"
-	"smolvm.dev/smolvm/workflow/trust"
 )
 
 // agentFlags are the flags fix, run and resume share.
@@ -161,15 +160,10 @@ func (a *app) agentPR(s *session, run *runner.Run, is forge.Issue, fg forge.Forg
 		fmt.Fprintf(a.stdout, "resolved; PR not made (give --dry-run DIR or --open-pr)\n")
 		return nil
 	}
-	p, err := trust.Load(run.Repo)
+	gate, err := s.gate(run.Repo)
 	if err != nil {
 		return err
 	}
-	l, err := s.ledger()
-	if err != nil {
-		return err
-	}
-	gate := &trust.Gate{Policy: p, Ledger: l}
 	if fg == nil {
 		return fmt.Errorf("the issue came from a file: no forge to open the PR on")
 	}

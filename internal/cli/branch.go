@@ -16,7 +16,6 @@ import (
 	"smolvm.dev/smolvm/workflow/forge"
 	"smolvm.dev/smolvm/workflow/llm"
 	"smolvm.dev/smolvm/workflow/runner"
-	"smolvm.dev/smolvm/workflow/trust"
 )
 
 func (a *app) branchCmd() *cobra.Command {
@@ -340,9 +339,9 @@ func (a *app) branchConflictsCmd() *cobra.Command {
 
 func (a *app) branchMergeCmd() *cobra.Command {
 	var (
-		resolver, dryRun, issue, base string
-		publish, openPR, asJSON       bool
-		o                             branch.MergeOptions
+		resolver, dryRun, issue, base, remote string
+		publish, openPR, asJSON               bool
+		o                                     branch.MergeOptions
 	)
 	cmd := a.withSession(&cobra.Command{
 		Use:   "merge RUN",
@@ -396,29 +395,26 @@ the repository (the policy's git-commit); --dry-run DIR writes the PR;
 		if !publish && !openPR {
 			return nil
 		}
-		p, err := trust.Load(r.Repo)
+		gate, err := s.gate(r.Repo)
 		if err != nil {
 			return err
 		}
-		l, err := s.ledger()
-		if err != nil {
-			return err
-		}
-		gate := &trust.Gate{Policy: p, Ledger: l}
-		if err := c.Publish(s.ctx, gate, r.ID); err != nil {
-			return err
-		}
-		fmt.Fprintf(a.stdout, "branches smolvm/%s/* created in %s\n", r.ID, r.Repo)
 		if !openPR {
+			if err := c.Publish(s.ctx, gate, r.ID); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "branches smolvm/%s/* created in %s\n", r.ID, r.Repo)
 			return nil
 		}
 		if fg == nil {
 			return fmt.Errorf("branch merge: --open-pr needs --issue with a GitHub or GitLab URL")
 		}
-		if err := pr.Open(s.ctx, gate, fg, "branch-"+r.ID); err != nil {
+		if err := pr.Open(s.ctx, gate, fg, r.Repo, remote, "branch-"+r.ID, func() error {
+			return c.Publish(s.ctx, gate, r.ID)
+		}); err != nil {
 			return err
 		}
-		fmt.Fprintf(a.stdout, "draft PR opened: %s\n", pr.URL)
+		fmt.Fprintf(a.stdout, "branches smolvm/%s/* created in %s; %s pushed to %s; draft PR opened: %s\n", r.ID, r.Repo, pr.Head, remote, pr.URL)
 		return nil
 	})
 	fl := cmd.Flags()
@@ -431,6 +427,7 @@ the repository (the policy's git-commit); --dry-run DIR writes the PR;
 	fl.StringVar(&issue, "issue", "", "the issue the PR resolves: a Markdown file or a GitHub/GitLab issue URL")
 	fl.BoolVar(&openPR, "open-pr", false, "publish and open a draft PR through the forge of --issue, as the trust policy allows")
 	fl.StringVar(&base, "base", "main", "the branch the PR targets")
+	fl.StringVar(&remote, "remote", "origin", "the remote --open-pr pushes the integration branch to (the policy's git-push)")
 	fl.BoolVar(&asJSON, "json", false, "print the run as JSON")
 	return cmd
 }

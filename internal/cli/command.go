@@ -111,6 +111,20 @@ func (s *session) ledger() (*trust.Ledger, error) {
 	return trust.OpenLedger(s.ctx, st)
 }
 
+// gate is the trust gate of the repository at root: its policy, with
+// decisions audited in the data directory's ledger.
+func (s *session) gate(root string) (*trust.Gate, error) {
+	p, err := trust.Load(root)
+	if err != nil {
+		return nil, fmt.Errorf("trust policy: %w", err)
+	}
+	l, err := s.ledger()
+	if err != nil {
+		return nil, err
+	}
+	return &trust.Gate{Policy: p, Ledger: l}, nil
+}
+
 // withSession sets c's body: run gets a session, closed when it returns.
 func (a *app) withSession(c *cobra.Command, run func(s *session, args []string) error) *cobra.Command {
 	c.RunE = func(cmd *cobra.Command, args []string) error {

@@ -26,15 +26,10 @@ func memoryProposed(s *session, root, author string) (bool, error) {
 	if !strings.HasPrefix(author, "agent:") {
 		return false, nil
 	}
-	p, err := trust.Load(root)
-	if err != nil {
-		return true, fmt.Errorf("trust policy: %w", err)
-	}
-	l, err := s.ledger()
+	gate, err := s.gate(root)
 	if err != nil {
 		return true, err
 	}
-	gate := &trust.Gate{Policy: p, Ledger: l}
 	d, err := gate.Evaluate(s.ctx, trust.Action{Kind: trust.Memory}, author)
 	if err != nil {
 		return true, fmt.Errorf("audit memory change: %w", err)

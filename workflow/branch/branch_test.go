@@ -14,6 +14,7 @@ import (
 	"smolvm.dev/smolvm/internal/testmgr"
 	"smolvm.dev/smolvm/workflow/forge"
 	"smolvm.dev/smolvm/workflow/runner"
+	"smolvm.dev/smolvm/workflow/trust"
 )
 
 // testSh is the repositories' CI: TAP from plain sh. It checks add, that
@@ -65,7 +66,11 @@ func newCoordinator(t testing.TB) *Coordinator {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Coordinator{Service: env.Manager, Runner: &runner.Runner{Service: env.Manager, Log: l}, Store: st,
+	ledger, err := trust.OpenLedger(ctx, env.Store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Coordinator{Service: env.Manager, Runner: &runner.Runner{Service: env.Manager, Log: l, Ledger: ledger}, Store: st,
 		Dir: filepath.Join(env.Dir, "branch"), RunsDir: filepath.Join(env.Dir, "agent", "runs")}
 }
 

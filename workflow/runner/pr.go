@@ -224,24 +224,30 @@ func (rn *Runner) Branch(ctx context.Context, gate *trust.Gate, runsDir, id stri
 	return nil
 }
 
-// Publish opens pr on f as a draft: once gate allows open-pr (or
-// someone approves it), it creates the branch in the user's repository
-// (Branch: git-commit), pushes it to remote through workflow/workspace
-// (git-push), then asks the forge. The PR is checked first, so a denied
-// PR leaves no branch on the remote.
+// Publish opens pr on f as a draft: it creates the branch in the user's
+// repository (Branch: git-commit), then Open pushes and asks the forge.
 func (rn *Runner) Publish(ctx context.Context, gate *trust.Gate, f forge.Forge, runsDir, id, remote string, pr *PR) error {
 	rec, err := rn.Log.Get(ctx, id)
 	if err != nil {
 		return err
 	}
-	requester := "agent-" + id
+	return pr.Open(ctx, gate, f, rec.Repo, remote, "agent-"+id, func() error {
+		return rn.Branch(ctx, gate, runsDir, id, pr)
+	})
+}
+
+// Open opens pr on f as a draft, once gate allows open-pr (or someone
+// approves it): create makes pr.Head in repo, which is pushed to remote
+// through workflow/workspace (git-push) before the forge is asked.
+// open-pr is checked first, so a denied PR leaves no branch on the remote.
+func (pr *PR) Open(ctx context.Context, gate *trust.Gate, f forge.Forge, repo, remote, requester string, create func() error) error {
 	if err := gate.Check(ctx, trust.Action{Kind: trust.PR}, requester); err != nil {
 		return err
 	}
-	if err := rn.Branch(ctx, gate, runsDir, id, pr); err != nil {
+	if err := create(); err != nil {
 		return err
 	}
-	if err := workspace.Push(ctx, gate, rec.Repo, remote, pr.Head, requester); err != nil {
+	if err := workspace.Push(ctx, gate, repo, remote, pr.Head, requester); err != nil {
 		return fmt.Errorf("push %s to %s: %w", pr.Head, remote, err)
 	}
 	url, err := f.OpenPR(ctx, pr.PullRequest)

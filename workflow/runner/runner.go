@@ -206,22 +206,47 @@ func cmp0[T comparable](v, def T) T {
 
 // Fix runs the repair loop on a fresh copy of o.Repo.
 func (rn *Runner) Fix(ctx context.Context, o Options) (*Run, error) {
-	if err := rn.check(&o); err != nil {
+	return rn.fix(ctx, o, "")
+}
+
+// FixIn is Fix in a sandbox the caller made ready (workflow/branch forks
+// one set-up checkpoint into many): sb runs, and its Dir holds o.Repo's
+// committed tree plus whatever the set-up left beside it. The run owns sb
+// and removes it at the end. Unlike Fix, a task on a green base is work
+// to do (a feature, a sub-task), not nothing to fix: the agent gets one
+// turn before the loop judges it.
+func (rn *Runner) FixIn(ctx context.Context, o Options, sb string) (*Run, error) {
+	if sb == "" {
+		return nil, errdefs.New(errdefs.ErrInvalid, "FixIn: no sandbox")
+	}
+	return rn.fix(ctx, o, sb)
+}
+
+// fix is Fix (sb == "": the run makes its own sandbox) or FixIn.
+func (rn *Runner) fix(ctx context.Context, o Options, sb string) (*Run, error) {
+	r := &run{svc: rn.Service, log: rn.Log, ledger: rn.Ledger, o: o, id: cmp0(o.ID, NewRunID()), start: time.Now(), flaky: map[string]bool{}}
+	if err := rn.check(&r.o); err != nil {
+		r.remove(ctx, sb)
 		return nil, err
 	}
-	r := &run{svc: rn.Service, log: rn.Log, ledger: rn.Ledger, o: o, id: cmp0(o.ID, NewRunID()), start: time.Now(), flaky: map[string]bool{}}
+	o = r.o
 	if err := r.open(ctx, ""); err != nil {
+		r.remove(ctx, sb)
 		return nil, err
 	}
 	defer r.closeScratch()
 	r.rec = &Run{ID: r.id, Created: r.start.UTC(), Repo: r.scr.repo, Task: o.Task, Test: o.Test,
 		Agent: o.AgentName, Base: r.scr.base, State: Running}
 	if err := r.log.Save(ctx, r.rec); err != nil {
+		r.remove(ctx, sb)
 		return nil, err
 	}
-	sb, err := r.newBox(ctx, "")
-	if err != nil {
-		return r.fail(ctx, err)
+	given := sb != ""
+	if !given {
+		var err error
+		if sb, err = r.newBox(ctx, ""); err != nil {
+			return r.fail(ctx, err)
+		}
 	}
 	defer func() { r.remove(ctx, sb) }()
 	base, err := r.runTests(ctx, sb)
@@ -245,7 +270,10 @@ func (rn *Runner) Fix(ctx context.Context, o Options) (*Run, error) {
 		return r.fail(ctx, err)
 	}
 	r.emit(0, "base", &base, "")
-	return r.loop(ctx, &sb, 0)
+	if !given || !r.green(base) {
+		return r.loop(ctx, &sb, 0)
+	}
+	return r.firstTurn(ctx, &sb, it)
 }
 
 // Resume continues run id from iteration from's checkpoint, with o's
