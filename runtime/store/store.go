@@ -4,11 +4,14 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
+
+	"smolvm.dev/smolvm/errdefs"
 
 	_ "modernc.org/sqlite" // pure-Go SQLite driver: keeps smolvm one static binary.
 )
@@ -92,3 +95,44 @@ func (s *Store) Tx(ctx context.Context, fn func(*sql.Tx) error) error {
 
 // Now is the store's clock, in UTC with the precision stored.
 func Now() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }
+
+// Doc runs q, which selects one row of one JSON column, and decodes it.
+// No row is an error wrapping notFound; a row that does not decode is
+// errdefs.ErrCorrupt.
+func Doc[T any](ctx context.Context, db *sql.DB, notFound error, q string, args ...any) (*T, error) {
+	var data string
+	err := db.QueryRowContext(ctx, q, args...).Scan(&data)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	v := new(T)
+	if err := json.Unmarshal([]byte(data), v); err != nil {
+		return nil, errdefs.New(errdefs.ErrCorrupt, err.Error())
+	}
+	return v, nil
+}
+
+// Docs runs q, which selects one JSON column, and decodes every row.
+func Docs[T any](ctx context.Context, db *sql.DB, q string, args ...any) ([]*T, error) {
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*T
+	for rows.Next() {
+		var data string
+		if err := rows.Scan(&data); err != nil {
+			return nil, err
+		}
+		v := new(T)
+		if err := json.Unmarshal([]byte(data), v); err != nil {
+			return nil, errdefs.New(errdefs.ErrCorrupt, err.Error())
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"smolvm.dev/smolvm/errdefs"
@@ -77,19 +76,11 @@ func (s *Store) AddStep(ctx context.Context, run string, st *Step) error {
 
 // Run returns a run.
 func (s *Store) Run(ctx context.Context, id string) (*Run, error) {
-	var data string
-	err := s.db.QueryRowContext(ctx, `SELECT data FROM branch_runs WHERE id = ?`, id).Scan(&data)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("%s: %w", id, ErrRunNotFound)
-	}
+	r, err := store.Doc[Run](ctx, s.db, ErrRunNotFound, `SELECT data FROM branch_runs WHERE id = ?`, id)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("branch run %s: %w", id, err)
 	}
-	var r Run
-	if err := json.Unmarshal([]byte(data), &r); err != nil {
-		return nil, fmt.Errorf("branch run %s: %w", id, errdefs.New(errdefs.ErrCorrupt, err.Error()))
-	}
-	return &r, nil
+	return r, nil
 }
 
 // Runs lists the runs, newest first.
@@ -108,22 +99,9 @@ func (s *Store) Steps(ctx context.Context, run string) ([]*Step, error) {
 }
 
 func list[T any](ctx context.Context, db *sql.DB, q string, args ...any) ([]*T, error) {
-	rows, err := db.QueryContext(ctx, q, args...)
+	out, err := store.Docs[T](ctx, db, q, args...)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("branch state: %w", err)
 	}
-	defer rows.Close()
-	var out []*T
-	for rows.Next() {
-		var data string
-		if err := rows.Scan(&data); err != nil {
-			return nil, err
-		}
-		v := new(T)
-		if err := json.Unmarshal([]byte(data), v); err != nil {
-			return nil, errdefs.New(errdefs.ErrCorrupt, fmt.Sprintf("branch state: %v", err))
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
+	return out, nil
 }

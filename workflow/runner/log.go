@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -130,66 +129,27 @@ func (l *Log) Add(ctx context.Context, run string, it Iteration) error {
 
 // Get returns a run.
 func (l *Log) Get(ctx context.Context, id string) (*Run, error) {
-	var data string
-	err := l.db.QueryRowContext(ctx, `SELECT data FROM agent_runs WHERE id = ?`, id).Scan(&data)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("%s: %w", id, ErrRunNotFound)
-	}
+	r, err := store.Doc[Run](ctx, l.db, ErrRunNotFound, `SELECT data FROM agent_runs WHERE id = ?`, id)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("run %s: %w", id, err)
 	}
-	var r Run
-	if err := json.Unmarshal([]byte(data), &r); err != nil {
-		return nil, fmt.Errorf("run %s: %w", id, errdefs.New(errdefs.ErrCorrupt, err.Error()))
-	}
-	return &r, nil
+	return r, nil
 }
 
 // Runs lists every run, newest first.
 func (l *Log) Runs(ctx context.Context) ([]*Run, error) {
-	rows, err := l.db.QueryContext(ctx, `SELECT id FROM agent_runs ORDER BY created DESC`)
-	if err != nil {
-		return nil, err
-	}
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	rows.Close()
-	var runs []*Run
-	for _, id := range ids {
-		r, err := l.Get(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		runs = append(runs, r)
-	}
-	return runs, nil
+	return store.Docs[Run](ctx, l.db, `SELECT data FROM agent_runs ORDER BY created DESC`)
 }
 
 // Iterations returns a run's iterations in order.
 func (l *Log) Iterations(ctx context.Context, run string) ([]Iteration, error) {
-	rows, err := l.db.QueryContext(ctx, `SELECT data FROM agent_iterations WHERE run = ? ORDER BY n`, run)
+	its, err := store.Docs[Iteration](ctx, l.db, `SELECT data FROM agent_iterations WHERE run = ? ORDER BY n`, run)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("iterations of %s: %w", run, err)
 	}
-	defer rows.Close()
-	var its []Iteration
-	for rows.Next() {
-		var data string
-		if err := rows.Scan(&data); err != nil {
-			return nil, err
-		}
-		var it Iteration
-		if err := json.Unmarshal([]byte(data), &it); err != nil {
-			return nil, fmt.Errorf("iteration of %s: %w", run, errdefs.New(errdefs.ErrCorrupt, err.Error()))
-		}
-		its = append(its, it)
+	out := make([]Iteration, len(its))
+	for i, it := range its {
+		out[i] = *it
 	}
-	return its, rows.Err()
+	return out, nil
 }
