@@ -15,6 +15,7 @@ import (
 	"smolvm.dev/smolvm/workflow/branch"
 	"smolvm.dev/smolvm/workflow/forge"
 	"smolvm.dev/smolvm/workflow/llm"
+	"smolvm.dev/smolvm/workflow/rules"
 	"smolvm.dev/smolvm/workflow/runner"
 )
 
@@ -22,7 +23,9 @@ func (a *app) branchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "branch",
 		Short: "Fan agents out over forks of one set-up sandbox, judge each on CI, merge them through a merge queue",
-		Long: `fanout prepares the repository once in a sandbox (--setup), checkpoints it
+		Long: `fanout prepares the repository once in a sandbox (--setup, else the shell
+block under a Setup/Install/Build heading of the root AGENTS.md or
+CLAUDE.md), checkpoints it
 and runs one agent branch per attempt (best-of-N) or sub-task (split) on
 forks of that checkpoint, each judged by the repository's own CI. merge
 ranks best-of-N branches and picks a winner, or merges split branches one
@@ -129,9 +132,18 @@ func (a *app) branchFanoutCmd() *cobra.Command {
 		if len(agents) == 0 {
 			agents = []string{"builtin"}
 		}
+		rs, err := rules.Load(s.ctx, o.Repo)
+		if err != nil {
+			return err
+		}
+		rc := rs.Commands()
+		if !s.cmd.Flags().Changed("setup") && rc.Setup != "" {
+			o.Setup = rc.Setup
+			fmt.Fprintf(a.stderr, "set-up from %s (--setup overrides it)\n", rc.SetupFrom)
+		}
 		switch ci {
 		case "":
-			o.CI, err = branch.DetectCI(o.Repo, test)
+			o.CI, err = branch.DetectCI(o.Repo, test, rc)
 		case "github":
 			if job == "" {
 				return fmt.Errorf("branch fanout: --ci github needs --job NAME")
@@ -181,8 +193,8 @@ func (a *app) branchFanoutCmd() *cobra.Command {
 	fl.IntVarP(&o.N, "branches", "n", 0, "best-of-N: how many branches (default: one per --agent)")
 	fl.StringVar(&tasksFile, "tasks", "", "split: a file with one sub-task per line, one branch each")
 	fl.StringArrayVar(&agents, "agent", nil, `an agent per branch, in turn: "builtin", "builtin:MODEL", or an agent CLI command line (repeat for several)`)
-	fl.StringVar(&o.Setup, "setup", "", "run once with sh -c in the repository before the checkpoint every branch forks from (dependencies, build, caches)")
-	fl.StringVar(&test, "test", "", "the CI command (default: detected: go test, pytest, npm test, make test)")
+	fl.StringVar(&o.Setup, "setup", "", "run once with sh -c in the repository before the checkpoint every branch forks from (dependencies, build, caches); default: the rule files' set-up block, --setup '' for none")
+	fl.StringVar(&test, "test", "", "the CI command (default: the rule files' test block, else detected: go test, pytest, npm test, make test)")
 	fl.StringVar(&ci, "ci", "", `"github": run the run: steps of --job from .github/workflows in the sandbox`)
 	fl.StringVar(&job, "job", "", "the GitHub Actions job (its key or name) with --ci github")
 	fl.IntVar(&o.Concurrency, "concurrency", 0, "branches at once (default: the host's CPUs)")

@@ -12,6 +12,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/workflow/rules"
 	"smolvm.dev/smolvm/workflow/runner"
 )
 
@@ -25,11 +26,15 @@ type CI struct {
 	Unsupported []string `json:"unsupported,omitempty"`
 }
 
-// DetectCI returns the repository's own check: test if given, else what
+// DetectCI returns the repository's own check: test if given, else the
+// test command of its rule files (rc, from rules.Repo.Commands), else what
 // the runner detects (go test, pytest, npm test), else make test.
-func DetectCI(repo, test string) (CI, error) {
+func DetectCI(repo, test string, rc rules.Commands) (CI, error) {
 	if test != "" {
 		return CI{Command: test, Source: "--test"}, nil
+	}
+	if rc.Test != "" {
+		return CI{Command: rc.Test, Source: rc.TestFrom}, nil
 	}
 	if t := runner.DetectTest(repo); t != "" {
 		return CI{Command: t, Source: "detected"}, nil

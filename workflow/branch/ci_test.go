@@ -1,6 +1,7 @@
 package branch
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/workflow/rules"
 )
 
 const workflowYAML = `name: ci
@@ -96,15 +98,25 @@ func TestGitHubCI(t *testing.T) {
 
 func TestDetectCI(t *testing.T) {
 	repo := t.TempDir()
-	if _, err := DetectCI(repo, ""); !errors.Is(err, errdefs.ErrInvalid) {
+	if _, err := DetectCI(repo, "", rules.Commands{}); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Errorf("empty repo: %v", err)
 	}
 	os.WriteFile(filepath.Join(repo, "Makefile"), []byte("build:\n\ttrue\ntest: build\n\ttrue\n"), 0o644)
-	if ci, err := DetectCI(repo, ""); err != nil || ci.Command != "make test" {
+	if ci, err := DetectCI(repo, "", rules.Commands{}); err != nil || ci.Command != "make test" {
 		t.Errorf("Makefile: %+v %v", ci, err)
 	}
-	if ci, _ := DetectCI(repo, "sh t.sh"); ci.Command != "sh t.sh" || ci.Source != "--test" {
+	if ci, _ := DetectCI(repo, "sh t.sh", rules.Commands{}); ci.Command != "sh t.sh" || ci.Source != "--test" {
 		t.Errorf("--test: %+v", ci)
+	}
+	// The rule files' test block comes before discovery.
+	os.Mkdir(filepath.Join(repo, ".git"), 0o755)
+	os.WriteFile(filepath.Join(repo, "AGENTS.md"), []byte("# Repo\n\n## Tests\n\n```sh\nmake check\n```\n"), 0o644)
+	rs, err := rules.Load(context.Background(), repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci, err := DetectCI(repo, "", rs.Commands()); err != nil || ci.Command != "set -e\nmake check" || ci.Source != "AGENTS.md:5" {
+		t.Errorf("AGENTS.md: %+v %v", ci, err)
 	}
 }
 
