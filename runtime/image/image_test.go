@@ -3,6 +3,7 @@ package image
 import (
 	"archive/tar"
 	"context"
+	"crypto/rand"
 	"errors"
 	"os"
 	"path/filepath"
@@ -759,4 +760,61 @@ func FuzzCleanPath(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestImportDiskFull(t *testing.T) {
+	ctx := context.Background()
+	dataDir := t.TempDir()
+	layers := filepath.Join(dataDir, "layers")
+	if err := os.MkdirAll(layers, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", layers, "tmpfs", 0, "size=4m"); err != nil {
+		t.Skipf("mount tmpfs: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(layers, unix.MNT_DETACH) })
+	s := openStore(t, dataDir)
+	small := imageOf(t, "/bin/app", layerOf(t, dir("bin/"), file("bin/app", "#!/bin/sh\necho hi\n")))
+	kept, err := s.Import(ctx, writeLayout(t, map[string]v1.Image{"kept:1": small}), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := storeEntries(t, s)
+	used := func() uint64 {
+		var fs unix.Statfs_t
+		if err := unix.Statfs(layers, &fs); err != nil {
+			t.Fatal(err)
+		}
+		return (fs.Blocks - fs.Bfree) * uint64(fs.Bsize)
+	}
+	usedBefore := used()
+
+	// Random bytes, so nothing compresses them away: 8 MiB cannot fit in 4.
+	big := make([]byte, 8<<20)
+	if _, err := rand.Read(big); err != nil {
+		t.Fatal(err)
+	}
+	huge := imageOf(t, "/bin/app",
+		layerOf(t, dir("srv/"), file("srv/a", "first layer fits")),
+		layerOf(t, dir("srv/"), file("srv/big", string(big))))
+	_, err = s.Import(ctx, writeLayout(t, map[string]v1.Image{"huge:1": huge}), "", nil)
+	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "no space left") {
+		t.Fatalf("import onto a full disk: %v", err)
+	}
+	if after := storeEntries(t, s); !slices.Equal(after, before) {
+		t.Errorf("the failed import left %v (before: %v)", after, before)
+	}
+	if u := used(); u > usedBefore+64<<10 {
+		t.Errorf("%d bytes used after the failed import, %d before", u, usedBefore)
+	}
+	if _, err := s.Get(ctx, "huge:1"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("the failed image is listed: %v", err)
+	}
+	got, err := s.Get(ctx, "kept:1")
+	if err != nil || got.ID != kept.ID {
+		t.Fatalf("the image imported before: %+v %v", got, err)
+	}
+	if b := readFile(t, filepath.Join(s.Rootfs(got).LowerDirs[0], "bin/app")); b != "#!/bin/sh\necho hi\n" {
+		t.Errorf("its file after the failed import: %q", b)
+	}
 }
