@@ -41,13 +41,16 @@ func (a *app) browserStartCmd() *cobra.Command {
 		net     netFlags
 		limits  limitFlags
 		timeout time.Duration
+		pool    int
 	)
 	cmd := command(a, &cobra.Command{
-		Use:   "start [--golden NAME] [--net egress|full] [--allow-host H]... [--allow-cidr C]...",
+		Use:   "start [--golden NAME] [--pool N] [--net egress|full] [--allow-host H]... [--allow-cidr C]...",
 		Short: "Boot headless Chromium in a sandbox and checkpoint it as the golden browser",
 		Long: "Boot headless Chromium in a sandbox, wait until its DevTools endpoint answers, and checkpoint it\n" +
 			"as the golden browser (a snapshot named --golden), which browser new and screenshot restore.\n" +
 			"Browsers may reach what --allow-host and --allow-cidr allow (--net egress, the default).\n" +
+			"--pool N keeps N browsers restored from the golden ahead of time (a hot pool named after the\n" +
+			"golden, filled in the background), which browser new and screenshot claim.\n" +
 			"The host image needs Debian's chromium installed on the host. Prints the snapshot ID.",
 		Args: cobra.NoArgs,
 	}, "print the snapshot's record as JSON", printLine(func(snap *sandbox.Snapshot) string { return snap.ID }),
@@ -56,8 +59,18 @@ func (a *app) browserStartCmd() *cobra.Command {
 			if err != nil {
 				return nil, err
 			}
+			if pool < 0 || pool > sandbox.MaxPoolSize {
+				return nil, fmt.Errorf("--pool %d: 0 to %d", pool, sandbox.MaxPoolSize)
+			}
 			o.Limits, o.Network, o.Timeout, o.Dial = l, net.policy(), timeout, s.portDialer()
-			return browser.Start(s.ctx, ops, o)
+			snap, err := browser.Start(s.ctx, ops, o)
+			if err != nil || pool == 0 {
+				return snap, err
+			}
+			if _, err := a.createPool(s, sandbox.PoolOptions{Name: snap.Name, From: snap.ID, Hot: pool}, false); err != nil {
+				return nil, fmt.Errorf("golden %s saved, but its pool: %w", snap.ID, err)
+			}
+			return snap, nil
 		}))
 	fs := cmd.Flags()
 	fs.StringVar(&o.Golden, "golden", browser.DefaultGolden, "name of the golden browser's snapshot")
@@ -66,6 +79,7 @@ func (a *app) browserStartCmd() *cobra.Command {
 	fs.Lookup("net").DefValue, net.mode = string(sandbox.NetEgress), string(sandbox.NetEgress)
 	limits.register(fs)
 	fs.DurationVar(&timeout, "timeout", browser.DefaultBootTimeout, "how long to wait for Chromium's DevTools endpoint")
+	fs.IntVar(&pool, "pool", 0, fmt.Sprintf("browsers to keep restored ahead in a hot pool named after the golden (0 to %d)", sandbox.MaxPoolSize))
 	return cmd
 }
 

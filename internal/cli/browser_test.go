@@ -12,10 +12,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/internal/nettest"
 	"smolvm.dev/smolvm/internal/testenv"
+	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/workflow/browser"
 )
 
@@ -36,7 +38,21 @@ func TestCLIBrowser(t *testing.T) {
 	t.Setenv("SMOLVM_NET_NETNS", w.HostNS)
 	t.Setenv("SMOLVM_NET_RESOLVER", w.Resolver)
 
-	c.must("browser", "start", "--allow-host", "allowed.test")
+	c.must("browser", "start", "--allow-host", "allowed.test", "--pool", "1")
+	t.Cleanup(func() { c.run("pool", "rm", browser.DefaultGolden) })
+	// --pool made a hot pool of the golden, filled in the background.
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		var pools []sandbox.Pool
+		if err := json.Unmarshal([]byte(c.must("pool", "ls", "--json")), &pools); err != nil {
+			t.Fatal(err)
+		}
+		if len(pools) == 1 && pools[0].Name == browser.DefaultGolden && pools[0].Hot == 1 && pools[0].HotReady == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the golden's hot pool: %+v", pools)
+		}
+	}
 	var b browser.Browser
 	if err := json.Unmarshal([]byte(c.must("browser", "new", "--json", "--ttl", "5m")), &b); err != nil {
 		t.Fatal(err)
@@ -58,6 +74,7 @@ func TestCLIBrowser(t *testing.T) {
 		{"browser", "screenshot", "http://allowed.test/", "-o", shot, "--viewport", "10"}, // no height
 		{"browser", "screenshot", "ftp://allowed.test/", "-o", shot},
 		{"browser", "start", "--net", "none", "--golden", "other"},
+		{"browser", "start", "--golden", "other", "--pool", "-1"},
 		{"browser", "new", "--golden", "../x"},
 	} {
 		if _, errOut, code := c.run(args...); code != 125 || strings.Count(errOut, "\n") != 1 {

@@ -46,6 +46,33 @@ func (a *app) spawnFill(runsc, pool string) {
 	cmd.Process.Release()
 }
 
+// createPool records the pool o and fills it: before returning with wait,
+// else by a detached smolvm pool fill.
+func (a *app) createPool(s *session, o sandbox.PoolOptions, wait bool) (*sandbox.Pool, error) {
+	if s.host != "" {
+		return nil, fmt.Errorf("pools are made on the server's host: use its API (POST /v1/pools), not SMOLVM_HOST")
+	}
+	e, err := s.runtime()
+	if err != nil {
+		return nil, err
+	}
+	p, err := e.mgr.CreatePool(s.ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	if wait {
+		return p, a.fill(s.ctx, e, p.Name)
+	}
+	if a.self != "" {
+		runsc, err := a.runscPath()
+		if err != nil {
+			return nil, err
+		}
+		a.spawnFill(runsc, p.Name)
+	}
+	return p, nil
+}
+
 func (a *app) poolCreateCmd() *cobra.Command {
 	var (
 		lf     limitFlags
@@ -78,26 +105,12 @@ func (a *app) poolCreateCmd() *cobra.Command {
 		if len(args) == 1 {
 			o.Image = args[0]
 		}
-		e, err := s.runtime()
-		if err != nil {
-			return err
-		}
-		p, err := e.mgr.CreatePool(s.ctx, o)
+		p, err := a.createPool(s, o, wait)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintln(a.stdout, p.Name)
-		if !wait {
-			if a.self != "" {
-				runsc, err := a.runscPath()
-				if err != nil {
-					return err
-				}
-				a.spawnFill(runsc, p.Name)
-			}
-			return nil
-		}
-		return a.fill(s.ctx, e, p.Name)
+		return nil
 	})
 	lf.register(cmd.Flags())
 	cmd.Flags().StringVar(&o.Name, "name", "", "pool name (default: the image)")
