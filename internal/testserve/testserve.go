@@ -49,7 +49,12 @@ func Start(t testing.TB, dir, guest string, args ...string) *Server {
 		t.Fatal(err)
 	}
 	s := &Server{Token: strings.TrimSpace(string(tok)), cmd: cmd, done: make(chan struct{})}
-	t.Cleanup(s.Stop)
+	t.Cleanup(func() {
+		s.Stop()
+		if t.Failed() {
+			t.Logf("smolvm serve's log, its errors, warnings and last lines:\n%s", s.notable(40))
+		}
+	})
 	// The log says where it listens: "... msg=serving at=http://127.0.0.1:PORT ...".
 	sc := bufio.NewScanner(stderr)
 	for s.URL == "" && sc.Scan() {
@@ -88,6 +93,23 @@ func (s *Server) Log() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.log.String()
+}
+
+// notable returns the log's lines that tell of trouble (panics, errors,
+// warnings), then its last tail lines.
+func (s *Server) notable(tail int) string {
+	lines := strings.Split(strings.TrimSpace(s.Log()), "\n")
+	var b strings.Builder
+	for _, l := range lines[:max(len(lines)-tail, 0)] {
+		if strings.Contains(l, "panic") || strings.Contains(l, "level=ERROR") || strings.Contains(l, "level=WARN") {
+			b.WriteString(l + "\n")
+		}
+	}
+	b.WriteString("...\n")
+	for _, l := range lines[max(len(lines)-tail, 0):] {
+		b.WriteString(l + "\n")
+	}
+	return b.String()
 }
 
 // Kill ends the server with SIGKILL, as a crash would, and waits for it.
