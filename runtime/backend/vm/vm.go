@@ -264,7 +264,39 @@ func (b *Backend) start(ctx context.Context, s *backend.Spec) error {
 	if err := b.startQEMU(s, ln); err != nil {
 		return err
 	}
-	return b.waitAgent(ctx, s)
+	err := b.waitAgent(ctx, s)
+	if !errors.Is(err, errIdle) {
+		return err
+	}
+	// Seen a few times in CI on loaded TCG hosts, cause not found: init
+	// hands over to the agent, then the guest sits idle and the agent
+	// never answers. A second boot has always got past it.
+	b.halt(s)
+	note := fmt.Sprintf("%s: boot went idle, booting again: %v\n", time.Now().UTC().Format(time.RFC3339), err)
+	if f, ferr := os.OpenFile(filepath.Join(s.Dir, "boot.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600); ferr == nil {
+		f.WriteString(note)
+		f.Close()
+	}
+	if err := b.startRelay(s); err != nil {
+		return err
+	}
+	if err := b.startQEMU(s, ln); err != nil {
+		return err
+	}
+	if err := b.waitAgent(ctx, s); err != nil {
+		return fmt.Errorf("%w (and before a second boot: %v)", err, note)
+	}
+	return nil
+}
+
+// halt kills s's QEMU and relay.
+func (b *Backend) halt(s *backend.Spec) {
+	if pid, ok := b.qemu(s); ok {
+		killWait(b, s, pid)
+	}
+	if pid, ok := b.relay(s); ok {
+		unix.Kill(pid, unix.SIGKILL)
+	}
 }
 
 // startRelay starts the host side of the agent's port. Its sockets are
@@ -403,6 +435,34 @@ const (
 // errStalled is a guest that spent bootCPU without its agent answering.
 var errStalled = errors.New("the guest stalled")
 
+// errIdle is a guest whose init started the agent, then sat idle for
+// idleWall (QEMU used under idleCPU meanwhile) without the agent
+// answering. A booting or busy guest under TCG keeps QEMU on the CPU.
+var errIdle = errors.New("the guest went idle without its agent answering")
+
+const (
+	idleWall = 60 * time.Second
+	idleCPU  = time.Second
+)
+
+// idleWatch tells a guest gone idle (errIdle) from one still working or
+// merely starved: the window restarts whenever QEMU has used idleCPU.
+type idleWatch struct {
+	from time.Time
+	cpu  time.Duration
+}
+
+// idle takes a sample: the time, QEMU's CPU time so far, and whether
+// init has started the agent. It reports whether the guest has been idle
+// for idleWall since the agent started.
+func (w *idleWatch) idle(now time.Time, cpu time.Duration, started bool) bool {
+	if !started || w.from.IsZero() || cpu-w.cpu >= idleCPU {
+		w.from, w.cpu = now, cpu
+		return false
+	}
+	return now.Sub(w.from) >= idleWall
+}
+
 // waitAgent returns once the agent answers, or early once the main
 // process has ended (a run of a short command).
 func (b *Backend) waitAgent(ctx context.Context, s *backend.Spec) error {
@@ -411,6 +471,11 @@ func (b *Backend) waitAgent(ctx context.Context, s *backend.Spec) error {
 	defer cancel()
 	c := b.Guest(s)
 	start, cpu0 := time.Now(), time.Duration(-1)
+	var (
+		watch   idleWatch
+		started bool
+		checked time.Time
+	)
 	for {
 		pctx, pcancel := context.WithTimeout(ctx, time.Second)
 		err := c.Ping(pctx)
@@ -431,6 +496,18 @@ func (b *Backend) waitAgent(ctx context.Context, s *backend.Spec) error {
 				cpu0 = cpu
 			}
 			used = cpu - cpu0
+			if time.Since(checked) >= time.Second {
+				checked = time.Now()
+				if !started {
+					p, _ := os.ReadFile(l.console())
+					started = bytes.Contains(p, []byte("smolvm init: starting the agent"))
+				}
+				if watch.idle(checked, cpu, started) {
+					_, relay := b.relay(s)
+					return fmt.Errorf("agent did not answer: %w for %v (QEMU used %v of CPU in %v, load %s, relay running %t)%s",
+						errIdle, idleWall, used.Round(time.Second), time.Since(start).Round(time.Second), loadAvg(), relay, b.bootError(s))
+				}
+			}
 		}
 		if used > b.bootCPU {
 			return fmt.Errorf("agent did not answer: %w (QEMU used %v of CPU in %v, load %s)%s",
@@ -668,12 +745,7 @@ func killWait(b *Backend, s *backend.Spec, pid int) bool {
 
 // Delete implements backend.Backend.
 func (b *Backend) Delete(ctx context.Context, s *backend.Spec) error {
-	if pid, ok := b.qemu(s); ok {
-		killWait(b, s, pid)
-	}
-	if pid, ok := b.relay(s); ok {
-		unix.Kill(pid, unix.SIGKILL)
-	}
+	b.halt(s)
 	if err := os.RemoveAll(s.Dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("delete %s: %w", s.ID, err)
 	}

@@ -322,3 +322,34 @@ func fileSum(t *testing.T, path string) string {
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }
+
+// TestIdleWatch: a guest is idle only once init has started the agent
+// and QEMU then uses under idleCPU for idleWall; a starved or busy guest
+// is not.
+func TestIdleWatch(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	var w idleWatch
+	for i := range 120 { // two minutes of boot, no CPU, agent not started
+		if w.idle(t0.Add(time.Duration(i)*time.Second), 0, false) {
+			t.Fatalf("idle at %ds before the agent started", i)
+		}
+	}
+	t1 := t0.Add(2 * time.Minute)
+	cpu := 10 * time.Second
+	for i := 0; i < 59; i++ {
+		if w.idle(t1.Add(time.Duration(i)*time.Second), cpu+time.Duration(i)*10*time.Millisecond, true) {
+			t.Fatalf("idle after %ds", i)
+		}
+	}
+	if !w.idle(t1.Add(idleWall), cpu+600*time.Millisecond, true) {
+		t.Error("not idle after idleWall with 0.6 s of CPU")
+	}
+
+	// Busy (or starved, using a little at a time): the window restarts.
+	w = idleWatch{}
+	for i := range 300 {
+		if w.idle(t0.Add(time.Duration(i)*time.Second), time.Duration(i)*50*time.Millisecond, true) {
+			t.Fatalf("a guest using 5%% of a core called idle at %ds", i)
+		}
+	}
+}
