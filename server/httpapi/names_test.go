@@ -27,7 +27,10 @@ import (
 // with bad names below; a new route must be added to one or the other.
 var (
 	nativeNameless = []string{"GET /healthz", "GET /openapi.json", "GET /metrics", "GET /v1/events", "GET /v1/sandboxes",
-		"GET /v1/images", "GET /v1/snapshots", "GET /v1/pools", "GET /v1/tenants", "GET /v1/usage", "/e2b/"}
+		"GET /v1/images", "GET /v1/snapshots", "GET /v1/pools", "GET /v1/tenants", "GET /v1/usage", "/e2b/",
+		// A run's repo is a path on the server's host, not a name in the
+		// data dir: TestAgentRunsAPI checks it (absolute, a git work tree).
+		"GET /v1/agent/runs", "POST /v1/agent/runs"}
 	e2bNameless = []string{"GET /sandboxes", "GET /v2/sandboxes"}
 )
 
