@@ -28,6 +28,50 @@ const (
 	snapLaunch = "vm.json"
 )
 
+// A disk is a qcow2 chain kept whole in the directory that holds it:
+// disk.qcow2 over base-K.qcow2 … over base-1.qcow2 (each backing file
+// named relative to the directory), the last over the shared blank disk
+// (by absolute path, a cache file no one removes). A copy links its
+// checkpoint's chain into its own directory, the checkpoint's disk.qcow2
+// as base-K+1 under a new overlay, so it keeps its disk when the
+// checkpoint goes (a fork's scratch checkpoint goes once the copies run);
+// a checkpoint of the copy links its chain back in the same way.
+const basePattern = "base-%d.qcow2"
+
+// bases returns the names of the base-N.qcow2 files in dir, N from 1 up.
+func bases(dir string) ([]string, error) {
+	var names []string
+	for n := 1; ; n++ {
+		name := fmt.Sprintf(basePattern, n)
+		if _, err := os.Stat(filepath.Join(dir, name)); errors.Is(err, os.ErrNotExist) {
+			return names, nil
+		} else if err != nil {
+			return nil, err
+		}
+		names = append(names, name)
+	}
+}
+
+// linkChain links each of names from src into dst.
+func linkChain(src, dst string, names ...string) error {
+	for _, name := range names {
+		if err := link(filepath.Join(src, name), filepath.Join(dst, name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// link makes to a hard link of from (a copy across file systems): the
+// files of a chain are never written.
+func link(from, to string) error {
+	os.Remove(to)
+	if err := os.Link(from, to); err != nil {
+		return run("cp", "--sparse=always", from, to)
+	}
+	return nil
+}
+
 // ErrLoad is a checkpoint this backend cannot restore: files missing or
 // damaged, or QEMU refusing the stream.
 var ErrLoad = errdefs.New(errdefs.ErrCorrupt, "cannot load VM checkpoint")
@@ -103,6 +147,13 @@ func (b *Backend) save(ctx context.Context, s *backend.Spec, dir string) error {
 	}
 	// QEMU flushed the disk for the migration, and the guest stands still.
 	if err := run("cp", "--sparse=always", l.disk(), filepath.Join(dir, snapDisk)); err != nil {
+		return err
+	}
+	chain, err := bases(s.Dir)
+	if err != nil {
+		return err
+	}
+	if err := linkChain(s.Dir, dir, chain...); err != nil {
 		return err
 	}
 	var ln launch
@@ -189,8 +240,27 @@ func (b *Backend) restore(ctx context.Context, s *backend.Spec, dir string) erro
 			return err
 		}
 	}
+	chain, err := bases(dir)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrLoad, err)
+	}
+	old, err := bases(s.Dir)
+	if err != nil {
+		return err
+	}
+	for _, name := range old {
+		os.Remove(filepath.Join(s.Dir, name))
+	}
+	top := fmt.Sprintf(basePattern, len(chain)+1)
+	if err := linkChain(dir, s.Dir, chain...); err != nil {
+		return err
+	}
+	if err := link(filepath.Join(dir, snapDisk), filepath.Join(s.Dir, top)); err != nil {
+		return err
+	}
 	os.Remove(l.disk())
-	if err := overlay(l.disk(), filepath.Join(dir, snapDisk), "qcow2"); err != nil {
+	// Relative: qemu-img resolves it beside the overlay.
+	if err := overlay(l.disk(), top, "qcow2"); err != nil {
 		return err
 	}
 	// The copy maps the checkpoint's RAM copy-on-write rather than

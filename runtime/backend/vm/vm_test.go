@@ -247,7 +247,7 @@ func TestForkCopyOnWrite(t *testing.T) {
 	if err := b.Run(ctx, src); err != nil {
 		t.Fatal(err)
 	}
-	sh(src, "echo A > /dev/shm/v")
+	sh(src, "echo A > /dev/shm/v; echo S > /root/s")
 	dir := filepath.Join(t.TempDir(), "ck")
 	if err := b.Checkpoint(ctx, src, dir, backend.CheckpointOptions{LeaveRunning: true}); err != nil {
 		t.Fatal(err)
@@ -306,6 +306,24 @@ func TestForkCopyOnWrite(t *testing.T) {
 	}
 	if got := sh(c2, "cat /dev/shm/v"); got != "A\n" {
 		t.Fatalf("c2 after its checkpoint went: %q", got)
+	}
+	// The copy's disk outlives that checkpoint too: a checkpoint of the
+	// copy, restored after the copy is gone, has both layers' files.
+	sh(c2, "echo D > /root/d; sync")
+	dir2 := filepath.Join(t.TempDir(), "ck2")
+	if err := b.Checkpoint(ctx, c2, dir2, backend.CheckpointOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Delete(ctx, c2); err != nil {
+		t.Fatal(err)
+	}
+	c3 := spec("c3")
+	defer b.Delete(ctx, c3)
+	if err := b.Restore(ctx, c3, dir2); err != nil {
+		t.Fatal(err)
+	}
+	if got := sh(c3, "cat /root/s /root/d /dev/shm/v"); got != "S\nD\nA\n" {
+		t.Fatalf("a copy of a copy reads %q", got)
 	}
 }
 
