@@ -7,7 +7,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/internal/proc"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/workflow/runner"
 	"smolvm.dev/smolvm/workflow/runner/testparse"
@@ -69,9 +69,9 @@ type Run struct {
 	Budget       runner.Budget  `json:"budget"`
 	State        State          `json:"state"`
 	Reason       string         `json:"reason,omitempty"`
-	// PID is the smolvm process working on it; a running run whose PID
-	// is gone was killed.
-	PID     int           `json:"pid"`
+	// Owner is the smolvm process working on it; a running run whose
+	// owner is gone was killed.
+	proc.Owner
 	Elapsed time.Duration `json:"elapsed"`
 	// Integration is the branch the merge queue made, and Summary what
 	// it merged and ejected.
@@ -286,7 +286,7 @@ func (c *Coordinator) newRun(ctx context.Context, o Options) (*Run, error) {
 		return nil, errdefs.New(errdefs.ErrConflict, fmt.Sprintf("%s has uncommitted changes: commit or stash them (branches start from HEAD)", repo))
 	}
 	r := &Run{ID: newID(), Created: time.Now().UTC(), Repo: repo, Mode: o.Mode, Task: o.Task, Setup: o.Setup, CI: o.CI,
-		Limits: o.Limits, Concurrency: o.Concurrency, Budget: o.Budget, State: SettingUp, PID: os.Getpid()}
+		Limits: o.Limits, Concurrency: o.Concurrency, Budget: o.Budget, State: SettingUp, Owner: proc.Self()}
 	r.Git = filepath.Join(c.Dir, r.ID, "git")
 	if err := os.MkdirAll(filepath.Dir(r.Git), 0o700); err != nil {
 		return nil, err
@@ -484,7 +484,7 @@ func (c *Coordinator) Get(ctx context.Context, id string) (*Run, []*Branch, erro
 	if err != nil {
 		return nil, nil, err
 	}
-	if going(r.State) && !alive(r.PID) {
+	if going(r.State) && !r.Alive() {
 		r.Reason = fmt.Sprintf("smolvm (pid %d) died while it was %s", r.PID, r.State)
 		r.State = Failed
 		for _, b := range bs {
@@ -497,17 +497,6 @@ func (c *Coordinator) Get(ctx context.Context, id string) (*Run, []*Branch, erro
 }
 
 func going(s State) bool { return s == SettingUp || s == Running || s == Merging }
-
-func alive(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	if pid == os.Getpid() {
-		return true
-	}
-	_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
-	return !errors.Is(err, os.ErrNotExist)
-}
 
 func errText(err error) string {
 	if err == nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/internal/proc"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/workflow/runner"
 	"smolvm.dev/smolvm/workflow/runner/testparse"
@@ -119,7 +120,7 @@ func (c *Coordinator) Merge(ctx context.Context, id string, o MergeOptions) (*Ru
 		return nil, errdefs.New(errdefs.ErrConflict, fmt.Sprintf("run %s is %s (%s): merge needs every branch finished", id, r.State, r.Reason))
 	}
 	q := &queue{c: c, r: r, g: gitDir(r.Git), o: o, start: time.Now()}
-	r.State, r.Reason, r.PID = Merging, "", os.Getpid()
+	r.State, r.Reason, r.Owner = Merging, "", proc.Self()
 	if err := c.Store.SaveRun(ctx, r); err != nil {
 		return nil, err
 	}

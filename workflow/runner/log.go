@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/internal/proc"
 	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/workflow/runner/guard"
 	"smolvm.dev/smolvm/workflow/runner/testparse"
@@ -38,6 +39,19 @@ type Run struct {
 	Flaky   []string          `json:"flaky,omitempty"`
 	Usage   Usage             `json:"usage"`
 	Elapsed time.Duration     `json:"elapsed"`
+	// Owner is the smolvm process running it: a run left running by an
+	// owner that is gone reads as stopped (interrupted).
+	proc.Owner
+}
+
+// interrupted marks r stopped if its owner died while it ran. Its last
+// checkpoint stands: agent resume goes on from there.
+func (r *Run) interrupted() *Run {
+	if r.State == Running && !r.Alive() {
+		r.State = Stopped
+		r.Reason = fmt.Sprintf("interrupted: smolvm (pid %d) ended while the run went on; resume it from a checkpoint (smolvm agent resume)", r.PID)
+	}
+	return r
 }
 
 // State is where a run stands.
@@ -133,12 +147,16 @@ func (l *Log) Get(ctx context.Context, id string) (*Run, error) {
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", id, err)
 	}
-	return r, nil
+	return r.interrupted(), nil
 }
 
 // Runs lists every run, newest first.
 func (l *Log) Runs(ctx context.Context) ([]*Run, error) {
-	return store.Docs[Run](ctx, l.db, `SELECT data FROM agent_runs ORDER BY created DESC`)
+	runs, err := store.Docs[Run](ctx, l.db, `SELECT data FROM agent_runs ORDER BY created DESC`)
+	for _, r := range runs {
+		r.interrupted()
+	}
+	return runs, err
 }
 
 // Iterations returns a run's iterations in order.

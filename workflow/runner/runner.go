@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/internal/proc"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/workflow/runner/guard"
 	"smolvm.dev/smolvm/workflow/runner/testparse"
@@ -236,7 +237,7 @@ func (rn *Runner) fix(ctx context.Context, o Options, sb string) (*Run, error) {
 	}
 	defer r.closeScratch()
 	r.rec = &Run{ID: r.id, Created: r.start.UTC(), Repo: r.scr.repo, Task: o.Task, Test: o.Test,
-		Agent: o.AgentName, Base: r.scr.base, State: Running}
+		Agent: o.AgentName, Base: r.scr.base, State: Running, Owner: proc.Self()}
 	if err := r.log.Save(ctx, r.rec); err != nil {
 		r.remove(ctx, sb)
 		return nil, err
@@ -308,7 +309,7 @@ func (rn *Runner) Resume(ctx context.Context, id string, from int, o Options) (*
 		return nil, err
 	}
 	defer r.closeScratch()
-	rec.State, rec.Reason, rec.Verdict = Running, "", nil
+	rec.State, rec.Reason, rec.Verdict, rec.Owner = Running, "", nil, proc.Self()
 	sb, err := r.restore(ctx, its[i].Snapshot)
 	if err != nil {
 		return r.fail(ctx, err)
