@@ -49,7 +49,8 @@ func (a *app) benchCmd() *cobra.Command {
 				return err
 			}
 			defer os.RemoveAll(dir)
-			o := bench.Options{Manager: e.mgr, Runsc: runsc, Dir: dir, Cold: cold, Exec: execs}
+			fmt.Fprintf(a.stdout, "load average before: %s\n\n", loadAverage())
+			o := bench.Options{Manager: e.mgr, Runsc: runsc, Dir: dir, Cold: cold, Exec: execs, Self: a.self, DataDir: a.dataDir}
 			series, err := bench.Run(ctx, o)
 			if err != nil {
 				return err
@@ -72,11 +73,14 @@ func (a *app) benchCmd() *cobra.Command {
 			if err := bench.Print(a.stdout, series); err != nil {
 				return err
 			}
-			if len(mem) == 0 {
-				return nil
+			if len(mem) > 0 {
+				fmt.Fprintln(a.stdout)
+				if err := bench.PrintMemory(a.stdout, mem); err != nil {
+					return err
+				}
 			}
-			fmt.Fprintln(a.stdout)
-			return bench.PrintMemory(a.stdout, mem)
+			fmt.Fprintf(a.stdout, "\nload average after: %s\n", loadAverage())
+			return nil
 		},
 	}
 	cmd.Flags().IntVar(&cold, "cold", 10, "sandboxes to cold-start")
@@ -105,11 +109,7 @@ func (a *app) benchBackend(ctx context.Context, e *env, backendName, img string,
 		}
 		fmt.Fprintf(a.stdout, "vm backend under %s%s; baseline gvisor in the same run\n", strings.ToUpper(vb.Accel()), note)
 	}
-	load := func() string {
-		p, _ := os.ReadFile("/proc/loadavg")
-		return strings.Join(strings.Fields(string(p) + "? ? ?")[:3], " ")
-	}
-	fmt.Fprintf(a.stdout, "load average before: %s\n\n", load())
+	fmt.Fprintf(a.stdout, "load average before: %s\n\n", loadAverage())
 	series, mem, err := bench.Compare(ctx, bench.CompareOptions{Manager: e.mgr, Backend: backendName, Baseline: "gvisor", Image: img, Cold: cold, Exec: execs, Snapshots: snaps})
 	if err != nil {
 		return err
@@ -123,6 +123,13 @@ func (a *app) benchBackend(ctx context.Context, e *env, backendName, img string,
 			return err
 		}
 	}
-	fmt.Fprintf(a.stdout, "\nload average after: %s\n", load())
+	fmt.Fprintf(a.stdout, "\nload average after: %s\n", loadAverage())
 	return nil
+}
+
+// loadAverage is the host's 1, 5 and 15 minute load averages, which every
+// figure must be read beside on a shared machine.
+func loadAverage() string {
+	p, _ := os.ReadFile("/proc/loadavg")
+	return strings.Join(strings.Fields(string(p) + "? ? ?")[:3], " ")
 }
