@@ -395,7 +395,6 @@ func closeFiles(files []*os.File) {
 // and the network arguments sent, as `runsc restore --background` does
 // before its Restore call. finish makes that call.
 type pendingRestore struct {
-	s  *backend.Spec
 	sf *stateFile
 	c  *controlConn
 }
@@ -417,7 +416,7 @@ func (b *Backend) beginRestore(ctx context.Context, s *backend.Spec) (*pendingRe
 		sf.unlock()
 		return nil, err
 	}
-	p := &pendingRestore{s: s, sf: sf, c: c}
+	p := &pendingRestore{sf: sf, c: c}
 	if err := c.call(ctx, methodNetworkArgs, &networkArgs{LoopbackLinks: []loopbackLink{loopback()}, IsRestore: true}); err != nil {
 		p.close()
 		return nil, err
