@@ -70,17 +70,7 @@ func (a *app) benchCmd() *cobra.Command {
 				}
 				series, mem = append(series, more...), m
 			}
-			if err := bench.Print(a.stdout, series); err != nil {
-				return err
-			}
-			if len(mem) > 0 {
-				fmt.Fprintln(a.stdout)
-				if err := bench.PrintMemory(a.stdout, mem); err != nil {
-					return err
-				}
-			}
-			fmt.Fprintf(a.stdout, "\nload average after: %s\n", loadAverage())
-			return nil
+			return a.printBench(series, mem)
 		},
 	}
 	cmd.Flags().IntVar(&cold, "cold", 10, "sandboxes to cold-start")
@@ -114,6 +104,12 @@ func (a *app) benchBackend(ctx context.Context, e *env, backendName, img string,
 	if err != nil {
 		return err
 	}
+	return a.printBench(series, mem)
+}
+
+// printBench writes the series' table, the memory figures if any, and the
+// load average once they are taken.
+func (a *app) printBench(series []bench.Series, mem []bench.Memory) error {
 	if err := bench.Print(a.stdout, series); err != nil {
 		return err
 	}

@@ -337,13 +337,7 @@ func runscStatus(t *testing.T, b *Backend, s *backend.Spec) string {
 func TestControlPath(t *testing.T) {
 	b, spec := controlHarness(t)
 	ctx := context.Background()
-	src := spec()
-	if err := b.Run(ctx, src); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, exit := shIn(t, b, src, "echo kept > /root/f"); exit != 0 {
-		t.Fatal(exit)
-	}
+	src := runKeeping(t, b, spec)
 	// Checkpoint, Restore, Pause and Resume take the control path: the
 	// harness checked this runsc speaks it (TestControlFallsBack shows the
 	// other branch).
@@ -405,6 +399,20 @@ func TestControlPath(t *testing.T) {
 	if err := b.Stop(ctx, cp, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// runKeeping runs a sandbox that holds /root/f ("kept"), which its copies
+// must hold too.
+func runKeeping(t *testing.T, b *Backend, spec func() *backend.Spec) *backend.Spec {
+	t.Helper()
+	src := spec()
+	if err := b.Run(context.Background(), src); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, exit := shIn(t, b, src, "echo kept > /root/f"); exit != 0 {
+		t.Fatal(exit)
+	}
+	return src
 }
 
 func shIn(t *testing.T, b *Backend, s *backend.Spec, script string) (string, string, int) {
@@ -610,13 +618,7 @@ func TestSeccompPrecompiled(t *testing.T) {
 func TestControlRestoreFrom(t *testing.T) {
 	b, spec := controlHarness(t)
 	ctx := context.Background()
-	src := spec()
-	if err := b.Run(ctx, src); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, exit := shIn(t, b, src, "echo kept > /root/f"); exit != 0 {
-		t.Fatal(exit)
-	}
+	src := runKeeping(t, b, spec)
 	cp := spec()
 	if err := b.Create(ctx, cp); err != nil {
 		t.Fatal(err)
