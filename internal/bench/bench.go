@@ -26,6 +26,9 @@ type Options struct {
 	Dir string
 	// Cold is how many sandboxes to cold-start; Exec how many execs.
 	Cold, Exec int
+	// Self is the smolvm binary, run on DataDir (Manager's) for the
+	// CLI's lines; "" leaves them out.
+	Self, DataDir string
 }
 
 // Series is one measured operation (package series, which benchmarks of

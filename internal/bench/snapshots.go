@@ -34,7 +34,10 @@ type Memory struct {
 
 // Snapshots measures checkpoint, restore, fork and pool creation, each
 // beside the stock runsc pipeline doing the same, n times each (fork ×10
-// fewer times), and the memory one more idle fork costs.
+// fewer times), and the memory one more idle fork costs. An idle
+// checkpoint, a fork into a restore target and a hot-pool claim are also
+// measured through the HTTP API and, with o.Self, the smolvm CLI, each
+// on its own line, with exec true through each as their start-up cost.
 func Snapshots(ctx context.Context, o Options, snaps *snapshot.Store, n int) ([]Series, []Memory, error) {
 	m := o.Manager
 	rootfs, err := m.ImageRootfs(ctx, sandbox.DefaultImage)
@@ -47,6 +50,19 @@ func Snapshots(ctx context.Context, o Options, snaps *snapshot.Store, n int) ([]
 			cleanup[i]()
 		}
 	}()
+	api, stop, err := StartAPI(m, o.Dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	cleanup = append(cleanup, stop)
+	paths := []path{servicePath(libraryPath, m), servicePath("HTTP API", api)}
+	if o.Self != "" {
+		paths = append(paths, cliPath(o.Self, o.DataDir, o.Runsc))
+	}
+	execs, err := execSeries(ctx, o, paths, 3*n)
+	if err != nil {
+		return nil, nil, err
+	}
 	bg := context.WithoutCancel(ctx)
 	start := func(touch bool) (*sandbox.Sandbox, error) {
 		sb, err := m.Create(ctx, sandbox.CreateOptions{Start: true})
@@ -136,7 +152,7 @@ func Snapshots(ctx context.Context, o Options, snaps *snapshot.Store, n int) ([]
 	}
 
 	var (
-		ckIdle       = Series{Name: "checkpoint, idle", Baseline: "runsc checkpoint --leave-running, idle"}
+		ckIdle       = pathSeries("checkpoint, idle", "runsc checkpoint --leave-running, idle", paths)
 		stockCkIdle  = Series{Name: "runsc checkpoint --leave-running, idle"}
 		ckBig        = Series{Name: "checkpoint, 100 MB touched", Baseline: "runsc checkpoint --leave-running, 100 MB touched"}
 		stockCkBig   = Series{Name: "runsc checkpoint --leave-running, 100 MB touched"}
@@ -149,41 +165,53 @@ func Snapshots(ctx context.Context, o Options, snaps *snapshot.Store, n int) ([]
 		pool         = Series{Name: "create from warm pool + exec true", Baseline: "cold create + exec true"}
 		cold         = Series{Name: "cold create + exec true"}
 	)
-	timeCheckpoint := func(sb *sandbox.Sandbox, s *gvisor.Stock, mine, theirs *Series) (*sandbox.Snapshot, error) {
-		t := time.Now()
-		snap, err := m.Checkpoint(ctx, sb.ID, sandbox.CheckpointOptions{})
-		if err != nil {
-			return nil, err
+	// timeCheckpoint checkpoints sb through each path (mine: a series
+	// each), keeping the library's snapshot, then s with stock runsc.
+	timeCheckpoint := func(sb *sandbox.Sandbox, s *gvisor.Stock, paths []path, mine []Series, theirs *Series) (string, error) {
+		var snap string
+		for i, p := range paths {
+			t := time.Now()
+			id, err := p.checkpoint(ctx, sb.ID)
+			if err != nil {
+				return "", err
+			}
+			mine[i].Samples = append(mine[i].Samples, time.Since(t))
+			// Its seal (hashing, syncfs) runs on in the background: let it
+			// finish untimed, so that it does not slow the next turn. (The
+			// CLI's process waits for it before it exits.)
+			snaps.Wait()
+			if i == 0 {
+				snap = id
+			} else {
+				snaps.Remove(ctx, id, nil)
+			}
 		}
-		mine.Samples = append(mine.Samples, time.Since(t))
-		// Its seal (hashing, syncfs) runs on in the background: let it
-		// finish untimed, so that it does not slow stock's turn.
-		snaps.Wait()
 		dir, err := scratch()
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 		defer os.RemoveAll(dir)
-		t = time.Now()
+		t := time.Now()
 		if err := s.Checkpoint(ctx, dir); err != nil {
-			return nil, err
+			return "", err
 		}
 		theirs.Samples = append(theirs.Samples, time.Since(t))
 		return snap, nil
 	}
+	bigSeries := []Series{ckBig}
 	for i := 0; i < n; i++ {
-		snap, err := timeCheckpoint(idle, stockIdle, &ckIdle, &stockCkIdle)
+		snap, err := timeCheckpoint(idle, stockIdle, paths, ckIdle, &stockCkIdle)
 		if err != nil {
 			return nil, nil, err
 		}
-		bigSnap, err := timeCheckpoint(big, stockBig, &ckBig, &stockCkBig)
+		bigSnap, err := timeCheckpoint(big, stockBig, paths[:1], bigSeries, &stockCkBig)
 		if err != nil {
 			return nil, nil, err
 		}
-		snaps.Remove(ctx, bigSnap.ID, nil)
+		snaps.Remove(ctx, bigSnap, nil)
 
 		t := time.Now()
-		cp, err := m.Restore(ctx, snap.ID, sandbox.RestoreOptions{})
+		cp, err := m.Restore(ctx, snap, sandbox.RestoreOptions{})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -192,7 +220,7 @@ func Snapshots(ctx context.Context, o Options, snaps *snapshot.Store, n int) ([]
 		}
 		restore.Samples = append(restore.Samples, time.Since(t))
 		m.Remove(bg, cp.ID, true)
-		snaps.Remove(ctx, snap.ID, nil)
+		snaps.Remove(ctx, snap, nil)
 
 		dir, err := scratch()
 		if err != nil {
@@ -246,7 +274,7 @@ func Snapshots(ctx context.Context, o Options, snaps *snapshot.Store, n int) ([]
 		stockFork10.Samples = append(stockFork10.Samples, total)
 	}
 
-	targets, err := targetSeries(ctx, m, snaps, n, func(fork bool) (time.Duration, error) {
+	targets, err := targetSeries(ctx, o, snaps, paths, n, func(fork bool) (time.Duration, error) {
 		dir, err := scratch()
 		if err != nil {
 			return 0, err
@@ -291,7 +319,7 @@ func Snapshots(ctx context.Context, o Options, snaps *snapshot.Store, n int) ([]
 		}
 	}
 
-	hot, err := hotSeries(ctx, m, snaps, n, idle.ID)
+	hot, err := hotSeries(ctx, m, snaps, paths, n, idle.ID)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -299,9 +327,11 @@ func Snapshots(ctx context.Context, o Options, snaps *snapshot.Store, n int) ([]
 	if err != nil {
 		return nil, nil, err
 	}
-	series := []Series{ckIdle, stockCkIdle, ckBig, stockCkBig, restore, stockRestore, fork1, stockFork1, fork10, stockFork10}
+	series := append(execs, ckIdle...)
+	series = append(series, stockCkIdle, bigSeries[0], stockCkBig, restore, stockRestore, fork1, stockFork1, fork10, stockFork10)
 	series = append(series, targets...)
-	return append(series, hot, pool, cold), mem, nil
+	series = append(series, hot...)
+	return append(series, pool, cold), mem, nil
 }
 
 // targetSeries measures restore and fork into a pool's restore targets,
@@ -309,7 +339,8 @@ func Snapshots(ctx context.Context, o Options, snaps *snapshot.Store, n int) ([]
 // (stock(fork); without fork, from an image saved untimed). The pool is
 // full before each timed operation, ours or stock's, so that no refill
 // competes with it.
-func targetSeries(ctx context.Context, m *manager.Manager, snaps *snapshot.Store, n int, stock func(fork bool) (time.Duration, error), idle string) ([]Series, error) {
+func targetSeries(ctx context.Context, o Options, snaps *snapshot.Store, paths []path, n int, stock func(fork bool) (time.Duration, error), idle string) ([]Series, error) {
+	m := o.Manager
 	const pool = "bench-targets"
 	if _, err := m.CreatePool(ctx, sandbox.PoolOptions{Name: pool, Targets: 10}); err != nil {
 		return nil, err
@@ -318,7 +349,7 @@ func targetSeries(ctx context.Context, m *manager.Manager, snaps *snapshot.Store
 	var (
 		restore      = Series{Name: "restore into a restore target + exec true", Baseline: "runsc restore into a created sandbox + exec true"}
 		stockRestore = Series{Name: "runsc restore into a created sandbox + exec true"}
-		fork1        = Series{Name: "fork x1 into a restore target until it answers exec", Baseline: "runsc checkpoint + restore into a created sandbox + exec"}
+		fork1        = pathSeries("fork x1 into a restore target until it answers exec", "runsc checkpoint + restore into a created sandbox + exec", paths)
 		stockFork1   = Series{Name: "runsc checkpoint + restore into a created sandbox + exec"}
 		fork10       = Series{Name: "fork x10 into restore targets until all answer exec", Baseline: "10 x (runsc checkpoint + restore into a created sandbox + exec)"}
 		stockFork10  = Series{Name: "10 x (runsc checkpoint + restore into a created sandbox + exec)"}
@@ -368,7 +399,18 @@ func targetSeries(ctx context.Context, m *manager.Manager, snaps *snapshot.Store
 		if err := timePair(&restore, &stockRestore, restoreOnce, 1, false); err != nil {
 			return nil, err
 		}
-		if err := timePair(&fork1, &stockFork1, func() (time.Duration, error) { return timeFork(ctx, m, idle, 1) }, 1, true); err != nil {
+		// Each path, then stock (timePair), each on a full pool.
+		for i, p := range paths[1:] {
+			if err := fillTargets(ctx, m, pool); err != nil {
+				return nil, err
+			}
+			d, err := forkExec(ctx, o, p, idle)
+			if err != nil {
+				return nil, err
+			}
+			fork1[i+1].Samples = append(fork1[i+1].Samples, d)
+		}
+		if err := timePair(&fork1[0], &stockFork1, func() (time.Duration, error) { return forkExec(ctx, o, paths[0], idle) }, 1, true); err != nil {
 			return nil, err
 		}
 	}
@@ -377,40 +419,42 @@ func targetSeries(ctx context.Context, m *manager.Manager, snaps *snapshot.Store
 			return nil, err
 		}
 	}
-	return []Series{restore, stockRestore, fork1, stockFork1, fork10, stockFork10}, nil
+	return append(fork1, stockFork1, restore, stockRestore, fork10, stockFork10), nil
 }
 
 // hotSeries times restores that claim a hot copy (pool create --from
 // --hot): resumed and given its identity, until it answers an exec. It is
 // its own line, never mixed with live forks; the pool is refilled untimed
 // before each.
-func hotSeries(ctx context.Context, m *manager.Manager, snaps *snapshot.Store, n int, idle string) (Series, error) {
-	s := Series{Name: "restore claimed from a hot pool + exec true", Baseline: "runsc restore into a created sandbox + exec true"}
+func hotSeries(ctx context.Context, m *manager.Manager, snaps *snapshot.Store, paths []path, n int, idle string) ([]Series, error) {
+	s := pathSeries("restore claimed from a hot pool + exec true", "runsc restore into a created sandbox + exec true", paths)
 	bg := context.WithoutCancel(ctx)
 	snap, err := m.Checkpoint(ctx, idle, sandbox.CheckpointOptions{})
 	if err != nil {
-		return s, err
+		return nil, err
 	}
 	defer snaps.Remove(bg, snap.ID, nil)
 	const pool = "bench-hot"
 	if _, err := m.CreatePool(ctx, sandbox.PoolOptions{Name: pool, From: snap.ID, Hot: 1}); err != nil {
-		return s, err
+		return nil, err
 	}
 	defer m.RemovePool(bg, pool)
 	for range n {
-		if _, err := m.FillPool(ctx, pool); err != nil {
-			return s, err
-		}
-		t := time.Now()
-		cp, err := m.Restore(ctx, snap.ID, sandbox.RestoreOptions{})
-		if err != nil {
-			return s, err
-		}
-		err = execTrue(ctx, m, cp.ID)
-		s.Samples = append(s.Samples, time.Since(t))
-		m.Remove(bg, cp.ID, true)
-		if err != nil {
-			return s, err
+		for i, p := range paths {
+			if _, err := m.FillPool(ctx, pool); err != nil {
+				return nil, err
+			}
+			t := time.Now()
+			cp, err := p.restore(ctx, snap.ID)
+			if err != nil {
+				return nil, err
+			}
+			err = p.exec(ctx, cp)
+			s[i].Samples = append(s[i].Samples, time.Since(t))
+			m.Remove(bg, cp, true)
+			if err != nil {
+				return nil, err
+			}
 		}
 	}
 	return s, nil

@@ -49,7 +49,8 @@ func (a *app) benchCmd() *cobra.Command {
 				return err
 			}
 			defer os.RemoveAll(dir)
-			o := bench.Options{Manager: e.mgr, Runsc: runsc, Dir: dir, Cold: cold, Exec: execs}
+			fmt.Fprintf(a.stdout, "load average before: %s\n\n", loadAverage())
+			o := bench.Options{Manager: e.mgr, Runsc: runsc, Dir: dir, Cold: cold, Exec: execs, Self: a.self, DataDir: a.dataDir}
 			series, err := bench.Run(ctx, o)
 			if err != nil {
 				return err
@@ -69,14 +70,7 @@ func (a *app) benchCmd() *cobra.Command {
 				}
 				series, mem = append(series, more...), m
 			}
-			if err := bench.Print(a.stdout, series); err != nil {
-				return err
-			}
-			if len(mem) == 0 {
-				return nil
-			}
-			fmt.Fprintln(a.stdout)
-			return bench.PrintMemory(a.stdout, mem)
+			return a.printBench(series, mem)
 		},
 	}
 	cmd.Flags().IntVar(&cold, "cold", 10, "sandboxes to cold-start")
@@ -105,15 +99,17 @@ func (a *app) benchBackend(ctx context.Context, e *env, backendName, img string,
 		}
 		fmt.Fprintf(a.stdout, "vm backend under %s%s; baseline gvisor in the same run\n", strings.ToUpper(vb.Accel()), note)
 	}
-	load := func() string {
-		p, _ := os.ReadFile("/proc/loadavg")
-		return strings.Join(strings.Fields(string(p) + "? ? ?")[:3], " ")
-	}
-	fmt.Fprintf(a.stdout, "load average before: %s\n\n", load())
+	fmt.Fprintf(a.stdout, "load average before: %s\n\n", loadAverage())
 	series, mem, err := bench.Compare(ctx, bench.CompareOptions{Manager: e.mgr, Backend: backendName, Baseline: "gvisor", Image: img, Cold: cold, Exec: execs, Snapshots: snaps})
 	if err != nil {
 		return err
 	}
+	return a.printBench(series, mem)
+}
+
+// printBench writes the series' table, the memory figures if any, and the
+// load average once they are taken.
+func (a *app) printBench(series []bench.Series, mem []bench.Memory) error {
 	if err := bench.Print(a.stdout, series); err != nil {
 		return err
 	}
@@ -123,6 +119,13 @@ func (a *app) benchBackend(ctx context.Context, e *env, backendName, img string,
 			return err
 		}
 	}
-	fmt.Fprintf(a.stdout, "\nload average after: %s\n", load())
+	fmt.Fprintf(a.stdout, "\nload average after: %s\n", loadAverage())
 	return nil
+}
+
+// loadAverage is the host's 1, 5 and 15 minute load averages, which every
+// figure must be read beside on a shared machine.
+func loadAverage() string {
+	p, _ := os.ReadFile("/proc/loadavg")
+	return strings.Join(strings.Fields(string(p) + "? ? ?")[:3], " ")
 }

@@ -63,7 +63,9 @@ type app struct {
 
 // Main runs the CLI with args and returns the process exit status.
 func Main(args []string) int {
-	a := &app{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}
+	// SMOLVM_NO_REFILL: smolvm bench runs the CLI's commands and fills
+	// the pools itself, untimed.
+	a := &app{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, noRefill: os.Getenv("SMOLVM_NO_REFILL") != ""}
 	if exe, err := os.Executable(); err == nil {
 		a.self = exe
 	}

@@ -321,11 +321,17 @@ func (m *Manager) materialize(ctx context.Context, r *record, sn backend.Snapsho
 			}
 		}
 	}
-	dir, err := checkpointDir(ctx)
-	if err != nil {
-		return fail(err)
+	boot := func(ctx context.Context, s *backend.Spec) error {
+		dir, err := checkpointDir(ctx)
+		if err != nil {
+			return err
+		}
+		return sn.Restore(ctx, s, dir)
 	}
-	if err := m.start(ctx, r, func(ctx context.Context, s *backend.Spec) error { return sn.Restore(ctx, s, dir) }); err != nil {
+	if rf, ok := sn.(restorerFrom); ok {
+		boot = func(ctx context.Context, s *backend.Spec) error { return rf.RestoreFrom(ctx, s, checkpointDir) }
+	}
+	if err := m.start(ctx, r, boot); err != nil {
 		return fail(err)
 	}
 	if err := update(ctx, m.st, r); err != nil {
@@ -333,6 +339,13 @@ func (m *Manager) materialize(ctx context.Context, r *record, sn backend.Snapsho
 	}
 	m.publish("restored", &r.Sandbox)
 	return &r.Sandbox, nil
+}
+
+// restorerFrom is a backend that can begin a restore before its
+// checkpoint is whole (gvisor.Backend.RestoreFrom): a fork's copies then
+// do their own set-up while the source is being saved.
+type restorerFrom interface {
+	RestoreFrom(ctx context.Context, s *backend.Spec, dir func(context.Context) (string, error)) error
 }
 
 // discard removes a copy that failed half-way, with a fresh context: ctx

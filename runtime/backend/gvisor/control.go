@@ -390,36 +390,58 @@ func closeFiles(files []*os.File) {
 	}
 }
 
-// restoreControl is `runsc restore --background` into s, a sandbox runsc
-// created, over its control socket: the network arguments of a sandbox
-// without a network, then Restore; then, as runsc does under its lock,
-// the state file says running and restored.
-func (b *Backend) restoreControl(ctx context.Context, s *backend.Spec, dir string) error {
+// pendingRestore is a restore over the control socket begun before its
+// image is whole: runsc's state lock held, the control connection open
+// and the network arguments sent, as `runsc restore --background` does
+// before its Restore call. finish makes that call.
+type pendingRestore struct {
+	sf *stateFile
+	c  *controlConn
+}
+
+// beginRestore starts a restore into s, a sandbox runsc created, over its
+// control socket: under runsc's lock, the network arguments of a sandbox
+// without a network. Nothing in it needs the image.
+func (b *Backend) beginRestore(ctx context.Context, s *backend.Spec) (*pendingRestore, error) {
+	sf, err := lockState(ctx, layout{s.Dir}.runscRoot(), s.ID)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.requireState(s, sf.st, "restore", "created"); err != nil {
+		sf.unlock()
+		return nil, err
+	}
+	c, err := dialControl(s.ID, sf.st.Sandbox.ControlSocketPath)
+	if err != nil {
+		sf.unlock()
+		return nil, err
+	}
+	p := &pendingRestore{sf: sf, c: c}
+	if err := c.call(ctx, methodNetworkArgs, &networkArgs{LoopbackLinks: []loopbackLink{loopback()}, IsRestore: true}); err != nil {
+		p.close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// finish restores the image in dir, then, as runsc does under its lock,
+// records the sandbox running and restored.
+func (p *pendingRestore) finish(ctx context.Context, dir string) error {
+	defer p.close()
 	files, pages, err := openImage(dir)
 	if err != nil {
 		return err
 	}
 	defer closeFiles(files)
-	sf, err := lockState(ctx, layout{s.Dir}.runscRoot(), s.ID)
-	if err != nil {
+	if err := p.c.call(ctx, methodRestore, &restoreOpts{filePayload: filePayload{Files: files}, HavePagesFile: pages, Background: true}); err != nil {
 		return err
 	}
-	defer sf.unlock()
-	if err := b.requireState(s, sf.st, "restore", "created"); err != nil {
-		return err
-	}
-	c, err := dialControl(s.ID, sf.st.Sandbox.ControlSocketPath)
-	if err != nil {
-		return err
-	}
-	defer c.close()
-	if err := c.call(ctx, methodNetworkArgs, &networkArgs{LoopbackLinks: []loopbackLink{loopback()}, IsRestore: true}); err != nil {
-		return err
-	}
-	if err := c.call(ctx, methodRestore, &restoreOpts{filePayload: filePayload{Files: files}, HavePagesFile: pages, Background: true}); err != nil {
-		return err
-	}
-	return sf.save("running", true)
+	return p.sf.save("running", true)
+}
+
+func (p *pendingRestore) close() {
+	p.c.close()
+	p.sf.unlock()
 }
 
 // pauseControl and resumeControl are runsc pause and resume.

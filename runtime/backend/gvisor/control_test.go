@@ -337,13 +337,7 @@ func runscStatus(t *testing.T, b *Backend, s *backend.Spec) string {
 func TestControlPath(t *testing.T) {
 	b, spec := controlHarness(t)
 	ctx := context.Background()
-	src := spec()
-	if err := b.Run(ctx, src); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, exit := shIn(t, b, src, "echo kept > /root/f"); exit != 0 {
-		t.Fatal(exit)
-	}
+	src := runKeeping(t, b, spec)
 	// Checkpoint, Restore, Pause and Resume take the control path: the
 	// harness checked this runsc speaks it (TestControlFallsBack shows the
 	// other branch).
@@ -405,6 +399,20 @@ func TestControlPath(t *testing.T) {
 	if err := b.Stop(ctx, cp, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// runKeeping runs a sandbox that holds /root/f ("kept"), which its copies
+// must hold too.
+func runKeeping(t *testing.T, b *Backend, spec func() *backend.Spec) *backend.Spec {
+	t.Helper()
+	src := spec()
+	if err := b.Run(context.Background(), src); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, exit := shIn(t, b, src, "echo kept > /root/f"); exit != 0 {
+		t.Fatal(exit)
+	}
+	return src
 }
 
 func shIn(t *testing.T, b *Backend, s *backend.Spec, script string) (string, string, int) {
@@ -600,4 +608,68 @@ func TestSeccompPrecompiled(t *testing.T) {
 	if loaded < 2 {
 		t.Errorf("%d precompiled programs loaded, want the Sentry's and the gofer's", loaded)
 	}
+}
+
+// TestControlRestoreFrom begins a restore into a created sandbox before
+// its image exists, as a fork's copy does: runsc's lock is held and the
+// network arguments are sent while it waits, the restore follows once
+// the image is given, and a checkpoint that fails releases the lock and
+// leaves the sandbox to Delete.
+func TestControlRestoreFrom(t *testing.T) {
+	b, spec := controlHarness(t)
+	ctx := context.Background()
+	src := runKeeping(t, b, spec)
+	cp := spec()
+	if err := b.Create(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+	asked, give := make(chan struct{}), make(chan string)
+	done := make(chan error, 1)
+	go func() {
+		done <- b.RestoreFrom(ctx, cp, func(context.Context) (string, error) {
+			close(asked)
+			return <-give, nil
+		})
+	}()
+	<-asked
+	// Waiting for the image, the copy holds runsc's lock on its state.
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err := lockState(short, layout{cp.Dir}.runscRoot(), cp.ID)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("runsc's lock while the restore waits for its image: %v", err)
+	}
+	dir := t.TempDir()
+	if err := b.Checkpoint(ctx, src, dir, backend.CheckpointOptions{LeaveRunning: true}); err != nil {
+		t.Fatal(err)
+	}
+	give <- dir
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if out, _, _ := shIn(t, b, cp, "cat /root/f; hostname"); out != "kept\n"+cp.ID+"\n" {
+		t.Fatalf("copy: %q", out)
+	}
+	if st := runscStatus(t, b, cp); st != "running" {
+		t.Fatalf("runsc state after restore: %s", st)
+	}
+
+	failed := spec()
+	if err := b.Create(ctx, failed); err != nil {
+		t.Fatal(err)
+	}
+	saveErr := errors.New("the checkpoint failed")
+	err = b.RestoreFrom(ctx, failed, func(context.Context) (string, error) { return "", saveErr })
+	if !errors.Is(err, saveErr) {
+		t.Fatalf("restore whose checkpoint failed: %v", err)
+	}
+	sf, err := lockState(ctx, layout{failed.Dir}.runscRoot(), failed.ID)
+	if err != nil {
+		t.Fatalf("runsc's lock after the failed restore: %v", err)
+	}
+	sf.unlock()
+	if err := b.Delete(ctx, failed); err != nil {
+		t.Fatal(err)
+	}
+	nothingLeft(t, b, failed)
 }

@@ -58,38 +58,62 @@ func (b *Backend) Checkpoint(ctx context.Context, s *backend.Spec, dir string, o
 // sandbox with one needs runsc's copy of its namespace's links and routes
 // (setupNetwork), which only the CLI does.
 func (b *Backend) Restore(ctx context.Context, s *backend.Spec, dir string) error {
+	return b.RestoreFrom(ctx, s, func(context.Context) (string, error) { return dir, nil })
+}
+
+// RestoreFrom is Restore from the checkpoint that dir gives once it is
+// whole. Into a created sandbox without a network, what needs no image
+// is done first, while a fork's checkpoint is still being written: the
+// copy's identity, runsc's state lock, the control connection and the
+// network arguments. The restore itself then waits only for the image.
+func (b *Backend) RestoreFrom(ctx context.Context, s *backend.Spec, dir func(context.Context) (string, error)) error {
+	if err := b.restoreFrom(ctx, s, dir); err != nil {
+		return fmt.Errorf("restore %s: %w", s.ID, err)
+	}
+	return b.booted(ctx, s)
+}
+
+func (b *Backend) restoreFrom(ctx context.Context, s *backend.Spec, dir func(context.Context) (string, error)) error {
 	l := layout{s.Dir}
 	st, _ := b.State(ctx, s)
 	switch st {
 	case backend.StatusCreated:
 	case backend.StatusStopped:
-		return fmt.Errorf("restore %s: %w: the created sandbox died before the restore", s.ID, backend.ErrNotRunning)
+		return fmt.Errorf("%w: the created sandbox died before the restore", backend.ErrNotRunning)
 	default:
 		if err := b.prepare(s); err != nil {
-			return fmt.Errorf("restore %s: %w", s.ID, err)
+			return err
 		}
-	}
-	if err := backend.CopyFiles(dir, l.run(), logFiles); err != nil {
-		return fmt.Errorf("restore %s: %w", s.ID, err)
 	}
 	// The identity is in place before the copy runs: its agent finds it
 	// on its first look, and no time goes by between restore and serving.
 	if err := writeIdentity(s, true); err != nil {
-		return fmt.Errorf("restore %s: %w", s.ID, err)
+		return err
+	}
+	var pending *pendingRestore
+	if st == backend.StatusCreated && s.NetNS == "" && b.proto.check() == nil {
+		var err error
+		if pending, err = b.beginRestore(ctx, s); err != nil {
+			return err
+		}
+	}
+	d, err := dir(ctx)
+	if err == nil {
+		err = backend.CopyFiles(d, l.run(), logFiles)
+	}
+	if err != nil {
+		if pending != nil {
+			pending.close()
+		}
+		return err
 	}
 	// --background: memory loads as it is touched, after runsc returns;
 	// the sandbox holds the pages file open, so dir may go once it runs.
 	// Not --direct: O_DIRECT reads serialise parallel restores.
-	var err error
-	if st == backend.StatusCreated && s.NetNS == "" && b.proto.check() == nil {
-		err = b.restoreControl(ctx, s, dir)
-	} else {
-		err = b.runsc(ctx, s, "restore", "--detach", "--background", "--bundle", l.bundle(), "--image-path", dir, s.ID)
+	if pending != nil {
+		return pending.finish(ctx, d)
 	}
-	if err != nil {
-		return fmt.Errorf("restore %s: %w", s.ID, err)
-	}
-	return b.booted(ctx, s)
+	return b.runsc(ctx, s, "restore", "--detach", "--background", "--bundle", l.bundle(), "--image-path", d, s.ID)
 }
 
 // resume hands the quiesced agent its identity and waits until it serves.
