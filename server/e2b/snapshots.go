@@ -37,10 +37,8 @@ func (h *Handler) fromTemplate(ctx context.Context, template string, o sandbox.C
 	if h.snaps != nil {
 		sb, err := h.m.Restore(ctx, template, sandbox.RestoreOptions{})
 		if err == nil {
-			if err := h.ensureKernel(ctx, sb.ID); err != nil {
-				h.m.Remove(context.WithoutCancel(ctx), sb.ID, true)
-				return nil, err
-			}
+			// A code interpreter down in the checkpoint starts at the
+			// first request to its port (kernels.ensure).
 			// The copy carries its source's lifetime; this request's wins.
 			return h.m.SetTTL(ctx, sb.ID, o.Config.TTL)
 		}
