@@ -61,10 +61,7 @@ func newKernels() *kernels { return &kernels{up: map[string]bool{}} }
 // ensure makes sure the kernel of sandbox id listens, starting it if
 // nothing does.
 func (k *kernels) ensure(ctx context.Context, h *Handler, id string) error {
-	k.mu.Lock()
-	up := k.up[id]
-	k.mu.Unlock()
-	if up {
+	if k.known(id) {
 		return nil
 	}
 	// Not bound to this request: the start is shared with the others
@@ -73,15 +70,28 @@ func (k *kernels) ensure(ctx context.Context, h *Handler, id string) error {
 		if err := h.ensureKernel(context.WithoutCancel(ctx), id); err != nil {
 			return nil, err
 		}
-		k.mu.Lock()
-		defer k.mu.Unlock()
-		if len(k.up) >= maxKernelsUp {
-			clear(k.up)
-		}
-		k.up[id] = true
+		k.mark(id)
 		return nil, nil
 	})
 	return err
+}
+
+// known reports whether sandbox id's kernel answered (or was started).
+func (k *kernels) known(id string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.up[id]
+}
+
+// mark records that sandbox id's kernel listens: started there, or
+// carried into a copy from a source whose kernel is known.
+func (k *kernels) mark(id string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.up) >= maxKernelsUp {
+		clear(k.up)
+	}
+	k.up[id] = true
 }
 
 // forget makes the next request to sandbox id's kernel check it again.
@@ -98,6 +108,7 @@ func (h *Handler) withKernel(ctx context.Context, sb *sandbox.Sandbox) (*sandbox
 		h.m.Remove(context.WithoutCancel(ctx), sb.ID, true)
 		return nil, err
 	}
+	h.kernels.mark(sb.ID)
 	return sb, nil
 }
 
