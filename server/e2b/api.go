@@ -589,6 +589,10 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
+	// Copies carry the source's kernel: their first runCode need not
+	// check for it (a kernel gone meanwhile fails one request, as in the
+	// source).
+	kernelUp := h.kernels.known(sb.ID)
 	forks, err := h.m.Fork(r.Context(), sb.ID, sandbox.ForkOptions{N: n})
 	if err != nil {
 		writeErr(w, err)
@@ -596,6 +600,9 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]forkResult, 0, len(forks))
 	for _, f := range forks {
+		if kernelUp {
+			h.kernels.mark(f.ID)
+		}
 		in := info{Metadata: src.Metadata, Token: newToken()}
 		err := h.saveInfo(r.Context(), f.ID, in)
 		if err == nil && req.Timeout != nil {

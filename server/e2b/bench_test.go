@@ -1,9 +1,12 @@
 package e2b
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -99,13 +102,76 @@ func millis(ms []float64) []time.Duration {
 // BenchmarkCodeInterpreter measures @e2b/code-interpreter's
 // runCode('1+1') on a warm sandbox (a cell in a live interpreter) against
 // commands.run('python3 -c "print(1+1)"') (a new process), interleaved
-// in one run through the same server. b.N is the sample count of each:
+// in one run through the same server. Beside them, the same cell layer by
+// layer, to show where runCode's time goes: runCode's request sent with
+// node's fetch alone (no SDK), POST /execute through the E2B handler with
+// a Go client (no node), the same straight to the
+// kernel over the agent (no serve), and GET /health straight to the
+// kernel (the agent and the kernel's HTTP, no interpreter). b.N is the
+// sample count of each:
 //
 //	go test -run X -bench CodeInterpreter -benchtime 200x ./server/e2b
 func BenchmarkCodeInterpreter(b *testing.B) {
 	node, npm := nodeTools(b)
 	installSDK(b, npm)
 	s := newServer(b)
+	ctx := context.Background()
+	status, created := s.call(b, "POST", "/v2/sandboxes", apiKey, `{"templateID":"`+codeInterpreterTemplate+`","timeout":600}`)
+	if status != http.StatusCreated {
+		b.Fatalf("create: %d %v", status, created)
+	}
+	id := created["sandboxID"].(string)
+	// Straight to the kernel: one kept connection through the agent.
+	direct := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return s.env.Manager.DialPort(ctx, id, kernelPort)
+	}}}
+	defer direct.CloseIdleConnections()
+	cell := []byte(`{"code":"1+1"}`)
+	timed := func(sr *bench.Series, c *http.Client, method, url string, body []byte, hdr map[string]string) {
+		req, err := http.NewRequest(method, url, bytes.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		start := time.Now()
+		resp, err := c.Do(req)
+		if err != nil {
+			b.Fatalf("%s: %v", sr.Name, err)
+		}
+		out, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		sr.Samples = append(sr.Samples, time.Since(start))
+		if err != nil || resp.StatusCode != http.StatusOK || (body != nil && !bytes.Contains(out, []byte(`"text": "2"`))) {
+			b.Fatalf("%s: %d %s %v", sr.Name, resp.StatusCode, out, err)
+		}
+	}
+	viaHandler := bench.Series{Name: "POST /execute through the E2B handler (Go client)"}
+	straight := bench.Series{Name: "POST /execute straight to the kernel over the agent"}
+	health := bench.Series{Name: "GET /health straight to the kernel over the agent"}
+	handlerHdr := map[string]string{headerSandboxID: id, headerSandboxPort: strconv.Itoa(kernelPort), "X-API-KEY": testKey, "Content-Type": "application/json"}
+	lookups := bench.Series{Name: "the port route's lookups (Manager.Get + E2B state)"}
+	layers := func(n int) {
+		for range n {
+			start := time.Now()
+			if _, err := s.h.m.Get(ctx, id); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := s.h.loadInfo(ctx, id); err != nil {
+				b.Fatal(err)
+			}
+			lookups.Samples = append(lookups.Samples, time.Since(start))
+			timed(&viaHandler, http.DefaultClient, "POST", s.URL+"/execute", cell, handlerHdr)
+			timed(&straight, direct, "POST", "http://kernel/execute", cell, nil)
+			timed(&health, direct, "GET", "http://kernel/health", nil, nil)
+		}
+	}
+	layers(1) // warm the connections
+	viaHandler.Samples, straight.Samples, health.Samples, lookups.Samples = nil, nil, nil, nil
+	// Half the layers' samples before the SDK's, half after, so that the
+	// machine's drifting load weighs on all alike.
+	layers(b.N / 2)
 	cmd := exec.Command(node, "bench-ci.mjs")
 	cmd.Dir = compatDir()
 	cmd.Env = append(s.sdkEnv(), "SMOLVM_BENCH_N="+strconv.Itoa(b.N))
@@ -114,17 +180,25 @@ func BenchmarkCodeInterpreter(b *testing.B) {
 	if err != nil {
 		b.Fatalf("bench-ci.mjs: %v", err)
 	}
-	var res struct{ RunCode, Commands []float64 }
+	layers(b.N - b.N/2)
+	s.env.Manager.Remove(ctx, id, true)
+	var res struct{ RunCode, Commands, Fetch, Health []float64 }
 	if err := json.Unmarshal(out, &res); err != nil {
 		b.Fatalf("bench-ci.mjs printed %q: %v", out, err)
 	}
 	run := bench.Series{Name: "runCode('1+1')", Baseline: "commands.run('python3 -c ...')", Samples: millis(res.RunCode)}
 	base := bench.Series{Name: "commands.run('python3 -c ...')", Samples: millis(res.Commands)}
-	bench.Print(os.Stdout, []bench.Series{base, run})
+	fetched := bench.Series{Name: "POST /execute through the E2B handler (node fetch, no SDK)", Samples: millis(res.Fetch)}
+	envdHealth := bench.Series{Name: "envd GET /health (node fetch; the handler's lookups, not the sandbox)", Samples: millis(res.Health)}
+	bench.Print(os.Stdout, []bench.Series{base, run, fetched, viaHandler, straight, health, envdHealth, lookups})
 	b.ReportMetric(float64(run.Quantile(0.5).Microseconds())/1000, "runcode-p50-ms")
 	b.ReportMetric(float64(run.Quantile(0.99).Microseconds())/1000, "runcode-p99-ms")
 	b.ReportMetric(float64(base.Quantile(0.5).Microseconds())/1000, "commands-p50-ms")
 	b.ReportMetric(float64(base.Quantile(0.99).Microseconds())/1000, "commands-p99-ms")
+	b.ReportMetric(float64(fetched.Quantile(0.5).Microseconds())/1000, "fetch-p50-ms")
+	b.ReportMetric(float64(viaHandler.Quantile(0.5).Microseconds())/1000, "handler-p50-ms")
+	b.ReportMetric(float64(straight.Quantile(0.5).Microseconds())/1000, "straight-p50-ms")
+	b.ReportMetric(float64(health.Quantile(0.5).Microseconds())/1000, "health-p50-ms")
 }
 
 // BenchmarkInterpreterFork measures a fork, through the E2B API, of a

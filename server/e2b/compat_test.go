@@ -25,6 +25,7 @@ const testKey = "e2b-test-key"
 type server struct {
 	URL, Key string
 	env      *testmgr.Env
+	h        *Handler // nil for a smolvm serve
 }
 
 // newServer serves the handler in-process on a real loopback listener.
@@ -49,7 +50,7 @@ func newServerOn(t testing.TB, env *testmgr.Env) *server {
 		ts.Close()
 		h.Close()
 	})
-	return &server{URL: ts.URL, Key: testKey, env: env}
+	return &server{URL: ts.URL, Key: testKey, env: env, h: h}
 }
 
 // testDomain is the --domain of smolvmServe: getHost(port) is

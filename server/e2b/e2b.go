@@ -86,6 +86,7 @@ type Handler struct {
 	domain    string
 	procs     *procTable
 	watches   *watchSet
+	kernels   *kernels
 	api       *http.ServeMux
 	envdMux   *http.ServeMux
 	// routes and envdRoutes list the patterns of each API, for tests.
@@ -105,7 +106,7 @@ func New(ctx context.Context, o Options) (*Handler, error) {
 	}
 	h := &Handler{
 		m: o.Manager, st: o.Store, snaps: o.Snapshots, authorize: o.Authorize, maxUpload: o.MaxUpload, ttl: o.DefaultTTL, where: o.Where,
-		ports: o.Ports, domain: o.Domain, procs: newProcTable(), watches: newWatchSet(),
+		ports: o.Ports, domain: o.Domain, procs: newProcTable(), watches: newWatchSet(), kernels: newKernels(),
 	}
 	if h.maxUpload <= 0 {
 		h.maxUpload = 1 << 30

@@ -6,7 +6,10 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
+
+	"golang.org/x/sync/singleflight"
 
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/sandbox"
@@ -16,12 +19,13 @@ import (
 // 49999 inside the sandbox, reached like any port (servePort). smolvm's is
 // kernel/kernel.py: Python's standard library only, one interpreter
 // process per context (kernel/worker.js for JavaScript, where the image
-// has node). Every sandbox of the template codeInterpreterTemplate (the
-// SDK's default) runs it, however it is made: a cold create or one from a
-// warm pool of that name starts it (withKernel); its interpreters live in
-// the sandbox's memory, so a fork or checkpoint copies them, and a restore
-// starts it again only if it was down when the checkpoint was taken
-// (ensureKernel).
+// has node). A sandbox of the template codeInterpreterTemplate (the SDK's
+// default) has it from the start: a cold create or one from a warm pool of
+// that name starts it (withKernel). Any other sandbox whose image has
+// python3 gets it at its first request to the port, when nothing listens
+// there (kernels.ensure): a sandbox of another template, or one restored
+// from a checkpoint taken while the kernel was down. Its interpreters live
+// in the sandbox's memory, so a fork or checkpoint copies them.
 
 var (
 	//go:embed kernel/kernel.py
@@ -37,7 +41,65 @@ const (
 	kernelWorkerPath        = "/opt/smolvm/worker.js" // beside kernelPath: kernel.py looks there
 	// kernelStartTimeout bounds the wait for the kernel to listen.
 	kernelStartTimeout = 15 * time.Second
+	// maxKernelsUp bounds the sandboxes kernels remembers; past it, it
+	// forgets them all (each then costs one more check).
+	maxKernelsUp = 4096
 )
+
+// kernels remembers the sandboxes whose kernel answered, so that only a
+// sandbox's first request to kernelPort, or the first after one that
+// failed, pays for the check (a dial through the agent), and starts the
+// kernel once however many requests find it down.
+type kernels struct {
+	mu     sync.Mutex
+	up     map[string]bool
+	starts singleflight.Group
+}
+
+func newKernels() *kernels { return &kernels{up: map[string]bool{}} }
+
+// ensure makes sure the kernel of sandbox id listens, starting it if
+// nothing does.
+func (k *kernels) ensure(ctx context.Context, h *Handler, id string) error {
+	if k.known(id) {
+		return nil
+	}
+	// Not bound to this request: the start is shared with the others
+	// that wait for it, and startKernel bounds itself.
+	_, err, _ := k.starts.Do(id, func() (any, error) {
+		if err := h.ensureKernel(context.WithoutCancel(ctx), id); err != nil {
+			return nil, err
+		}
+		k.mark(id)
+		return nil, nil
+	})
+	return err
+}
+
+// known reports whether sandbox id's kernel answered (or was started).
+func (k *kernels) known(id string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.up[id]
+}
+
+// mark records that sandbox id's kernel listens: started there, or
+// carried into a copy from a source whose kernel is known.
+func (k *kernels) mark(id string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.up) >= maxKernelsUp {
+		clear(k.up)
+	}
+	k.up[id] = true
+}
+
+// forget makes the next request to sandbox id's kernel check it again.
+func (k *kernels) forget(id string) {
+	k.mu.Lock()
+	delete(k.up, id)
+	k.mu.Unlock()
+}
 
 // withKernel starts the code interpreter in sb, a new sandbox of the
 // code interpreter's template, and removes sb if it cannot.
@@ -46,12 +108,12 @@ func (h *Handler) withKernel(ctx context.Context, sb *sandbox.Sandbox) (*sandbox
 		h.m.Remove(context.WithoutCancel(ctx), sb.ID, true)
 		return nil, err
 	}
+	h.kernels.mark(sb.ID)
 	return sb, nil
 }
 
-// ensureKernel starts the code interpreter in sandbox id, restored from a
-// checkpoint, if the sandbox had one (its script is there) that does not
-// listen. A sandbox that never had one is left alone.
+// ensureKernel starts the code interpreter in sandbox id unless
+// something listens on its port.
 func (h *Handler) ensureKernel(ctx context.Context, id string) error {
 	c, err := h.m.DialPort(ctx, id, kernelPort)
 	if err == nil {
@@ -61,15 +123,11 @@ func (h *Handler) ensureKernel(ctx context.Context, id string) error {
 	if !errors.Is(err, errdefs.ErrUnavailable) {
 		return fmt.Errorf("code interpreter: %w", err)
 	}
-	exit, err := h.m.Exec(ctx, id, sandbox.Process{Args: []string{"test", "-f", kernelPath}}, sandbox.Stdio{})
-	if err != nil {
-		return fmt.Errorf("code interpreter: %w", err)
-	}
-	if exit.Code != 0 {
-		return nil
-	}
 	return h.startKernel(ctx, id)
 }
+
+// noPython is startKernel's exit code for an image without python3.
+const noPython = 127
 
 // startKernel starts the code interpreter's server in sandbox id and
 // returns once it listens.
@@ -79,13 +137,15 @@ func (h *Handler) startKernel(ctx context.Context, id string) error {
 			return fmt.Errorf("code interpreter: %w", err)
 		}
 	}
-	start := sandbox.Process{Args: []string{"sh", "-c", fmt.Sprintf("python3 %s %d >/tmp/smolvm-kernel.log 2>&1 &", kernelPath, kernelPort)}}
-	exit, err := h.m.Exec(ctx, id, start, sandbox.Stdio{})
-	if err == nil && exit.Code != 0 {
-		err = fmt.Errorf("exit %d %s", exit.Code, exit.Error)
-	}
-	if err != nil {
+	script := fmt.Sprintf("command -v python3 >/dev/null || exit %d; python3 %s %d >/tmp/smolvm-kernel.log 2>&1 &", noPython, kernelPath, kernelPort)
+	exit, err := h.m.Exec(ctx, id, sandbox.Process{Args: []string{"/bin/sh", "-c", script}}, sandbox.Stdio{})
+	switch {
+	case err != nil:
 		return fmt.Errorf("code interpreter: start: %w", err)
+	case exit.Code == noPython:
+		return errdefs.New(errdefs.ErrUnsupported, fmt.Sprintf("code interpreter: sandbox %s has no python3 (the kernel on port %d needs it in the image)", id, kernelPort))
+	case exit.Code != 0:
+		return fmt.Errorf("code interpreter: start: exit %d %s", exit.Code, exit.Error)
 	}
 	wctx, cancel := context.WithTimeout(ctx, kernelStartTimeout)
 	defer cancel()
@@ -100,7 +160,7 @@ func (h *Handler) startKernel(ctx context.Context, id string) error {
 		}
 		select {
 		case <-wctx.Done():
-			return fmt.Errorf("code interpreter: not listening on %d after %s (python3 in the image? see /tmp/smolvm-kernel.log): %w", kernelPort, kernelStartTimeout, err)
+			return fmt.Errorf("code interpreter: not listening on %d after %s (see /tmp/smolvm-kernel.log): %w", kernelPort, kernelStartTimeout, err)
 		case <-time.After(delay):
 		}
 	}

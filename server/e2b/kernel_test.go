@@ -5,9 +5,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -116,5 +121,108 @@ func TestCodeInterpreterTemplate(t *testing.T) {
 	}
 	if text, e := s.runCell(t, pooled, "1 + 1"); text != "2" || e != "" {
 		t.Fatalf("from a warm pool: %q %q", text, e)
+	}
+}
+
+// TestCodeInterpreterAnyTemplate checks that a sandbox of a template other
+// than the code interpreter's gets the kernel at its first request to the
+// kernel's port: started once however many requests find it down, again
+// after it was killed, and refused with E2B's error shape where the image
+// has no python3.
+func TestCodeInterpreterAnyTemplate(t *testing.T) {
+	s := newServer(t)
+	ctx := context.Background()
+	m := s.env.Manager
+	create := func(body string) string {
+		t.Helper()
+		status, out := s.call(t, "POST", "/v2/sandboxes", apiKey, body)
+		if status != http.StatusCreated {
+			t.Fatalf("create %s: %d %v", body, status, out)
+		}
+		return out["sandboxID"].(string)
+	}
+	servers := func(id string) string {
+		t.Helper()
+		var out bytes.Buffer
+		// The server's command line, not its workers' (kernel.py --worker).
+		exit, err := m.Exec(ctx, id, sandbox.Process{Args: []string{"pgrep", "-fc", kernelPath + " " + strconv.Itoa(kernelPort)}}, sandbox.Stdio{Stdout: &out})
+		if err != nil {
+			t.Fatalf("pgrep: %+v %v", exit, err)
+		}
+		return strings.TrimSpace(out.String())
+	}
+
+	id := create(`{"templateID":"` + defaultTemplate + `","timeout":300}`)
+	if n := servers(id); n != "0" {
+		t.Fatalf("%s kernels before the first request; want none", n)
+	}
+	hdr := map[string]string{headerSandboxID: id, headerSandboxPort: strconv.Itoa(kernelPort), "X-API-KEY": testKey}
+	// Four first requests at once start one kernel.
+	var wg sync.WaitGroup
+	first := time.Now()
+	answers := make([]string, 4)
+	for i := range answers {
+		wg.Go(func() {
+			req, _ := http.NewRequest("POST", s.URL+"/execute", strings.NewReader(fmt.Sprintf(`{"code":"%d + 1"}`, i)))
+			for k, v := range hdr {
+				req.Header.Set(k, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				answers[i] = err.Error()
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			answers[i] = resp.Status + " " + string(b)
+		})
+	}
+	wg.Wait()
+	t.Logf("four first runCodes, the kernel started by them: %s", time.Since(first))
+	for i, a := range answers {
+		if want := fmt.Sprintf(`"text": "%d"`, i+1); !strings.HasPrefix(a, "200 ") || !strings.Contains(a, want) {
+			t.Fatalf("cell %d + 1 in a %s sandbox: %s; want 200 and %s", i, defaultTemplate, a, want)
+		}
+	}
+	if n := servers(id); n != "1" {
+		t.Fatalf("%s kernels after four first requests; want 1", n)
+	}
+	if text, e := s.runCell(t, id, "x = 41\nx + 1"); text != "42" || e != "" {
+		t.Fatalf("state: %q %q", text, e)
+	}
+
+	// Killed: the request that finds it gone fails, the next starts it.
+	if exit, err := m.Exec(ctx, id, sandbox.Process{Args: []string{"pkill", "-f", kernelPath}}, sandbox.Stdio{}); err != nil || exit.Code != 0 {
+		t.Fatalf("pkill the kernel: %+v %v", exit, err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		status, out := s.send(t, "POST", "/execute", hdr, "application/json", []byte(`{"code":"x"}`))
+		if status == http.StatusOK {
+			if !strings.Contains(string(out), `"NameError"`) {
+				t.Fatalf("the kernel started again: %s; want a fresh interpreter (NameError)", out)
+			}
+			break
+		}
+		if status != http.StatusBadGateway || time.Now().After(deadline) {
+			t.Fatalf("after the kernel was killed: %d %s", status, out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// No python3 on the sandbox's PATH: E2B's error shape, at once.
+	bare := create(`{"templateID":"` + defaultTemplate + `","timeout":300,"envVars":{"PATH":"/nonexistent"}}`)
+	start := time.Now()
+	hdr[headerSandboxID] = bare
+	status, out := s.send(t, "POST", "/execute", hdr, "application/json", []byte(`{"code":"1"}`))
+	var e struct {
+		Code    int
+		Message string
+	}
+	if err := json.Unmarshal(out, &e); err != nil || status != http.StatusNotImplemented || e.Code != status || !strings.Contains(e.Message, "no python3") {
+		t.Fatalf("runCode without python3: %d %s (%v)", status, out, err)
+	}
+	if d := time.Since(start); d > kernelStartTimeout/2 {
+		t.Errorf("runCode without python3 took %s", d)
 	}
 }

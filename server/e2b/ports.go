@@ -86,7 +86,20 @@ func (h *Handler) servePort(w http.ResponseWriter, r *http.Request, id, p string
 		r.Header.Del("Authorization")
 		r.Header.Del("X-API-KEY")
 	}
-	h.ports.Serve(w, r, sb.ID, port, r.URL.EscapedPath(), portFailed(sb.ID, port))
+	fail := portFailed(sb.ID, port)
+	if port == kernelPort {
+		// The code interpreter, in a sandbox of any template: started
+		// if nothing listens, and checked again after a failure.
+		if err := h.kernels.ensure(r.Context(), h, sb.ID); err != nil {
+			fail(w, r, err)
+			return
+		}
+		fail = func(w http.ResponseWriter, r *http.Request, err error) {
+			h.kernels.forget(sb.ID)
+			portFailed(sb.ID, port)(w, r, err)
+		}
+	}
+	h.ports.Serve(w, r, sb.ID, port, r.URL.EscapedPath(), fail)
 }
 
 // portFailed answers a request that did not reach its port as E2B's

@@ -37,11 +37,9 @@ func (h *Handler) fromTemplate(ctx context.Context, template string, o sandbox.C
 	if h.snaps != nil {
 		sb, err := h.m.Restore(ctx, template, sandbox.RestoreOptions{})
 		if err == nil {
-			if err := h.ensureKernel(ctx, sb.ID); err != nil {
-				h.m.Remove(context.WithoutCancel(ctx), sb.ID, true)
-				return nil, err
-			}
 			// The copy carries its source's lifetime; this request's wins.
+			// A code interpreter down in the checkpoint starts at the
+			// first request to its port (kernels.ensure).
 			return h.m.SetTTL(ctx, sb.ID, o.Config.TTL)
 		}
 		if !errors.Is(err, snapshot.ErrNotFound) && !errors.Is(err, snapshot.ErrInvalidName) {
