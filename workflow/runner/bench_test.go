@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/internal/bench/series"
+	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/workflow/runner/guard"
 	"smolvm.dev/smolvm/workflow/trust"
 )
@@ -22,7 +23,7 @@ func report(b *testing.B, prefix string, samples []time.Duration) {
 // benchRun is a run over jsRepo with its first sandbox, as Fix sets up.
 func benchRun(b *testing.B) (*run, string) {
 	rn := newRunner(b)
-	repo := gitRepoTB(b, jsRepo)
+	repo := testenv.GitRepo(b, jsRepo)
 	ctx := context.Background()
 	o := Options{Repo: repo, Test: jsTest, Agent: &script{}, Policy: trust.Default(repo)}
 	if err := o.defaults(); err != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/internal/testmgr"
 	"smolvm.dev/smolvm/workflow/runner/guard"
 	"smolvm.dev/smolvm/workflow/trust"
@@ -51,25 +51,7 @@ test('flaky', () => {
 	return m
 }
 
-func gitRepo(t *testing.T, files map[string]string) string { return gitRepoTB(t, files) }
-
-func gitRepoTB(t testing.TB, files map[string]string) string {
-	t.Helper()
-	dir := t.TempDir()
-	for name, data := range files {
-		p := filepath.Join(dir, name)
-		os.MkdirAll(filepath.Dir(p), 0o755)
-		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, args := range [][]string{{"init", "-q"}, {"add", "-A"}, {"-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base"}} {
-		if out, err := exec.Command("git", append([]string{"-C", dir}, args...)...).CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
-	return dir
-}
+func gitRepo(t *testing.T, files map[string]string) string { return testenv.GitRepo(t, files) }
 
 // script is an agent whose steps are Go functions; it records the
 // feedback each step was given.
