@@ -342,6 +342,37 @@ func TestVerify(t *testing.T) {
 	}
 }
 
+// A file damaged between Commit and its seal is not sealed: the seal's
+// digest would bless it, and a restore would load the damage.
+func TestSealRefusesChanged(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	ctx := t.Context()
+	g := stage(t, s, map[string]string{"pages.img": strings.Repeat("p", 10000), "checkpoint.img": "state"})
+	snap, err := g.commit(ctx, "c", "sha256:img", sandbox.Lineage{Sandbox: "sb1"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.done = true
+	dir, err := s.path(snap.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filepath.Join(dir, "pages.img"), 5000); err != nil {
+		t.Fatal(err)
+	}
+	g.seal(snap.ID, snap.Files)
+	got, err := s.Get(ctx, snap.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Digest != "" || got.Files[1].SHA256 != "" {
+		t.Fatalf("a snapshot truncated before its seal was sealed: digest %q, files %+v", got.Digest, got.Files)
+	}
+	if _, err := s.Verify(ctx, got); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "size 5000, want 10000") {
+		t.Fatalf("Verify = %v, want ErrCorrupt for the size", err)
+	}
+}
+
 func TestRemove(t *testing.T) {
 	dataDir := t.TempDir()
 	s := openStore(t, dataDir)

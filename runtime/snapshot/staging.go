@@ -183,7 +183,7 @@ func (g *Staging) Commit(ctx context.Context, name, imageID string, lin sandbox.
 		return nil, fmt.Errorf("commit snapshot: %w", err)
 	}
 	g.done = true // the seal ends it
-	g.s.seals.Go(func() { g.seal(snap.ID) })
+	g.s.seals.Go(func() { g.seal(snap.ID, snap.Files) })
 	return snap, nil
 }
 
@@ -287,7 +287,11 @@ func newID() string {
 // durable with its digest and checksums. It ends the staging, whose lock
 // told GC that the snapshot was still being sealed. A seal that fails
 // leaves the row not durable; GC drops it once this process is gone.
-func (g *Staging) seal(id string) {
+// Files that no longer match the listing committed (a file truncated,
+// grown or added since) keep that listing and get no digest: hashing
+// them would bless the damage, and Verify's size check refuses them as
+// corrupt, with a clear error, until the snapshot is removed.
+func (g *Staging) seal(id string, committed []sandbox.File) {
 	defer g.release()
 	ctx := context.Background()
 	dir, err := g.s.path(id)
@@ -298,6 +302,10 @@ func (g *Staging) seal(id string) {
 	if err != nil {
 		return // removed meanwhile, or unreadable: it stays not durable
 	}
+	sum := digest(files)
+	if !sameListing(files, committed) {
+		files, sum = committed, ""
+	}
 	filesJSON, err := json.Marshal(files)
 	if err != nil {
 		return
@@ -306,7 +314,7 @@ func (g *Staging) seal(id string) {
 		return
 	}
 	g.s.st.DB().ExecContext(ctx, `UPDATE snapshots SET files = ?, digest = ?, durable = 1, sealer = '' WHERE id = ?`,
-		string(filesJSON), digest(files), id)
+		string(filesJSON), sum, id)
 }
 
 // release drops the staging directory and its lock; what RemoveAll
@@ -319,6 +327,20 @@ func (g *Staging) release() {
 	if g.scratch {
 		os.Remove(filepath.Dir(g.root)) // only if no other is in it
 	}
+}
+
+// sameListing reports whether two listings name the same files with the
+// same sizes, in the same (sorted) order.
+func sameListing(a, b []sandbox.File) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Name != b[i].Name || a[i].Size != b[i].Size {
+			return false
+		}
+	}
+	return true
 }
 
 // listTree lists the files under dir with their sizes, sorted by name,
