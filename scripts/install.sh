@@ -18,20 +18,25 @@ fi
 # runsc: rebuild only when the pinned gVisor version or the recipe changed.
 # gVisor's Go module ships runsc's seccomp programs uncompiled, which costs
 # every sandbox boot and restore ~140 ms of CPU; seccompgen compiles them
-# into a vendored copy first, as gVisor's own Bazel build does.
+# into a vendored copy first, as gVisor's own Bazel build does. The small
+# patches in tools/runsc/patches (each says why in docs/performance.md) are
+# applied to that copy; one that no longer applies fails the build.
 pin=$(grep -oE 'gvisor\.dev/gvisor v[^ ]+' tools/runsc/go.mod | head -n1 | cut -d' ' -f2)
 [ -n "$pin" ] || { echo "install.sh: no gVisor version pinned in tools/runsc/go.mod" >&2; exit 1; }
-recipe="$pin seccompgen-$(sha256sum tools/runsc/cmd/seccompgen/main.go | cut -c1-12)"
+recipe="$pin seccompgen-$(cat tools/runsc/cmd/seccompgen/main.go tools/runsc/patches/*.patch | sha256sum | cut -c1-12)"
 stamp=$PREFIX/lib/smolvm/runsc.version
 if [ ! -x "$BIN/runsc" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$recipe" ]; then
 	echo "building runsc $pin with precompiled seccomp programs (takes several minutes the first time)" >&2
 	work=$(mktemp -d)
 	trap 'rm -rf "$work"' EXIT
-	cp -r tools/runsc/go.mod tools/runsc/go.sum tools/runsc/tools.go tools/runsc/cmd "$work/"
+	cp -r tools/runsc/go.mod tools/runsc/go.sum tools/runsc/tools.go tools/runsc/cmd tools/runsc/patches "$work/"
 	(
 		cd "$work"
 		go mod vendor
 		chmod -R u+w vendor
+		for p in patches/*.patch; do
+			(cd vendor/gvisor.dev/gvisor && git apply "$work/$p") || { echo "install.sh: $p does not apply to gVisor $pin" >&2; exit 1; }
+		done
 		go run -mod=vendor ./cmd/seccompgen -gvisor vendor/gvisor.dev/gvisor
 		go build -mod=vendor -trimpath -o "$BIN/runsc.new" gvisor.dev/gvisor/runsc
 	)

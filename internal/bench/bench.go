@@ -22,6 +22,9 @@ import (
 type Options struct {
 	Manager *manager.Manager
 	Runsc   string
+	// Stock is the baseline's runsc: the same binary as Runsc unless
+	// given, so that an upstream build can be set beside a patched one.
+	Stock string
 	// Dir holds the baseline's scratch sandboxes.
 	Dir string
 	// Cold is how many sandboxes to cold-start; Exec how many execs.
@@ -29,6 +32,13 @@ type Options struct {
 	// Self is the smolvm binary, run on DataDir (Manager's) for the
 	// CLI's lines; "" leaves them out.
 	Self, DataDir string
+}
+
+func (o Options) stock() string {
+	if o.Stock != "" {
+		return o.Stock
+	}
+	return o.Runsc
 }
 
 // Series is one measured operation (package series, which benchmarks of
@@ -64,7 +74,7 @@ func Run(ctx context.Context, o Options) ([]Series, error) {
 		return nil, err
 	}
 	defer o.Manager.Remove(context.WithoutCancel(ctx), sb.ID, true)
-	stock, err := gvisor.NewStock(o.Runsc, rootfs, filepath.Join(o.Dir, "stock-exec"), "stock-exec")
+	stock, err := gvisor.NewStock(o.stock(), rootfs, filepath.Join(o.Dir, "stock-exec"), "stock-exec")
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +117,7 @@ func coldStart(ctx context.Context, m *manager.Manager) (time.Duration, error) {
 
 func stockColdStart(ctx context.Context, o Options, rootfs backend.Rootfs, i int) (time.Duration, error) {
 	id := fmt.Sprintf("stock-cold-%d", i)
-	s, err := gvisor.NewStock(o.Runsc, rootfs, filepath.Join(o.Dir, id), id)
+	s, err := gvisor.NewStock(o.stock(), rootfs, filepath.Join(o.Dir, id), id)
 	if err != nil {
 		return 0, err
 	}

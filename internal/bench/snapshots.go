@@ -81,7 +81,7 @@ func Snapshots(ctx context.Context, o Options, snaps *snapshot.Store, n int) ([]
 	stock := func(touch bool) (*gvisor.Stock, error) {
 		stockN++
 		id := fmt.Sprintf("stock-snap-%d", stockN)
-		s, err := gvisor.NewStock(o.Runsc, rootfs, filepath.Join(o.Dir, id), id)
+		s, err := gvisor.NewStock(o.stock(), rootfs, filepath.Join(o.Dir, id), id)
 		if err != nil {
 			return nil, err
 		}
@@ -103,7 +103,7 @@ func Snapshots(ctx context.Context, o Options, snaps *snapshot.Store, n int) ([]
 	stockFork := func(src *gvisor.Stock, dir string, precreated bool) (time.Duration, error) {
 		stockN++
 		id := fmt.Sprintf("stock-copy-%d", stockN)
-		cp, err := gvisor.NewStock(o.Runsc, rootfs, filepath.Join(o.Dir, id), id)
+		cp, err := gvisor.NewStock(o.stock(), rootfs, filepath.Join(o.Dir, id), id)
 		if err != nil {
 			return 0, err
 		}

@@ -15,7 +15,7 @@ import (
 
 func (a *app) benchCmd() *cobra.Command {
 	var cold, execs, snaps, viaAPI int
-	var backendName, img string
+	var backendName, img, stock string
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure cold start, exec, checkpoint, restore, fork and pool latency (p50/p99) against the stock runsc CLI",
@@ -50,7 +50,7 @@ func (a *app) benchCmd() *cobra.Command {
 			}
 			defer os.RemoveAll(dir)
 			fmt.Fprintf(a.stdout, "load average before: %s\n\n", loadAverage())
-			o := bench.Options{Manager: e.mgr, Runsc: runsc, Dir: dir, Cold: cold, Exec: execs, Self: a.self, DataDir: a.dataDir}
+			o := bench.Options{Manager: e.mgr, Runsc: runsc, Stock: stock, Dir: dir, Cold: cold, Exec: execs, Self: a.self, DataDir: a.dataDir}
 			series, err := bench.Run(ctx, o)
 			if err != nil {
 				return err
@@ -77,6 +77,7 @@ func (a *app) benchCmd() *cobra.Command {
 	cmd.Flags().IntVar(&execs, "exec", 200, "execs to time")
 	cmd.Flags().IntVar(&viaAPI, "api", 0, "also time this many execs through the HTTP API (with the direct ones in the same run), 100 concurrent streaming execs, and --cold creates")
 	cmd.Flags().StringVar(&backendName, "backend", "", "backend to measure beside gvisor in the same run (vm; default: this host's default backend; gvisor: beside stock runsc)")
+	cmd.Flags().StringVar(&stock, "stock-runsc", "", "runsc of the stock baseline (default: smolvm's own runsc, which carries tools/runsc/patches; give an upstream build to compare with it)")
 	cmd.Flags().StringVar(&img, "image", "", "image the compared backends run (--backend vm needs an OCI image, not the builtin host one)")
 	cmd.Flags().IntVar(&snaps, "snapshots", 0, "times to measure each snapshot operation (checkpoint, restore, fork, pool); 0 skips them")
 	return cmd
