@@ -114,6 +114,7 @@ func (l layout) relayPid() string { return filepath.Join(l.dir, "relay.pid") }
 func (l layout) serial() string   { return filepath.Join(l.dir, "serial.sock") }
 func (l layout) agent() string    { return filepath.Join(l.dir, "agent.sock") }
 func (l layout) qmp() string      { return filepath.Join(l.dir, "qmp.sock") }
+func (l layout) standby() string  { return filepath.Join(l.dir, "standby.json") }
 func (l layout) console() string  { return filepath.Join(l.dir, "console.log") }
 func (l layout) qemuLog() string  { return filepath.Join(l.dir, "qemu.log") }
 func (l layout) exitFile() string { return filepath.Join(l.run(), "exit.json") }
@@ -142,10 +143,16 @@ const (
 const defaultMemory = 512 << 20
 
 // Create implements backend.Backend: it builds (or finds) the image
-// disk and initramfs and lays out the sandbox's dir.
+// disk and initramfs, lays out the sandbox's dir, and pre-launches QEMU
+// (see prelaunch), so that a restore into the sandbox (a restore target,
+// a fork's copy) only loads the checkpoint.
 func (b *Backend) Create(ctx context.Context, s *backend.Spec) error {
 	if err := b.create(s); err != nil {
 		return fmt.Errorf("create %s: %w", s.ID, err)
+	}
+	if err := b.prelaunch(ctx, s); err != nil {
+		b.halt(s)
+		return fmt.Errorf("create %s: pre-launch QEMU: %w", s.ID, err)
 	}
 	return nil
 }
@@ -219,10 +226,10 @@ func agentConfig(s *backend.Spec) guest.Config {
 	}
 }
 
-// Run implements backend.Backend.
+// Run implements backend.Backend: a boot, with no QEMU pre-launched.
 func (b *Backend) Run(ctx context.Context, s *backend.Spec) error {
-	if err := b.Create(ctx, s); err != nil {
-		return fmt.Errorf("run %s: %w", s.ID, err)
+	if err := b.create(s); err != nil {
+		return fmt.Errorf("run %s: create: %w", s.ID, err)
 	}
 	return b.Start(ctx, s)
 }
@@ -258,10 +265,12 @@ func (b *Backend) start(ctx context.Context, s *backend.Spec) error {
 		}
 	}
 	os.Remove(l.exitFile())
+	// A pre-launched QEMU waits for a checkpoint and cannot boot.
+	b.dropStandby(s)
 	if err := b.startRelay(s); err != nil {
 		return err
 	}
-	if err := b.startQEMU(s, ln); err != nil {
+	if err := b.startQEMU(s, ln, false); err != nil {
 		return err
 	}
 	err := b.waitAgent(ctx, s)
@@ -280,7 +289,7 @@ func (b *Backend) start(ctx context.Context, s *backend.Spec) error {
 	if err := b.startRelay(s); err != nil {
 		return err
 	}
-	if err := b.startQEMU(s, ln); err != nil {
+	if err := b.startQEMU(s, ln, false); err != nil {
 		return err
 	}
 	if err := b.waitAgent(ctx, s); err != nil {
@@ -345,29 +354,22 @@ func (b *Backend) startRelay(s *backend.Spec) error {
 	return os.WriteFile(l.relayPid(), []byte(strconv.Itoa(pid)), 0o600)
 }
 
-// qemuArgs is QEMU's command line for s.
-func (b *Backend) qemuArgs(s *backend.Spec, ln launch) []string {
+// qemuArgs is QEMU's command line for s. A standby (see prelaunch) is
+// given its RAM and writable disk later, over QMP (standbyLoad): they are
+// a checkpoint's, unknown at launch.
+func (b *Backend) qemuArgs(s *backend.Spec, ln launch, standby bool) []string {
 	l := layout{s.Dir}
 	cmdline := "console=ttyS0 quiet panic=-1 reboot=t cryptomgr.notests mitigations=off nokaslr pci=off " +
 		"tsc=reliable " + tscFlags() + " smolvm.hostname=" + s.Hostname
 	mem := strconv.FormatInt(ln.Memory>>20, 10) + "M"
-	// Guest RAM lives in a file of the sandbox's, shared, so that a
-	// checkpoint is that file and a small device-state stream; a restored
-	// copy maps its checkpoint's file copy-on-write instead.
-	ram := "mem-path=" + l.ram() + ",share=on"
-	if ln.CowRAM != "" {
-		ram = "mem-path=" + ln.CowRAM + ",share=off"
-	}
-	return []string{
+	args := []string{
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-		"-object", "memory-backend-file,id=mem,size=" + mem + "," + ram,
-		"-M", "microvm,memory-backend=mem", "-accel", b.accel, "-cpu", b.cpu,
+		"-accel", b.accel, "-cpu", b.cpu,
 		"-m", mem, "-smp", strconv.Itoa(ln.CPUs),
 		"-kernel", ln.Kernel, "-initrd", ln.Initrd, "-append", cmdline,
 		"-serial", "file:" + l.console(),
 		"-drive", "id=image,file=" + ln.Image + ",format=raw,if=none,readonly=on",
 		"-device", "virtio-blk-device,drive=image,serial=smolvm-image",
-		"-drive", "id=disk,file=" + l.disk() + ",format=qcow2,if=none",
 		"-device", "virtio-blk-device,drive=disk,serial=smolvm-disk",
 		"-device", "virtio-serial-device",
 		"-chardev", "socket,id=agent,path=" + l.serial(),
@@ -377,6 +379,25 @@ func (b *Backend) qemuArgs(s *backend.Spec, ln launch) []string {
 		"-qmp", "unix:" + l.qmp() + ",server=on,wait=off",
 		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
 	}
+	if standby {
+		// Stopped before the machine is built (-preconfig), so that the
+		// RAM object and the disk can still be added.
+		return append(args, "-M", "microvm", "-preconfig", "-incoming", "defer")
+	}
+	return append(args,
+		"-object", "memory-backend-file,id=mem,size="+mem+","+ramOptions(l, ln),
+		"-M", "microvm,memory-backend=mem",
+		"-drive", "id=disk,file="+l.disk()+",format=qcow2,if=none")
+}
+
+// ramOptions place guest RAM in a file of the sandbox's, shared, so that a
+// checkpoint is that file and a small device-state stream; a restored
+// copy maps its checkpoint's file copy-on-write instead.
+func ramOptions(l layout, ln launch) string {
+	if ln.CowRAM != "" {
+		return "mem-path=" + ln.CowRAM + ",share=off"
+	}
+	return "mem-path=" + l.ram() + ",share=on"
 }
 
 // tscFlags tell the guest the TSC's rate, which it otherwise calibrates,
@@ -402,14 +423,24 @@ func tscFlags() string {
 
 // startQEMU starts QEMU, on its own: the VM outlives this process.
 // Whether it came up is for waitAgent to see.
-func (b *Backend) startQEMU(s *backend.Spec, ln launch, extra ...string) error {
+func (b *Backend) startQEMU(s *backend.Spec, ln launch, standby bool, extra ...string) error {
 	l := layout{s.Dir}
 	logf, err := os.OpenFile(l.qemuLog(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(b.cfg.QEMU, append(b.qemuArgs(s, ln), extra...)...)
+	args := append(b.qemuArgs(s, ln, standby), extra...)
+	if !standby {
+		// A standby opens its RAM and disk once it has started (see
+		// standby.go): it keeps root, as -runas would leave it unable to.
+		uid, err := sandboxUID(b.cfg.Cache, s.Dir)
+		if err != nil {
+			return err
+		}
+		args = append(args, "-runas", fmt.Sprintf("%d:%d", uid, uid))
+	}
+	cmd := exec.Command(b.cfg.QEMU, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -677,6 +708,14 @@ func (b *Backend) State(ctx context.Context, s *backend.Spec) (backend.Status, e
 	if _, err := os.Stat(l.launch()); errors.Is(err, fs.ErrNotExist) {
 		return backend.StatusMissing, nil
 	}
+	if _, err := os.Stat(l.standby()); err == nil {
+		// A pre-launched QEMU that died while it waited leaves a sandbox
+		// nothing can restore into: a pool drops such a target.
+		if _, ok := b.qemu(s); !ok {
+			return backend.StatusStopped, nil
+		}
+		return backend.StatusCreated, nil
+	}
 	if _, err := os.Stat(l.qemuPid()); errors.Is(err, fs.ErrNotExist) {
 		return backend.StatusCreated, nil
 	}
@@ -746,6 +785,7 @@ func killWait(b *Backend, s *backend.Spec, pid int) bool {
 // Delete implements backend.Backend.
 func (b *Backend) Delete(ctx context.Context, s *backend.Spec) error {
 	b.halt(s)
+	releaseUID(b.cfg.Cache, s.Dir)
 	if err := os.RemoveAll(s.Dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("delete %s: %w", s.ID, err)
 	}

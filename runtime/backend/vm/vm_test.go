@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -369,5 +370,145 @@ func TestIdleWatch(t *testing.T) {
 		if w.idle(t0.Add(time.Duration(i)*time.Second), time.Duration(i)*50*time.Millisecond, true) {
 			t.Fatalf("a guest using 5%% of a core called idle at %ds", i)
 		}
+	}
+}
+
+// TestStandby: a restore into a created sandbox loads the checkpoint into
+// the QEMU that Create pre-launched (the same process serves the copy),
+// and a restore into one whose pre-launched QEMU died while it waited
+// fails with ErrStandbyDied, leaving nothing running.
+func TestStandby(t *testing.T) {
+	b := testBackend(t)
+	ctx := context.Background()
+	root := busyboxRoot(t)
+	spec := func(name string) *backend.Spec {
+		return &backend.Spec{ID: name, Hostname: name, Dir: filepath.Join(t.TempDir(), name), GuestBinary: testenv.Guest(t), Rootfs: root, MachineID: strings.Repeat("cd", 16), Env: []string{"PATH=/bin"}}
+	}
+	src := spec("src")
+	defer b.Delete(ctx, src)
+	if err := b.Run(ctx, src); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Exec(ctx, src, sandbox.Process{Args: []string{"sh", "-c", "echo kept > /dev/shm/m"}}, sandbox.Stdio{}); err != nil {
+		t.Fatal(err)
+	}
+	srcPid, _ := b.qemu(src)
+	if uid := procUID(t, srcPid); uid < uidBase || uid >= uidBase+uidCount {
+		t.Fatalf("a booted QEMU runs as uid %d, not a sandbox's own", uid)
+	}
+	dir := filepath.Join(t.TempDir(), "ck")
+	if err := b.Checkpoint(ctx, src, dir, backend.CheckpointOptions{LeaveRunning: true}); err != nil {
+		t.Fatal(err)
+	}
+
+	target := spec("target")
+	defer b.Delete(ctx, target)
+	if err := b.Create(ctx, target); err != nil {
+		t.Fatal(err)
+	}
+	pid, ok := b.qemu(target)
+	if !ok {
+		t.Fatal("Create pre-launched no QEMU")
+	}
+	if st, _ := b.State(ctx, target); st != backend.StatusCreated {
+		t.Fatalf("a created sandbox with its QEMU waiting reads %s", st)
+	}
+	start := time.Now()
+	if err := b.Restore(ctx, target, dir); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("restored into the pre-launched QEMU in %v (load %s)", time.Since(start), loadAvg())
+	if now, _ := b.qemu(target); now != pid {
+		t.Fatalf("the copy runs in QEMU %d, not in the pre-launched %d", now, pid)
+	}
+	var out strings.Builder
+	if _, err := b.Exec(ctx, target, sandbox.Process{Args: []string{"cat", "/dev/shm/m"}}, sandbox.Stdio{Stdout: &out}); err != nil || out.String() != "kept\n" {
+		t.Fatalf("the copy reads %q, %v", out.String(), err)
+	}
+
+	dead := spec("dead")
+	defer b.Delete(ctx, dead)
+	if err := b.Create(ctx, dead); err != nil {
+		t.Fatal(err)
+	}
+	pid, _ = b.qemu(dead)
+	syscall.Kill(pid, syscall.SIGKILL)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if st, _ := b.State(ctx, dead); st == backend.StatusStopped {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a created sandbox whose QEMU died still reads as created")
+		}
+	}
+	err := b.Restore(ctx, dead, dir)
+	if !errors.Is(err, ErrStandbyDied) || !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("restore into a sandbox whose pre-launched QEMU died: %v", err)
+	}
+	t.Logf("restore into a dead standby: %v", err)
+	if _, ok := b.relay(dead); ok {
+		t.Error("the dead standby's relay still runs")
+	}
+	if st, _ := b.State(ctx, dead); st != backend.StatusCreated {
+		t.Errorf("after its dead QEMU was cleaned up, the sandbox reads %s", st)
+	}
+}
+
+// procUID is the real uid process pid runs as.
+func procUID(t *testing.T, pid int) int {
+	t.Helper()
+	p, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(p), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
+			uid, err := strconv.Atoi(f[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return uid
+		}
+	}
+	t.Fatalf("no Uid in /proc/%d/status", pid)
+	return 0
+}
+
+// TestSandboxUID: each sandbox gets a uid of its own, kept until it is
+// deleted; the uid of a sandbox whose directory vanished goes to the
+// next one hashed onto it.
+func TestSandboxUID(t *testing.T) {
+	cache, root := t.TempDir(), t.TempDir()
+	dirs := []string{filepath.Join(root, "a"), filepath.Join(root, "b")}
+	uids := map[int]string{}
+	for _, d := range dirs {
+		os.Mkdir(d, 0o700)
+		uid, err := sandboxUID(cache, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again, _ := sandboxUID(cache, d); again != uid {
+			t.Fatalf("%s: uid %d, then %d", d, uid, again)
+		}
+		if other, ok := uids[uid]; ok {
+			t.Fatalf("%s and %s share uid %d", d, other, uid)
+		}
+		uids[uid] = d
+	}
+	// Another sandbox hashed onto a's uid, while a lives and once a's
+	// directory is gone.
+	a, _ := sandboxUID(cache, dirs[0])
+	held := filepath.Join(cache, "uids", strconv.Itoa(a))
+	if ok, err := holdUID(held, filepath.Join(root, "c")); ok || err != nil {
+		t.Fatalf("a live sandbox's uid was taken: %t, %v", ok, err)
+	}
+	os.RemoveAll(dirs[0])
+	if ok, err := holdUID(held, filepath.Join(root, "c")); !ok || err != nil {
+		t.Fatalf("a gone sandbox's uid was not given back: %t, %v", ok, err)
+	}
+	b, _ := sandboxUID(cache, dirs[1])
+	releaseUID(cache, dirs[1])
+	if _, err := os.Stat(filepath.Join(cache, "uids", strconv.Itoa(b))); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a deleted sandbox still holds uid %d", b)
 	}
 }
