@@ -140,7 +140,7 @@ func (b *Backend) save(ctx context.Context, s *backend.Spec, dir string) error {
 		return err
 	}
 	if err := q.waitMigration(ctx); err != nil {
-		return err
+		return fmt.Errorf("%w%s", err, b.bootError(s))
 	}
 	if err := f.Sync(); err != nil {
 		return err

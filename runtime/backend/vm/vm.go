@@ -355,9 +355,9 @@ func (b *Backend) startRelay(s *backend.Spec) error {
 }
 
 // qemuArgs is QEMU's command line for s. A standby (see prelaunch) is
-// given its RAM and writable disk later, over QMP (standbyLoad): they are
+// given its RAM and writable disk later, over QMP (standbyCommands): they are
 // a checkpoint's, unknown at launch.
-func (b *Backend) qemuArgs(s *backend.Spec, ln launch, standby bool) []string {
+func (b *Backend) qemuArgs(s *backend.Spec, ln launch, standby bool, uid int) []string {
 	l := layout{s.Dir}
 	cmdline := "console=ttyS0 quiet panic=-1 reboot=t cryptomgr.notests mitigations=off nokaslr pci=off " +
 		"tsc=reliable " + tscFlags() + " smolvm.hostname=" + s.Hostname
@@ -377,17 +377,26 @@ func (b *Backend) qemuArgs(s *backend.Spec, ln launch, standby bool) []string {
 		"-drive", "id=config,file=" + l.config() + ",format=raw,if=none,readonly=on",
 		"-device", "virtio-blk-device,drive=config,serial=smolvm-config",
 		"-qmp", "unix:" + l.qmp() + ",server=on,wait=off",
-		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
 	}
+	const seccomp = "on,obsolete=deny,spawn=deny,resourcecontrol=deny,elevateprivileges="
 	if standby {
 		// Stopped before the machine is built (-preconfig), so that the
-		// RAM object and the disk can still be added.
-		return append(args, "-M", "microvm", "-preconfig", "-incoming", "defer")
+		// RAM object and the disk can still be added. It opens them after
+		// its start, so it keeps root (see startQEMU), and may never
+		// change uid.
+		return append(args, "-M", "microvm", "-preconfig", "-incoming", "defer", "-sandbox", seccomp+"deny")
 	}
 	return append(args,
+		// The filter is installed before -runas drops root, and the drop
+		// is set*id calls: they must be allowed. Once dropped, no uid
+		// can be regained (real, effective and saved are all the new one).
+		"-runas", fmt.Sprintf("%d:%d", uid, uid), "-sandbox", seccomp+"allow",
 		"-object", "memory-backend-file,id=mem,size="+mem+","+ramOptions(l, ln),
 		"-M", "microvm,memory-backend=mem",
-		"-drive", "id=disk,file="+l.disk()+",format=qcow2,if=none")
+		// Opened read-write at once: by default QEMU reopens the file
+		// read-only for a migration and read-write after, by its path,
+		// which it can no longer open once it has dropped root.
+		"-drive", "id=disk,file="+l.disk()+",format=qcow2,if=none,file.auto-read-only=off")
 }
 
 // ramOptions place guest RAM in a file of the sandbox's, shared, so that a
@@ -430,17 +439,17 @@ func (b *Backend) startQEMU(s *backend.Spec, ln launch, standby bool, extra ...s
 		return err
 	}
 	defer logf.Close()
-	args := append(b.qemuArgs(s, ln, standby), extra...)
+	uid := 0
 	if !standby {
-		// A standby opens its RAM and disk once it has started (see
-		// standby.go): it keeps root, as -runas would leave it unable to.
-		uid, err := sandboxUID(b.cfg.Cache, s.Dir)
-		if err != nil {
+		// A standby opens its RAM and disk after its start (see
+		// standby.go), which a QEMU that dropped root could not: the
+		// checkpoint's RAM file is opened read-write even when mapped
+		// copy-on-write (QEMU 7.2), and no copy may write that file.
+		if uid, err = sandboxUID(b.cfg.Cache, s.Dir); err != nil {
 			return err
 		}
-		args = append(args, "-runas", fmt.Sprintf("%d:%d", uid, uid))
 	}
-	cmd := exec.Command(b.cfg.QEMU, args...)
+	cmd := exec.Command(b.cfg.QEMU, append(b.qemuArgs(s, ln, standby, uid), extra...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -592,6 +601,9 @@ func (b *Backend) bootError(s *backend.Spec) string {
 		}
 	}
 	p, _ := os.ReadFile(l.console())
+	if len(bytes.TrimSpace(p)) == 0 {
+		return "" // the guest never ran (a standby), or printed nothing
+	}
 	lines := strings.Split(strings.TrimSpace(string(p)), "\n")
 	return "; console ends:\n" + strings.Join(lines[max(0, len(lines)-20):], "\n")
 }
