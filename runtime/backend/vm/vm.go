@@ -366,7 +366,6 @@ func (b *Backend) qemuArgs(s *backend.Spec, ln launch, standby bool, uid int) []
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-accel", b.accel, "-cpu", b.cpu,
 		"-m", mem, "-smp", strconv.Itoa(ln.CPUs),
-		"-kernel", ln.Kernel, "-initrd", ln.Initrd, "-append", cmdline,
 		"-serial", "file:" + l.console(),
 		"-drive", "id=image,file=" + ln.Image + ",format=raw,if=none,readonly=on",
 		"-device", "virtio-blk-device,drive=image,serial=smolvm-image",
@@ -377,6 +376,11 @@ func (b *Backend) qemuArgs(s *backend.Spec, ln launch, standby bool, uid int) []
 		"-drive", "id=config,file=" + l.config() + ",format=raw,if=none,readonly=on",
 		"-device", "virtio-blk-device,drive=config,serial=smolvm-config",
 		"-qmp", "unix:" + l.qmp() + ",server=on,wait=off",
+	}
+	if !standby && ln.CowRAM == "" {
+		// A QEMU that loads a checkpoint never reads the kernel (the
+		// guest's is in the RAM file): skipping it saves its reading.
+		args = append(args, "-kernel", ln.Kernel, "-initrd", ln.Initrd, "-append", cmdline)
 	}
 	const seccomp = "on,obsolete=deny,spawn=deny,resourcecontrol=deny,elevateprivileges="
 	if standby {
