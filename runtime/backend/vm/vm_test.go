@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -510,5 +511,52 @@ func TestSandboxUID(t *testing.T) {
 	releaseUID(cache, dirs[1])
 	if _, err := os.Stat(filepath.Join(cache, "uids", strconv.Itoa(b))); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a deleted sandbox still holds uid %d", b)
+	}
+}
+
+// TestOverlay: the overlays written without qemu-img are what qemu-img
+// reads as such (backing name and format, size), with consistent
+// refcounts, over a raw base and over a qcow2 one named relatively.
+func TestOverlay(t *testing.T) {
+	if _, err := exec.LookPath("qemu-img"); err != nil {
+		t.Skip("qemu-utils not installed")
+	}
+	dir := t.TempDir()
+	raw := filepath.Join(dir, "blank.raw")
+	if err := os.WriteFile(raw, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(raw, 3<<30+4096); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ path, base, format string }{
+		{filepath.Join(dir, "base-1.qcow2"), raw, "raw"},
+		{filepath.Join(dir, "disk.qcow2"), "base-1.qcow2", "qcow2"},
+	} {
+		if err := overlay(tc.path, tc.base, tc.format); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("qemu-img", "check", tc.path).CombinedOutput(); err != nil {
+			t.Fatalf("qemu-img check %s: %v: %s", tc.path, err, out)
+		}
+		out, err := exec.Command("qemu-img", "info", "--output=json", tc.path).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var info struct {
+			Format             string `json:"format"`
+			VirtualSize        int64  `json:"virtual-size"`
+			BackingFilename    string `json:"backing-filename"`
+			BackingFilenameFmt string `json:"backing-filename-format"`
+		}
+		if err := json.Unmarshal(out, &info); err != nil {
+			t.Fatal(err)
+		}
+		if info.Format != "qcow2" || info.VirtualSize != 3<<30+4096 || info.BackingFilename != tc.base || info.BackingFilenameFmt != tc.format {
+			t.Fatalf("%s reads as %+v", tc.path, info)
+		}
+	}
+	if err := overlay(filepath.Join(dir, "x.qcow2"), "missing.qcow2", "qcow2"); err == nil {
+		t.Fatal("an overlay of a missing base was made")
 	}
 }
