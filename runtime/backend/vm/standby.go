@@ -19,15 +19,16 @@ import (
 // targets (pool --targets) a pool of pre-launched QEMUs, and a fork's
 // copies, created while the source is being saved, launch theirs
 // meanwhile. A checkpoint's RAM file and disk chain are not known at
-// launch, so the machine is built only at the restore (standbyLoad).
+// launch, so the machine is built only at the restore (standbyCommands).
 //
 // standby.json holds the launch the standby was started with; a restore
 // uses it only if the checkpoint ran the same kernel, initramfs, image
 // disk, memory and vCPUs, and otherwise launches QEMU anew.
 
 // ErrStandbyDied is a restore into a sandbox whose pre-launched QEMU
-// ended while it waited (killed, out of memory): nothing is left of it,
-// and a restore into a new sandbox works.
+// ended while it waited (killed, out of memory). What it left is removed
+// first, so the sandbox reads as created, without one, and a restore
+// into it launches QEMU anew.
 var ErrStandbyDied = errdefs.New(errdefs.ErrUnavailable, "the pre-launched QEMU died while idle")
 
 // standbyWait bounds the wait for a standby's monitor at Create: QEMU
@@ -55,7 +56,7 @@ func (b *Backend) prelaunch(ctx context.Context, s *backend.Spec) error {
 	ctx, cancel := context.WithTimeout(ctx, standbyWait)
 	defer cancel()
 	for {
-		dctx, dcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		dctx, dcancel := context.WithTimeout(ctx, time.Second)
 		q, err := dialQMP(dctx, l.qmp())
 		dcancel()
 		if err == nil {

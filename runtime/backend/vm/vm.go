@@ -364,18 +364,7 @@ func (b *Backend) startRelay(s *backend.Spec) error {
 		}
 	}()
 	for _, path := range []string{l.serial(), l.agent()} {
-		os.Remove(path)
-		ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-		if err != nil {
-			return err
-		}
-		if err := os.Chmod(path, 0o600); err != nil {
-			ln.Close()
-			return err
-		}
-		f, err := ln.File()
-		ln.SetUnlinkOnClose(false)
-		ln.Close()
+		f, err := listenFile(path)
 		if err != nil {
 			return err
 		}
@@ -399,6 +388,22 @@ func (b *Backend) startRelay(s *backend.Spec) error {
 	return os.WriteFile(l.relayPid(), []byte(strconv.Itoa(pid)), 0o600)
 }
 
+// listenFile makes a listening Unix socket at path, 0600, as a file for
+// a child process to serve.
+func listenFile(path string) (*os.File, error) {
+	os.Remove(path)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	defer ln.Close()
+	ln.SetUnlinkOnClose(false)
+	if err := os.Chmod(path, 0o600); err != nil {
+		return nil, err
+	}
+	return ln.File()
+}
+
 // qemuArgs is QEMU's command line for s. A standby (see prelaunch) is
 // given its RAM and writable disk later, over QMP (standbyCommands): they are
 // a checkpoint's, unknown at launch.
@@ -420,7 +425,8 @@ func (b *Backend) qemuArgs(s *backend.Spec, ln launch, standby bool, uid int) []
 		"-device", "virtserialport,chardev=agent,name=" + serialPort,
 		"-drive", "id=config,file=" + l.config() + ",format=raw,if=none,readonly=on",
 		"-device", "virtio-blk-device,drive=config,serial=smolvm-config",
-		"-qmp", "unix:" + l.qmp() + ",server=on,wait=off",
+		// The monitor's socket is made here (see startQEMU): fd 3.
+		"-chardev", "socket,id=qmp,fd=3,server=on,wait=off", "-mon", "chardev=qmp,mode=control",
 	}
 	if !standby && ln.CowRAM == "" {
 		// A QEMU that loads a checkpoint never reads the kernel (the
@@ -498,7 +504,14 @@ func (b *Backend) startQEMU(s *backend.Spec, ln launch, standby bool, extra ...s
 			return err
 		}
 	}
+	// Made here, 0600, rather than by QEMU with its umask.
+	mon, err := listenFile(l.qmp())
+	if err != nil {
+		return err
+	}
+	defer mon.Close()
 	cmd := exec.Command(b.cfg.QEMU, append(b.qemuArgs(s, ln, standby, uid), extra...)...)
+	cmd.ExtraFiles = []*os.File{mon}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {

@@ -313,8 +313,13 @@ func TestForkCopyOnWrite(t *testing.T) {
 	// copy, restored after the copy is gone, has both layers' files.
 	sh(c2, "echo D > /root/d; sync")
 	dir2 := filepath.Join(t.TempDir(), "ck2")
-	if err := b.Checkpoint(ctx, c2, dir2, backend.CheckpointOptions{}); err != nil {
+	// Left running: a QEMU that dropped root takes its disk chain back
+	// after the migration without reopening any file.
+	if err := b.Checkpoint(ctx, c2, dir2, backend.CheckpointOptions{LeaveRunning: true}); err != nil {
 		t.Fatal(err)
+	}
+	if got := sh(c2, "echo E > /root/e; cat /root/d /root/e"); got != "D\nE\n" {
+		t.Fatalf("c2 after its checkpoint: %q", got)
 	}
 	if err := b.Delete(ctx, c2); err != nil {
 		t.Fatal(err)
@@ -396,6 +401,15 @@ func TestStandby(t *testing.T) {
 	srcPid, _ := b.qemu(src)
 	if uid := procUID(t, srcPid); uid < uidBase || uid >= uidBase+uidCount {
 		t.Fatalf("a booted QEMU runs as uid %d, not a sandbox's own", uid)
+	}
+	for _, name := range []string{"qmp.sock", "serial.sock", "agent.sock"} {
+		fi, err := os.Stat(filepath.Join(src.Dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o600 || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+			t.Errorf("%s is %v, owned by %d: want root's, 0600", name, fi.Mode(), fi.Sys().(*syscall.Stat_t).Uid)
+		}
 	}
 	dir := filepath.Join(t.TempDir(), "ck")
 	if err := b.Checkpoint(ctx, src, dir, backend.CheckpointOptions{LeaveRunning: true}); err != nil {
