@@ -158,15 +158,7 @@ func TestKilledQEMU(t *testing.T) {
 	if !ok {
 		t.Fatal("no QEMU after run")
 	}
-	syscall.Kill(pid, syscall.SIGKILL)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if st, _ := b.State(ctx, s); st == backend.StatusStopped {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a killed VM still shows as running")
-		}
-	}
+	killQEMU(t, b, s, pid)
 	if e, err := b.MainExit(ctx, s); e != nil || err != nil {
 		t.Fatalf("main exit of a killed VM: %+v, %v", e, err)
 	}
@@ -447,15 +439,7 @@ func TestStandby(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid, _ = b.qemu(dead)
-	syscall.Kill(pid, syscall.SIGKILL)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if st, _ := b.State(ctx, dead); st == backend.StatusStopped {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a created sandbox whose QEMU died still reads as created")
-		}
-	}
+	killQEMU(t, b, dead, pid)
 	err := b.Restore(ctx, dead, dir)
 	if !errors.Is(err, ErrStandbyDied) || !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("restore into a sandbox whose pre-launched QEMU died: %v", err)
@@ -572,5 +556,19 @@ func TestOverlay(t *testing.T) {
 	}
 	if err := overlay(filepath.Join(dir, "x.qcow2"), "missing.qcow2", "qcow2"); err == nil {
 		t.Fatal("an overlay of a missing base was made")
+	}
+}
+
+// killQEMU kills s's QEMU from outside and waits for s to read as stopped.
+func killQEMU(t *testing.T, b *Backend, s *backend.Spec, pid int) {
+	t.Helper()
+	syscall.Kill(pid, syscall.SIGKILL)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if st, _ := b.State(context.Background(), s); st == backend.StatusStopped {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still reads as running or created after its QEMU was killed", s.ID)
+		}
 	}
 }
