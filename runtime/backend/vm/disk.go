@@ -123,11 +123,6 @@ func mkfs(path string, size int64, from string) error {
 	return run("mkfs.ext4", args...)
 }
 
-// overlay makes a qcow2 disk at path whose reads fall through to base.
-func overlay(path, base, baseFormat string) error {
-	return run("qemu-img", "create", "-q", "-f", "qcow2", "-b", base, "-F", baseFormat, path)
-}
-
 func run(name string, args ...string) error {
 	var stderr bytes.Buffer
 	cmd := exec.Command(name, args...)

@@ -140,7 +140,7 @@ func (b *Backend) save(ctx context.Context, s *backend.Spec, dir string) error {
 		return err
 	}
 	if err := q.waitMigration(ctx); err != nil {
-		return err
+		return fmt.Errorf("%w%s", err, b.bootError(s))
 	}
 	if err := f.Sync(); err != nil {
 		return err
@@ -235,6 +235,10 @@ func (b *Backend) restore(ctx context.Context, s *backend.Spec, dir string) erro
 			return fmt.Errorf("%w: %v", ErrLoad, err)
 		}
 	}
+	standby, err := b.takeStandby(s, ln)
+	if err != nil {
+		return err
+	}
 	if st, _ := b.State(ctx, s); st != backend.StatusCreated {
 		if err := b.create(s); err != nil {
 			return err
@@ -283,23 +287,31 @@ func (b *Backend) restore(ctx context.Context, s *backend.Spec, dir string) erro
 	if err := writeIdentity(s, true); err != nil {
 		return err
 	}
-	if err := b.startRelay(s); err != nil {
-		return err
+	var build []qmpCommand
+	if standby {
+		build = standbyCommands(l, ln)
+	} else {
+		if err := b.startRelay(s); err != nil {
+			return err
+		}
+		if err := b.startQEMU(s, ln, false, "-incoming", "defer"); err != nil {
+			return err
+		}
 	}
-	if err := b.startQEMU(s, ln, "-incoming", "defer"); err != nil {
-		return err
-	}
-	if err := b.load(ctx, s, filepath.Join(dir, snapState)); err != nil {
+	if err := b.load(ctx, s, filepath.Join(dir, snapState), build); err != nil {
 		if pid, ok := b.qemu(s); ok {
 			killWait(b, s, pid)
 		}
 		return err
 	}
+	// The standby is now the sandbox's VM.
+	os.Remove(l.standby())
 	return b.waitAgent(ctx, s)
 }
 
-// load feeds a QEMU started with -incoming defer its device state.
-func (b *Backend) load(ctx context.Context, s *backend.Spec, state string) error {
+// load feeds a QEMU started with -incoming defer its device state, after
+// the commands that build a standby's machine.
+func (b *Backend) load(ctx context.Context, s *backend.Spec, state string, build []qmpCommand) error {
 	qctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	q, err := dialQMP(qctx, layout{s.Dir}.qmp())
@@ -307,6 +319,11 @@ func (b *Backend) load(ctx context.Context, s *backend.Spec, state string) error
 		return fmt.Errorf("%w%s", err, b.bootError(s))
 	}
 	defer q.Close()
+	for _, c := range build {
+		if _, err := q.run(qctx, c.name, c.args); err != nil {
+			return fmt.Errorf("pre-launched QEMU: %w%s", err, b.bootError(s))
+		}
+	}
 	if err := q.ignoreShared(qctx); err != nil {
 		return err
 	}

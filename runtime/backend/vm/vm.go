@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -52,6 +53,50 @@ type Backend struct {
 	kernel     string // uncompressed
 	accel, cpu string
 	bootCPU    time.Duration // see waitAgent; tests shorten it
+
+	// initrds are the initramfs images built, by the files they hold:
+	// building one reads and hashes the agent, busybox and modules,
+	// which cost each create (a restore's too) 50–150 ms here.
+	initrds *initrds
+}
+
+type initrds struct {
+	mu    sync.Mutex
+	built map[initrdKey]string
+}
+
+// initrdKey names an initramfs by its agent's and busybox's files as
+// they are now (a rebuilt agent is another key).
+type initrdKey struct {
+	agent, busybox    string
+	agentSize, bbSize int64
+	agentTime, bbTime time.Time
+}
+
+// initrd is initramfs for agent, built once per key.
+func (b *Backend) initrd(agent string) (string, error) {
+	a, err := os.Stat(agent)
+	if err != nil {
+		return "", fmt.Errorf("agent: %w", err)
+	}
+	bb, err := os.Stat(b.cfg.Busybox)
+	if err != nil {
+		return "", fmt.Errorf("busybox: %w", err)
+	}
+	k := initrdKey{agent, b.cfg.Busybox, a.Size(), bb.Size(), a.ModTime(), bb.ModTime()}
+	b.initrds.mu.Lock()
+	defer b.initrds.mu.Unlock()
+	if path, ok := b.initrds.built[k]; ok {
+		if _, err := os.Stat(path); err == nil {
+			return path, nil
+		}
+	}
+	path, err := initramfs(b.cfg.Cache, b.cfg.Busybox, b.cfg.Modules, agent)
+	if err != nil {
+		return "", err
+	}
+	b.initrds.built[k] = path
+	return path, nil
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -81,7 +126,7 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.Modules == "" {
 		cfg.Modules = filepath.Join("/lib/modules", kernelVersion(cfg.Kernel))
 	}
-	b := &Backend{cfg: cfg, bootCPU: bootCPU}
+	b := &Backend{cfg: cfg, bootCPU: bootCPU, initrds: &initrds{built: map[initrdKey]string{}}}
 	var err error
 	if b.accel, b.cpu, err = chooseAccel(cfg.Accel, ProbeKVM()); err != nil {
 		return nil, fmt.Errorf("vm backend: %w", err)
@@ -114,6 +159,7 @@ func (l layout) relayPid() string { return filepath.Join(l.dir, "relay.pid") }
 func (l layout) serial() string   { return filepath.Join(l.dir, "serial.sock") }
 func (l layout) agent() string    { return filepath.Join(l.dir, "agent.sock") }
 func (l layout) qmp() string      { return filepath.Join(l.dir, "qmp.sock") }
+func (l layout) standby() string  { return filepath.Join(l.dir, "standby.json") }
 func (l layout) console() string  { return filepath.Join(l.dir, "console.log") }
 func (l layout) qemuLog() string  { return filepath.Join(l.dir, "qemu.log") }
 func (l layout) exitFile() string { return filepath.Join(l.run(), "exit.json") }
@@ -142,10 +188,16 @@ const (
 const defaultMemory = 512 << 20
 
 // Create implements backend.Backend: it builds (or finds) the image
-// disk and initramfs and lays out the sandbox's dir.
+// disk and initramfs, lays out the sandbox's dir, and pre-launches QEMU
+// (see prelaunch), so that a restore into the sandbox (a restore target,
+// a fork's copy) only loads the checkpoint.
 func (b *Backend) Create(ctx context.Context, s *backend.Spec) error {
 	if err := b.create(s); err != nil {
 		return fmt.Errorf("create %s: %w", s.ID, err)
+	}
+	if err := b.prelaunch(ctx, s); err != nil {
+		b.halt(s)
+		return fmt.Errorf("create %s: pre-launch QEMU: %w", s.ID, err)
 	}
 	return nil
 }
@@ -159,7 +211,7 @@ func (b *Backend) create(s *backend.Spec) error {
 	if err != nil {
 		return err
 	}
-	initrd, err := initramfs(b.cfg.Cache, b.cfg.Busybox, b.cfg.Modules, s.GuestBinary)
+	initrd, err := b.initrd(s.GuestBinary)
 	if err != nil {
 		return err
 	}
@@ -219,10 +271,10 @@ func agentConfig(s *backend.Spec) guest.Config {
 	}
 }
 
-// Run implements backend.Backend.
+// Run implements backend.Backend: a boot, with no QEMU pre-launched.
 func (b *Backend) Run(ctx context.Context, s *backend.Spec) error {
-	if err := b.Create(ctx, s); err != nil {
-		return fmt.Errorf("run %s: %w", s.ID, err)
+	if err := b.create(s); err != nil {
+		return fmt.Errorf("run %s: create: %w", s.ID, err)
 	}
 	return b.Start(ctx, s)
 }
@@ -258,10 +310,12 @@ func (b *Backend) start(ctx context.Context, s *backend.Spec) error {
 		}
 	}
 	os.Remove(l.exitFile())
+	// A pre-launched QEMU waits for a checkpoint and cannot boot.
+	b.dropStandby(s)
 	if err := b.startRelay(s); err != nil {
 		return err
 	}
-	if err := b.startQEMU(s, ln); err != nil {
+	if err := b.startQEMU(s, ln, false); err != nil {
 		return err
 	}
 	err := b.waitAgent(ctx, s)
@@ -280,7 +334,7 @@ func (b *Backend) start(ctx context.Context, s *backend.Spec) error {
 	if err := b.startRelay(s); err != nil {
 		return err
 	}
-	if err := b.startQEMU(s, ln); err != nil {
+	if err := b.startQEMU(s, ln, false); err != nil {
 		return err
 	}
 	if err := b.waitAgent(ctx, s); err != nil {
@@ -310,18 +364,7 @@ func (b *Backend) startRelay(s *backend.Spec) error {
 		}
 	}()
 	for _, path := range []string{l.serial(), l.agent()} {
-		os.Remove(path)
-		ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-		if err != nil {
-			return err
-		}
-		if err := os.Chmod(path, 0o600); err != nil {
-			ln.Close()
-			return err
-		}
-		f, err := ln.File()
-		ln.SetUnlinkOnClose(false)
-		ln.Close()
+		f, err := listenFile(path)
 		if err != nil {
 			return err
 		}
@@ -345,38 +388,80 @@ func (b *Backend) startRelay(s *backend.Spec) error {
 	return os.WriteFile(l.relayPid(), []byte(strconv.Itoa(pid)), 0o600)
 }
 
-// qemuArgs is QEMU's command line for s.
-func (b *Backend) qemuArgs(s *backend.Spec, ln launch) []string {
+// listenFile makes a listening Unix socket at path, 0600, as a file for
+// a child process to serve.
+func listenFile(path string) (*os.File, error) {
+	os.Remove(path)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	defer ln.Close()
+	ln.SetUnlinkOnClose(false)
+	if err := os.Chmod(path, 0o600); err != nil {
+		return nil, err
+	}
+	return ln.File()
+}
+
+// qemuArgs is QEMU's command line for s. A standby (see prelaunch) is
+// given its RAM and writable disk later, over QMP (standbyCommands): they are
+// a checkpoint's, unknown at launch.
+func (b *Backend) qemuArgs(s *backend.Spec, ln launch, standby bool, uid int) []string {
 	l := layout{s.Dir}
 	cmdline := "console=ttyS0 quiet panic=-1 reboot=t cryptomgr.notests mitigations=off nokaslr pci=off " +
 		"tsc=reliable " + tscFlags() + " smolvm.hostname=" + s.Hostname
 	mem := strconv.FormatInt(ln.Memory>>20, 10) + "M"
-	// Guest RAM lives in a file of the sandbox's, shared, so that a
-	// checkpoint is that file and a small device-state stream; a restored
-	// copy maps its checkpoint's file copy-on-write instead.
-	ram := "mem-path=" + l.ram() + ",share=on"
-	if ln.CowRAM != "" {
-		ram = "mem-path=" + ln.CowRAM + ",share=off"
-	}
-	return []string{
+	args := []string{
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-		"-object", "memory-backend-file,id=mem,size=" + mem + "," + ram,
-		"-M", "microvm,memory-backend=mem", "-accel", b.accel, "-cpu", b.cpu,
+		"-accel", b.accel, "-cpu", b.cpu,
 		"-m", mem, "-smp", strconv.Itoa(ln.CPUs),
-		"-kernel", ln.Kernel, "-initrd", ln.Initrd, "-append", cmdline,
 		"-serial", "file:" + l.console(),
 		"-drive", "id=image,file=" + ln.Image + ",format=raw,if=none,readonly=on",
 		"-device", "virtio-blk-device,drive=image,serial=smolvm-image",
-		"-drive", "id=disk,file=" + l.disk() + ",format=qcow2,if=none",
 		"-device", "virtio-blk-device,drive=disk,serial=smolvm-disk",
 		"-device", "virtio-serial-device",
 		"-chardev", "socket,id=agent,path=" + l.serial(),
 		"-device", "virtserialport,chardev=agent,name=" + serialPort,
 		"-drive", "id=config,file=" + l.config() + ",format=raw,if=none,readonly=on",
 		"-device", "virtio-blk-device,drive=config,serial=smolvm-config",
-		"-qmp", "unix:" + l.qmp() + ",server=on,wait=off",
-		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+		// The monitor's socket is made here (see startQEMU): fd 3.
+		"-chardev", "socket,id=qmp,fd=3,server=on,wait=off", "-mon", "chardev=qmp,mode=control",
 	}
+	if !standby && ln.CowRAM == "" {
+		// A QEMU that loads a checkpoint never reads the kernel (the
+		// guest's is in the RAM file): skipping it saves its reading.
+		args = append(args, "-kernel", ln.Kernel, "-initrd", ln.Initrd, "-append", cmdline)
+	}
+	const seccomp = "on,obsolete=deny,spawn=deny,resourcecontrol=deny,elevateprivileges="
+	if standby {
+		// Stopped before the machine is built (-preconfig), so that the
+		// RAM object and the disk can still be added. It opens them after
+		// its start, so it keeps root (see startQEMU), and may never
+		// change uid.
+		return append(args, "-M", "microvm", "-preconfig", "-incoming", "defer", "-sandbox", seccomp+"deny")
+	}
+	return append(args,
+		// The filter is installed before -runas drops root, and the drop
+		// is set*id calls: they must be allowed. Once dropped, no uid
+		// can be regained (real, effective and saved are all the new one).
+		"-runas", fmt.Sprintf("%d:%d", uid, uid), "-sandbox", seccomp+"allow",
+		"-object", "memory-backend-file,id=mem,size="+mem+","+ramOptions(l, ln),
+		"-M", "microvm,memory-backend=mem",
+		// Opened read-write at once: by default QEMU reopens the file
+		// read-only for a migration and read-write after, by its path,
+		// which it can no longer open once it has dropped root.
+		"-drive", "id=disk,file="+l.disk()+",format=qcow2,if=none,file.auto-read-only=off")
+}
+
+// ramOptions place guest RAM in a file of the sandbox's, shared, so that a
+// checkpoint is that file and a small device-state stream; a restored
+// copy maps its checkpoint's file copy-on-write instead.
+func ramOptions(l layout, ln launch) string {
+	if ln.CowRAM != "" {
+		return "mem-path=" + ln.CowRAM + ",share=off"
+	}
+	return "mem-path=" + l.ram() + ",share=on"
 }
 
 // tscFlags tell the guest the TSC's rate, which it otherwise calibrates,
@@ -402,14 +487,31 @@ func tscFlags() string {
 
 // startQEMU starts QEMU, on its own: the VM outlives this process.
 // Whether it came up is for waitAgent to see.
-func (b *Backend) startQEMU(s *backend.Spec, ln launch, extra ...string) error {
+func (b *Backend) startQEMU(s *backend.Spec, ln launch, standby bool, extra ...string) error {
 	l := layout{s.Dir}
 	logf, err := os.OpenFile(l.qemuLog(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(b.cfg.QEMU, append(b.qemuArgs(s, ln), extra...)...)
+	uid := 0
+	if !standby {
+		// A standby opens its RAM and disk after its start (see
+		// standby.go), which a QEMU that dropped root could not: the
+		// checkpoint's RAM file is opened read-write even when mapped
+		// copy-on-write (QEMU 7.2), and no copy may write that file.
+		if uid, err = sandboxUID(b.cfg.Cache, s.Dir); err != nil {
+			return err
+		}
+	}
+	// Made here, 0600, rather than by QEMU with its umask.
+	mon, err := listenFile(l.qmp())
+	if err != nil {
+		return err
+	}
+	defer mon.Close()
+	cmd := exec.Command(b.cfg.QEMU, append(b.qemuArgs(s, ln, standby, uid), extra...)...)
+	cmd.ExtraFiles = []*os.File{mon}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -561,6 +663,9 @@ func (b *Backend) bootError(s *backend.Spec) string {
 		}
 	}
 	p, _ := os.ReadFile(l.console())
+	if len(bytes.TrimSpace(p)) == 0 {
+		return "" // the guest never ran (a standby), or printed nothing
+	}
 	lines := strings.Split(strings.TrimSpace(string(p)), "\n")
 	return "; console ends:\n" + strings.Join(lines[max(0, len(lines)-20):], "\n")
 }
@@ -677,6 +782,14 @@ func (b *Backend) State(ctx context.Context, s *backend.Spec) (backend.Status, e
 	if _, err := os.Stat(l.launch()); errors.Is(err, fs.ErrNotExist) {
 		return backend.StatusMissing, nil
 	}
+	if _, err := os.Stat(l.standby()); err == nil {
+		// A pre-launched QEMU that died while it waited leaves a sandbox
+		// nothing can restore into: a pool drops such a target.
+		if _, ok := b.qemu(s); !ok {
+			return backend.StatusStopped, nil
+		}
+		return backend.StatusCreated, nil
+	}
 	if _, err := os.Stat(l.qemuPid()); errors.Is(err, fs.ErrNotExist) {
 		return backend.StatusCreated, nil
 	}
@@ -746,6 +859,7 @@ func killWait(b *Backend, s *backend.Spec, pid int) bool {
 // Delete implements backend.Backend.
 func (b *Backend) Delete(ctx context.Context, s *backend.Spec) error {
 	b.halt(s)
+	releaseUID(b.cfg.Cache, s.Dir)
 	if err := os.RemoveAll(s.Dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("delete %s: %w", s.ID, err)
 	}

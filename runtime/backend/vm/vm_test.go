@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -156,15 +158,7 @@ func TestKilledQEMU(t *testing.T) {
 	if !ok {
 		t.Fatal("no QEMU after run")
 	}
-	syscall.Kill(pid, syscall.SIGKILL)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if st, _ := b.State(ctx, s); st == backend.StatusStopped {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a killed VM still shows as running")
-		}
-	}
+	killQEMU(t, b, s, pid)
 	if e, err := b.MainExit(ctx, s); e != nil || err != nil {
 		t.Fatalf("main exit of a killed VM: %+v, %v", e, err)
 	}
@@ -311,8 +305,13 @@ func TestForkCopyOnWrite(t *testing.T) {
 	// copy, restored after the copy is gone, has both layers' files.
 	sh(c2, "echo D > /root/d; sync")
 	dir2 := filepath.Join(t.TempDir(), "ck2")
-	if err := b.Checkpoint(ctx, c2, dir2, backend.CheckpointOptions{}); err != nil {
+	// Left running: a QEMU that dropped root takes its disk chain back
+	// after the migration without reopening any file.
+	if err := b.Checkpoint(ctx, c2, dir2, backend.CheckpointOptions{LeaveRunning: true}); err != nil {
 		t.Fatal(err)
+	}
+	if got := sh(c2, "echo E > /root/e; cat /root/d /root/e"); got != "D\nE\n" {
+		t.Fatalf("c2 after its checkpoint: %q", got)
 	}
 	if err := b.Delete(ctx, c2); err != nil {
 		t.Fatal(err)
@@ -368,6 +367,208 @@ func TestIdleWatch(t *testing.T) {
 	for i := range 300 {
 		if w.idle(t0.Add(time.Duration(i)*time.Second), time.Duration(i)*50*time.Millisecond, true) {
 			t.Fatalf("a guest using 5%% of a core called idle at %ds", i)
+		}
+	}
+}
+
+// TestStandby: a restore into a created sandbox loads the checkpoint into
+// the QEMU that Create pre-launched (the same process serves the copy),
+// and a restore into one whose pre-launched QEMU died while it waited
+// fails with ErrStandbyDied, leaving nothing running.
+func TestStandby(t *testing.T) {
+	b := testBackend(t)
+	ctx := context.Background()
+	root := busyboxRoot(t)
+	spec := func(name string) *backend.Spec {
+		return &backend.Spec{ID: name, Hostname: name, Dir: filepath.Join(t.TempDir(), name), GuestBinary: testenv.Guest(t), Rootfs: root, MachineID: strings.Repeat("cd", 16), Env: []string{"PATH=/bin"}}
+	}
+	src := spec("src")
+	defer b.Delete(ctx, src)
+	if err := b.Run(ctx, src); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Exec(ctx, src, sandbox.Process{Args: []string{"sh", "-c", "echo kept > /dev/shm/m"}}, sandbox.Stdio{}); err != nil {
+		t.Fatal(err)
+	}
+	srcPid, _ := b.qemu(src)
+	if uid := procUID(t, srcPid); uid < uidBase || uid >= uidBase+uidCount {
+		t.Fatalf("a booted QEMU runs as uid %d, not a sandbox's own", uid)
+	}
+	for _, name := range []string{"qmp.sock", "serial.sock", "agent.sock"} {
+		fi, err := os.Stat(filepath.Join(src.Dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o600 || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+			t.Errorf("%s is %v, owned by %d: want root's, 0600", name, fi.Mode(), fi.Sys().(*syscall.Stat_t).Uid)
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "ck")
+	if err := b.Checkpoint(ctx, src, dir, backend.CheckpointOptions{LeaveRunning: true}); err != nil {
+		t.Fatal(err)
+	}
+
+	target := spec("target")
+	defer b.Delete(ctx, target)
+	if err := b.Create(ctx, target); err != nil {
+		t.Fatal(err)
+	}
+	pid, ok := b.qemu(target)
+	if !ok {
+		t.Fatal("Create pre-launched no QEMU")
+	}
+	if st, _ := b.State(ctx, target); st != backend.StatusCreated {
+		t.Fatalf("a created sandbox with its QEMU waiting reads %s", st)
+	}
+	start := time.Now()
+	if err := b.Restore(ctx, target, dir); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("restored into the pre-launched QEMU in %v (load %s)", time.Since(start), loadAvg())
+	if now, _ := b.qemu(target); now != pid {
+		t.Fatalf("the copy runs in QEMU %d, not in the pre-launched %d", now, pid)
+	}
+	var out strings.Builder
+	if _, err := b.Exec(ctx, target, sandbox.Process{Args: []string{"cat", "/dev/shm/m"}}, sandbox.Stdio{Stdout: &out}); err != nil || out.String() != "kept\n" {
+		t.Fatalf("the copy reads %q, %v", out.String(), err)
+	}
+
+	dead := spec("dead")
+	defer b.Delete(ctx, dead)
+	if err := b.Create(ctx, dead); err != nil {
+		t.Fatal(err)
+	}
+	pid, _ = b.qemu(dead)
+	killQEMU(t, b, dead, pid)
+	err := b.Restore(ctx, dead, dir)
+	if !errors.Is(err, ErrStandbyDied) || !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("restore into a sandbox whose pre-launched QEMU died: %v", err)
+	}
+	t.Logf("restore into a dead standby: %v", err)
+	if _, ok := b.relay(dead); ok {
+		t.Error("the dead standby's relay still runs")
+	}
+	if st, _ := b.State(ctx, dead); st != backend.StatusCreated {
+		t.Errorf("after its dead QEMU was cleaned up, the sandbox reads %s", st)
+	}
+}
+
+// procUID is the real uid process pid runs as.
+func procUID(t *testing.T, pid int) int {
+	t.Helper()
+	p, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(p), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
+			uid, err := strconv.Atoi(f[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return uid
+		}
+	}
+	t.Fatalf("no Uid in /proc/%d/status", pid)
+	return 0
+}
+
+// TestSandboxUID: each sandbox gets a uid of its own, kept until it is
+// deleted; the uid of a sandbox whose directory vanished goes to the
+// next one hashed onto it.
+func TestSandboxUID(t *testing.T) {
+	cache, root := t.TempDir(), t.TempDir()
+	dirs := []string{filepath.Join(root, "a"), filepath.Join(root, "b")}
+	uids := map[int]string{}
+	for _, d := range dirs {
+		os.Mkdir(d, 0o700)
+		uid, err := sandboxUID(cache, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again, _ := sandboxUID(cache, d); again != uid {
+			t.Fatalf("%s: uid %d, then %d", d, uid, again)
+		}
+		if other, ok := uids[uid]; ok {
+			t.Fatalf("%s and %s share uid %d", d, other, uid)
+		}
+		uids[uid] = d
+	}
+	// Another sandbox hashed onto a's uid, while a lives and once a's
+	// directory is gone.
+	a, _ := sandboxUID(cache, dirs[0])
+	held := filepath.Join(cache, "uids", strconv.Itoa(a))
+	if ok, err := holdUID(held, filepath.Join(root, "c")); ok || err != nil {
+		t.Fatalf("a live sandbox's uid was taken: %t, %v", ok, err)
+	}
+	os.RemoveAll(dirs[0])
+	if ok, err := holdUID(held, filepath.Join(root, "c")); !ok || err != nil {
+		t.Fatalf("a gone sandbox's uid was not given back: %t, %v", ok, err)
+	}
+	b, _ := sandboxUID(cache, dirs[1])
+	releaseUID(cache, dirs[1])
+	if _, err := os.Stat(filepath.Join(cache, "uids", strconv.Itoa(b))); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a deleted sandbox still holds uid %d", b)
+	}
+}
+
+// TestOverlay: the overlays written without qemu-img are what qemu-img
+// reads as such (backing name and format, size), with consistent
+// refcounts, over a raw base and over a qcow2 one named relatively.
+func TestOverlay(t *testing.T) {
+	if _, err := exec.LookPath("qemu-img"); err != nil {
+		t.Skip("qemu-utils not installed")
+	}
+	dir := t.TempDir()
+	raw := filepath.Join(dir, "blank.raw")
+	if err := os.WriteFile(raw, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(raw, 3<<30+4096); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ path, base, format string }{
+		{filepath.Join(dir, "base-1.qcow2"), raw, "raw"},
+		{filepath.Join(dir, "disk.qcow2"), "base-1.qcow2", "qcow2"},
+	} {
+		if err := overlay(tc.path, tc.base, tc.format); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("qemu-img", "check", tc.path).CombinedOutput(); err != nil {
+			t.Fatalf("qemu-img check %s: %v: %s", tc.path, err, out)
+		}
+		out, err := exec.Command("qemu-img", "info", "--output=json", tc.path).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var info struct {
+			Format             string `json:"format"`
+			VirtualSize        int64  `json:"virtual-size"`
+			BackingFilename    string `json:"backing-filename"`
+			BackingFilenameFmt string `json:"backing-filename-format"`
+		}
+		if err := json.Unmarshal(out, &info); err != nil {
+			t.Fatal(err)
+		}
+		if info.Format != "qcow2" || info.VirtualSize != 3<<30+4096 || info.BackingFilename != tc.base || info.BackingFilenameFmt != tc.format {
+			t.Fatalf("%s reads as %+v", tc.path, info)
+		}
+	}
+	if err := overlay(filepath.Join(dir, "x.qcow2"), "missing.qcow2", "qcow2"); err == nil {
+		t.Fatal("an overlay of a missing base was made")
+	}
+}
+
+// killQEMU kills s's QEMU from outside and waits for s to read as stopped.
+func killQEMU(t *testing.T, b *Backend, s *backend.Spec, pid int) {
+	t.Helper()
+	syscall.Kill(pid, syscall.SIGKILL)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if st, _ := b.State(context.Background(), s); st == backend.StatusStopped {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still reads as running or created after its QEMU was killed", s.ID)
 		}
 	}
 }
