@@ -187,13 +187,17 @@ func TestHotPool(t *testing.T) {
 	}
 	waiting := memberIDs(t, m, "hot", sandbox.StatePaused)
 
-	cp, err := m.Restore(ctx, "hot-src", sandbox.RestoreOptions{Name: "claimed"})
+	if _, err := m.Restore(ctx, "hot-src", sandbox.RestoreOptions{TTL: -time.Second}); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Errorf("restore with a negative TTL: %v, want ErrInvalid", err)
+	}
+	cp, err := m.Restore(ctx, "hot-src", sandbox.RestoreOptions{Name: "claimed", TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !waiting[cp.ID] || cp.Name != "claimed" || cp.State != sandbox.StateRunning || cp.Snapshot != snap.ID {
 		t.Fatalf("restore with a hot pool: %+v, want one of %v, running", cp, waiting)
 	}
+	checkTTL(t, "claimed copy", cp, time.Hour)
 	if got := m.kv(t, cp, "get a"); got != "1" {
 		t.Errorf("claimed copy's memory: get a = %q", got)
 	}
@@ -232,13 +236,14 @@ func TestHotPool(t *testing.T) {
 	if err := m.RemovePool(ctx, "hot"); err != nil {
 		t.Fatal(err)
 	}
-	cold, err := m.Restore(ctx, "hot-src", sandbox.RestoreOptions{})
+	cold, err := m.Restore(ctx, "hot-src", sandbox.RestoreOptions{TTL: 2 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if waiting[cold.ID] {
 		t.Error("a restore after the pool's removal got one of its copies")
 	}
+	checkTTL(t, "restored copy", cold, 2*time.Hour)
 	if got := m.kv(t, cold, "get a"); got != "1" {
 		t.Errorf("restored copy: get a = %q", got)
 	}
@@ -409,5 +414,14 @@ func TestRestoreTargetsFit(t *testing.T) {
 	}
 	if _, err := m.Get(ctx, taken.ID); err != nil {
 		t.Fatalf("the sandbox whose name clashed: %v", err)
+	}
+}
+
+// checkTTL checks that sb lives ttl from its start, as RestoreOptions.TTL
+// asked, and that the record says so too.
+func checkTTL(t *testing.T, what string, sb *sandbox.Sandbox, ttl time.Duration) {
+	t.Helper()
+	if sb.Config.TTL != ttl || sb.ExpiresAt == nil || sb.StartedAt == nil || !sb.ExpiresAt.Equal(sb.StartedAt.Add(ttl)) {
+		t.Errorf("%s: TTL %s, started %v, expires %v; want %s from its start", what, sb.Config.TTL, sb.StartedAt, sb.ExpiresAt, ttl)
 	}
 }

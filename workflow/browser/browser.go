@@ -239,7 +239,9 @@ func New(ctx context.Context, svc sandbox.Service, o NewOptions) (*Browser, erro
 		}
 		o.Network = &pol
 	}
-	sb, err := svc.Restore(ctx, o.Golden, sandbox.RestoreOptions{Name: o.Name})
+	// The TTL goes with the restore: a hot copy gets its deadline in the
+	// identity the claim hands over, with no SetTTL round trip after.
+	sb, err := svc.Restore(ctx, o.Golden, sandbox.RestoreOptions{Name: o.Name, TTL: o.TTL})
 	if err != nil {
 		return nil, fmt.Errorf("browser new: %w", err)
 	}
@@ -252,10 +254,6 @@ func New(ctx context.Context, svc sandbox.Service, o NewOptions) (*Browser, erro
 }
 
 func ready(ctx context.Context, svc sandbox.Service, sb *sandbox.Sandbox, o NewOptions) (*Browser, error) {
-	sb, err := svc.SetTTL(ctx, sb.ID, o.TTL)
-	if err != nil {
-		return nil, err
-	}
 	if o.Network != nil {
 		if _, err := svc.NetUpdate(ctx, sb.ID, *o.Network); err != nil {
 			return nil, err
