@@ -425,3 +425,61 @@ func checkTTL(t *testing.T, what string, sb *sandbox.Sandbox, ttl time.Duration)
 		t.Errorf("%s: TTL %s, started %v, expires %v; want %s from its start", what, sb.Config.TTL, sb.StartedAt, sb.ExpiresAt, ttl)
 	}
 }
+
+// TestHotPoolWarm: a hot copy of a sandbox labelled sandbox.LabelWarm is
+// sent its GET between restore and pause (here through the agent: no
+// network), the source is not; a copy that does not answer is not pooled.
+func TestHotPoolWarm(t *testing.T) {
+	m := newManager(t)
+	ctx := context.Background()
+	const server = `import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        open("/tmp/hits", "a").write(self.path + "\n")
+        self.send_response(200)
+        self.end_headers()
+s = http.server.HTTPServer(("127.0.0.1", 8000), H)
+open("/tmp/up", "w").close()
+s.serve_forever()
+`
+	src := m.run(t, sandbox.Config{Cmd: []string{"python3", "-c", server}, Labels: map[string]string{sandbox.LabelWarm: "8000/warmed"}})
+	if _, _, exit := m.sh(t, src, "i=0; while [ ! -e /tmp/up ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; [ -e /tmp/up ]"); exit.Code != 0 {
+		t.Fatal("the server did not start")
+	}
+	if _, err := m.Checkpoint(ctx, src.ID, sandbox.CheckpointOptions{Name: "warm-src"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.CreatePool(ctx, sandbox.PoolOptions{Name: "warm", From: "warm-src", Hot: 1}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.RemovePool(context.Background(), "warm") })
+	if made, err := m.FillPool(ctx, "warm"); err != nil || made != 1 {
+		t.Fatalf("fill: %d, %v", made, err)
+	}
+	cp, err := m.Restore(ctx, "warm-src", sandbox.RestoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _, _ := m.sh(t, cp, "cat /tmp/hits"); out != "/warmed\n" {
+		t.Errorf("the hot copy's requests: %q, want the warm-up's alone", out)
+	}
+	if out, _, _ := m.sh(t, src, "cat /tmp/hits 2>/dev/null"); out != "" {
+		t.Errorf("the source was asked %q", out)
+	}
+
+	// Nothing answers on 8001: the copy is discarded, the fill fails.
+	bad := m.run(t, sandbox.Config{Labels: map[string]string{sandbox.LabelWarm: "8001/"}})
+	if _, err := m.Checkpoint(ctx, bad.ID, sandbox.CheckpointOptions{Name: "cold-src"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.CreatePool(ctx, sandbox.PoolOptions{Name: "cold", From: "cold-src", Hot: 1}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.RemovePool(context.Background(), "cold") })
+	if made, err := m.FillPool(ctx, "cold"); err == nil || made != 0 || !strings.Contains(err.Error(), "warm hot copy") {
+		t.Errorf("fill of a copy that does not answer: %d, %v", made, err)
+	}
+	if p, err := m.Pool(ctx, "cold"); err != nil || p.HotReady != 0 {
+		t.Errorf("pool after the failed fill: %+v, %v", p, err)
+	}
+}
