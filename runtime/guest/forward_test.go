@@ -9,31 +9,10 @@ import (
 	"time"
 )
 
-// TestForward relays two connections at once to an upper-casing echo
-// server, with half-closes passing through, then stops with its context;
+// TestForward relays two connections at once to an upperServer, with half-closes passing through, then stops with its context;
 // a target that refuses closes the client's connection.
 func TestForward(t *testing.T) {
-	target, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer target.Close()
-	go func() {
-		for {
-			c, err := target.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				b, _ := io.ReadAll(c)
-				for i := range b {
-					b[i] &^= 0x20
-				}
-				c.Write(b)
-			}()
-		}
-	}()
+	target := upperServer(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
