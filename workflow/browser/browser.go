@@ -139,7 +139,7 @@ func Start(ctx context.Context, svc sandbox.Service, o StartOptions) (*sandbox.S
 		Network: &pol,
 		// A hot pool of the golden asks each copy for /json/version before
 		// pausing it: the first answer after a restore took 0.35-2.5 s at
-		// load 25, against 0.04-0.38 s for a warmed copy's.
+		// load 25, against 0.04-0.75 s for a warmed copy's.
 		Labels: map[string]string{sandbox.LabelWarm: fmt.Sprintf("%d/json/version", CDPPort)},
 	}
 	sb, err := svc.Create(ctx, sandbox.CreateOptions{Image: o.Image, Config: cfg, Start: true})
