@@ -253,7 +253,8 @@ type CheckpointRequest struct {
 
 // RestoreRequest is the optional body of POST /v1/snapshots/{snapshot}/restore.
 type RestoreRequest struct {
-	Name string `json:"name,omitempty"`
+	Name string   `json:"name,omitempty"`
+	TTL  Duration `json:"ttl,omitempty"` // replaces the snapshot's time to live
 }
 
 // ForkRequest is the optional body of POST …/fork.

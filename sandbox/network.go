@@ -266,6 +266,16 @@ type PortMapping struct {
 	Port     int    `json:"port"`
 }
 
+// DialAddr is the host address to dial the published port at: its bound
+// address, or loopback if it is bound to every address.
+func (pm PortMapping) DialAddr() string {
+	ip := pm.HostIP
+	if ip == "" || ip == "0.0.0.0" || ip == "::" {
+		ip = "127.0.0.1"
+	}
+	return net.JoinHostPort(ip, strconv.Itoa(pm.HostPort))
+}
+
 // NetworkCounters are bytes and packets through the sandbox's veth.
 type NetworkCounters struct {
 	TxBytes   uint64 `json:"tx_bytes"`

@@ -1,6 +1,9 @@
 package sandbox
 
 import (
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"smolvm.dev/smolvm/errdefs"
@@ -79,6 +82,24 @@ type Config struct {
 	// Labels are the caller's key=value tags (E2B's metadata too); usage
 	// can be broken down by them. Copies keep their source's.
 	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// LabelWarm on a sandbox names an HTTP endpoint inside it, PORT/PATH
+// ("9222/json/version"). Each hot copy of its snapshots (a pool's --hot)
+// is sent one GET there after its restore and before its pause: the first
+// request a restored process serves faults in the memory and code that
+// request touches, and a hot copy should pay that in the pool, not when
+// it is claimed.
+const LabelWarm = "smolvm.warm"
+
+// ParseWarm splits a LabelWarm value into its port and path.
+func ParseWarm(v string) (port int, path string, err error) {
+	p, rest, _ := strings.Cut(v, "/")
+	port, err = strconv.Atoi(p)
+	if err != nil || port < 1 || port > 65535 || strings.ContainsAny(rest, " ?#") {
+		return 0, "", fmt.Errorf("%w: label %s=%q: want PORT/PATH, e.g. 9222/json/version", ErrInvalid, LabelWarm, v)
+	}
+	return port, "/" + rest, nil
 }
 
 // Bounds of a sandbox's labels.

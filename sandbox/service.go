@@ -202,6 +202,9 @@ type CheckpointOptions struct {
 // RestoreOptions describe a restore.
 type RestoreOptions struct {
 	Name string // name of the new sandbox, "" for a generated one
+	// TTL, above 0, replaces the snapshot's time to live: the copy starts
+	// with its deadline, so no SetTTL call follows on the critical path.
+	TTL time.Duration
 }
 
 // ForkOptions describe a fork.

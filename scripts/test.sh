@@ -11,7 +11,9 @@ scripts/install.sh
 # sandboxes (the host image shows the host's /usr). The code interpreter's
 # scenarios draw a matplotlib figure inside a sandbox (image/png results).
 # Browser sandboxes (go test ./workflow/browser) run Debian's chromium from
-# the host image and drive it with playwright-core (sdk/browser-test).
+# the host image and drive it with playwright-core (sdk/browser-test);
+# TestBrowserImage builds the browser image with mmdebstrap from Debian's
+# archive (its root filesystem is then cached in ~/.cache/smolvm-test).
 missing=()
 command -v ip >/dev/null || missing+=(iproute2)
 for p in curl python3; do
@@ -21,6 +23,7 @@ python3 -c 'import matplotlib' 2>/dev/null || missing+=(python3-matplotlib)
 # The agent runner's eval fixtures run pytest inside sandboxes (host /usr).
 /usr/bin/python3 -c 'import pytest' 2>/dev/null || missing+=(python3-pytest)
 [[ -x /usr/lib/chromium/chromium ]] || missing+=(chromium)
+command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
 # The microVM backend (go test ./runtime/backend/vm): QEMU, qemu-img, a

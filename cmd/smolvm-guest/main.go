@@ -22,8 +22,16 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) == 4 && os.Args[1] == "forward" {
+		// Inside a sandbox, beside its main command: see guest.Forward.
+		if err := guest.ForwardMain(os.Args[2], os.Args[3]); err != nil {
+			fmt.Fprintln(os.Stderr, "smolvm-guest forward:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: smolvm-guest CONFIG | smolvm-guest relay RUNDIR")
+		fmt.Fprintln(os.Stderr, "usage: smolvm-guest CONFIG | smolvm-guest relay RUNDIR | smolvm-guest forward LISTEN TARGET")
 		os.Exit(2)
 	}
 	code, err := run(os.Args[1])

@@ -28,7 +28,7 @@ func (a *app) checkpointCmd() *cobra.Command {
 func (a *app) restoreCmd() *cobra.Command {
 	var o sandbox.RestoreOptions
 	cmd := command(a, &cobra.Command{
-		Use:   "restore [--name NEW] SNAPSHOT",
+		Use:   "restore [--name NEW] [--ttl D] SNAPSHOT",
 		Short: "Start a new sandbox in the state saved in a snapshot",
 		Long:  "Start a new sandbox in the state saved in a snapshot, with its own ID, name, hostname and machine ID. Prints the new sandbox's ID.",
 		Args:  cobra.ExactArgs(1),
@@ -36,6 +36,7 @@ func (a *app) restoreCmd() *cobra.Command {
 		return ops.Restore(s.ctx, args[0], o)
 	}))
 	cmd.Flags().StringVar(&o.Name, "name", "", "name the new sandbox")
+	cmd.Flags().DurationVar(&o.TTL, "ttl", 0, "time to live from the restore, replacing the snapshot's (0: the snapshot's)")
 	return cmd
 }
 

@@ -15,14 +15,42 @@ import (
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/workflow/browser"
 )
 
 func (a *app) imageCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "image",
-		Short: "Manage the images sandboxes run (import, pull, ls, rm, inspect)",
+		Short: "Manage the images sandboxes run (build, import, pull, ls, rm, inspect)",
 	}
-	c.AddCommand(a.imageImportCmd(), a.imagePullCmd(), a.imageLsCmd(), a.imageRmCmd(), a.imageInspectCmd())
+	c.AddCommand(a.imageBuildCmd(), a.imageImportCmd(), a.imagePullCmd(), a.imageLsCmd(), a.imageRmCmd(), a.imageInspectCmd())
+	return c
+}
+
+// recipes are the images smolvm knows how to build, by name.
+func recipes() map[string]image.Recipe {
+	return map[string]image.Recipe{browser.ImageName: browser.ImageRecipe()}
+}
+
+func (a *app) imageBuildCmd() *cobra.Command {
+	var jsonOut bool
+	c := a.withSession(&cobra.Command{
+		Use:   "build RECIPE",
+		Short: "Build an image from one of smolvm's recipes (browser: Debian's chromium) with mmdebstrap, once",
+		Long: "Build an image from a recipe with mmdebstrap (root, apt access) and store it under the recipe's name. " +
+			"An image of the same recipe already stored is kept and printed. Recipes: " + browser.ImageName + ".",
+		Args: cobra.ExactArgs(1),
+	}, func(s *session, args []string) error {
+		r, ok := recipes()[args[0]]
+		if !ok {
+			return imageError(fmt.Errorf("%w: no recipe %q (recipes: %s)", sandbox.ErrInvalid, args[0], browser.ImageName))
+		}
+		return a.storeImage(s, "Built", jsonOut, func(images *image.Store, progress func(image.Progress)) (*sandbox.Image, error) {
+			img, _, err := images.Build(s.ctx, r, image.BuildOptions{Progress: progress})
+			return img, err
+		})
+	})
+	c.Flags().BoolVar(&jsonOut, "json", false, "print progress events and the image as JSON lines")
 	return c
 }
 

@@ -106,3 +106,15 @@ func GitRepo(t testing.TB, files map[string]string) string {
 	}
 	return dir
 }
+
+// Cache is a directory for what tests make slowly and may keep between
+// runs and clones (the browser image's root filesystem): under the
+// user's cache directory, outside the work tree.
+func Cache(t testing.TB, name string) string {
+	t.Helper()
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dir, "smolvm-test", name)
+}

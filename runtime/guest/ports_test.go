@@ -17,24 +17,7 @@ import (
 // included: the server sees the client's EOF, and answers after it.
 func TestDialPort(t *testing.T) {
 	c, _ := startAgent(t, nil)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			s, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer s.Close()
-				b, _ := io.ReadAll(s) // until the client's half-close
-				s.Write([]byte(strings.ToUpper(string(b))))
-			}()
-		}
-	}()
+	ln := upperServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	port := ln.Addr().(*net.TCPAddr).Port
@@ -75,4 +58,28 @@ func TestDialPortRefused(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrInvalid) {
 		t.Fatalf("port 70000: %v", err)
 	}
+}
+
+// upperServer serves on loopback until the test ends: each connection's
+// bytes, read until the client's half-close, are sent back upper-cased.
+func upperServer(t *testing.T) net.Listener {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			s, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer s.Close()
+				b, _ := io.ReadAll(s)
+				s.Write([]byte(strings.ToUpper(string(b))))
+			}()
+		}
+	}()
+	return ln
 }

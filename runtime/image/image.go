@@ -109,6 +109,7 @@ func Open(ctx context.Context, dataDir string, st *store.Store) (*Store, error) 
 	}
 	removeStaleTemps(filepath.Join(s.layers, "sha256"))
 	removeStaleTemps(filepath.Join(s.images, hostName))
+	removeStaleTemps(s.images) // builds' (Build)
 	if err := s.ensureHost(); err != nil {
 		return nil, fmt.Errorf("open image store: %w", err)
 	}

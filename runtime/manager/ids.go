@@ -85,6 +85,11 @@ func checkLabels(l map[string]string) error {
 	printable := func(s string) bool {
 		return utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl)
 	}
+	if v, ok := l[sandbox.LabelWarm]; ok {
+		if _, _, err := sandbox.ParseWarm(v); err != nil {
+			return err
+		}
+	}
 	for k, v := range l {
 		switch {
 		case k == "" || len(k) > sandbox.MaxLabelKeyLen || strings.Contains(k, "=") || !printable(k):

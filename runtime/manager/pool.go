@@ -6,6 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -473,6 +477,12 @@ func (m *Manager) makeHot(ctx context.Context, p *poolRecord) (*sandbox.Sandbox,
 	if _, err := m.materialize(ctx, r, sn, false, func(ctx context.Context) (string, error) { return m.snaps.Verify(ctx, snap) }); err != nil {
 		return nil, err
 	}
+	if w, ok := r.Config.Labels[sandbox.LabelWarm]; ok {
+		if err := m.warm(ctx, r, w); err != nil {
+			m.discard(ctx, r)
+			return nil, fmt.Errorf("warm hot copy %s: %w", r.ID, err)
+		}
+	}
 	if err := sn.Pause(ctx, &r.spec); err != nil {
 		m.discard(ctx, r)
 		return nil, fmt.Errorf("pause hot copy %s: %w", r.ID, err)
@@ -483,6 +493,48 @@ func (m *Manager) makeHot(ctx context.Context, p *poolRecord) (*sandbox.Sandbox,
 		return nil, err
 	}
 	return &r.Sandbox, nil
+}
+
+// warmTimeout bounds a hot copy's warm-up request (LabelWarm).
+const warmTimeout = 30 * time.Second
+
+// warm sends the GET a LabelWarm names to a hot copy and reads the answer:
+// through its published port if the port is published, the way its users
+// will come (the network helper and the sandbox's network stack warm
+// too), otherwise through its agent. Any HTTP answer will do.
+func (m *Manager) warm(ctx context.Context, r *record, endpoint string) error {
+	port, path, err := sandbox.ParseWarm(endpoint)
+	if err != nil {
+		return err
+	}
+	dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return r.be.Guest(&r.spec).DialPort(ctx, port)
+	}
+	if r.Config.Network.Enabled() {
+		st, err := m.net.Status(ctx, r.ID)
+		if err != nil {
+			return err
+		}
+		for _, p := range st.Ports {
+			if p.Port == port {
+				addr := p.DialAddr()
+				dial = func(ctx context.Context, nw, _ string) (net.Conn, error) { return m.DialPublished(ctx, nw, addr) }
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, warmTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:"+strconv.Itoa(port)+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{Transport: &http.Transport{DialContext: dial, DisableKeepAlives: true}}).Do(req)
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", endpoint, err)
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	return err
 }
 
 // claimHot takes a hot copy of snap from a pool that holds them, resumes

@@ -187,13 +187,17 @@ func TestHotPool(t *testing.T) {
 	}
 	waiting := memberIDs(t, m, "hot", sandbox.StatePaused)
 
-	cp, err := m.Restore(ctx, "hot-src", sandbox.RestoreOptions{Name: "claimed"})
+	if _, err := m.Restore(ctx, "hot-src", sandbox.RestoreOptions{TTL: -time.Second}); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Errorf("restore with a negative TTL: %v, want ErrInvalid", err)
+	}
+	cp, err := m.Restore(ctx, "hot-src", sandbox.RestoreOptions{Name: "claimed", TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !waiting[cp.ID] || cp.Name != "claimed" || cp.State != sandbox.StateRunning || cp.Snapshot != snap.ID {
 		t.Fatalf("restore with a hot pool: %+v, want one of %v, running", cp, waiting)
 	}
+	checkTTL(t, "claimed copy", cp, time.Hour)
 	if got := m.kv(t, cp, "get a"); got != "1" {
 		t.Errorf("claimed copy's memory: get a = %q", got)
 	}
@@ -232,13 +236,14 @@ func TestHotPool(t *testing.T) {
 	if err := m.RemovePool(ctx, "hot"); err != nil {
 		t.Fatal(err)
 	}
-	cold, err := m.Restore(ctx, "hot-src", sandbox.RestoreOptions{})
+	cold, err := m.Restore(ctx, "hot-src", sandbox.RestoreOptions{TTL: 2 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if waiting[cold.ID] {
 		t.Error("a restore after the pool's removal got one of its copies")
 	}
+	checkTTL(t, "restored copy", cold, 2*time.Hour)
 	if got := m.kv(t, cold, "get a"); got != "1" {
 		t.Errorf("restored copy: get a = %q", got)
 	}
@@ -409,5 +414,72 @@ func TestRestoreTargetsFit(t *testing.T) {
 	}
 	if _, err := m.Get(ctx, taken.ID); err != nil {
 		t.Fatalf("the sandbox whose name clashed: %v", err)
+	}
+}
+
+// checkTTL checks that sb lives ttl from its start, as RestoreOptions.TTL
+// asked, and that the record says so too.
+func checkTTL(t *testing.T, what string, sb *sandbox.Sandbox, ttl time.Duration) {
+	t.Helper()
+	if sb.Config.TTL != ttl || sb.ExpiresAt == nil || sb.StartedAt == nil || !sb.ExpiresAt.Equal(sb.StartedAt.Add(ttl)) {
+		t.Errorf("%s: TTL %s, started %v, expires %v; want %s from its start", what, sb.Config.TTL, sb.StartedAt, sb.ExpiresAt, ttl)
+	}
+}
+
+// TestHotPoolWarm: a hot copy of a sandbox labelled sandbox.LabelWarm is
+// sent its GET between restore and pause (here through the agent: no
+// network), the source is not; a copy that does not answer is not pooled.
+func TestHotPoolWarm(t *testing.T) {
+	m := newManager(t)
+	ctx := context.Background()
+	const server = `import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        open("/tmp/hits", "a").write(self.path + "\n")
+        self.send_response(200)
+        self.end_headers()
+s = http.server.HTTPServer(("127.0.0.1", 8000), H)
+open("/tmp/up", "w").close()
+s.serve_forever()
+`
+	src := m.run(t, sandbox.Config{Cmd: []string{"python3", "-c", server}, Labels: map[string]string{sandbox.LabelWarm: "8000/warmed"}})
+	if _, _, exit := m.sh(t, src, "i=0; while [ ! -e /tmp/up ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; [ -e /tmp/up ]"); exit.Code != 0 {
+		t.Fatal("the server did not start")
+	}
+	if _, err := m.Checkpoint(ctx, src.ID, sandbox.CheckpointOptions{Name: "warm-src"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.CreatePool(ctx, sandbox.PoolOptions{Name: "warm", From: "warm-src", Hot: 1}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.RemovePool(context.Background(), "warm") })
+	if made, err := m.FillPool(ctx, "warm"); err != nil || made != 1 {
+		t.Fatalf("fill: %d, %v", made, err)
+	}
+	cp, err := m.Restore(ctx, "warm-src", sandbox.RestoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _, _ := m.sh(t, cp, "cat /tmp/hits"); out != "/warmed\n" {
+		t.Errorf("the hot copy's requests: %q, want the warm-up's alone", out)
+	}
+	if out, _, _ := m.sh(t, src, "cat /tmp/hits 2>/dev/null"); out != "" {
+		t.Errorf("the source was asked %q", out)
+	}
+
+	// Nothing answers on 8001: the copy is discarded, the fill fails.
+	bad := m.run(t, sandbox.Config{Labels: map[string]string{sandbox.LabelWarm: "8001/"}})
+	if _, err := m.Checkpoint(ctx, bad.ID, sandbox.CheckpointOptions{Name: "cold-src"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.CreatePool(ctx, sandbox.PoolOptions{Name: "cold", From: "cold-src", Hot: 1}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.RemovePool(context.Background(), "cold") })
+	if made, err := m.FillPool(ctx, "cold"); err == nil || made != 0 || !strings.Contains(err.Error(), "warm hot copy") {
+		t.Errorf("fill of a copy that does not answer: %d, %v", made, err)
+	}
+	if p, err := m.Pool(ctx, "cold"); err != nil || p.HotReady != 0 {
+		t.Errorf("pool after the failed fill: %+v, %v", p, err)
 	}
 }

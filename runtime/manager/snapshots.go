@@ -112,9 +112,15 @@ func notRunning(r *record, op string) error {
 // A hot pool of the snapshot (pool create --from SNAPSHOT --hot N) gives a
 // copy it restored ahead of time: it is resumed and given its identity.
 func (m *Manager) Restore(ctx context.Context, snapRef string, o sandbox.RestoreOptions) (*sandbox.Sandbox, error) {
+	if o.TTL < 0 {
+		return nil, fmt.Errorf("restore %s: %w: time to live %s: must not be negative", snapRef, sandbox.ErrInvalid, o.TTL)
+	}
 	snap, meta, err := m.snapshotMeta(ctx, snapRef)
 	if err != nil {
 		return nil, fmt.Errorf("restore %s: %w", snapRef, err)
+	}
+	if o.TTL > 0 {
+		meta.Config.TTL = o.TTL
 	}
 	// Rated here, counted in admit: a hot copy already counts.
 	if err := m.rate(ctx, 1); err != nil {

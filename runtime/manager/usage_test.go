@@ -115,12 +115,16 @@ func TestLabelsChecked(t *testing.T) {
 	for i := range sandbox.MaxLabels + 1 {
 		many[fmt.Sprint("k", i)] = "v"
 	}
-	for _, l := range []map[string]string{many, {"": "v"}, {"a=b": "v"}, {"k": "\x00"}, {"k": "\xff"}, {"k": string(make([]byte, sandbox.MaxLabelValueLen+1))}} {
+	for _, l := range []map[string]string{many, {"": "v"}, {"a=b": "v"}, {"k": "\x00"}, {"k": "\xff"}, {"k": string(make([]byte, sandbox.MaxLabelValueLen+1))},
+		{sandbox.LabelWarm: "json/version"}, {sandbox.LabelWarm: "0/x"}, {sandbox.LabelWarm: "70000/"}, {sandbox.LabelWarm: "9222/a b"}} {
 		if err := checkLabels(l); err == nil {
 			t.Errorf("labels %q: accepted", l)
 		}
 	}
-	if err := checkLabels(map[string]string{"team": "red", "ci/job": "build 12 ✓"}); err != nil {
+	if err := checkLabels(map[string]string{"team": "red", "ci/job": "build 12 ✓", sandbox.LabelWarm: "9222/json/version"}); err != nil {
 		t.Error(err)
+	}
+	if port, path, err := sandbox.ParseWarm("8080"); port != 8080 || path != "/" || err != nil {
+		t.Errorf("ParseWarm(8080): %d %q %v", port, path, err)
 	}
 }

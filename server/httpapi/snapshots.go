@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"time"
+
 	"net/http"
 
 	"smolvm.dev/smolvm/api"
@@ -71,7 +73,7 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	sb, err := s.o.Manager.Restore(r.Context(), r.PathValue("snapshot"), sandbox.RestoreOptions{Name: req.Name})
+	sb, err := s.o.Manager.Restore(r.Context(), r.PathValue("snapshot"), sandbox.RestoreOptions{Name: req.Name, TTL: time.Duration(req.TTL)})
 	created(w, sb, err)
 }
 

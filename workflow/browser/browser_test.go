@@ -50,13 +50,22 @@ func newWorld(t testing.TB) *world {
 		}
 		t.Skip("chromium not installed (apt-get install chromium)")
 	}
+	return openWorld(t, func(*testmgr.Env) string { return "" })
+}
+
+// openWorld is newWorld with the golden in the image that image puts in
+// the Manager's store ("": the host image).
+func openWorld(t testing.TB, image func(*testmgr.Env) string) *world {
+	t.Helper()
 	w := nettest.New(t)
 	env := testmgr.New(t, func(c *manager.Config) { c.Network = w.Host(testenv.Smolvm(t)) })
 	servePages(t, w.InternetNS, nettest.Internet4)
+	img := image(env)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	dial := env.Manager.DialPublished
 	_, err := browser.Start(ctx, env.Manager, browser.StartOptions{
+		Image:   img,
 		Network: sandbox.Network{Mode: sandbox.NetEgress, Hosts: []string{"allowed.test"}},
 		Dial:    dial,
 		// A cold Chromium took over a minute at load 60.

@@ -15,7 +15,7 @@ import (
 
 // Paths inside the sandbox.
 const (
-	guestAgent  = "/.smolvm/agent"
+	guestAgent  = guest.AgentPath
 	guestRunDir = "/.smolvm/run"
 )
 

@@ -1,0 +1,80 @@
+package image
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"smolvm.dev/smolvm/sandbox"
+)
+
+func testRecipe() Recipe {
+	return Recipe{Name: "built", Suite: "bookworm", Variant: "essential", Epoch: 1,
+		Sources: []string{"deb http://deb.debian.org/debian bookworm main"}, Packages: []string{"hello"}, Env: []string{"A=1"}}
+}
+
+// TestBuildFromCache stores a recipe's root filesystem from the cache
+// (mmdebstrap's tarball, kept by recipe digest) through the import path,
+// labelled with the digest; a second build is the stored image even with
+// the cache gone, and a changed recipe is a new build.
+func TestBuildFromCache(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := context.Background()
+	r := testRecipe()
+	cache := t.TempDir()
+	tarball := filepath.Join(cache, strings.TrimPrefix(r.Digest(), "sha256:")+".tar")
+	if err := os.WriteFile(tarball, tarOf(t, dir("etc"), file("etc/os-release", "ID=debian\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	img, built, err := s.Build(ctx, r, BuildOptions{Cache: cache})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if built || img.Refs[0] != "docker.io/library/built:latest" || img.Config.Labels[RecipeLabel] != r.Digest() || len(img.Layers) != 1 ||
+		img.Config.Env[0] != "A=1" || !strings.HasPrefix(img.Source, "build ") {
+		t.Fatalf("built from the cache: %+v, mmdebstrap ran %v", img, built)
+	}
+	if got := readFile(t, filepath.Join(s.Rootfs(img).LowerDirs[0], "etc/os-release")); got != "ID=debian\n" {
+		t.Errorf("the image's os-release: %q", got)
+	}
+	os.Remove(tarball)
+	again, built, err := s.Build(ctx, r, BuildOptions{Cache: cache})
+	if err != nil || built || again.ID != img.ID {
+		t.Fatalf("second build: %+v, %v, %v; want the stored %s", again, built, err, img.ID)
+	}
+
+	// A changed recipe builds: here, without mmdebstrap, it cannot.
+	t.Setenv("PATH", t.TempDir())
+	r.Packages = append(r.Packages, "curl")
+	if _, _, err := s.Build(ctx, r, BuildOptions{Cache: cache}); !errors.Is(err, ErrBuild) || !strings.Contains(err.Error(), "apt-get install mmdebstrap") {
+		t.Errorf("build without mmdebstrap: %v", err)
+	}
+	if cur, err := s.Get(ctx, "built"); err != nil || cur.ID != img.ID {
+		t.Errorf("a failed build changed the stored image: %+v, %v", cur, err)
+	}
+}
+
+func TestBuildRefusesBadRecipes(t *testing.T) {
+	s, _ := newStore(t)
+	for _, change := range []func(*Recipe){
+		func(r *Recipe) { r.Packages = []string{"a,b"} },
+		func(r *Recipe) { r.Packages = []string{"--hook=x"} },
+		func(r *Recipe) { r.Exclude = []string{"/a b"} },
+		func(r *Recipe) { r.Sources = nil },
+		func(r *Recipe) { r.Suite = "" },
+	} {
+		r := testRecipe()
+		change(&r)
+		if _, _, err := s.Build(context.Background(), r, BuildOptions{}); !errors.Is(err, sandbox.ErrInvalid) {
+			t.Errorf("build of %+v: %v, want ErrInvalid", r, err)
+		}
+	}
+	r := testRecipe()
+	r.Name = "Bad Name"
+	if _, _, err := s.Build(context.Background(), r, BuildOptions{}); !errors.Is(err, ErrInvalidRef) {
+		t.Errorf("build named %q: %v, want ErrInvalidRef", r.Name, err)
+	}
+}
