@@ -46,8 +46,8 @@ type SandboxSpec struct {
 	// +optional
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`
 	Tenant string `json:"tenant,omitempty"`
-	// TTLSeconds removes the sandbox that long after it started; 0 is
-	// no limit, absent is the node's default.
+	// TTLSeconds stops the sandbox that long after it started; absent
+	// or 0 is no limit.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	TTLSeconds *int64 `json:"ttlSeconds,omitempty"`
