@@ -63,6 +63,10 @@ func TestAPIServer(t *testing.T) {
 				t.Fatalf("create %T %s: %v", o, o.GetName(), err)
 			}
 		}
+		sb.Spec.NodeName = ""
+		if err := c.Update(ctx, sb); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "nodeName cannot change once set") {
+			t.Errorf("unbind: %v, want nodeName cannot change once set", err)
+		}
 		var fork kubeapi.Sandbox
 		if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "fork"}, &fork); err != nil {
 			t.Fatal(err)
@@ -117,6 +121,10 @@ func TestAPIServer(t *testing.T) {
 		if err := c.Update(ctx, sb); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "nodeName cannot change once set") {
 			t.Errorf("rebind: %v, want nodeName cannot change once set", err)
 		}
+		sb.Spec.NodeName = ""
+		if err := c.Update(ctx, sb); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "nodeName cannot change once set") {
+			t.Errorf("unbind: %v, want nodeName cannot change once set", err)
+		}
 		var fork kubeapi.Sandbox
 		if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "restore"}, &fork); err != nil {
 			t.Fatal(err)
@@ -124,6 +132,11 @@ func TestAPIServer(t *testing.T) {
 		fork.Spec.ForkFrom.Count = 2
 		if err := c.Update(ctx, &fork); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "forkFrom cannot change") {
 			t.Errorf("change forkFrom: %v, want forkFrom cannot change", err)
+		}
+		fork.Spec.ForkFrom = nil
+		fork.Spec.Image = "debian:13"
+		if err := c.Update(ctx, &fork); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "forkFrom cannot change") {
+			t.Errorf("drop forkFrom: %v, want forkFrom cannot change", err)
 		}
 		// Binding an unbound sandbox is allowed: that is the controller's job.
 		var plain kubeapi.Sandbox

@@ -22,8 +22,10 @@ type Sandbox struct {
 
 // SandboxSpec is the sandbox the user wants.
 //
-// +kubebuilder:validation:XValidation:rule="has(self.forkFrom) || has(self.sandboxTemplateRef) || (has(self.image) && self.image != '')",message="image is required unless the sandbox forks or names a template"
+// +kubebuilder:validation:XValidation:rule="has(self.forkFrom) || has(self.sandboxTemplateRef) || (has(self.image) && size(self.image) > 0)",message="image is required unless the sandbox forks or names a template"
 // +kubebuilder:validation:XValidation:rule="!has(self.forkFrom) || !has(self.sandboxTemplateRef)",message="a fork takes its body from its source, not from a template"
+// +kubebuilder:validation:XValidation:rule="has(oldSelf.forkFrom) == has(self.forkFrom) && (!has(self.forkFrom) || self.forkFrom == oldSelf.forkFrom)",message="forkFrom cannot change"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.nodeName) || size(oldSelf.nodeName) == 0 || (has(self.nodeName) && self.nodeName == oldSelf.nodeName)",message="nodeName cannot change once set"
 type SandboxSpec struct {
 	SandboxBody `json:",inline"`
 
@@ -32,15 +34,13 @@ type SandboxSpec struct {
 	// +optional
 	SandboxTemplateRef *LocalRef `json:"sandboxTemplateRef,omitempty"`
 	// ForkFrom makes the sandbox a copy of a running sandbox or of a
-	// snapshot, memory and all, instead of a fresh boot.
+	// snapshot, memory and all, instead of a fresh boot. It cannot change.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="forkFrom cannot change"
 	ForkFrom *ForkFrom `json:"forkFrom,omitempty"`
 	// NodeName is the node whose daemon makes the sandbox; the
 	// controller sets it, and it cannot change once set. Each node lists
 	// only its own (a selectable field).
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="oldSelf == '' || self == oldSelf",message="nodeName cannot change once set"
 	NodeName string `json:"nodeName,omitempty"`
 	// Tenant is the smolvm tenant the sandbox belongs to (docs/tenants.md).
 	// +optional

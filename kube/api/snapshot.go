@@ -26,7 +26,7 @@ type SandboxSnapshotSpec struct {
 	SandboxRef LocalRef `json:"sandboxRef"`
 	// NodeName is the node that takes the checkpoint: the sandbox's.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="oldSelf == '' || self == oldSelf",message="nodeName cannot change once set"
+	// +kubebuilder:validation:XValidation:rule="size(oldSelf) == 0 || self == oldSelf",message="nodeName cannot change once set"
 	NodeName string `json:"nodeName,omitempty"`
 }
 

@@ -16,7 +16,7 @@ type SandboxTemplate struct {
 
 // SandboxTemplateSpec is the body every sandbox made from it starts with.
 //
-// +kubebuilder:validation:XValidation:rule="has(self.image) && self.image != ''",message="a template needs an image"
+// +kubebuilder:validation:XValidation:rule="has(self.image) && size(self.image) > 0",message="a template needs an image"
 type SandboxTemplateSpec struct {
 	SandboxBody `json:",inline"`
 }
