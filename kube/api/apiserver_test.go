@@ -63,10 +63,6 @@ func TestAPIServer(t *testing.T) {
 				t.Fatalf("create %T %s: %v", o, o.GetName(), err)
 			}
 		}
-		sb.Spec.NodeName = ""
-		if err := c.Update(ctx, sb); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "nodeName cannot change once set") {
-			t.Errorf("unbind: %v, want nodeName cannot change once set", err)
-		}
 		var fork kubeapi.Sandbox
 		if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "fork"}, &fork); err != nil {
 			t.Fatal(err)

@@ -79,6 +79,7 @@ type NetworkPolicy struct {
 	// AllowCIDRs are destinations the sandbox may reach.
 	// +optional
 	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=64
 	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="allowCIDRs entries must be CIDRs"
 	AllowCIDRs []string `json:"allowCIDRs,omitempty"`
 	// Ports are the sandbox's TCP ports published on its node.

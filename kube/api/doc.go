@@ -5,6 +5,7 @@
 //
 // +kubebuilder:object:generate=true
 // +groupName=smolvm.dev
+// +versionName=v1alpha1
 package api
 
 //go:generate go run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0 object crd:crdVersions=v1 paths=. output:crd:dir=../../deploy/crds
