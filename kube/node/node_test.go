@@ -1,0 +1,253 @@
+package node_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	"smolvm.dev/smolvm/client"
+	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/internal/testenv"
+	"smolvm.dev/smolvm/internal/testserve"
+	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/kubetest"
+	"smolvm.dev/smolvm/kube/node"
+	"smolvm.dev/smolvm/sandbox"
+)
+
+const ns = "default"
+
+// TestNodeDaemon runs the node daemon against a real kube-apiserver and
+// a real smolvm serve on loopback: a Sandbox bound to the node runs and
+// answers an exec through its endpoint; pause, a checkpoint, a fork and a
+// restore of two copies go through the node's smolvm serve; one bound to
+// another node is left alone; a restarted daemon (its statuses wiped)
+// finds what it made instead of making it again; a deleted Sandbox's
+// sandbox is removed.
+func TestNodeDaemon(t *testing.T) {
+	k := kubetest.Start(t)
+	srv := testserve.Start(t, t.TempDir(), testenv.Guest(t))
+	sc, err := client.New(srv.URL, srv.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	c := k.Client
+
+	start := func() (stop func()) {
+		dctx, dcancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			done <- node.Run(dctx, node.Config{
+				Node: "n1", Kube: k.Config, Smolvm: sc, Endpoint: srv.URL, Namespace: ns, LeaseNamespace: ns,
+				Backends: []string{"gvisor"}, Resync: time.Second,
+				Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+			})
+		}()
+		return func() {
+			dcancel()
+			if err := <-done; err != nil {
+				t.Errorf("node daemon: %v", err)
+			}
+		}
+	}
+	stop := start()
+
+	body := kubeapi.SandboxBody{Image: sandbox.DefaultImage, Command: []string{"sleep", "infinity"}}
+	create := func(name, nodeName string, spec kubeapi.SandboxSpec) *kubeapi.Sandbox {
+		t.Helper()
+		spec.NodeName = nodeName
+		sb := &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: spec}
+		if err := c.Create(ctx, sb); err != nil {
+			t.Fatalf("create %s: %v", name, err)
+		}
+		return sb
+	}
+	// poll calls done until it says so, failing the test on its error
+	// or when ctx ends.
+	poll := func(what string, done func() (bool, error)) {
+		t.Helper()
+		for {
+			ok, err := done()
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			if ok {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%s: timed out", what)
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+	// wait polls the Sandbox until ok; a Failed phase fails the test.
+	wait := func(name string, ok func(*kubeapi.Sandbox) bool) *kubeapi.Sandbox {
+		t.Helper()
+		var sb kubeapi.Sandbox
+		poll("sandbox "+name, func() (bool, error) {
+			if err := c.Get(ctx, kclient.ObjectKey{Namespace: ns, Name: name}, &sb); err != nil {
+				return false, err
+			}
+			if sb.Status.Phase == kubeapi.PhaseFailed {
+				return false, fmt.Errorf("failed: %+v", sb.Status.Conditions)
+			}
+			return ok(&sb), nil
+		})
+		return &sb
+	}
+	phase := func(p kubeapi.SandboxPhase) func(*kubeapi.Sandbox) bool {
+		return func(sb *kubeapi.Sandbox) bool { return sb.Status.Phase == p }
+	}
+	update := func(name string, change func(*kubeapi.Sandbox)) {
+		t.Helper()
+		var sb kubeapi.Sandbox
+		if err := c.Get(ctx, kclient.ObjectKey{Namespace: ns, Name: name}, &sb); err != nil {
+			t.Fatal(err)
+		}
+		change(&sb)
+		if err := c.Update(ctx, &sb); err != nil {
+			t.Fatalf("update %s: %v", name, err)
+		}
+	}
+
+	create("a", "n1", kubeapi.SandboxSpec{SandboxBody: body})
+	other := create("other", "n2", kubeapi.SandboxSpec{SandboxBody: body})
+	a := wait("a", phase(kubeapi.PhaseRunning))
+	if len(a.Status.Instances) != 1 || a.Status.NodeName != "n1" || a.Status.Endpoint != srv.URL+"/v1/sandboxes/"+a.Status.Instances[0].ID {
+		t.Fatalf("a's status: %+v", a.Status)
+	}
+	id := a.Status.Instances[0].ID
+	var out bytes.Buffer
+	if exit, err := sc.Exec(ctx, id, sandbox.Process{Args: []string{"sh", "-c", "echo hi from $(hostname) > /tmp/mark; cat /tmp/mark"}}, sandbox.Stdio{Stdout: &out}); err != nil || exit.Code != 0 {
+		t.Fatalf("exec in a: %v %+v", err, exit)
+	}
+	if !strings.HasPrefix(out.String(), "hi from") {
+		t.Errorf("exec in a said %q", out.String())
+	}
+
+	var lease coordinationv1.Lease
+	poll("node lease", func() (bool, error) {
+		err := c.Get(ctx, kclient.ObjectKey{Namespace: ns, Name: node.LeasePrefix + "n1"}, &lease)
+		return err == nil, kclient.IgnoreNotFound(err)
+	})
+	if lease.Annotations[node.AnnotationEndpoint] != srv.URL || lease.Annotations[node.AnnotationBackends] != "gvisor" || lease.Spec.RenewTime == nil {
+		t.Errorf("node lease: %+v", lease)
+	}
+
+	update("a", func(sb *kubeapi.Sandbox) { sb.Spec.Paused = true })
+	wait("a", phase(kubeapi.PhasePaused))
+	if s, err := sc.Get(ctx, id); err != nil || s.State != sandbox.StatePaused {
+		t.Fatalf("a after pause: %v %+v", err, s)
+	}
+	update("a", func(sb *kubeapi.Sandbox) { sb.Spec.Paused = false })
+	wait("a", phase(kubeapi.PhaseRunning))
+
+	snap := &kubeapi.SandboxSnapshot{
+		ObjectMeta: metav1.ObjectMeta{Name: "snap", Namespace: ns},
+		Spec:       kubeapi.SandboxSnapshotSpec{SandboxRef: kubeapi.LocalRef{Name: "a"}, NodeName: "n1"},
+	}
+	if err := c.Create(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	poll("snapshot", func() (bool, error) {
+		if err := c.Get(ctx, kclient.ObjectKeyFromObject(snap), snap); err != nil {
+			return false, err
+		}
+		if snap.Status.Phase == kubeapi.SnapshotFailed {
+			return false, fmt.Errorf("failed: %+v", snap.Status.Conditions)
+		}
+		return snap.Status.Phase == kubeapi.SnapshotReady, nil
+	})
+	if snap.Status.ID == "" || snap.Status.SizeBytes == 0 || len(snap.Status.Nodes) != 1 {
+		t.Errorf("snapshot's status: %+v", snap.Status)
+	}
+	create("fork", "n1", kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Sandbox: "a"}})
+	create("restored", "n1", kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Snapshot: "snap", Count: 2}})
+	fork := wait("fork", phase(kubeapi.PhaseRunning))
+	restored := wait("restored", phase(kubeapi.PhaseRunning))
+	if len(restored.Status.Instances) != 2 {
+		t.Errorf("restored has %d instances, want 2", len(restored.Status.Instances))
+	}
+	// Copies keep the source's memory and files: the mark a wrote.
+	for _, in := range append(fork.Status.Instances, restored.Status.Instances...) {
+		out.Reset()
+		if exit, err := sc.Exec(ctx, in.ID, sandbox.Process{Args: []string{"cat", "/tmp/mark"}}, sandbox.Stdio{Stdout: &out}); err != nil || exit.Code != 0 || !strings.HasPrefix(out.String(), "hi from") {
+			t.Errorf("copy %s: %v %+v %q", in.ID, err, exit, out.String())
+		}
+	}
+
+	all, err := sc.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range all {
+		if strings.Contains(s.Name, string(other.UID)) {
+			t.Errorf("node n1 made %s for a Sandbox bound to n2", s.Name)
+		}
+	}
+	if len(all) != 4 {
+		t.Errorf("smolvm serve holds %d sandboxes, want 4 (a, fork, 2 restored)", len(all))
+	}
+
+	// A restart that lost the statuses too (as a crash between create
+	// and the status write would): the daemon must find its sandboxes by
+	// name, not make new ones.
+	stop()
+	for _, name := range []string{"a", "fork", "restored"} {
+		var sb kubeapi.Sandbox
+		if err := c.Get(ctx, kclient.ObjectKey{Namespace: ns, Name: name}, &sb); err != nil {
+			t.Fatal(err)
+		}
+		sb.Status = kubeapi.SandboxStatus{}
+		if err := c.Status().Update(ctx, &sb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop = start()
+	defer func() { stop() }()
+	for _, name := range []string{"a", "fork", "restored"} {
+		wait(name, phase(kubeapi.PhaseRunning))
+	}
+	if a = wait("a", phase(kubeapi.PhaseRunning)); a.Status.Instances[0].ID != id {
+		t.Errorf("after the restart a is %s, was %s", a.Status.Instances[0].ID, id)
+	}
+	if again, err := sc.List(ctx); err != nil || len(again) != len(all) {
+		t.Errorf("after the restart smolvm serve holds %d sandboxes (%v), want %d", len(again), err, len(all))
+	}
+
+	// Deleting the objects removes what the node made for them.
+	for _, o := range []kclient.Object{a, fork, restored, snap} {
+		if err := c.Delete(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, o := range []kclient.Object{a, fork, restored, snap} {
+		poll(o.GetName()+" let go", func() (bool, error) {
+			err := c.Get(ctx, kclient.ObjectKeyFromObject(o), o)
+			return apierrors.IsNotFound(err), kclient.IgnoreNotFound(err)
+		})
+	}
+	if _, err := sc.Get(ctx, id); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("a's sandbox after delete: %v, want not found", err)
+	}
+	if left, err := sc.List(ctx); err != nil || len(left) != 0 {
+		t.Errorf("after the deletes smolvm serve holds %d sandboxes (%v)", len(left), err)
+	}
+	if snaps, err := sc.Snapshots(ctx); err != nil || len(snaps) != 0 {
+		t.Errorf("after the deletes smolvm serve holds %d snapshots (%v)", len(snaps), err)
+	}
+}
