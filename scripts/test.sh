@@ -4,6 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install.sh
+# The kube/ tests run envtest against a real kube-apiserver and etcd, built
+# from the Go module proxy once per pinned version (scripts/kube-tools.sh).
+kube=$(scripts/kube-tools.sh)
+export TEST_ASSET_KUBE_APISERVER=$kube/kube-apiserver TEST_ASSET_ETCD=$kube/etcd
 # The SDK suites (go test ./sdk) run with the system python3 and node;
 # the E2B compatibility suite (go test ./server/e2b) drives the real e2b npm
 # package, pinned in sdk/e2b-compat/package-lock.json. Network tests build

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"sync"
 	"testing"
@@ -30,6 +31,37 @@ func Runsc(t testing.TB) string {
 		t.Skip("runsc not installed; run scripts/install.sh")
 	}
 	return p
+}
+
+// Kube returns the kube-apiserver and etcd that the kube/ tests run
+// against: $TEST_ASSET_KUBE_APISERVER and $TEST_ASSET_ETCD (envtest's own
+// variables), else what scripts/kube-tools.sh built for tools/kube's pin
+// under /usr/local. It skips the test without them, except in CI, which
+// builds them (scripts/test.sh).
+func Kube(t testing.TB) (apiserver, etcd string) {
+	t.Helper()
+	apiserver, etcd = os.Getenv("TEST_ASSET_KUBE_APISERVER"), os.Getenv("TEST_ASSET_ETCD")
+	if apiserver == "" || etcd == "" {
+		mod, err := os.ReadFile(filepath.Join(Root(), "tools", "kube", "go.mod"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pin := regexp.MustCompile(`k8s\.io/kubernetes (v\S+)`).FindSubmatch(mod)
+		if pin == nil {
+			t.Fatal("tools/kube/go.mod pins no k8s.io/kubernetes")
+		}
+		dir := filepath.Join("/usr/local/lib/smolvm/kube", string(pin[1]))
+		apiserver, etcd = filepath.Join(dir, "kube-apiserver"), filepath.Join(dir, "etcd")
+	}
+	for _, p := range []string{apiserver, etcd} {
+		if _, err := os.Stat(p); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("%v in CI: scripts/test.sh must build it (scripts/kube-tools.sh)", err)
+			}
+			t.Skipf("%v; run scripts/kube-tools.sh", err)
+		}
+	}
+	return apiserver, etcd
 }
 
 // Guest returns a freshly built smolvm-guest. It is static, so it can run
@@ -64,12 +96,12 @@ func build(t testing.TB, name string) string {
 	b.once.Do(func() {
 		// Test processes of several packages build at once: each writes
 		// its own file, then renames it over the shared one atomically.
-		dir := filepath.Join(moduleRoot(), "bin")
+		dir := filepath.Join(Root(), "bin")
 		b.path = filepath.Join(dir, name+"-test")
 		tmp := fmt.Sprintf("%s.%d", b.path, os.Getpid())
 		cmd := exec.Command("go", "build", "-o", tmp, "smolvm.dev/smolvm/cmd/"+name)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		cmd.Dir = moduleRoot()
+		cmd.Dir = Root()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			b.err = fmt.Errorf("build %s: %v\n%s", name, err, out)
 			return
@@ -82,7 +114,8 @@ func build(t testing.TB, name string) string {
 	return b.path
 }
 
-func moduleRoot() string {
+// Root is the directory of smolvm's module (the repository's root).
+func Root() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }

@@ -1,0 +1,71 @@
+package api
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// SandboxSnapshot is a checkpoint of a Sandbox (memory, processes and
+// files), kept on the node that took it until copied elsewhere.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=sbxs
+// +kubebuilder:selectablefield:JSONPath=`.spec.nodeName`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.nodeName`
+type SandboxSnapshot struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   SandboxSnapshotSpec   `json:"spec"`
+	Status SandboxSnapshotStatus `json:"status,omitempty"`
+}
+
+// SandboxSnapshotSpec names the sandbox to checkpoint.
+type SandboxSnapshotSpec struct {
+	// SandboxRef is the Sandbox to checkpoint; it keeps running.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="sandboxRef cannot change"
+	SandboxRef LocalRef `json:"sandboxRef"`
+	// NodeName is the node that takes the checkpoint: the sandbox's.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="size(oldSelf) == 0 || self == oldSelf",message="nodeName cannot change once set"
+	NodeName string `json:"nodeName,omitempty"`
+}
+
+// SnapshotPhase is where a checkpoint is.
+// +kubebuilder:validation:Enum=Pending;Saving;Ready;Failed
+type SnapshotPhase string
+
+// The phases of a SandboxSnapshot.
+const (
+	SnapshotPending SnapshotPhase = "Pending"
+	SnapshotSaving  SnapshotPhase = "Saving"
+	SnapshotReady   SnapshotPhase = "Ready"
+	SnapshotFailed  SnapshotPhase = "Failed"
+)
+
+// SandboxSnapshotStatus is what the node daemon saved.
+type SandboxSnapshotStatus struct {
+	// +optional
+	Phase SnapshotPhase `json:"phase,omitempty"`
+	// ID is the snapshot's ID in its node's store.
+	// +optional
+	ID string `json:"id,omitempty"`
+	// Nodes hold a copy (the first took it).
+	// +optional
+	Nodes []string `json:"nodes,omitempty"`
+	// SizeBytes is the checkpoint's size.
+	// +optional
+	SizeBytes int64 `json:"sizeBytes,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// SandboxSnapshotList is a list of SandboxSnapshots.
+//
+// +kubebuilder:object:root=true
+type SandboxSnapshotList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []SandboxSnapshot `json:"items"`
+}

@@ -1,0 +1,64 @@
+// Package kubetest starts a real kube-apiserver and etcd (envtest) with
+// smolvm's CRDs installed, for the kube/ tests.
+package kubetest
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"smolvm.dev/smolvm/internal/testenv"
+	kubeapi "smolvm.dev/smolvm/kube/api"
+)
+
+// Cluster is a running API server with the CRDs of deploy/crds.
+type Cluster struct {
+	Config *rest.Config
+	// Client knows the core types and smolvm.dev's.
+	Client client.Client
+	Scheme *k8sruntime.Scheme
+}
+
+// Start starts the API server for t and stops it when t ends; it skips t
+// where testenv.Kube does.
+func Start(t testing.TB) *Cluster {
+	t.Helper()
+	apiserver, etcd := testenv.Kube(t)
+	scheme := k8sruntime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := kubeapi.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	env := &envtest.Environment{
+		Scheme:                scheme,
+		CRDDirectoryPaths:     []string{filepath.Join(testenv.Root(), "deploy", "crds")},
+		ErrorIfCRDPathMissing: true,
+		// The machine is shared: an API server's first start has taken
+		// several seconds under load, past envtest's default of 20 s.
+		ControlPlaneStartTimeout: 2 * time.Minute,
+	}
+	env.ControlPlane.GetAPIServer().Path = apiserver
+	env.ControlPlane.Etcd = &envtest.Etcd{Path: etcd}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start kube-apiserver and etcd: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stop kube-apiserver and etcd: %v", err)
+		}
+	})
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Cluster{Config: cfg, Client: c, Scheme: scheme}
+}
