@@ -228,6 +228,9 @@ type PoolRequest struct {
 	Image   string `json:"image,omitempty"`
 	Size    int    `json:"size,omitempty"`
 	Targets int    `json:"targets,omitempty"`
+	// Backend runs the pool's sandboxes; absent is the server's default
+	// (a hot pool's is its snapshot's).
+	Backend string `json:"backend,omitempty"`
 	// From and Hot make a hot pool: Hot copies restored from the snapshot
 	// From, paused, which restores of it claim.
 	From         string  `json:"from,omitempty"`

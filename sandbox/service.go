@@ -157,6 +157,8 @@ type Pool struct {
 	HotReady int    `json:"hot_ready"`
 	// Tenant owns the pool; "" is the admin.
 	Tenant string `json:"tenant,omitempty"`
+	// Backend runs the pool's sandboxes.
+	Backend string `json:"backend,omitempty"`
 }
 
 // Pool bounds.
@@ -179,6 +181,10 @@ type PoolOptions struct {
 	Targets      int    // restore targets for restores and forks
 	MemoryBudget int64  // 0: DefaultMemoryBudget
 	Limits       Limits
+	// Backend runs the pool's sandboxes (default: the host's default); a
+	// restore or fork takes targets only from a pool of its snapshot's
+	// backend.
+	Backend string
 	// From names a snapshot; the pool then holds Hot copies already
 	// restored from it, paused, which restores of it claim. Its image,
 	// limits and network policy (each copy its own network, published

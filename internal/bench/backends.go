@@ -19,11 +19,15 @@ type CompareOptions struct {
 	// Snapshots how many times each snapshot operation runs (0 skips
 	// them).
 	Cold, Exec, Snapshots int
+	// Self, if set, is the smolvm binary: a fork into a restore target is
+	// then also timed through the CLI, on DataDir with Runsc.
+	Self, DataDir, Runsc string
 }
 
 // Compare measures two backends side by side, through the manager, in
 // one run: cold start to first exec, exec round trip, checkpoint,
-// restore, fork ×1 and ×4, and the memory of one more idle fork.
+// restore, fork ×1 and ×4 (into new sandboxes, then into restore
+// targets), and the memory of one more idle fork.
 // Operations alternate between the backends so that machine noise hits
 // both alike. Each series is named after its backend.
 func Compare(ctx context.Context, o CompareOptions) ([]Series, []Memory, error) {
@@ -153,6 +157,43 @@ func Compare(ctx context.Context, o CompareOptions) ([]Series, []Memory, error) 
 			more[i].Baseline = b + ": " + more[i].Baseline
 		}
 		mem = append(mem, more...)
+	}
+	// Restore targets: created sandboxes a fork restores into (a
+	// pre-launched QEMU for vm), each pool full before a timed fork.
+	pools := map[string]string{}
+	for _, b := range []string{o.Backend, o.Baseline} {
+		pools[b] = "bench-targets-" + b
+		if _, err := m.CreatePool(ctx, sandbox.PoolOptions{Name: pools[b], Image: o.Image, Targets: 4, Backend: b}); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", b, err)
+		}
+		defer m.RemovePool(bg, pools[b])
+	}
+	type forkOp struct {
+		pair *pair
+		fork func(id string) (time.Duration, error)
+	}
+	ops := []forkOp{
+		{newPair("fork x1 into a restore target until it answers exec"), func(id string) (time.Duration, error) { return timeFork(ctx, m, id, 1) }},
+		{newPair("fork x4 into restore targets until all answer exec"), func(id string) (time.Duration, error) { return timeFork(ctx, m, id, 4) }},
+	}
+	if o.Self != "" {
+		cli := cliPath(o.Self, o.DataDir, o.Runsc)
+		ops = append(ops, forkOp{newPair("fork x1 into a restore target until it answers exec (CLI)"), func(id string) (time.Duration, error) { return forkExec(ctx, m, cli, id) }})
+	}
+	for range o.Snapshots {
+		for _, op := range ops {
+			if err := each(op.pair, func(b string) (time.Duration, error) {
+				if err := fillTargets(ctx, m, pools[b]); err != nil {
+					return 0, err
+				}
+				return op.fork(idle[b])
+			}); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	for _, op := range ops {
+		series = append(series, op.pair.mine, op.pair.theirs)
 	}
 	return series, mem, nil
 }

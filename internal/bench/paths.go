@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -104,13 +105,13 @@ func pathSeries(name, baseline string, paths []path) []Series {
 
 // forkExec forks one copy of id through p and waits until it answers an
 // exec, also through p; the copy is removed untimed.
-func forkExec(ctx context.Context, o Options, p path, id string) (time.Duration, error) {
+func forkExec(ctx context.Context, m *manager.Manager, p path, id string) (time.Duration, error) {
 	t := time.Now()
 	cp, err := p.fork(ctx, id)
 	if err != nil {
 		return 0, err
 	}
-	defer o.Manager.Remove(context.WithoutCancel(ctx), cp, true)
+	defer m.Remove(context.WithoutCancel(ctx), cp, true)
 	if err := p.exec(ctx, cp); err != nil {
 		return 0, err
 	}

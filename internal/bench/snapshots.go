@@ -404,13 +404,13 @@ func targetSeries(ctx context.Context, o Options, snaps *snapshot.Store, paths [
 			if err := fillTargets(ctx, m, pool); err != nil {
 				return nil, err
 			}
-			d, err := forkExec(ctx, o, p, idle)
+			d, err := forkExec(ctx, m, p, idle)
 			if err != nil {
 				return nil, err
 			}
 			fork1[i+1].Samples = append(fork1[i+1].Samples, d)
 		}
-		if err := timePair(&fork1[0], &stockFork1, func() (time.Duration, error) { return forkExec(ctx, o, paths[0], idle) }, 1, true); err != nil {
+		if err := timePair(&fork1[0], &stockFork1, func() (time.Duration, error) { return forkExec(ctx, m, paths[0], idle) }, 1, true); err != nil {
 			return nil, err
 		}
 	}

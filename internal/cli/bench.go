@@ -101,7 +101,12 @@ func (a *app) benchBackend(ctx context.Context, e *env, backendName, img string,
 		fmt.Fprintf(a.stdout, "vm backend under %s%s; baseline gvisor in the same run\n", strings.ToUpper(vb.Accel()), note)
 	}
 	fmt.Fprintf(a.stdout, "load average before: %s\n\n", loadAverage())
-	series, mem, err := bench.Compare(ctx, bench.CompareOptions{Manager: e.mgr, Backend: backendName, Baseline: "gvisor", Image: img, Cold: cold, Exec: execs, Snapshots: snaps})
+	runsc, err := a.runscPath()
+	if err != nil {
+		return err
+	}
+	series, mem, err := bench.Compare(ctx, bench.CompareOptions{Manager: e.mgr, Backend: backendName, Baseline: "gvisor", Image: img, Cold: cold, Exec: execs, Snapshots: snaps,
+		Self: a.self, DataDir: a.dataDir, Runsc: runsc})
 	if err != nil {
 		return err
 	}

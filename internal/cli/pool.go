@@ -81,7 +81,7 @@ func (a *app) poolCreateCmd() *cobra.Command {
 		wait   bool
 	)
 	cmd := a.withSession(&cobra.Command{
-		Use:   "create [IMAGE] [--size N] [--targets N] [--from SNAPSHOT --hot N] [--name P] [--memory-budget B] [--wait]",
+		Use:   "create [IMAGE] [--size N] [--targets N] [--from SNAPSHOT --hot N] [--name P] [--backend B] [--memory-budget B] [--wait]",
 		Short: "Create a pool of ready sandboxes of one image and set of limits",
 		Long: "Create a pool of ready sandboxes of one image and set of limits: --size started ones, which\n" +
 			"run/create --pool take, and --targets created, never started ones, which restores and forks of\n" +
@@ -116,6 +116,7 @@ func (a *app) poolCreateCmd() *cobra.Command {
 	cmd.Flags().StringVar(&o.Name, "name", "", "pool name (default: the image)")
 	cmd.Flags().IntVar(&o.Size, "size", 0, fmt.Sprintf("started sandboxes to keep ready (0 to %d)", sandbox.MaxPoolSize))
 	cmd.Flags().IntVar(&o.Targets, "targets", 0, fmt.Sprintf("restore targets to keep ready for restore and fork (0 to %d)", sandbox.MaxPoolSize))
+	cmd.Flags().StringVar(&o.Backend, "backend", "", "backend to run the pool's sandboxes on (default: this smolvm's default; a hot pool's is its snapshot's)")
 	cmd.Flags().StringVar(&o.From, "from", "", "snapshot whose copies the pool holds restored and paused (with --hot)")
 	cmd.Flags().IntVar(&o.Hot, "hot", 0, fmt.Sprintf("hot copies of --from to keep ready for restores of it (0 to %d)", sandbox.MaxPoolSize))
 	cmd.Flags().StringVar(&budget, "memory-budget", "", "memory the waiting sandboxes may use together (default "+units.FormatBytes(sandbox.DefaultMemoryBudget)+")")

@@ -97,6 +97,9 @@ const (
 const (
 	// ConditionReady is true while the sandbox runs and its agent answers.
 	ConditionReady = "Ready"
+	// ConditionScheduled is true once the controller bound the sandbox
+	// to a node; while false, its reason says why it waits.
+	ConditionScheduled = "Scheduled"
 )
 
 // SandboxStatus is what the node daemon observed.

@@ -16,19 +16,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	kubeapi "smolvm.dev/smolvm/kube/api"
 )
 
-// The node's registration is a Lease (as kubelets' heartbeats are),
-// named LeasePrefix+node and renewed every leaseRenew; its annotations
-// say what the node offers. A Lease not renewed for its duration is a
-// node gone.
+// The node registers in a Lease as kube/api/node.go's contract says,
+// renewed every leaseRenew.
 const (
-	LeasePrefix          = "smolvm-node-"
-	AnnotationEndpoint   = "smolvm.dev/endpoint"
-	AnnotationBackends   = "smolvm.dev/backends"
-	AnnotationCPUs       = "smolvm.dev/cpus"
-	AnnotationMemory     = "smolvm.dev/memory-bytes"
-	AnnotationSandboxes  = "smolvm.dev/sandboxes"
 	leaseRenew           = 10 * time.Second
 	leaseDurationSeconds = 40
 )
@@ -60,18 +54,18 @@ func (d *daemon) renew(ctx context.Context) error {
 		return err
 	}
 	var l coordinationv1.Lease
-	err = d.direct.Get(ctx, kclient.ObjectKey{Namespace: d.LeaseNamespace, Name: LeasePrefix + d.Node}, &l)
+	err = d.direct.Get(ctx, kclient.ObjectKey{Namespace: d.LeaseNamespace, Name: kubeapi.LeasePrefix + d.Node}, &l)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("node lease: %w", err)
 	}
 	create := err != nil
-	l.Namespace, l.Name = d.LeaseNamespace, LeasePrefix+d.Node
+	l.Namespace, l.Name = d.LeaseNamespace, kubeapi.LeasePrefix+d.Node
 	l.Annotations = map[string]string{
-		AnnotationEndpoint:  d.Endpoint,
-		AnnotationBackends:  strings.Join(d.Backends, ","),
-		AnnotationCPUs:      strconv.Itoa(runtime.NumCPU()),
-		AnnotationMemory:    strconv.FormatInt(mem, 10),
-		AnnotationSandboxes: strconv.Itoa(len(sbs)),
+		kubeapi.AnnotationEndpoint:  d.Endpoint,
+		kubeapi.AnnotationBackends:  strings.Join(d.Backends, ","),
+		kubeapi.AnnotationCPUs:      strconv.Itoa(runtime.NumCPU()),
+		kubeapi.AnnotationMemory:    strconv.FormatInt(mem, 10),
+		kubeapi.AnnotationSandboxes: strconv.Itoa(len(sbs)),
 	}
 	l.Spec.HolderIdentity = ptr.To(d.Node)
 	l.Spec.LeaseDurationSeconds = ptr.To[int32](leaseDurationSeconds)

@@ -115,11 +115,11 @@ func Run(ctx context.Context, cfg Config) error {
 	d := &daemon{Config: cfg, kube: mgr.GetClient(), direct: mgr.GetAPIReader()}
 	// Controller names are process-wide; a test runs several daemons.
 	named := controller.Options{SkipNameValidation: ptr.To(true)}
-	if err := ctrl.NewControllerManagedBy(mgr).Named("sandbox-"+cfg.Node).For(&kubeapi.Sandbox{}).
+	if err := ctrl.NewControllerManagedBy(mgr).Named("sandbox-" + cfg.Node).For(&kubeapi.Sandbox{}).
 		WithOptions(named).Complete(&sandboxes{d}); err != nil {
 		return fmt.Errorf("node %s: %w", cfg.Node, err)
 	}
-	if err := ctrl.NewControllerManagedBy(mgr).Named("snapshot-"+cfg.Node).For(&kubeapi.SandboxSnapshot{}).
+	if err := ctrl.NewControllerManagedBy(mgr).Named("snapshot-" + cfg.Node).For(&kubeapi.SandboxSnapshot{}).
 		WithOptions(named).Complete(&snapshots{d}); err != nil {
 		return fmt.Errorf("node %s: %w", cfg.Node, err)
 	}

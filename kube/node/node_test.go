@@ -141,11 +141,11 @@ func TestNodeDaemon(t *testing.T) {
 
 	var lease coordinationv1.Lease
 	poll("node lease", func() (bool, error) {
-		err := c.Get(ctx, kclient.ObjectKey{Namespace: ns, Name: node.LeasePrefix + "n1"}, &lease)
+		err := c.Get(ctx, kclient.ObjectKey{Namespace: ns, Name: kubeapi.LeasePrefix + "n1"}, &lease)
 		return err == nil, kclient.IgnoreNotFound(err)
 	})
-	if lease.Annotations[node.AnnotationEndpoint] != srv.URL || lease.Annotations[node.AnnotationBackends] != "gvisor" || lease.Spec.RenewTime == nil {
-		t.Errorf("node lease: %+v", lease)
+	if n, ok := kubeapi.NodeFromLease(&lease); !ok || n.Name != "n1" || n.Endpoint != srv.URL || !n.Offers("gvisor") || n.Offers("vm") || n.CPUs < 1 || time.Until(n.Expires) < 20*time.Second {
+		t.Errorf("node lease says %+v (%v): %+v", n, ok, lease)
 	}
 
 	update("a", func(sb *kubeapi.Sandbox) { sb.Spec.Paused = true })

@@ -54,6 +54,28 @@ func TestBackendsByRecord(t *testing.T) {
 	if _, err := m.Create(ctx, sandbox.CreateOptions{Pool: "p", Backend: "plain"}); !errors.Is(err, sandbox.ErrInvalid) {
 		t.Fatalf("create from a gvisor pool on plain: %v", err)
 	}
+	// A pool names its backend; its sandboxes run there.
+	if _, err := m.CreatePool(ctx, sandbox.PoolOptions{Name: "nope", Size: 1, Backend: "nope"}); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Fatalf("pool on an unknown backend: %v", err)
+	}
+	if p, err := m.CreatePool(ctx, sandbox.PoolOptions{Name: "q", Size: 1, Backend: "plain"}); err != nil || p.Backend != "plain" {
+		t.Fatalf("pool on plain: %+v, %v", p, err)
+	}
+	if p, err := m.Pool(ctx, "q"); err != nil || p.Backend != "plain" {
+		t.Fatalf("pool q read back: %+v, %v", p, err)
+	}
+	if sb, err := m.Create(ctx, sandbox.CreateOptions{Pool: "q", Start: true}); err != nil || sb.Backend != "plain" {
+		t.Fatalf("create from pool q: %+v, %v", sb, err)
+	} else {
+		m.Remove(ctx, sb.ID, true)
+	}
+	snap, err := m.Checkpoint(ctx, def.ID, sandbox.CheckpointOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.CreatePool(ctx, sandbox.PoolOptions{Name: "h", From: snap.ID, Hot: 1, Backend: "plain"}); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Fatalf("hot pool of a gvisor snapshot on plain: %v", err)
+	}
 
 	// A manager without plain lists the sandbox and refuses to act on it.
 	m2 := openManager(t, m.dir)

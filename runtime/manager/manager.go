@@ -268,8 +268,8 @@ func (m *Manager) checkConfig(cfg *sandbox.Config) error {
 	return nil
 }
 
-// newBackend returns the backend a new sandbox asked for by name, or the
-// default one.
+// newBackend returns the backend a new sandbox or pool asked for by name,
+// or the default one.
 func (m *Manager) newBackend(name string) (backend.Backend, error) {
 	if name == "" {
 		return m.backends.Default(), nil

@@ -53,8 +53,11 @@ func (m *Manager) CreatePool(ctx context.Context, o sandbox.PoolOptions) (*sandb
 	if err := validate(&cfg); err != nil {
 		return nil, fmt.Errorf("create pool %s: %w", o.Name, err)
 	}
-	be := m.backends.Default().Name()
-	p := &sandbox.Pool{Name: o.Name, Image: o.Image, Size: o.Size, Targets: o.Targets, Hot: o.Hot, MemoryBudget: o.MemoryBudget, Limits: cfg.Limits, CreatedAt: store.Now(), Tenant: tenant.Owner(ctx)}
+	be, err := m.newBackend(o.Backend)
+	if err != nil {
+		return nil, fmt.Errorf("create pool %s: %w", o.Name, err)
+	}
+	p := &sandbox.Pool{Name: o.Name, Backend: be.Name(), Image: o.Image, Size: o.Size, Targets: o.Targets, Hot: o.Hot, MemoryBudget: o.MemoryBudget, Limits: cfg.Limits, CreatedAt: store.Now(), Tenant: tenant.Owner(ctx)}
 	if o.From != "" {
 		// The copies are the snapshot's: its image (by ID), limits and
 		// backend.
@@ -64,7 +67,10 @@ func (m *Manager) CreatePool(ctx context.Context, o sandbox.PoolOptions) (*sandb
 		}
 		p.Snapshot, p.Image, p.Limits = snap.ID, snap.ImageID, meta.Config.Limits
 		if meta.Backend != "" {
-			be = meta.Backend
+			if o.Backend != "" && o.Backend != meta.Backend {
+				return nil, fmt.Errorf("create pool %s: %w: snapshot %s is of backend %s, not %s", o.Name, sandbox.ErrInvalid, o.From, meta.Backend, o.Backend)
+			}
+			p.Backend = meta.Backend
 		}
 	}
 	if _, err := m.images.Get(ctx, p.Image); err != nil {
@@ -78,7 +84,7 @@ func (m *Manager) CreatePool(ctx context.Context, o sandbox.PoolOptions) (*sandb
 		return nil, err
 	}
 	_, err = m.st.DB().ExecContext(ctx, `INSERT INTO pools(name, image, size, targets, memory_budget, config, created_at, backend, snapshot, hot, tenant) VALUES(?,?,?,?,?,?,?,?,?,?,?)`,
-		p.Name, p.Image, p.Size, p.Targets, p.MemoryBudget, string(limits), p.CreatedAt.UnixMilli(), be, p.Snapshot, p.Hot, p.Tenant)
+		p.Name, p.Image, p.Size, p.Targets, p.MemoryBudget, string(limits), p.CreatedAt.UnixMilli(), p.Backend, p.Snapshot, p.Hot, p.Tenant)
 	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed") {
 		return nil, fmt.Errorf("create pool: %w: pool %q exists", sandbox.ErrNameInUse, p.Name)
 	}
@@ -88,28 +94,20 @@ func (m *Manager) CreatePool(ctx context.Context, o sandbox.PoolOptions) (*sandb
 	return p, nil
 }
 
-// poolRecord is a pool's record.
-type poolRecord struct {
-	sandbox.Pool
-	// backend runs the pool's members: the default backend when the pool
-	// was created.
-	backend string
-}
-
 // loadPool reads a pool's record, without its members: only a pool of
 // ctx's tenant (any, unscoped); another's is not found.
-func (m *Manager) loadPool(ctx context.Context, name string) (*poolRecord, error) {
+func (m *Manager) loadPool(ctx context.Context, name string) (*sandbox.Pool, error) {
 	if err := names.Check(names.Pool, name); err != nil {
 		return nil, err
 	}
 	var (
-		p       poolRecord
+		p       sandbox.Pool
 		limits  string
 		created int64
 	)
 	owner, scoped := tenant.Of(ctx)
 	err := m.st.DB().QueryRowContext(ctx, `SELECT name, image, size, targets, memory_budget, config, created_at, backend, snapshot, hot, tenant FROM pools WHERE name = ? AND (NOT ? OR tenant = ?)`, name, scoped, owner).
-		Scan(&p.Name, &p.Image, &p.Size, &p.Targets, &p.MemoryBudget, &limits, &created, &p.backend, &p.Snapshot, &p.Hot, &p.Tenant)
+		Scan(&p.Name, &p.Image, &p.Size, &p.Targets, &p.MemoryBudget, &limits, &created, &p.Backend, &p.Snapshot, &p.Hot, &p.Tenant)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %q", sandbox.ErrPoolNotFound, name)
 	}
@@ -120,9 +118,9 @@ func (m *Manager) loadPool(ctx context.Context, name string) (*poolRecord, error
 		return nil, fmt.Errorf("pool %s: %w", name, err)
 	}
 	p.CreatedAt = time.UnixMilli(created).UTC()
-	if p.backend == "" {
+	if p.Backend == "" {
 		// Made before pools recorded their backend.
-		p.backend = m.backends.Default().Name()
+		p.Backend = m.backends.Default().Name()
 	}
 	return &p, nil
 }
@@ -130,15 +128,6 @@ func (m *Manager) loadPool(ctx context.Context, name string) (*poolRecord, error
 // Pool returns a pool with its ready count and memory use. Members that
 // died are removed on the way.
 func (m *Manager) Pool(ctx context.Context, name string) (*sandbox.Pool, error) {
-	p, err := m.pool(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	return &p.Pool, nil
-}
-
-// pool is Pool with the pool's backend.
-func (m *Manager) pool(ctx context.Context, name string) (*poolRecord, error) {
 	p, err := m.loadPool(ctx, name)
 	if err != nil {
 		return nil, err
@@ -274,7 +263,7 @@ func (m *Manager) FillPool(ctx context.Context, name string) (int, error) {
 	}
 	made := 0
 	for {
-		p, err := m.pool(ctx, name)
+		p, err := m.Pool(ctx, name)
 		if err != nil {
 			return made, fmt.Errorf("fill pool: %w", err)
 		}
@@ -299,7 +288,7 @@ func (m *Manager) FillPool(ctx context.Context, name string) (int, error) {
 			sb, err = m.makeHot(tenant.With(ctx, p.Tenant), p)
 		} else {
 			// Members belong to the pool's tenant, whoever fills it.
-			sb, err = m.create(tenant.With(ctx, p.Tenant), sandbox.CreateOptions{Image: p.Image, Backend: p.backend, Config: sandbox.Config{Limits: p.Limits}, Start: start}, name)
+			sb, err = m.create(tenant.With(ctx, p.Tenant), sandbox.CreateOptions{Image: p.Image, Backend: p.Backend, Config: sandbox.Config{Limits: p.Limits}, Start: start}, name)
 		}
 		if err != nil {
 			return made, fmt.Errorf("fill pool %s: %w", name, err)
@@ -323,8 +312,8 @@ func (m *Manager) claim(ctx context.Context, o sandbox.CreateOptions) (*sandbox.
 	switch {
 	case o.Image != "" && o.Image != p.Image:
 		return nil, fmt.Errorf("create: %w: pool %s holds image %s, not %s", sandbox.ErrInvalid, p.Name, p.Image, o.Image)
-	case o.Backend != "" && o.Backend != p.backend:
-		return nil, fmt.Errorf("create: %w: pool %s runs on backend %s, not %s", sandbox.ErrInvalid, p.Name, p.backend, o.Backend)
+	case o.Backend != "" && o.Backend != p.Backend:
+		return nil, fmt.Errorf("create: %w: pool %s runs on backend %s, not %s", sandbox.ErrInvalid, p.Name, p.Backend, o.Backend)
 	case len(o.Config.Cmd) > 0:
 		return nil, fmt.Errorf("create: %w: a pooled sandbox runs no main command; run commands with exec", sandbox.ErrInvalid)
 	case o.Config.Network.Enabled():
@@ -366,7 +355,7 @@ func (m *Manager) claim(ctx context.Context, o sandbox.CreateOptions) (*sandbox.
 		}
 		m.discard(ctx, r)
 	}
-	return m.create(ctx, sandbox.CreateOptions{Name: o.Name, Image: p.Image, Backend: p.backend, Config: cfg, Start: true}, "")
+	return m.create(ctx, sandbox.CreateOptions{Name: o.Name, Image: p.Image, Backend: p.Backend, Config: cfg, Start: true}, "")
 }
 
 // limitsFit reports whether the limits asked for (zero: any) are the
@@ -455,7 +444,7 @@ func (m *Manager) adopt(ctx context.Context, r *record, cfg sandbox.Config) (*sa
 // of a sandbox with a network gets its own before the restore, as any
 // restored copy does (materialize), published ports included, and keeps
 // it when claimed: its ID does not change.
-func (m *Manager) makeHot(ctx context.Context, p *poolRecord) (*sandbox.Sandbox, error) {
+func (m *Manager) makeHot(ctx context.Context, p *sandbox.Pool) (*sandbox.Sandbox, error) {
 	snap, meta, err := m.snapshotMeta(ctx, p.Snapshot)
 	if err != nil {
 		return nil, err

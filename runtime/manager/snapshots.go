@@ -254,7 +254,7 @@ func (m *Manager) target(ctx context.Context, name, imageID string, cfg sandbox.
 	}
 	for _, n := range pools {
 		p, err := m.loadPool(ctx, n)
-		if err != nil || p.Targets == 0 || p.Limits != cfg.Limits || p.backend != be {
+		if err != nil || p.Targets == 0 || p.Limits != cfg.Limits || p.Backend != be {
 			continue // removed meanwhile, or no targets of these limits
 		}
 		if img, err := m.images.Get(ctx, p.Image); err != nil || img.ID != imageID {

@@ -1,0 +1,305 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/controller"
+	"smolvm.dev/smolvm/kube/kubetest"
+)
+
+const leaseNS = "smolvm-system"
+
+// runs numbers the binders one test process starts (a benchmark starts
+// one per round): controller-runtime refuses a name twice.
+var runs atomic.Int32
+
+// world is an API server with the binder running against it.
+type world struct {
+	t testing.TB
+	c client.Client
+}
+
+func start(t testing.TB) *world {
+	t.Helper()
+	cl := kubetest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := cl.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: leaseNS}}); err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := ctrl.NewManager(cl.Config, controller.ManagerOptions(cl.Scheme, leaseNS))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	if err := controller.Setup(ctx, mgr, controller.Options{LeaseNamespace: leaseNS, Log: log, Name: fmt.Sprintf("binder-%d", runs.Add(1))}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+	select {
+	case <-mgr.Elected():
+	case err := <-done:
+		t.Fatalf("manager stopped before it was elected: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("not elected leader within a minute")
+	}
+	return &world{t: t, c: cl.Client}
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// node registers (or renews) a node's Lease, renewed at renewed.
+func (w *world) node(name string, memGiB int64, backends string, renewed time.Time) {
+	w.t.Helper()
+	ctx := context.Background()
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: leaseNS, Name: kubeapi.LeasePrefix + name}}
+	err := w.c.Get(ctx, client.ObjectKeyFromObject(l), l)
+	if err != nil && !apierrors.IsNotFound(err) {
+		w.t.Fatal(err)
+	}
+	l.Annotations = map[string]string{
+		kubeapi.AnnotationEndpoint: "http://" + name + ":7070",
+		kubeapi.AnnotationBackends: backends,
+		kubeapi.AnnotationCPUs:     "2",
+		kubeapi.AnnotationMemory:   fmt.Sprint(memGiB << 30),
+	}
+	l.Spec.HolderIdentity = ptr.To(name)
+	l.Spec.LeaseDurationSeconds = ptr.To[int32](3600)
+	l.Spec.RenewTime = &metav1.MicroTime{Time: renewed}
+	if apierrors.IsNotFound(err) {
+		err = w.c.Create(ctx, l)
+	} else {
+		err = w.c.Update(ctx, l)
+	}
+	if err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+func gib(n int64) *kubeapi.Resources {
+	return &kubeapi.Resources{Memory: resource.NewQuantity(n<<30, resource.BinarySI)}
+}
+
+func (w *world) create(name string, spec kubeapi.SandboxSpec) {
+	w.t.Helper()
+	if spec.Image == "" && spec.ForkFrom == nil {
+		spec.Image = "debian:13"
+	}
+	if err := w.c.Create(context.Background(), &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: spec}); err != nil {
+		w.t.Fatalf("create %s: %v", name, err)
+	}
+}
+
+// wait polls sandbox name until ok says so, for at most 30 s.
+func (w *world) wait(name, what string, ok func(*kubeapi.Sandbox) bool) *kubeapi.Sandbox {
+	w.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var sb kubeapi.Sandbox
+	for {
+		err := w.c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, &sb)
+		if err == nil && ok(&sb) {
+			return &sb
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatalf("%s: not %s within 30 s: %v; spec.nodeName %q, status %+v", name, what, err, sb.Spec.NodeName, sb.Status)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (w *world) bound(name string) string {
+	w.t.Helper()
+	return w.wait(name, "bound", func(sb *kubeapi.Sandbox) bool { return sb.Spec.NodeName != "" }).Spec.NodeName
+}
+
+// waiting waits until name says it cannot be scheduled for reason.
+func (w *world) waiting(name, reason string, phase kubeapi.SandboxPhase) {
+	w.t.Helper()
+	sb := w.wait(name, "waiting with "+reason, func(sb *kubeapi.Sandbox) bool {
+		c := meta.FindStatusCondition(sb.Status.Conditions, kubeapi.ConditionScheduled)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == reason && sb.Status.Phase == phase
+	})
+	if sb.Spec.NodeName != "" {
+		w.t.Errorf("%s: bound to %s while it says %s", name, sb.Spec.NodeName, reason)
+	}
+}
+
+// TestBinder runs the binder against a real API server with three
+// registered nodes: spread by free memory, forks beside their source,
+// restores where the snapshot is, a node gone marks its sandboxes Lost.
+func TestBinder(t *testing.T) {
+	w := start(t)
+	ctx := context.Background()
+	now := time.Now()
+	w.node("n1", 8, "gvisor,vm", now)
+	w.node("n2", 8, "gvisor", now)
+	w.node("n3", 6, "gvisor", now)
+
+	// Greedy by free memory, 1 GiB each from 8/8/6 GiB free: n1, n2
+	// alternate until all three have 6 GiB, then n1, n2, n3 in turn.
+	count := map[string]int{}
+	for i := range 12 {
+		w.create(fmt.Sprintf("s-%d", i), kubeapi.SandboxSpec{SandboxBody: kubeapi.SandboxBody{Resources: gib(1)}})
+	}
+	for i := range 12 {
+		name := fmt.Sprintf("s-%d", i)
+		count[w.bound(name)]++
+		sb := w.wait(name, "scheduled", func(sb *kubeapi.Sandbox) bool {
+			return meta.IsStatusConditionTrue(sb.Status.Conditions, kubeapi.ConditionScheduled)
+		})
+		if c := meta.FindStatusCondition(sb.Status.Conditions, kubeapi.ConditionScheduled); c.Reason != controller.ReasonBound {
+			t.Errorf("%s: scheduled for reason %q", name, c.Reason)
+		}
+	}
+	if want := map[string]int{"n1": 5, "n2": 5, "n3": 2}; fmt.Sprint(count) != fmt.Sprint(want) {
+		t.Errorf("12 sandboxes of 1 GiB spread %v over 8/8/6 GiB nodes, want %v", count, want)
+	}
+
+	// Only n1 offers vm; nothing has 16 GiB.
+	w.create("vm", kubeapi.SandboxSpec{SandboxBody: kubeapi.SandboxBody{Backend: "vm", Resources: gib(1)}})
+	if n := w.bound("vm"); n != "n1" {
+		t.Errorf("a vm sandbox went to %s, the only vm node is n1", n)
+	}
+	w.create("huge", kubeapi.SandboxSpec{SandboxBody: kubeapi.SandboxBody{Resources: gib(16)}})
+	w.waiting("huge", controller.ReasonNoNode, kubeapi.PhasePending)
+
+	// A fork goes beside its source even where memory is short, and
+	// waits while its source is not placed.
+	w.create("src", kubeapi.SandboxSpec{NodeName: "n3"})
+	w.create("fork", kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Sandbox: "src", Count: 2}})
+	if n := w.bound("fork"); n != "n3" {
+		t.Errorf("a fork of a sandbox on n3 went to %s", n)
+	}
+	w.create("fork-huge", kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Sandbox: "huge"}})
+	w.waiting("fork-huge", controller.ReasonSourcePending, kubeapi.PhasePending)
+	w.create("fork-none", kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Sandbox: "nope"}})
+	w.waiting("fork-none", controller.ReasonSourceNotFound, kubeapi.PhasePending)
+
+	// A restore goes to a node holding its snapshot, and waits for one
+	// that is not ready, woken when it is.
+	snapshot := func(name string, phase kubeapi.SnapshotPhase, nodes ...string) {
+		t.Helper()
+		s := &kubeapi.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: kubeapi.SandboxSnapshotSpec{SandboxRef: kubeapi.LocalRef{Name: "src"}}}
+		if err := w.c.Get(ctx, client.ObjectKeyFromObject(s), s); apierrors.IsNotFound(err) {
+			if err := w.c.Create(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.Status.Phase, s.Status.Nodes = phase, nodes
+		if err := w.c.Status().Update(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snapshot("snap", kubeapi.SnapshotReady, "n2")
+	w.create("restore", kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Snapshot: "snap"}})
+	if n := w.bound("restore"); n != "n2" {
+		t.Errorf("a restore of a snapshot on n2 went to %s", n)
+	}
+	snapshot("later", kubeapi.SnapshotSaving)
+	w.create("restore-later", kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Snapshot: "later"}})
+	w.waiting("restore-later", controller.ReasonSnapshotPending, kubeapi.PhasePending)
+	snapshot("later", kubeapi.SnapshotReady, "n3")
+	if n := w.bound("restore-later"); n != "n3" {
+		t.Errorf("a restore of a snapshot on n3 went to %s", n)
+	}
+
+	// n3 stops renewing: what it held is Lost, never rebound; the rest
+	// is untouched, and nothing new goes there.
+	var onN3 []string
+	var all kubeapi.SandboxList
+	if err := w.c.List(ctx, &all); err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range all.Items {
+		if sb.Spec.NodeName == "n3" {
+			onN3 = append(onN3, sb.Name)
+		}
+	}
+	sort.Strings(onN3)
+	if len(onN3) != 5 {
+		t.Fatalf("on n3: %v, want two s-N, src, fork and restore-later", onN3)
+	}
+	w.node("n3", 6, "gvisor", now.Add(-2*time.Hour))
+	for _, name := range onN3 {
+		sb := w.wait(name, "lost", func(sb *kubeapi.Sandbox) bool { return sb.Status.Phase == kubeapi.PhaseLost })
+		if c := meta.FindStatusCondition(sb.Status.Conditions, kubeapi.ConditionReady); c == nil || c.Reason != controller.ReasonNodeLost || sb.Spec.NodeName != "n3" {
+			t.Errorf("%s: lost with %+v on %q", name, c, sb.Spec.NodeName)
+		}
+	}
+	w.create("fork-lost", kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Sandbox: "src"}})
+	w.waiting("fork-lost", controller.ReasonSourceLost, kubeapi.PhaseFailed)
+	w.create("after", kubeapi.SandboxSpec{SandboxBody: kubeapi.SandboxBody{Resources: gib(1)}})
+	if n := w.bound("after"); n == "n3" {
+		t.Error("a sandbox went to n3 after it was gone")
+	}
+	if err := w.c.List(ctx, &all); err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range all.Items {
+		if sb.Spec.NodeName != "n3" && sb.Status.Phase == kubeapi.PhaseLost {
+			t.Errorf("%s on %s is Lost", sb.Name, sb.Spec.NodeName)
+		}
+	}
+}
+
+// BenchmarkBind100 is the controller's time to bind 100 Sandboxes
+// across three nodes, from the first create until the last is bound.
+func BenchmarkBind100(b *testing.B) {
+	w := start(b)
+	ctx := context.Background()
+	for _, n := range []string{"n1", "n2", "n3"} {
+		w.node(n, 1024, "gvisor", time.Now())
+	}
+	const n = 100
+	var samples []time.Duration
+	for i := range b.N {
+		t0 := time.Now()
+		for j := range n {
+			w.create(fmt.Sprintf("b%d-%d", i, j), kubeapi.SandboxSpec{})
+		}
+		spread := map[string]int{}
+		for j := range n {
+			spread[w.bound(fmt.Sprintf("b%d-%d", i, j))]++
+		}
+		samples = append(samples, time.Since(t0))
+		if len(spread) != 3 {
+			b.Errorf("100 sandboxes spread over %v", spread)
+		}
+		if err := w.c.DeleteAllOf(ctx, &kubeapi.Sandbox{}, client.InNamespace("default")); err != nil {
+			b.Fatal(err)
+		}
+	}
+	sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
+	b.ReportMetric(float64(samples[len(samples)/2].Milliseconds()), "bind100-p50-ms")
+	b.ReportMetric(float64(samples[len(samples)-1].Milliseconds()), "bind100-max-ms")
+}
