@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -159,4 +160,42 @@ func (d *daemon) writeStatus(ctx context.Context, o kclient.Object) error {
 		return fmt.Errorf("status of %s: %w", key(o), err)
 	}
 	return nil
+}
+
+// admit reads req's object into o for a reconcile and puts the node's
+// finalizer on it. done says there is nothing more to do: the object is
+// gone or not this node's (nodeName reads o), or it is being deleted, and
+// then removeAll removed what the node made for it and the finalizer went.
+func (d *daemon) admit(ctx context.Context, req ctrl.Request, o kclient.Object, nodeName func() string, removeAll func() error) (res ctrl.Result, done bool, err error) {
+	if err := d.kube.Get(ctx, req.NamespacedName, o); err != nil {
+		return ctrl.Result{}, true, kclient.IgnoreNotFound(err)
+	}
+	if nodeName() != d.Node {
+		return ctrl.Result{}, true, nil
+	}
+	if !o.GetDeletionTimestamp().IsZero() {
+		if !controllerutil.ContainsFinalizer(o, finalizer) {
+			return ctrl.Result{}, true, nil
+		}
+		err := removeAll()
+		if _, ok := transient(err); ok {
+			// Busy, as a snapshot is while sandboxes restored from it
+			// are being removed too.
+			return ctrl.Result{RequeueAfter: time.Second}, true, nil
+		}
+		if err != nil {
+			return ctrl.Result{}, true, err
+		}
+		controllerutil.RemoveFinalizer(o, finalizer)
+		if err := d.kube.Update(ctx, o); err != nil {
+			return ctrl.Result{}, true, fmt.Errorf("remove finalizer of %s: %w", key(o), err)
+		}
+		return ctrl.Result{}, true, nil
+	}
+	if controllerutil.AddFinalizer(o, finalizer) {
+		if err := d.kube.Update(ctx, o); err != nil {
+			return ctrl.Result{}, true, fmt.Errorf("add finalizer to %s: %w", key(o), err)
+		}
+	}
+	return ctrl.Result{}, false, nil
 }

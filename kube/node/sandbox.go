@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	ctrl "sigs.k8s.io/controller-runtime"
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"smolvm.dev/smolvm/errdefs"
 	kubeapi "smolvm.dev/smolvm/kube/api"
@@ -62,19 +61,9 @@ func instanceNames(sb *kubeapi.Sandbox) []string {
 
 func (r *sandboxes) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var sb kubeapi.Sandbox
-	if err := r.kube.Get(ctx, req.NamespacedName, &sb); err != nil {
-		return ctrl.Result{}, kclient.IgnoreNotFound(err)
-	}
-	if sb.Spec.NodeName != r.Node {
-		return ctrl.Result{}, nil
-	}
-	if !sb.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.remove(ctx, &sb)
-	}
-	if controllerutil.AddFinalizer(&sb, finalizer) {
-		if err := r.kube.Update(ctx, &sb); err != nil {
-			return ctrl.Result{}, fmt.Errorf("add finalizer to %s: %w", key(&sb), err)
-		}
+	nodeName := func() string { return sb.Spec.NodeName }
+	if res, done, err := r.admit(ctx, req, &sb, nodeName, func() error { return r.remove(ctx, &sb) }); done {
+		return res, err
 	}
 	have, missing, err := r.lookup(ctx, &sb)
 	if err != nil {
@@ -266,19 +255,12 @@ func (r *sandboxes) setStatus(ctx context.Context, sb *kubeapi.Sandbox, have []*
 	return r.writeStatus(ctx, sb)
 }
 
-// remove removes the object's smolvm sandboxes, then lets it go.
+// remove removes the object's smolvm sandboxes.
 func (r *sandboxes) remove(ctx context.Context, sb *kubeapi.Sandbox) error {
-	if !controllerutil.ContainsFinalizer(sb, finalizer) {
-		return nil
-	}
 	for _, name := range instanceNames(sb) {
 		if err := r.Smolvm.Remove(ctx, name, true); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			return fmt.Errorf("remove %s of %s: %w", name, key(sb), err)
 		}
-	}
-	controllerutil.RemoveFinalizer(sb, finalizer)
-	if err := r.kube.Update(ctx, sb); err != nil {
-		return fmt.Errorf("remove finalizer of %s: %w", key(sb), err)
 	}
 	return nil
 }

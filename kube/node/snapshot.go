@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	ctrl "sigs.k8s.io/controller-runtime"
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"smolvm.dev/smolvm/errdefs"
 	kubeapi "smolvm.dev/smolvm/kube/api"
@@ -23,19 +22,9 @@ type snapshots struct{ *daemon }
 
 func (r *snapshots) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var snap kubeapi.SandboxSnapshot
-	if err := r.kube.Get(ctx, req.NamespacedName, &snap); err != nil {
-		return ctrl.Result{}, kclient.IgnoreNotFound(err)
-	}
-	if snap.Spec.NodeName != r.Node {
-		return ctrl.Result{}, nil
-	}
-	if !snap.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.remove(ctx, &snap)
-	}
-	if controllerutil.AddFinalizer(&snap, finalizer) {
-		if err := r.kube.Update(ctx, &snap); err != nil {
-			return ctrl.Result{}, fmt.Errorf("add finalizer to %s: %w", key(&snap), err)
-		}
+	nodeName := func() string { return snap.Spec.NodeName }
+	if res, done, err := r.admit(ctx, req, &snap, nodeName, func() error { return r.remove(ctx, &snap) }); done {
+		return res, err
 	}
 	if snap.Status.Phase == kubeapi.SnapshotReady || snap.Status.Phase == kubeapi.SnapshotFailed {
 		return ctrl.Result{}, nil
@@ -96,17 +85,10 @@ func (r *snapshots) setStatus(ctx context.Context, snap *kubeapi.SandboxSnapshot
 	return r.writeStatus(ctx, snap)
 }
 
-// remove removes the smolvm snapshot, then lets the object go.
+// remove removes the smolvm snapshot.
 func (r *snapshots) remove(ctx context.Context, snap *kubeapi.SandboxSnapshot) error {
-	if !controllerutil.ContainsFinalizer(snap, finalizer) {
-		return nil
-	}
 	if err := r.Smolvm.RemoveSnapshot(ctx, snapshotName(snap)); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return fmt.Errorf("remove snapshot of %s: %w", key(snap), err)
-	}
-	controllerutil.RemoveFinalizer(snap, finalizer)
-	if err := r.kube.Update(ctx, snap); err != nil {
-		return fmt.Errorf("remove finalizer of %s: %w", key(snap), err)
 	}
 	return nil
 }
