@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,25 +29,16 @@ import (
 
 const ns = "default"
 
-// TestNodeDaemon runs the node daemon against a real kube-apiserver and
-// a real smolvm serve on loopback: a Sandbox bound to the node runs and
-// answers an exec through its endpoint; pause, a checkpoint, a fork and a
-// restore of two copies go through the node's smolvm serve; one bound to
-// another node is left alone; a restarted daemon (its statuses wiped)
-// finds what it made instead of making it again; a deleted Sandbox's
-// sandbox is removed.
-func TestNodeDaemon(t *testing.T) {
-	k := kubetest.Start(t)
-	srv := testserve.Start(t, t.TempDir(), testenv.Guest(t))
+// setup starts an API server, a smolvm serve on loopback and a client of
+// it; start runs the node daemon "n1" until the returned stop.
+func setup(tb testing.TB) (*kubetest.Cluster, *testserve.Server, *client.Client, func(context.Context) (stop func())) {
+	k := kubetest.Start(tb)
+	srv := testserve.Start(tb, tb.TempDir(), testenv.Guest(tb))
 	sc, err := client.New(srv.URL, srv.Token)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	c := k.Client
-
-	start := func() (stop func()) {
+	start := func(ctx context.Context) func() {
 		dctx, dcancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() {
@@ -59,11 +51,27 @@ func TestNodeDaemon(t *testing.T) {
 		return func() {
 			dcancel()
 			if err := <-done; err != nil {
-				t.Errorf("node daemon: %v", err)
+				tb.Errorf("node daemon: %v", err)
 			}
 		}
 	}
-	stop := start()
+	return k, srv, sc, start
+}
+
+// TestNodeDaemon runs the node daemon against a real kube-apiserver and
+// a real smolvm serve on loopback: a Sandbox bound to the node runs and
+// answers an exec through its endpoint; pause, a checkpoint, a fork and a
+// restore of two copies go through the node's smolvm serve; one bound to
+// another node is left alone; a restarted daemon (its statuses wiped)
+// finds what it made instead of making it again; a deleted Sandbox's
+// sandbox is removed.
+func TestNodeDaemon(t *testing.T) {
+	k, srv, sc, start := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	c := k.Client
+
+	stop := start(ctx)
 
 	body := kubeapi.SandboxBody{Image: sandbox.DefaultImage, Command: []string{"sleep", "infinity"}}
 	create := func(name, nodeName string, spec kubeapi.SandboxSpec) *kubeapi.Sandbox {
@@ -217,7 +225,7 @@ func TestNodeDaemon(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	stop = start()
+	stop = start(ctx)
 	defer func() { stop() }()
 	for _, name := range []string{"a", "fork", "restored"} {
 		wait(name, phase(kubeapi.PhaseRunning))
@@ -250,4 +258,69 @@ func TestNodeDaemon(t *testing.T) {
 	if snaps, err := sc.Snapshots(ctx); err != nil || len(snaps) != 0 {
 		t.Errorf("after the deletes smolvm serve holds %d snapshots (%v)", len(snaps), err)
 	}
+}
+
+// BenchmarkCreate is the cost of going through Kubernetes without the
+// controller: a Sandbox bound to the node, from its create until its
+// status says Running (API server, the daemon's watch, smolvm serve,
+// the status write, a watch back), against a direct Create through the
+// Go client on the same smolvm serve in the same run. Each iteration
+// does both, then removes both.
+func BenchmarkCreate(b *testing.B) {
+	k, _, sc, start := setup(b)
+	ctx := context.Background()
+	defer start(ctx)()
+	wc, err := kclient.NewWithWatch(k.Config, kclient.Options{Scheme: k.Scheme})
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := kubeapi.SandboxBody{Image: sandbox.DefaultImage, Command: []string{"sleep", "infinity"}}
+	var viaKube, direct []time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		name := fmt.Sprintf("bench-%d", i)
+		w, err := wc.Watch(ctx, &kubeapi.SandboxList{}, kclient.InNamespace(ns), kclient.MatchingFields{"metadata.name": name})
+		if err != nil {
+			b.Fatal(err)
+		}
+		sb := &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: kubeapi.SandboxSpec{SandboxBody: body, NodeName: "n1"}}
+		t0 := time.Now()
+		if err := wc.Create(ctx, sb); err != nil {
+			b.Fatal(err)
+		}
+		for ev := range w.ResultChan() {
+			if s, ok := ev.Object.(*kubeapi.Sandbox); ok && s.Status.Phase == kubeapi.PhaseRunning {
+				break
+			} else if ok && s.Status.Phase == kubeapi.PhaseFailed {
+				b.Fatalf("%s failed: %+v", name, s.Status.Conditions)
+			}
+		}
+		viaKube = append(viaKube, time.Since(t0))
+		w.Stop()
+
+		t0 = time.Now()
+		s, err := sc.Create(ctx, sandbox.CreateOptions{Name: name, Image: body.Image, Config: sandbox.Config{Cmd: body.Command}, Start: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		direct = append(direct, time.Since(t0))
+
+		if err := sc.Remove(ctx, s.ID, true); err != nil {
+			b.Fatal(err)
+		}
+		if err := wc.Delete(ctx, sb); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	for _, m := range []struct {
+		unit string
+		d    []time.Duration
+	}{{"kube", viaKube}, {"direct", direct}} {
+		slices.Sort(m.d)
+		b.ReportMetric(float64(m.d[len(m.d)/2].Milliseconds()), m.unit+"-p50-ms")
+		b.ReportMetric(float64(m.d[(len(m.d)*99)/100].Milliseconds()), m.unit+"-p99-ms")
+	}
+	load, _ := os.ReadFile("/proc/loadavg")
+	b.Logf("load average: %s", strings.TrimSpace(string(load)))
 }
