@@ -22,7 +22,9 @@ const (
 	AnnotationSandboxes = "smolvm.dev/sandboxes"
 )
 
-// Node is what a node's Lease says of it.
+// Node is what a node's Lease says of it; not an API object.
+//
+// +kubebuilder:object:generate=false
 type Node struct {
 	Name     string
 	Endpoint string // its smolvm serve
