@@ -22,7 +22,7 @@ const (
 	AnnotationSandboxes = "smolvm.dev/sandboxes"
 )
 
-// Node is what a node's Lease says of it (read, never stored: no deepcopy).
+// Node is what a node's Lease says of it; not an API object.
 //
 // +kubebuilder:object:generate=false
 type Node struct {

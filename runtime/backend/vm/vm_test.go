@@ -65,7 +65,7 @@ var shared struct {
 
 func TestConformance(t *testing.T) {
 	backendtest.Run(t, func(t *testing.T) backendtest.Harness {
-		return backendtest.Harness{Backend: testBackend(t), Rootfs: busyboxRoot(t), GuestBinary: testenv.Guest(t)}
+		return backendtest.Harness{Backend: testBackend(t), Rootfs: busyboxRoot(t), GuestBinary: testenv.Guest(t), MemoryFiles: []string{filepath.Base(layout{}.ram())}}
 	})
 }
 
