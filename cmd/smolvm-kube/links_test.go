@@ -1,0 +1,32 @@
+package main
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestLinks keeps Kubernetes and smolvm's runtime apart: smolvm-kube
+// reaches nodes only through client/, and smolvm links no Kubernetes
+// library (their package inits cost every CLI command ~40 ms: AGENTS.md).
+func TestLinks(t *testing.T) {
+	for _, tc := range []struct {
+		cmd       string
+		forbidden []string
+	}{
+		{"smolvm-kube", []string{"smolvm.dev/smolvm/runtime/", "smolvm.dev/smolvm/server/", "smolvm.dev/smolvm/workflow/", "smolvm.dev/smolvm/internal/cli"}},
+		{"smolvm", []string{"k8s.io/", "sigs.k8s.io/"}},
+	} {
+		out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "smolvm.dev/smolvm/cmd/"+tc.cmd).Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", tc.cmd, err)
+		}
+		for _, p := range strings.Fields(string(out)) {
+			for _, f := range tc.forbidden {
+				if strings.HasPrefix(p, f) {
+					t.Errorf("%s links %s", tc.cmd, p)
+				}
+			}
+		}
+	}
+}

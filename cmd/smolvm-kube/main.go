@@ -1,0 +1,124 @@
+// Command smolvm-kube runs smolvm on Kubernetes: `smolvm-kube node` is the
+// node daemon beside each node's `smolvm serve`, `smolvm-kube controller`
+// binds Sandboxes to nodes (docs/kube.md). It is its own binary so that
+// client-go never links into smolvm.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"smolvm.dev/smolvm/client"
+	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/controller"
+	"smolvm.dev/smolvm/kube/node"
+)
+
+const usage = `usage:
+  smolvm-kube node --node NAME --smolvm URL [flags]
+      makes the Sandboxes with spec.nodeName=NAME so through the smolvm
+      serve at URL, and registers the node in a Lease
+  smolvm-kube controller [flags]
+      binds Sandboxes to nodes (leader-elected)
+`
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "smolvm-kube:", err)
+		os.Exit(2)
+	}
+}
+
+func run(args []string) error {
+	if len(args) == 0 {
+		return errors.New(strings.TrimSpace(usage))
+	}
+	fs := flag.NewFlagSet("smolvm-kube "+args[0], flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
+	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file; empty is the in-cluster config")
+	leaseNS := fs.String("lease-namespace", "kube-node-lease", "namespace of the nodes' Leases")
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	// controller-runtime logs through its global logger before a
+	// manager's own is set, and prints a stack trace if there is none.
+	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	kube := func() (*rest.Config, error) {
+		cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig: %w", err)
+		}
+		return cfg, nil
+	}
+	switch args[0] {
+	case "node":
+		return runNode(ctx, fs, args[1:], kube, leaseNS, log)
+	case "controller":
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		cfg, err := kube()
+		if err != nil {
+			return err
+		}
+		scheme := k8sruntime.NewScheme()
+		if err := errors.Join(kubeapi.AddToScheme(scheme), coordinationv1.AddToScheme(scheme)); err != nil {
+			return err
+		}
+		mgr, err := ctrl.NewManager(cfg, controller.ManagerOptions(scheme, *leaseNS))
+		if err != nil {
+			return fmt.Errorf("controller: %w", err)
+		}
+		if err := controller.Setup(ctx, mgr, controller.Options{LeaseNamespace: *leaseNS, Log: log}); err != nil {
+			return err
+		}
+		return mgr.Start(ctx)
+	}
+	return fmt.Errorf("unknown command %q\n%s", args[0], strings.TrimSpace(usage))
+}
+
+func runNode(ctx context.Context, fs *flag.FlagSet, args []string, kube func() (*rest.Config, error), leaseNS *string, log *slog.Logger) error {
+	var cfg node.Config
+	fs.StringVar(&cfg.Node, "node", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME, as a DaemonSet's downward API sets it)")
+	smolvm := fs.String("smolvm", "", "the node's smolvm serve: http://host:port or unix:///path")
+	token := fs.String("token", "", "smolvm serve's API token (default $SMOLVM_TOKEN)")
+	fs.StringVar(&cfg.Endpoint, "endpoint", "", "smolvm serve's URL as the cluster reaches it (default --smolvm)")
+	fs.StringVar(&cfg.Namespace, "namespace", "", "watch only this namespace (default all)")
+	backends := fs.String("backends", "gvisor", "comma-separated backends the node's smolvm serve runs")
+	fs.DurationVar(&cfg.Resync, "resync", 0, "re-read each Sandbox's state this often (default 30s)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *smolvm == "" {
+		return errors.New("--smolvm is required")
+	}
+	if *token == "" {
+		*token = os.Getenv("SMOLVM_TOKEN")
+	}
+	if cfg.Endpoint == "" {
+		cfg.Endpoint = *smolvm
+	}
+	cfg.LeaseNamespace, cfg.Backends, cfg.Log = *leaseNS, strings.Split(*backends, ","), log
+	var err error
+	if cfg.Smolvm, err = client.New(*smolvm, *token); err != nil {
+		return err
+	}
+	if cfg.Kube, err = kube(); err != nil {
+		return err
+	}
+	return node.Run(ctx, cfg)
+}

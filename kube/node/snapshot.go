@@ -1,0 +1,94 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	ctrl "sigs.k8s.io/controller-runtime"
+	kclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	"smolvm.dev/smolvm/errdefs"
+	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/sandbox"
+)
+
+// snapshots reconciles this node's SandboxSnapshots: a checkpoint of the
+// Sandbox each names, taken once.
+type snapshots struct{ *daemon }
+
+func (r *snapshots) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var snap kubeapi.SandboxSnapshot
+	nodeName := func() string { return snap.Spec.NodeName }
+	if res, done, err := r.admit(ctx, req, &snap, nodeName, func() error { return r.remove(ctx, &snap) }); done {
+		return res, err
+	}
+	if snap.Status.Phase == kubeapi.SnapshotReady || snap.Status.Phase == kubeapi.SnapshotFailed {
+		return ctrl.Result{}, nil
+	}
+	s, err := r.checkpoint(ctx, &snap)
+	if reason, ok := transient(err); ok {
+		return ctrl.Result{RequeueAfter: time.Second}, r.setStatus(ctx, &snap, nil, kubeapi.SnapshotPending, reason, err.Error())
+	}
+	if err != nil {
+		return ctrl.Result{}, r.setStatus(ctx, &snap, nil, kubeapi.SnapshotFailed, "CheckpointFailed", err.Error())
+	}
+	return ctrl.Result{}, r.setStatus(ctx, &snap, s, kubeapi.SnapshotReady, "Saved", "")
+}
+
+// snapshotName keys the smolvm snapshot by the object's UID, as sandboxes are.
+func snapshotName(snap *kubeapi.SandboxSnapshot) string { return "k-" + string(snap.UID) }
+
+// checkpoint returns the object's smolvm snapshot, taking it unless a
+// daemon before a restart already did.
+func (r *snapshots) checkpoint(ctx context.Context, snap *kubeapi.SandboxSnapshot) (*sandbox.Snapshot, error) {
+	all, err := r.Smolvm.Snapshots(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots for %s: %w", key(snap), err)
+	}
+	for i := range all {
+		if slices.Contains(all[i].Names, snapshotName(snap)) {
+			return &all[i], nil
+		}
+	}
+	var src kubeapi.Sandbox
+	if err := r.direct.Get(ctx, kclient.ObjectKey{Namespace: snap.Namespace, Name: snap.Spec.SandboxRef.Name}, &src); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", snap.Spec.SandboxRef.Name, err)
+	}
+	if src.Spec.NodeName != r.Node {
+		return nil, fmt.Errorf("sandbox %s is on node %q, not %s", src.Name, src.Spec.NodeName, r.Node)
+	}
+	if src.Status.Phase != kubeapi.PhaseRunning || len(src.Status.Instances) == 0 {
+		return nil, &waiting{"WaitingForSandbox", fmt.Sprintf("sandbox %s is %s", src.Name, orPending(src.Status.Phase))}
+	}
+	s, err := r.Smolvm.Checkpoint(ctx, src.Status.Instances[0].ID, sandbox.CheckpointOptions{Name: snapshotName(snap)})
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s for %s: %w", src.Name, key(snap), err)
+	}
+	return s, nil
+}
+
+func (r *snapshots) setStatus(ctx context.Context, snap *kubeapi.SandboxSnapshot, s *sandbox.Snapshot, phase kubeapi.SnapshotPhase, reason, msg string) error {
+	st := *snap.Status.DeepCopy()
+	st.Phase = phase
+	if s != nil {
+		st.ID, st.SizeBytes, st.Nodes = s.ID, s.Size, []string{r.Node}
+	}
+	setReady(&st.Conditions, s != nil, reason, msg, snap.Generation)
+	if equality.Semantic.DeepEqual(snap.Status, st) {
+		return nil
+	}
+	snap.Status = st
+	return r.writeStatus(ctx, snap)
+}
+
+// remove removes the smolvm snapshot.
+func (r *snapshots) remove(ctx context.Context, snap *kubeapi.SandboxSnapshot) error {
+	if err := r.Smolvm.RemoveSnapshot(ctx, snapshotName(snap)); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		return fmt.Errorf("remove snapshot of %s: %w", key(snap), err)
+	}
+	return nil
+}
