@@ -96,6 +96,7 @@ func runNode(ctx context.Context, fs *flag.FlagSet, args []string, kube func() (
 	fs.StringVar(&cfg.Node, "node", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME, as a DaemonSet's downward API sets it)")
 	smolvm := fs.String("smolvm", "", "the node's smolvm serve: http://host:port or unix:///path")
 	token := fs.String("token", "", "smolvm serve's API token (default $SMOLVM_TOKEN)")
+	tokenFile := fs.String("token-file", "", "read the API token from this file: the api-token in smolvm serve's data dir, shared read-only")
 	fs.StringVar(&cfg.Endpoint, "endpoint", "", "smolvm serve's URL as the cluster reaches it (default --smolvm)")
 	fs.StringVar(&cfg.Namespace, "namespace", "", "watch only this namespace (default all)")
 	backends := fs.String("backends", "gvisor", "comma-separated backends the node's smolvm serve runs")
@@ -105,6 +106,13 @@ func runNode(ctx context.Context, fs *flag.FlagSet, args []string, kube func() (
 	}
 	if *smolvm == "" {
 		return errors.New("--smolvm is required")
+	}
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			return fmt.Errorf("--token-file: %w", err)
+		}
+		*token = strings.TrimSpace(string(b))
 	}
 	if *token == "" {
 		*token = os.Getenv("SMOLVM_TOKEN")

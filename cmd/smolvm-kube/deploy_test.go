@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"smolvm.dev/smolvm/internal/testenv"
+	"smolvm.dev/smolvm/kube/kubetest"
+)
+
+// TestDeploy applies deploy/'s manifests to a real API server and asks
+// it, for each service account, whether each call the code makes is
+// allowed, and that a few it does not make are not. The kustomization
+// must list every manifest.
+func TestDeploy(t *testing.T) {
+	dir := filepath.Join(testenv.Root(), "deploy")
+	var k struct{ Resources []string }
+	b, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, &k); err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".yaml") && d.Name() != "kustomization.yaml" {
+			rel, _ := filepath.Rel(dir, p)
+			files = append(files, rel)
+		}
+		return nil
+	})
+	slices.Sort(files)
+	listed := slices.Sorted(slices.Values(k.Resources))
+	if !slices.Equal(files, listed) {
+		t.Fatalf("deploy/kustomization.yaml lists %v, deploy/ holds %v", listed, files)
+	}
+
+	cl := kubetest.Start(t) // with deploy/crds installed
+	ctx := context.Background()
+	for _, f := range k.Resources {
+		if strings.HasPrefix(f, "crds/") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := k8syaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+		for {
+			var o unstructured.Unstructured
+			if err := dec.Decode(&o.Object); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			if o.Object == nil {
+				continue
+			}
+			if err := cl.Client.Create(ctx, &o); err != nil {
+				t.Fatalf("%s: create %s %s: %v", f, o.GetKind(), o.GetName(), err)
+			}
+		}
+	}
+
+	type call struct {
+		verb, group, resource, sub, ns string
+		allowed                        bool
+	}
+	const sm, co = "smolvm.dev", "coordination.k8s.io"
+	for sa, calls := range map[string][]call{
+		"smolvm-node": {
+			{"watch", sm, "sandboxes", "", "", true},
+			{"update", sm, "sandboxes", "", "team-a", true}, // its finalizer
+			{"update", sm, "sandboxes", "status", "team-a", true},
+			{"update", sm, "sandboxsnapshots", "status", "team-a", true},
+			{"get", sm, "sandboxtemplates", "", "team-a", true},
+			{"create", co, "leases", "", "kube-node-lease", true},
+			{"update", co, "leases", "", "kube-node-lease", true},
+			{"delete", sm, "sandboxes", "", "team-a", false},
+			{"get", "", "secrets", "", "team-a", false},
+		},
+		"smolvm-controller": {
+			{"list", sm, "sandboxes", "", "", true},
+			{"patch", sm, "sandboxes", "", "team-a", true}, // spec.nodeName
+			{"patch", sm, "sandboxes", "status", "team-a", true},
+			{"watch", sm, "sandboxsnapshots", "", "", true},
+			{"get", sm, "sandboxtemplates", "", "team-a", true},
+			{"watch", co, "leases", "", "kube-node-lease", true},
+			{"update", co, "leases", "", "kube-node-lease", true}, // leader election
+			{"delete", sm, "sandboxes", "", "team-a", false},
+			{"update", sm, "sandboxsnapshots", "status", "team-a", false},
+		},
+	} {
+		for _, c := range calls {
+			r := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User:               "system:serviceaccount:smolvm-system:" + sa,
+				Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:smolvm-system", "system:authenticated"},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: c.verb, Group: c.group, Resource: c.resource, Subresource: c.sub, Namespace: c.ns},
+			}}
+			if err := cl.Client.Create(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Status.Allowed != c.allowed {
+				t.Errorf("%s %s %s/%s %s in %q: allowed %t, want %t (%s)", sa, c.verb, c.resource, c.sub, c.group, c.ns, r.Status.Allowed, c.allowed, r.Status.Reason)
+			}
+		}
+	}
+}
