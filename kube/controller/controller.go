@@ -269,14 +269,11 @@ func (b *Binder) choose(ctx context.Context, sb *kubeapi.Sandbox, nodes map[stri
 		}
 		return src.Spec.NodeName, ReasonBound, fmt.Sprintf("beside its source %s", f.Sandbox), nil
 	}
-	need, err := b.memory(ctx, sb)
+	body, err := b.body(ctx, sb)
 	if err != nil {
 		return "", ReasonTemplate, err.Error(), nil
 	}
-	backend, err := b.backend(ctx, sb)
-	if err != nil {
-		return "", ReasonTemplate, err.Error(), nil
-	}
+	need, backend := b.need(sb, body), body.Backend
 	candidates := live
 	why := "most free memory"
 	if f := sb.Spec.ForkFrom; f != nil {
@@ -366,13 +363,18 @@ func done(p kubeapi.SandboxPhase) bool {
 	return p == kubeapi.PhaseStopped || p == kubeapi.PhaseFailed || p == kubeapi.PhaseLost
 }
 
-// memory is what sb will use on its node: its limit (or its template's,
-// or the default) times its copies.
+// memory is what sb will use on its node.
 func (b *Binder) memory(ctx context.Context, sb *kubeapi.Sandbox) (int64, error) {
 	body, err := b.body(ctx, sb)
 	if err != nil {
 		return 0, err
 	}
+	return b.need(sb, body), nil
+}
+
+// need is the memory of sb with body (its own and its template's): its
+// limit, or the default, times its copies.
+func (b *Binder) need(sb *kubeapi.Sandbox, body kubeapi.SandboxBody) int64 {
 	mem := b.o.DefaultMemory
 	if r := body.Resources; r != nil && r.Memory != nil {
 		mem = r.Memory.Value()
@@ -380,12 +382,7 @@ func (b *Binder) memory(ctx context.Context, sb *kubeapi.Sandbox) (int64, error)
 	if f := sb.Spec.ForkFrom; f != nil && f.Count > 1 {
 		mem *= int64(f.Count)
 	}
-	return mem, nil
-}
-
-func (b *Binder) backend(ctx context.Context, sb *kubeapi.Sandbox) (string, error) {
-	body, err := b.body(ctx, sb)
-	return body.Backend, err
+	return mem
 }
 
 // body is sb's own body, its template's filling what it leaves empty.
