@@ -51,6 +51,11 @@ type SandboxSpec struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	TTLSeconds *int64 `json:"ttlSeconds,omitempty"`
+	// Labels are the smolvm sandbox's labels (E2B's metadata, through
+	// the gateway): usage by label sums them.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=32
+	Labels map[string]string `json:"labels,omitempty"`
 	// Paused freezes the sandbox in memory while true.
 	// +optional
 	Paused bool `json:"paused,omitempty"`

@@ -21,7 +21,7 @@ func (r *sandboxes) createOptions(ctx context.Context, sb *kubeapi.Sandbox, name
 		}
 		body = overlay(tmpl.Spec.SandboxBody, body)
 	}
-	cfg := sandbox.Config{Cmd: body.Command, WorkDir: body.WorkingDir, User: body.User, TTL: ttl(sb.Spec.TTLSeconds)}
+	cfg := sandbox.Config{Cmd: body.Command, WorkDir: body.WorkingDir, User: body.User, TTL: ttl(sb.Spec.TTLSeconds), Labels: sb.Spec.Labels}
 	for _, e := range body.Env {
 		cfg.Env = append(cfg.Env, e.Name+"="+e.Value)
 	}

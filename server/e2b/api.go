@@ -7,8 +7,8 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"net/netip"
 	"net/url"
+	"smolvm.dev/smolvm/api/e2bapi"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -19,10 +19,6 @@ import (
 	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 )
-
-// defaultTemplate is the SDK's default template name; it means the
-// builtin image unless an image or snapshot of that name exists.
-const defaultTemplate = "base"
 
 // noEnd stands in for the end of a sandbox without a time to live: the
 // SDK parses endAt as a date and has no way to say "never".
@@ -55,14 +51,8 @@ func (h *Handler) apiRoutes() *http.ServeMux {
 	return mux
 }
 
-// apiError is E2B's error body; the SDK reads code and message.
-type apiError struct {
-	Code    int    `json:"code"`
-	Message string `json:"message"`
-}
-
 func writeAPIError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, apiError{Code: status, Message: msg})
+	writeJSON(w, status, e2bapi.Error{Code: status, Message: msg})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -168,59 +158,6 @@ func live(sb *sandbox.Sandbox) bool {
 	return sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused
 }
 
-type createRequest struct {
-	TemplateID      string            `json:"templateID"`
-	Timeout         *int64            `json:"timeout"` // seconds
-	Metadata        map[string]string `json:"metadata"`
-	EnvVars         map[string]string `json:"envVars"`
-	AutoPause       *bool             `json:"autoPause"`
-	AutoPauseMemory *bool             `json:"autoPauseMemory"`
-	AutoResume      *struct {
-		Enabled bool `json:"enabled"`
-	} `json:"autoResume"`
-	AllowInternetAccess *bool           `json:"allow_internet_access"`
-	Network             *networkRequest `json:"network"`
-}
-
-// networkRequest is the part of E2B's network settings smolvm can honour:
-// an allow-list of destinations, or all of them. allow_internet_access is
-// here only in an update; a create has it beside.
-type networkRequest struct {
-	AllowOut            []string `json:"allowOut"`
-	DenyOut             []string `json:"denyOut"`
-	AllowInternetAccess *bool    `json:"allow_internet_access"`
-}
-
-// policy maps E2B's network settings to smolvm's policy; nil when they ask
-// for nothing. internet is allow_internet_access; off is how "false" maps
-// (no network at create; an empty allow-list on a sandbox that has one).
-func (n *networkRequest) policy(internet *bool, off *sandbox.Network) (*sandbox.Network, error) {
-	switch {
-	case len(n.DenyOut) > 0:
-		return nil, errors.New("network.denyOut: not supported; smolvm allows listed destinations (network.allowOut) and denies the rest")
-	case len(n.AllowOut) > 0:
-		if internet != nil && *internet {
-			return nil, errors.New("network.allowOut: conflicts with allow_internet_access: true")
-		}
-		p := &sandbox.Network{Mode: sandbox.NetEgress}
-		for _, d := range n.AllowOut {
-			if _, err := netip.ParsePrefix(d); err == nil {
-				p.CIDRs = append(p.CIDRs, d)
-			} else if a, err := netip.ParseAddr(d); err == nil {
-				p.CIDRs = append(p.CIDRs, netip.PrefixFrom(a, a.BitLen()).String())
-			} else {
-				p.Hosts = append(p.Hosts, d)
-			}
-		}
-		return p, nil
-	case internet != nil && *internet:
-		return &sandbox.Network{Mode: sandbox.NetFull}, nil
-	case internet != nil:
-		return off, nil
-	}
-	return nil, nil
-}
-
 // networkJSON reports a sandbox's policy the way E2B's SandboxDetail does.
 type networkJSON struct {
 	AllowOut []string `json:"allowOut"`
@@ -229,7 +166,7 @@ type networkJSON struct {
 // Create returns only once the sandbox's agent answers: the SDK does not
 // poll for readiness and sends its first command straight away.
 func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
-	var req createRequest
+	var req e2bapi.CreateRequest
 	if err := decodeBody(r, &req); err != nil {
 		writeAPIError(w, http.StatusBadRequest, err.Error())
 		return
@@ -254,13 +191,13 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusBadRequest, "autoResume: not supported; resume a paused sandbox with Sandbox.connect")
 		return
 	}
-	var netReq networkRequest
+	var netReq e2bapi.NetworkRequest
 	if req.Network != nil {
 		netReq = *req.Network
 	}
 	// E2B sandboxes reach the internet unless told not to; smolvm's have
 	// no network unless asked.
-	netPolicy, err := netReq.policy(req.AllowInternetAccess, nil)
+	netPolicy, err := netReq.Policy(req.AllowInternetAccess, nil)
 	if err != nil {
 		writeAPIError(w, http.StatusBadRequest, err.Error())
 		return
@@ -338,7 +275,7 @@ func (h *Handler) getInfo(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	in, err := h.loadInfo(r.Context(), sb.ID)
+	in, err := h.loadInfo(r.Context(), sb)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -527,7 +464,7 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	in, err := h.loadInfo(r.Context(), sb.ID)
+	in, err := h.loadInfo(r.Context(), sb)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -558,8 +495,8 @@ type forkRequest struct {
 
 // forkResult is one element of E2B's fork reply: a sandbox or an error.
 type forkResult struct {
-	Sandbox *sandboxJSON `json:"sandbox,omitempty"`
-	Error   *apiError    `json:"error,omitempty"`
+	Sandbox *sandboxJSON  `json:"sandbox,omitempty"`
+	Error   *e2bapi.Error `json:"error,omitempty"`
 }
 
 func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
@@ -584,7 +521,7 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	src, err := h.loadInfo(r.Context(), sb.ID)
+	src, err := h.loadInfo(r.Context(), sb)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -609,7 +546,7 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
 			f, err = h.m.SetTTL(r.Context(), f.ID, time.Duration(*req.Timeout)*time.Second)
 		}
 		if err != nil {
-			out = append(out, forkResult{Error: &apiError{Code: statusOf(err), Message: err.Error()}})
+			out = append(out, forkResult{Error: &e2bapi.Error{Code: statusOf(err), Message: err.Error()}})
 			continue
 		}
 		sj := h.newSandboxJSON(f, in.Token)
@@ -657,12 +594,12 @@ func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) {
 // network gets a new allow-list (false: an empty one); one created without
 // cannot get one later (409).
 func (h *Handler) updateNetwork(w http.ResponseWriter, r *http.Request) {
-	var req networkRequest
+	var req e2bapi.NetworkRequest
 	if err := decodeBody(r, &req); err != nil {
 		writeAPIError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	p, err := req.policy(req.AllowInternetAccess, &sandbox.Network{Mode: sandbox.NetEgress})
+	p, err := req.Policy(req.AllowInternetAccess, &sandbox.Network{Mode: sandbox.NetEgress})
 	if err != nil {
 		writeAPIError(w, http.StatusBadRequest, err.Error())
 		return

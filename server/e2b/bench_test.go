@@ -155,10 +155,11 @@ func BenchmarkCodeInterpreter(b *testing.B) {
 	layers := func(n int) {
 		for range n {
 			start := time.Now()
-			if _, err := s.h.m.Get(ctx, id); err != nil {
+			sb, err := s.h.m.Get(ctx, id)
+			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := s.h.loadInfo(ctx, id); err != nil {
+			if _, err := s.h.loadInfo(ctx, sb); err != nil {
 				b.Fatal(err)
 			}
 			lookups.Samples = append(lookups.Samples, time.Since(start))

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"smolvm.dev/smolvm/api/e2bapi"
 	"strings"
 	"testing"
 
@@ -152,7 +153,7 @@ func TestSDKAtRoot(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	var e apiError
+	var e e2bapi.Error
 	if resp.StatusCode != http.StatusNotFound || json.Unmarshal(body, &e) != nil || e.Code != http.StatusNotFound ||
 		!strings.Contains(e.Message, "/e2b") || !strings.Contains(e.Message, "/v1") {
 		t.Fatalf("GET /no-such-api: %d %s; want E2B's 404 saying where the APIs are", resp.StatusCode, body)

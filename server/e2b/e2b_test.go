@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"smolvm.dev/smolvm/api/e2bapi"
 	"strings"
 	"testing"
 	"time"
@@ -342,7 +343,7 @@ func FuzzDecoders(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		for _, v := range []any{&createRequest{}, &forkRequest{}, &timeoutRequest{}} {
+		for _, v := range []any{&e2bapi.CreateRequest{}, &forkRequest{}, &timeoutRequest{}} {
 			r := httptest.NewRequest("POST", "/", bytes.NewReader(b))
 			decodeBody(r, v)
 		}

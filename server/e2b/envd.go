@@ -77,7 +77,7 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 		envdError(w, r, err)
 		return
 	}
-	in, err := h.loadInfo(r.Context(), sb.ID)
+	in, err := h.loadInfo(r.Context(), sb)
 	if err != nil {
 		envdError(w, r, err)
 		return

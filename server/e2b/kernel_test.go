@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"smolvm.dev/smolvm/api/e2bapi"
 	"strconv"
 	"strings"
 	"sync"
@@ -152,7 +153,7 @@ func TestCodeInterpreterAnyTemplate(t *testing.T) {
 		return strings.TrimSpace(out.String())
 	}
 
-	id := create(`{"templateID":"` + defaultTemplate + `","timeout":300}`)
+	id := create(`{"templateID":"` + e2bapi.DefaultTemplate + `","timeout":300}`)
 	if n := servers(id); n != "0" {
 		t.Fatalf("%s kernels before the first request; want none", n)
 	}
@@ -181,7 +182,7 @@ func TestCodeInterpreterAnyTemplate(t *testing.T) {
 	t.Logf("four first runCodes, the kernel started by them: %s", time.Since(first))
 	for i, a := range answers {
 		if want := fmt.Sprintf(`"text": "%d"`, i+1); !strings.HasPrefix(a, "200 ") || !strings.Contains(a, want) {
-			t.Fatalf("cell %d + 1 in a %s sandbox: %s; want 200 and %s", i, defaultTemplate, a, want)
+			t.Fatalf("cell %d + 1 in a %s sandbox: %s; want 200 and %s", i, e2bapi.DefaultTemplate, a, want)
 		}
 	}
 	if n := servers(id); n != "1" {
@@ -211,7 +212,7 @@ func TestCodeInterpreterAnyTemplate(t *testing.T) {
 	}
 
 	// No python3 on the sandbox's PATH: E2B's error shape, at once.
-	bare := create(`{"templateID":"` + defaultTemplate + `","timeout":300,"envVars":{"PATH":"/nonexistent"}}`)
+	bare := create(`{"templateID":"` + e2bapi.DefaultTemplate + `","timeout":300,"envVars":{"PATH":"/nonexistent"}}`)
 	start := time.Now()
 	hdr[headerSandboxID] = bare
 	status, out := s.send(t, "POST", "/execute", hdr, "application/json", []byte(`{"code":"1"}`))

@@ -66,7 +66,7 @@ func (h *Handler) servePort(w http.ResponseWriter, r *http.Request, id, p string
 		writeErr(w, err)
 		return
 	}
-	in, err := h.loadInfo(r.Context(), sb.ID)
+	in, err := h.loadInfo(r.Context(), sb)
 	if err != nil {
 		writeErr(w, err)
 		return

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"smolvm.dev/smolvm/api/e2bapi"
 
 	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/runtime/image"
@@ -47,7 +48,7 @@ func (h *Handler) fromTemplate(ctx context.Context, template string, o sandbox.C
 		}
 	}
 	switch template {
-	case defaultTemplate:
+	case e2bapi.DefaultTemplate:
 		o.Image = sandbox.DefaultImage
 		return h.m.Create(ctx, o)
 	case codeInterpreterTemplate:

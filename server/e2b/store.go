@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // E2B's own state per sandbox, kept beside the sandbox records so that a
@@ -40,13 +43,18 @@ func (h *Handler) saveInfo(ctx context.Context, id string, in info) error {
 }
 
 // loadInfo returns a sandbox's E2B state. A sandbox made outside the E2B
-// API (the CLI, the native API) gets fresh state on first use, so that
-// Sandbox.connect works for it too.
-func (h *Handler) loadInfo(ctx context.Context, id string) (info, error) {
+// API (the CLI, the native API, a cluster's node daemon) gets fresh state
+// on first use, its labels as metadata, so that Sandbox.connect works for
+// it too.
+func (h *Handler) loadInfo(ctx context.Context, sb *sandbox.Sandbox) (info, error) {
+	id := sb.ID
 	var md, tok string
 	err := h.st.DB().QueryRowContext(ctx, `SELECT metadata, envd_token FROM e2b_sandboxes WHERE id = ?`, id).Scan(&md, &tok)
 	if errors.Is(err, sql.ErrNoRows) {
-		in := info{Metadata: map[string]string{}, Token: newToken()}
+		in := info{Metadata: maps.Clone(sb.Config.Labels), Token: newToken()}
+		if in.Metadata == nil {
+			in.Metadata = map[string]string{}
+		}
 		return in, h.saveInfo(ctx, id, in)
 	}
 	if err != nil {

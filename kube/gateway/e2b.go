@@ -1,0 +1,377 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	kclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	"smolvm.dev/smolvm/api/e2bapi"
+	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/sandbox"
+)
+
+func (g *Gateway) e2bRoutes() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /sandboxes", g.e2bCreate)
+	mux.HandleFunc("POST /v2/sandboxes", g.e2bCreate)
+	mux.HandleFunc("GET /sandboxes", g.e2bList)
+	mux.HandleFunc("GET /v2/sandboxes", g.e2bList)
+	mux.HandleFunc("DELETE /sandboxes/{id}", g.e2bKill)
+	mux.HandleFunc("POST /sandboxes/{id}/connect", g.e2bConnect)
+	mux.HandleFunc("POST /v2/sandboxes/{id}/connect", g.e2bConnect)
+	mux.HandleFunc("POST /sandboxes/{id}/resume", g.e2bConnect)
+	mux.HandleFunc("POST /sandboxes/{id}/pause", g.e2bPause)
+	// The node answers these for the one sandbox it holds.
+	for _, p := range []string{"GET /sandboxes/{id}", "POST /sandboxes/{id}/timeout", "GET /sandboxes/{id}/metrics", "PUT /sandboxes/{id}/network"} {
+		mux.HandleFunc(p, g.e2bForward)
+	}
+	unserved := func(why string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) { writeE2B(w, http.StatusNotImplemented, why) }
+	}
+	mux.HandleFunc("POST /sandboxes/{id}/fork", unserved("fork is not served by the cluster gateway yet: make a Sandbox with spec.forkFrom (docs/kube.md)"))
+	mux.HandleFunc("POST /sandboxes/{id}/snapshots", unserved("snapshots are not served by the cluster gateway yet: make a SandboxSnapshot (docs/kube.md)"))
+	mux.HandleFunc("GET /snapshots", unserved("snapshots are not served by the cluster gateway yet: list SandboxSnapshots (docs/kube.md)"))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeE2B(w, http.StatusNotFound, fmt.Sprintf("no route %s %s; E2B's API is at / and %s, smolvm's at /v1", r.Method, r.URL.Path, e2bPrefix))
+	})
+	return mux
+}
+
+// e2bCreate makes a Sandbox from E2B's create body and answers once its
+// node runs it, with the node's envd token: the SDK sends its first
+// command straight away.
+func (g *Gateway) e2bCreate(w http.ResponseWriter, r *http.Request) {
+	var req e2bapi.CreateRequest
+	if err := decode(r, &req); err != nil {
+		writeE2B(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	spec, err := g.e2bSpec(r.Context(), namespace(r), &req)
+	if err != nil {
+		writeE2B(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	sb, err := g.create(r.Context(), namespace(r), "", "e2b-", spec)
+	if err != nil {
+		writeE2B(w, statusOf(err), err.Error())
+		return
+	}
+	g.e2bConnectOnNode(w, r, sb, sb.Status.Instances[0].ID, nil, http.StatusCreated)
+}
+
+// e2bSpec is the Sandbox E2B's create body asks for. A templateID names a
+// SandboxTemplate in the namespace, or else an image.
+func (g *Gateway) e2bSpec(ctx context.Context, ns string, req *e2bapi.CreateRequest) (kubeapi.SandboxSpec, error) {
+	var spec kubeapi.SandboxSpec
+	switch {
+	case req.TemplateID == "":
+		return spec, errors.New("templateID: required (a SandboxTemplate's name or an image)")
+	case req.Timeout != nil && *req.Timeout < 0:
+		return spec, errors.New("timeout: must not be negative")
+	case req.AutoPause != nil && *req.AutoPause:
+		return spec, errors.New("autoPause: not served by the cluster gateway; pause with Sandbox.pause")
+	case req.AutoPauseMemory != nil && !*req.AutoPauseMemory:
+		return spec, errors.New("autoPauseMemory: false is not supported; a paused smolvm sandbox keeps its memory")
+	case req.AutoResume != nil && req.AutoResume.Enabled:
+		return spec, errors.New("autoResume: not supported; resume a paused sandbox with Sandbox.connect")
+	}
+	var netReq e2bapi.NetworkRequest
+	if req.Network != nil {
+		netReq = *req.Network
+	}
+	p, err := netReq.Policy(req.AllowInternetAccess, nil)
+	if err != nil {
+		return spec, err
+	}
+	spec.Network = networkPolicy(p)
+	spec.Labels = req.Metadata
+	spec.TTLSeconds = ptr.To(int64(g.cfg.DefaultTTL.Seconds()))
+	if req.Timeout != nil {
+		spec.TTLSeconds = req.Timeout
+	}
+	for _, k := range slices.Sorted(maps.Keys(req.EnvVars)) {
+		spec.Env = append(spec.Env, kubeapi.EnvVar{Name: k, Value: req.EnvVars[k]})
+	}
+	var tmpl kubeapi.SandboxTemplate
+	switch err := g.cfg.Kube.Get(ctx, kclient.ObjectKey{Namespace: ns, Name: req.TemplateID}, &tmpl); {
+	case err == nil:
+		spec.SandboxTemplateRef = &kubeapi.LocalRef{Name: req.TemplateID}
+	case (apierrors.IsNotFound(err) || apierrors.IsInvalid(err)) && req.TemplateID == e2bapi.DefaultTemplate:
+		spec.Image = sandbox.DefaultImage
+	case apierrors.IsNotFound(err), apierrors.IsInvalid(err):
+		spec.Image = req.TemplateID
+	default:
+		return spec, fmt.Errorf("templateID: %w", err)
+	}
+	return spec, nil
+}
+
+func networkPolicy(p *sandbox.Network) *kubeapi.NetworkPolicy {
+	if p == nil {
+		return nil
+	}
+	np := &kubeapi.NetworkPolicy{Mode: string(p.Mode), AllowHosts: p.Hosts, AllowCIDRs: p.CIDRs}
+	for _, port := range p.Ports {
+		np.Ports = append(np.Ports, int32(port.Port))
+	}
+	return np
+}
+
+// create makes a Sandbox in ns, named name or else generated from
+// prefix, and waits until it runs; one that does not is deleted, so a
+// failed create leaves nothing behind.
+func (g *Gateway) create(ctx context.Context, ns, name, prefix string, spec kubeapi.SandboxSpec) (*kubeapi.Sandbox, error) {
+	sb := &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, GenerateName: prefix}, Spec: spec}
+	if err := g.cfg.Kube.Create(ctx, sb); err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	ready, err := g.waitPhase(ctx, kclient.ObjectKeyFromObject(sb), kubeapi.PhaseRunning)
+	if err != nil {
+		// The request's context may be what ended.
+		if derr := g.cfg.Kube.Delete(context.WithoutCancel(ctx), sb); derr != nil && !apierrors.IsNotFound(derr) {
+			g.cfg.Log.Warn("delete a sandbox that did not start", "sandbox", sb.Name, "err", derr)
+		}
+		return nil, err
+	}
+	return ready, nil
+}
+
+// e2bConnectOnNode answers with the node's E2B view of sandbox id (its
+// envd token above all), through the node's connect with body; the
+// domain is the gateway's, whose hosts route ports.
+func (g *Gateway) e2bConnectOnNode(w http.ResponseWriter, r *http.Request, sb *kubeapi.Sandbox, id string, body []byte, status int) {
+	base, err := g.node(r.Context(), sb)
+	if err != nil {
+		writeE2B(w, statusOf(err), err.Error())
+		return
+	}
+	var out map[string]any
+	code, err := g.fwd.call(r.Context(), "POST", base, e2bPrefix+"/sandboxes/"+url.PathEscape(id)+"/connect", body, &out)
+	if err != nil {
+		writeE2B(w, http.StatusBadGateway, err.Error())
+		return
+	}
+	if code >= 300 {
+		writeJSON(w, code, out)
+		return
+	}
+	delete(out, "domain")
+	if g.cfg.Domain != "" {
+		out["domain"] = g.cfg.Domain
+	}
+	writeJSON(w, status, out)
+}
+
+// e2bConnect answers Sandbox.connect: a paused sandbox is resumed
+// through its object (201), a running one returned as it is (200).
+func (g *Gateway) e2bConnect(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		writeE2B(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	sb, id, ok := g.e2bLookup(w, r)
+	if !ok {
+		return
+	}
+	status := http.StatusOK
+	if sb.Spec.Paused {
+		if sb, err = g.setPaused(r.Context(), sb, false); err != nil {
+			writeE2B(w, statusOf(err), err.Error())
+			return
+		}
+		status = http.StatusCreated
+	}
+	g.e2bConnectOnNode(w, r, sb, id, body, status)
+}
+
+func (g *Gateway) e2bPause(w http.ResponseWriter, r *http.Request) {
+	sb, _, ok := g.e2bLookup(w, r)
+	if !ok {
+		return
+	}
+	if sb.Spec.Paused {
+		writeE2B(w, http.StatusConflict, fmt.Sprintf("sandbox %q is already paused", r.PathValue("id")))
+		return
+	}
+	if _, err := g.setPaused(r.Context(), sb, true); err != nil {
+		writeE2B(w, statusOf(err), err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// setPaused sets sb's spec.paused and waits until its node made it so.
+func (g *Gateway) setPaused(ctx context.Context, sb *kubeapi.Sandbox, paused bool) (*kubeapi.Sandbox, error) {
+	patch := kclient.MergeFrom(sb.DeepCopy())
+	sb.Spec.Paused = paused
+	if err := g.cfg.Kube.Patch(ctx, sb, patch); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", sb.Name, err)
+	}
+	want := kubeapi.PhaseRunning
+	if paused {
+		want = kubeapi.PhasePaused
+	}
+	return g.waitPhase(ctx, kclient.ObjectKeyFromObject(sb), want)
+}
+
+func (g *Gateway) e2bKill(w http.ResponseWriter, r *http.Request) {
+	sb, _, ok := g.e2bLookup(w, r)
+	if !ok {
+		return
+	}
+	if err := g.remove(r.Context(), sb); err != nil {
+		writeE2B(w, statusOf(err), err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// remove deletes sb and waits until its node removed its sandboxes. A
+// fork's copies are one object: removing one is removing all, so that is
+// refused.
+func (g *Gateway) remove(ctx context.Context, sb *kubeapi.Sandbox) error {
+	if n := len(sb.Status.Instances); n > 1 {
+		return &phaseError{http.StatusConflict, fmt.Sprintf("the sandbox is one of %d copies of Sandbox %s/%s; delete that object to remove them all", n, sb.Namespace, sb.Name)}
+	}
+	if err := g.cfg.Kube.Delete(ctx, sb); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete sandbox %s: %w", sb.Name, err)
+	}
+	return g.waitGone(ctx, kclient.ObjectKeyFromObject(sb))
+}
+
+// e2bForward sends a request about one sandbox to its node.
+func (g *Gateway) e2bForward(w http.ResponseWriter, r *http.Request) {
+	sb, id, ok := g.e2bLookup(w, r)
+	if !ok {
+		return
+	}
+	base, err := g.node(r.Context(), sb)
+	if err != nil {
+		writeE2B(w, statusOf(err), err.Error())
+		return
+	}
+	g.fwd.forward(w, r, base, e2bPrefix+withID(r.URL.Path, r.PathValue("id"), id), true)
+}
+
+// withID is path with its sandbox reference ref replaced by the ID id.
+func withID(path, ref, id string) string {
+	return strings.Replace(path, "/"+ref, "/"+url.PathEscape(id), 1)
+}
+
+// e2bLookup finds the sandbox the path's {id} names in the caller's
+// namespace, or answers E2B's 404 (the SDK's NotFoundError).
+func (g *Gateway) e2bLookup(w http.ResponseWriter, r *http.Request) (*kubeapi.Sandbox, string, bool) {
+	ref := r.PathValue("id")
+	sb, err := g.lookup(r.Context(), namespace(r), ref)
+	if err != nil {
+		writeE2B(w, statusOf(err), err.Error())
+		return nil, "", false
+	}
+	return sb, instance(sb, ref), true
+}
+
+// e2bList asks each node holding the namespace's sandboxes for its E2B
+// list (with the caller's filters) and keeps the namespace's.
+func (g *Gateway) e2bList(w http.ResponseWriter, r *http.Request) {
+	out := []json.RawMessage{}
+	err := g.eachNode(r.Context(), namespace(r), func(base *url.URL, ids map[string]bool) error {
+		var got []json.RawMessage
+		code, err := g.fwd.call(r.Context(), "GET", base, e2bPrefix+"/v2/sandboxes?"+r.URL.RawQuery, nil, &got)
+		if err != nil {
+			return err
+		}
+		if code != http.StatusOK {
+			return &phaseError{code, fmt.Sprintf("node %s answered %d", base.Host, code)}
+		}
+		for _, raw := range got {
+			var d struct {
+				SandboxID string `json:"sandboxID"`
+			}
+			if json.Unmarshal(raw, &d) == nil && ids[d.SandboxID] {
+				out = append(out, raw)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		writeE2B(w, statusOf(err), err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// eachNode calls fn for each live node holding sandboxes of ns, with the
+// IDs of those sandboxes. A node that is gone is skipped: its sandboxes
+// are Lost, which no list shows.
+func (g *Gateway) eachNode(ctx context.Context, ns string, fn func(base *url.URL, ids map[string]bool) error) error {
+	var list kubeapi.SandboxList
+	if err := g.cfg.Kube.List(ctx, &list, kclient.InNamespace(ns)); err != nil {
+		return fmt.Errorf("list sandboxes: %w", err)
+	}
+	type node struct {
+		base *url.URL
+		ids  map[string]bool
+	}
+	nodes := map[string]*node{}
+	for i := range list.Items {
+		sb := &list.Items[i]
+		if len(sb.Status.Instances) == 0 {
+			continue
+		}
+		n := nodes[sb.Status.NodeName]
+		if n == nil {
+			base, err := g.node(ctx, sb)
+			if err != nil {
+				continue
+			}
+			n = &node{base: base, ids: map[string]bool{}}
+			nodes[sb.Status.NodeName] = n
+		}
+		for _, in := range sb.Status.Instances {
+			n.ids[in.ID] = true
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(nodes)) {
+		if err := fn(nodes[name].base, nodes[name].ids); err != nil {
+			return fmt.Errorf("node %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// call sends a request with the node's token to path on the node at
+// base and decodes its JSON answer into out.
+func (f *forwarder) call(ctx context.Context, method string, base *url.URL, path string, body []byte, out any) (int, error) {
+	u := *base
+	p, q, _ := strings.Cut(path, "?")
+	u.Path, u.RawQuery = base.Path+p, q
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+f.token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := f.client.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("node %s: %w", base.Host, err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(out); err != nil && !errors.Is(err, io.EOF) {
+		return 0, fmt.Errorf("node %s: %s %s: %w", base.Host, method, p, err)
+	}
+	return resp.StatusCode, nil
+}

@@ -1,0 +1,231 @@
+// Package gateway serves E2B's API and smolvm's native API in front of a cluster: it makes Sandbox objects, waits until a node runs them, and forwards each sandbox's traffic to the node that holds it.
+package gateway
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	kclient "sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"smolvm.dev/smolvm/api"
+	"smolvm.dev/smolvm/api/e2bapi"
+	"smolvm.dev/smolvm/errdefs"
+	kubeapi "smolvm.dev/smolvm/kube/api"
+)
+
+// Config configures a Gateway.
+type Config struct {
+	// Kube reads Sandboxes and the nodes' Leases, from a cache indexed by
+	// Index, and writes Sandboxes.
+	Kube kclient.Client
+	// LeaseNamespace holds the nodes' Leases.
+	LeaseNamespace string
+	// Keys maps each API key to its tenant's namespace: a key sees and
+	// makes Sandboxes there only.
+	Keys map[string]string
+	// NodeToken is the API token of the nodes' smolvm serve (one token,
+	// shared through a Secret: docs/kube.md).
+	NodeToken string
+	// Domain is the one under which PORT-ID.Domain names a sandbox's port
+	// (E2B's getHost); empty leaves the SDK's default.
+	Domain string
+	// DefaultTTL is the time to live of a sandbox created without a
+	// timeout (default 15m).
+	DefaultTTL time.Duration
+	// Ready bounds the wait for a new sandbox to run (default 2m).
+	Ready time.Duration
+	Log   *slog.Logger
+}
+
+// Gateway is an http.Handler: E2B's control plane at / and /e2b, E2B's
+// envd and ports by their headers (or PORT-ID.Domain), and the native API
+// at /v1.
+type Gateway struct {
+	cfg    Config
+	e2b    *http.ServeMux
+	native *http.ServeMux
+	fwd    *forwarder
+}
+
+// New returns a Gateway over cfg.
+func New(cfg Config) (*Gateway, error) {
+	if cfg.Kube == nil || cfg.LeaseNamespace == "" || len(cfg.Keys) == 0 {
+		return nil, errors.New("gateway: Kube, LeaseNamespace and Keys are required")
+	}
+	if cfg.Ready <= 0 {
+		cfg.Ready = 2 * time.Minute
+	}
+	if cfg.DefaultTTL <= 0 {
+		cfg.DefaultTTL = 15 * time.Minute
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	g := &Gateway{cfg: cfg, fwd: newForwarder(cfg.NodeToken)}
+	g.e2b = g.e2bRoutes()
+	g.native = g.nativeRoutes()
+	return g, nil
+}
+
+// indexInstance indexes Sandboxes by the IDs of their smolvm sandboxes,
+// which are the IDs clients use.
+const indexInstance = "status.instances.id"
+
+// Index adds the index the gateway finds sandboxes by to c.
+func Index(ctx context.Context, c cache.Cache) error {
+	return c.IndexField(ctx, &kubeapi.Sandbox{}, indexInstance, func(o kclient.Object) []string {
+		var ids []string
+		for _, in := range o.(*kubeapi.Sandbox).Status.Instances {
+			ids = append(ids, in.ID)
+		}
+		return ids
+	})
+}
+
+// Headers the E2B SDK sends with every envd request.
+const (
+	headerSandboxID   = "E2b-Sandbox-Id"
+	headerSandboxPort = "E2b-Sandbox-Port"
+)
+
+// e2bPrefix is where smolvm serve serves E2B's API besides its root; the
+// gateway does the same, and forwards to nodes there.
+const e2bPrefix = "/e2b"
+
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if id, port, ok := g.portHost(r.Host); ok {
+		r.Header.Set(headerSandboxID, id)
+		r.Header.Set(headerSandboxPort, port)
+	}
+	// envd and ports carry the sandbox's own tokens, which its node checks.
+	if id := r.Header.Get(headerSandboxID); id != "" {
+		g.forwardEnvd(w, r, id)
+		return
+	}
+	if p, ok := strings.CutPrefix(r.URL.Path, e2bPrefix+"/"); ok {
+		r.URL.Path, r.URL.RawPath = "/"+p, ""
+	} else if r.URL.Path == "/v1" || strings.HasPrefix(r.URL.Path, "/v1/") {
+		ns, ok := g.tenant(r)
+		if !ok {
+			writeNative(w, http.StatusUnauthorized, api.CodeUnauthorized, "missing or invalid API key (Authorization: Bearer KEY)")
+			return
+		}
+		g.native.ServeHTTP(w, r.WithContext(withNamespace(r.Context(), ns)))
+		return
+	}
+	if r.URL.Path == "/healthz" {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	ns, ok := g.tenant(r)
+	if !ok {
+		writeE2B(w, http.StatusUnauthorized, "missing or invalid API key (X-API-KEY)")
+		return
+	}
+	g.e2b.ServeHTTP(w, r.WithContext(withNamespace(r.Context(), ns)))
+}
+
+// portHost splits PORT-ID.Domain, as E2B's getHost(port) names a port.
+func (g *Gateway) portHost(host string) (id, port string, ok bool) {
+	if g.cfg.Domain == "" {
+		return "", "", false
+	}
+	label, ok := strings.CutSuffix(strings.ToLower(host), "."+g.cfg.Domain)
+	if !ok {
+		return "", "", false
+	}
+	port, id, ok = strings.Cut(label, "-")
+	return id, port, ok && id != "" && !strings.Contains(id, ".")
+}
+
+// tenant returns the namespace of the request's API key: X-API-KEY (as
+// E2B's SDK sends it) or Authorization: Bearer (as smolvm's client does).
+func (g *Gateway) tenant(r *http.Request) (string, bool) {
+	key := r.Header.Get("X-API-KEY")
+	if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && key == "" {
+		key = b
+	}
+	if key == "" {
+		return "", false
+	}
+	// Every key is compared, so the time taken says nothing of which
+	// matched.
+	ns, found := "", false
+	for k, n := range g.cfg.Keys {
+		if subtle.ConstantTimeCompare([]byte(k), []byte(key)) == 1 {
+			ns, found = n, true
+		}
+	}
+	return ns, found
+}
+
+type nsKey struct{}
+
+func withNamespace(ctx context.Context, ns string) context.Context {
+	return context.WithValue(ctx, nsKey{}, ns)
+}
+
+func namespace(r *http.Request) string {
+	ns, _ := r.Context().Value(nsKey{}).(string)
+	return ns
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeE2B(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, e2bapi.Error{Code: status, Message: msg})
+}
+
+// writeNative answers in the native API's shape; a code that is an
+// error class's name is its class too, so that the Go client's errors.Is
+// holds as against a single smolvm serve.
+func writeNative(w http.ResponseWriter, status int, code, msg string) {
+	e := api.Error{Code: code, Message: msg}
+	if errdefs.Parse(code) != nil {
+		e.Class = code
+	}
+	writeJSON(w, status, e)
+}
+
+// maxBody bounds a control-plane request's body.
+const maxBody = 1 << 20
+
+// decode reads r's JSON body into v; an empty body leaves v as it is.
+func decode(r *http.Request, v any) error {
+	d := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxBody))
+	if err := d.Decode(v); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("malformed JSON body: %w", err)
+	}
+	return nil
+}
+
+// ManagerOptions are those of the controller-runtime manager whose cache
+// a gateway reads: Leases in leaseNamespace only, and no leader election,
+// as gateways are replicas that share nothing.
+func ManagerOptions(scheme *k8sruntime.Scheme, leaseNamespace string) ctrl.Options {
+	return ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache: cache.Options{ByObject: map[kclient.Object]cache.ByObject{
+			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{leaseNamespace: {}}},
+		}},
+	}
+}

@@ -1,0 +1,245 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	kclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	"smolvm.dev/smolvm/client"
+	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/internal/testenv"
+	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/gateway"
+	"smolvm.dev/smolvm/kube/kubetest"
+	"smolvm.dev/smolvm/sandbox"
+)
+
+const (
+	leaseNS   = "smolvm-system"
+	nodeToken = "node-token-shared-by-every-node"
+	keyA      = "key-of-team-a"
+	keyB      = "key-of-team-b"
+)
+
+// cluster is an API server, the binder, two nodes on this machine and a
+// gateway in front of them on loopback.
+type cluster struct {
+	k     *kubetest.Cluster
+	nodes []*kubetest.Node
+	URL   string
+}
+
+func start(t testing.TB) *cluster {
+	t.Helper()
+	k := kubetest.Start(t)
+	for _, ns := range []string{"team-a", "team-b"} {
+		k.Namespace(t, ns)
+	}
+	k.Binder(t, leaseNS)
+	c := &cluster{k: k}
+	for _, n := range []string{"n1", "n2"} {
+		c.nodes = append(c.nodes, k.Node(t, n, nodeToken, leaseNS))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	mgr, err := ctrl.NewManager(k.Config, gateway.ManagerOptions(k.Scheme, leaseNS))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gateway.Index(ctx, mgr.GetCache()); err != nil {
+		t.Fatal(err)
+	}
+	g, err := gateway.New(gateway.Config{
+		Kube: mgr.GetClient(), LeaseNamespace: leaseNS, NodeToken: nodeToken,
+		Keys: map[string]string{keyA: "team-a", keyB: "team-b"}, Ready: time.Minute,
+		Log: slog.New(slog.NewTextHandler(kubetest.Writer{T: t}, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		t.Fatal("gateway cache did not sync")
+	}
+	srv := httptest.NewServer(g)
+	t.Cleanup(func() {
+		srv.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("gateway manager: %v", err)
+		}
+	})
+	c.URL = srv.URL
+	return c
+}
+
+// TestGateway runs the gateway in front of two nodes: the native API's
+// Go client and the unmodified e2b SDK create, exec and remove sandboxes
+// through it; each key sees its own namespace only; bad requests are
+// refused in each API's shape and leave no object behind.
+func TestGateway(t *testing.T) {
+	c := start(t)
+	ctx := context.Background()
+	a, err := client.New(c.URL, keyA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := client.New(c.URL, keyB)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("Native", func(t *testing.T) {
+		sb, err := a.Create(ctx, sandbox.CreateOptions{Image: sandbox.DefaultImage, Start: true, Config: sandbox.Config{Labels: map[string]string{"who": "a"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		exit, err := a.Exec(ctx, sb.ID, sandbox.Process{Args: []string{"sh", "-c", "echo hello from $(hostname)"}}, sandbox.Stdio{Stdout: &out})
+		if err != nil || exit.Code != 0 || !strings.HasPrefix(out.String(), "hello from") {
+			t.Fatalf("exec through the gateway: %v %+v %q", err, exit, out.String())
+		}
+		if err := a.WriteFile(ctx, sb.ID, "/tmp/f", strings.NewReader("file body")); err != nil {
+			t.Fatal(err)
+		}
+		rc, err := a.ReadFile(ctx, sb.ID, "/tmp/f")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := new(bytes.Buffer)
+		got.ReadFrom(rc)
+		rc.Close()
+		if got.String() != "file body" {
+			t.Fatalf("read back %q", got)
+		}
+		list, err := a.List(ctx)
+		if err != nil || len(list) != 1 || list[0].ID != sb.ID || list[0].Config.Labels["who"] != "a" {
+			t.Fatalf("team a's list: %v %+v", err, list)
+		}
+		// Team b sees nothing of team a's.
+		if list, err := b.List(ctx); err != nil || len(list) != 0 {
+			t.Fatalf("team b's list: %v %+v", err, list)
+		}
+		if _, err := b.Get(ctx, sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Fatalf("team b's get of team a's sandbox: %v", err)
+		}
+		if _, err := b.Exec(ctx, sb.ID, sandbox.Process{Args: []string{"true"}}, sandbox.Stdio{}); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Fatalf("team b's exec in team a's sandbox: %v", err)
+		}
+		// Pause and resume go through the object.
+		if p, err := a.Pause(ctx, sb.ID); err != nil || p.State != sandbox.StatePaused {
+			t.Fatalf("pause: %v %+v", err, p)
+		}
+		if p, err := a.Resume(ctx, sb.ID); err != nil || p.State != sandbox.StateRunning {
+			t.Fatalf("resume: %v %+v", err, p)
+		}
+		if err := a.Remove(ctx, sb.ID, true); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Get(ctx, sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Fatalf("get after remove: %v", err)
+		}
+		var objs kubeapi.SandboxList
+		if err := c.k.Client.List(ctx, &objs, kclient.InNamespace("team-a")); err != nil || len(objs.Items) != 0 {
+			t.Fatalf("objects left in team-a: %v %d", err, len(objs.Items))
+		}
+	})
+
+	t.Run("BadInput", func(t *testing.T) {
+		// An image no node has: a clear error, and no object left.
+		_, err := a.Create(ctx, sandbox.CreateOptions{Image: "no-such-image-anywhere", Start: true})
+		if err == nil || !strings.Contains(err.Error(), "no-such-image-anywhere") {
+			t.Fatalf("create of a missing image: %v", err)
+		}
+		if _, err := a.Create(ctx, sandbox.CreateOptions{Pool: "p", Start: true}); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Fatalf("create from a pool: %v", err)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var objs kubeapi.SandboxList
+			if err := c.k.Client.List(ctx, &objs, kclient.InNamespace("team-a")); err != nil {
+				t.Fatal(err)
+			}
+			if len(objs.Items) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d objects left after failed creates", len(objs.Items))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		for _, tc := range []struct {
+			method, path, key, body string
+			status                  int
+		}{
+			{"GET", "/v1/sandboxes", "", "", http.StatusUnauthorized},
+			{"GET", "/v1/sandboxes", "wrong", "", http.StatusUnauthorized},
+			{"POST", "/v1/sandboxes", keyA, "{not json", http.StatusBadRequest},
+			{"GET", "/v1/sandboxes/nosuch", keyA, "", http.StatusNotFound},
+			{"POST", "/v1/snapshots", keyA, "{}", http.StatusNotImplemented},
+			{"POST", "/sandboxes", keyA, `{"templateID": ""}`, http.StatusBadRequest},
+			{"POST", "/sandboxes", keyA, `{"templateID": "base", "timeout": -1}`, http.StatusBadRequest},
+			{"GET", "/sandboxes/nosuch", keyA, "", http.StatusNotFound},
+			{"GET", "/sandboxes", "", "", http.StatusUnauthorized},
+		} {
+			req, _ := http.NewRequest(tc.method, c.URL+tc.path, strings.NewReader(tc.body))
+			if tc.key != "" {
+				req.Header.Set("X-API-KEY", tc.key)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tc.status {
+				t.Errorf("%s %s: %d, want %d", tc.method, tc.path, resp.StatusCode, tc.status)
+			}
+		}
+	})
+
+	t.Run("E2BSDK", func(t *testing.T) {
+		nodeBin, err := exec.LookPath("node")
+		dir := filepath.Join(testenv.Root(), "sdk", "e2b-compat")
+		if _, serr := os.Stat(filepath.Join(dir, "node_modules", "e2b", "package.json")); err != nil || serr != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("node and sdk/e2b-compat's node_modules are required in CI: %v %v", err, serr)
+			}
+			t.Skip("node or the e2b package not installed")
+		}
+		// The scenarios of a single smolvm serve that the gateway serves
+		// (fork, snapshots and autoPause are Kubernetes objects here; the
+		// network scenario needs internal/nettest's closed namespace).
+		args := []string{"--test", "--test-reporter=spec"}
+		for _, name := range []string{
+			"create, getInfo, list, connect, kill", "commands:", "files: write", "a wrong API key",
+			"an unknown sandbox", "setTimeout", "pause, then connect", "list filters", "a dead sandbox", "pty:",
+			"files.watchDir", "stdin a command never reads",
+		} {
+			args = append(args, "--test-name-pattern=^"+regexp.QuoteMeta(name))
+		}
+		cmd := exec.Command(nodeBin, append(args, "test/sandbox.test.mjs")...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "E2B_API_URL="+c.URL, "E2B_SANDBOX_URL="+c.URL, "E2B_API_KEY="+keyA)
+		out, err := cmd.CombinedOutput()
+		t.Logf("e2b SDK through the gateway:\n%s", out)
+		if err != nil {
+			t.Fatalf("the e2b SDK scenarios failed through the gateway: %v", err)
+		}
+		if !regexp.MustCompile(`(?m)^ℹ pass [1-9]`).Match(out) {
+			t.Fatal("no scenario ran")
+		}
+	})
+}

@@ -1,0 +1,233 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+
+	"smolvm.dev/smolvm/api"
+	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/sandbox"
+)
+
+func (g *Gateway) nativeRoutes() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/sandboxes", g.nativeCreate)
+	mux.HandleFunc("GET /v1/sandboxes", g.nativeList)
+	mux.HandleFunc("DELETE /v1/sandboxes/{id}", g.nativeRemove)
+	mux.HandleFunc("POST /v1/sandboxes/{id}/pause", g.nativePause(true))
+	mux.HandleFunc("POST /v1/sandboxes/{id}/resume", g.nativePause(false))
+	// What changes a sandbox's life goes through its object.
+	for _, op := range []string{"start", "stop", "checkpoint", "fork"} {
+		mux.HandleFunc("POST /v1/sandboxes/{id}/"+op, func(w http.ResponseWriter, r *http.Request) {
+			writeNative(w, http.StatusNotImplemented, api.CodeUnsupported, op+" is not served by the cluster gateway yet: edit the Sandbox object, or make a SandboxSnapshot or a Sandbox with spec.forkFrom (docs/kube.md)")
+		})
+	}
+	// The rest about one sandbox (exec, files, logs, stats, ports,
+	// timeout, network) its node answers.
+	mux.HandleFunc("/v1/sandboxes/{id}", g.nativeForward)
+	mux.HandleFunc("/v1/sandboxes/{id}/{rest...}", g.nativeForward)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeNative(w, http.StatusNotImplemented, api.CodeUnsupported, fmt.Sprintf("%s %s is not served by the cluster gateway: it serves sandboxes (/v1/sandboxes) and E2B's API; pools, snapshots and images are Kubernetes objects (docs/kube.md)", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+// nativeSpec is the Sandbox smolvm's create body asks for; what a node
+// cannot be told through a Sandbox is refused by name.
+func (g *Gateway) nativeSpec(req *api.CreateRequest) (kubeapi.SandboxSpec, error) {
+	var spec kubeapi.SandboxSpec
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{
+		{"pool", req.Pool != ""}, {"hostname", req.Hostname != ""}, {"idle_timeout", req.IdleTimeout != 0},
+		{"on_expiry", req.OnExpiry != "" && req.OnExpiry != sandbox.ExpiryStop}, {"policy", req.TrustRepo != ""},
+		{"start", req.Start != nil && !*req.Start},
+	} {
+		if f.set {
+			return spec, fmt.Errorf("%s: not served by the cluster gateway", f.name)
+		}
+	}
+	if req.Image == "" {
+		return spec, errors.New("image: required")
+	}
+	spec.Image, spec.Command, spec.WorkingDir, spec.User, spec.Backend = req.Image, req.Cmd, req.WorkDir, req.User, req.Backend
+	spec.Labels = req.Labels
+	for _, e := range req.Env {
+		k, v, ok := strings.Cut(e, "=")
+		if !ok || k == "" {
+			return spec, fmt.Errorf("env: %q is not NAME=VALUE", e)
+		}
+		spec.Env = append(spec.Env, kubeapi.EnvVar{Name: k, Value: v})
+	}
+	if req.CPUs < 0 || req.Memory < 0 || req.Disk < 0 || req.Pids < 0 {
+		return spec, errors.New("cpus, memory, disk, pids: must not be negative")
+	}
+	if req.CPUs > 0 || req.Memory > 0 || req.Disk > 0 || req.Pids > 0 {
+		res := &kubeapi.Resources{}
+		if req.CPUs > 0 {
+			res.CPU = resource.NewMilliQuantity(int64(req.CPUs*1000), resource.DecimalSI)
+		}
+		if req.Memory > 0 {
+			res.Memory = resource.NewQuantity(int64(req.Memory), resource.BinarySI)
+		}
+		if req.Disk > 0 {
+			res.Disk = resource.NewQuantity(int64(req.Disk), resource.BinarySI)
+		}
+		if req.Pids > 0 {
+			res.Pids = ptr.To(req.Pids)
+		}
+		spec.Resources = res
+	}
+	spec.Network = networkPolicy(req.Network)
+	ttl := g.cfg.DefaultTTL
+	if req.Timeout != nil {
+		if ttl = time.Duration(*req.Timeout); ttl < 0 {
+			return spec, errors.New("timeout: must not be negative")
+		}
+	}
+	spec.TTLSeconds = ptr.To(int64(ttl / time.Second))
+	return spec, nil
+}
+
+func (g *Gateway) nativeCreate(w http.ResponseWriter, r *http.Request) {
+	var req api.CreateRequest
+	if err := decode(r, &req); err != nil {
+		writeNative(w, http.StatusBadRequest, api.CodeInvalid, err.Error())
+		return
+	}
+	spec, err := g.nativeSpec(&req)
+	if err != nil {
+		writeNative(w, http.StatusBadRequest, api.CodeInvalid, err.Error())
+		return
+	}
+	prefix := "sbx-"
+	if req.Name != "" {
+		// A name is the object's own; Kubernetes refuses one in use.
+		prefix = ""
+	}
+	sb, err := g.create(r.Context(), namespace(r), req.Name, prefix, spec)
+	if err != nil {
+		writeNativeErr(w, err)
+		return
+	}
+	g.nativeGet(w, r, sb, sb.Status.Instances[0].ID, http.StatusCreated)
+}
+
+// nativeGet answers with the node's view of sandbox id.
+func (g *Gateway) nativeGet(w http.ResponseWriter, r *http.Request, sb *kubeapi.Sandbox, id string, status int) {
+	base, err := g.node(r.Context(), sb)
+	if err != nil {
+		writeNativeErr(w, err)
+		return
+	}
+	var out json.RawMessage
+	code, err := g.fwd.call(r.Context(), "GET", base, "/v1/sandboxes/"+url.PathEscape(id), nil, &out)
+	if err != nil {
+		writeNative(w, http.StatusBadGateway, api.CodeUnavailable, err.Error())
+		return
+	}
+	if code == http.StatusOK {
+		code = status
+	}
+	writeJSON(w, code, out)
+}
+
+func (g *Gateway) nativeList(w http.ResponseWriter, r *http.Request) {
+	out := []json.RawMessage{}
+	err := g.eachNode(r.Context(), namespace(r), func(base *url.URL, ids map[string]bool) error {
+		var got []json.RawMessage
+		code, err := g.fwd.call(r.Context(), "GET", base, "/v1/sandboxes", nil, &got)
+		if err != nil {
+			return err
+		}
+		if code != http.StatusOK {
+			return &phaseError{code, fmt.Sprintf("node %s answered %d", base.Host, code)}
+		}
+		for _, raw := range got {
+			var s struct {
+				ID string `json:"id"`
+			}
+			if json.Unmarshal(raw, &s) == nil && ids[s.ID] {
+				out = append(out, raw)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		writeNativeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (g *Gateway) nativeRemove(w http.ResponseWriter, r *http.Request) {
+	sb, _, ok := g.nativeLookup(w, r)
+	if !ok {
+		return
+	}
+	if err := g.remove(r.Context(), sb); err != nil {
+		writeNativeErr(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (g *Gateway) nativePause(paused bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		sb, id, ok := g.nativeLookup(w, r)
+		if !ok {
+			return
+		}
+		sb, err := g.setPaused(r.Context(), sb, paused)
+		if err != nil {
+			writeNativeErr(w, err)
+			return
+		}
+		g.nativeGet(w, r, sb, id, http.StatusOK)
+	}
+}
+
+func (g *Gateway) nativeForward(w http.ResponseWriter, r *http.Request) {
+	sb, id, ok := g.nativeLookup(w, r)
+	if !ok {
+		return
+	}
+	base, err := g.node(r.Context(), sb)
+	if err != nil {
+		writeNativeErr(w, err)
+		return
+	}
+	g.fwd.forward(w, r, base, withID(r.URL.Path, r.PathValue("id"), id), true)
+}
+
+func (g *Gateway) nativeLookup(w http.ResponseWriter, r *http.Request) (*kubeapi.Sandbox, string, bool) {
+	ref := r.PathValue("id")
+	sb, err := g.lookup(r.Context(), namespace(r), ref)
+	if err != nil {
+		writeNativeErr(w, err)
+		return nil, "", false
+	}
+	return sb, instance(sb, ref), true
+}
+
+// writeNativeErr answers err in the native API's shape.
+func writeNativeErr(w http.ResponseWriter, err error) {
+	status := statusOf(err)
+	code := map[int]string{
+		http.StatusBadRequest: api.CodeInvalid, http.StatusNotFound: api.CodeNotFound, http.StatusConflict: api.CodeConflict,
+		http.StatusForbidden: api.CodeDenied, http.StatusUnprocessableEntity: api.CodeCannotStart, http.StatusServiceUnavailable: api.CodeUnavailable,
+	}[status]
+	if code == "" {
+		code = api.CodeInternal
+	}
+	writeNative(w, status, code, err.Error())
+}

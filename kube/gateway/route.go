@@ -1,0 +1,161 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	kclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	kubeapi "smolvm.dev/smolvm/kube/api"
+)
+
+// errNotFound is a sandbox the caller's namespace does not hold.
+var errNotFound = errors.New("not found")
+
+// lookup finds the Sandbox that ref names in ns: one of its smolvm
+// sandboxes' IDs (what E2B and the native API hand out), or the object's
+// own name.
+func (g *Gateway) lookup(ctx context.Context, ns, ref string) (*kubeapi.Sandbox, error) {
+	var list kubeapi.SandboxList
+	if err := g.cfg.Kube.List(ctx, &list, kclient.InNamespace(ns), kclient.MatchingFields{indexInstance: ref}); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", ref, err)
+	}
+	if len(list.Items) > 0 {
+		return &list.Items[0], nil
+	}
+	var sb kubeapi.Sandbox
+	err := g.cfg.Kube.Get(ctx, kclient.ObjectKey{Namespace: ns, Name: ref}, &sb)
+	if apierrors.IsNotFound(err) || (err == nil && len(sb.Status.Instances) == 0) {
+		return nil, fmt.Errorf("sandbox %q: %w", ref, errNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", ref, err)
+	}
+	return &sb, nil
+}
+
+// instance is the ID of the smolvm sandbox ref names in sb: ref itself,
+// or the only one of an object named ref.
+func instance(sb *kubeapi.Sandbox, ref string) string {
+	for _, in := range sb.Status.Instances {
+		if in.ID == ref {
+			return ref
+		}
+	}
+	return sb.Status.Instances[0].ID
+}
+
+// errNodeGone is a sandbox whose node stopped renewing its Lease.
+var errNodeGone = errors.New("node gone")
+
+// node returns the URL of the smolvm serve on the node holding sb.
+func (g *Gateway) node(ctx context.Context, sb *kubeapi.Sandbox) (*url.URL, error) {
+	name := sb.Status.NodeName
+	if name == "" {
+		name = sb.Spec.NodeName
+	}
+	var l coordinationv1.Lease
+	if err := g.cfg.Kube.Get(ctx, kclient.ObjectKey{Namespace: g.cfg.LeaseNamespace, Name: kubeapi.LeasePrefix + name}, &l); err != nil {
+		return nil, fmt.Errorf("node %q of sandbox %s: %w", name, sb.Name, err)
+	}
+	n, ok := kubeapi.NodeFromLease(&l)
+	if !ok || n.Endpoint == "" {
+		return nil, fmt.Errorf("node %q of sandbox %s: its Lease names no endpoint", name, sb.Name)
+	}
+	if time.Now().After(n.Expires) {
+		return nil, fmt.Errorf("node %q of sandbox %s: %w (its Lease lapsed at %s)", name, sb.Name, errNodeGone, n.Expires.Format(time.RFC3339))
+	}
+	u, err := url.Parse(n.Endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("node %q: endpoint: %w", name, err)
+	}
+	return u, nil
+}
+
+// forwarder sends requests on to nodes' smolvm serve, streaming both
+// ways (envd's Connect streams, WebSocket upgrades to ports).
+type forwarder struct {
+	token  string
+	proxy  *httputil.ReverseProxy
+	client *http.Client
+}
+
+type targetKey struct{}
+
+// target is where one request goes: a node, the path there, and whether
+// it acts with the node's token (control plane) or its own (envd).
+type target struct {
+	base  *url.URL
+	path  string
+	token bool
+}
+
+func newForwarder(token string) *forwarder {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	// Many sandboxes' traffic goes to few nodes.
+	tr.MaxIdleConnsPerHost = 256
+	f := &forwarder{token: token, client: &http.Client{Transport: tr}}
+	f.proxy = &httputil.ReverseProxy{
+		Transport: tr,
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			t := pr.In.Context().Value(targetKey{}).(target)
+			pr.Out.URL.Scheme, pr.Out.URL.Host = t.base.Scheme, t.base.Host
+			pr.Out.URL.Path, pr.Out.URL.RawPath = t.base.Path+t.path, ""
+			pr.Out.Host = ""
+			pr.Out.Header.Del("Authorization")
+			pr.Out.Header.Del("X-API-KEY")
+			if t.token {
+				pr.Out.Header.Set("Authorization", "Bearer "+f.token)
+			}
+		},
+		// Streams flush as they come.
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			writeE2B(w, http.StatusBadGateway, fmt.Sprintf("the sandbox's node did not answer: %v", err))
+		},
+	}
+	return f
+}
+
+// forward sends r to path on the node at base.
+func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, base *url.URL, path string, token bool) {
+	f.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, target{base: base, path: path, token: token})))
+}
+
+// forwardEnvd routes an envd or port request by its sandbox ID. It acts
+// with the caller's credentials (the sandbox's access tokens), so it
+// needs no API key, and looks across namespaces: the ID is the secret's
+// partner, not the secret.
+func (g *Gateway) forwardEnvd(w http.ResponseWriter, r *http.Request, id string) {
+	var list kubeapi.SandboxList
+	if err := g.cfg.Kube.List(r.Context(), &list, kclient.MatchingFields{indexInstance: id}); err != nil || len(list.Items) == 0 {
+		envdGone(w, r, fmt.Sprintf("sandbox %q not found: it is not running anymore", id))
+		return
+	}
+	base, err := g.node(r.Context(), &list.Items[0])
+	if err != nil {
+		envdGone(w, r, err.Error())
+		return
+	}
+	g.fwd.forward(w, r, base, e2bPrefix+r.URL.Path, false)
+}
+
+// envdGone answers an envd request for a sandbox that cannot be reached
+// as E2B's own proxy does: 502, which the SDK reads as "not running"
+// (Connect's unavailable; isRunning false), in the shape of the request's
+// protocol.
+func envdGone(w http.ResponseWriter, r *http.Request, msg string) {
+	if strings.HasPrefix(r.URL.Path, "/process.") || strings.HasPrefix(r.URL.Path, "/filesystem.") {
+		writeJSON(w, http.StatusBadGateway, map[string]string{"code": "unavailable", "message": msg})
+		return
+	}
+	writeE2B(w, http.StatusBadGateway, msg)
+}

@@ -1,0 +1,116 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	kclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	kubeapi "smolvm.dev/smolvm/kube/api"
+)
+
+// poll is how often a wait reads the cache: it is memory, and a create's
+// answer waits on it.
+const poll = 5 * time.Millisecond
+
+// phaseError is a sandbox that did not reach the phase a request waited
+// for; status is the HTTP status that says why.
+type phaseError struct {
+	status int
+	msg    string
+}
+
+func (e *phaseError) Error() string { return e.msg }
+
+// statusOf is the HTTP status of a wait's or a lookup's error.
+func statusOf(err error) int {
+	var pe *phaseError
+	switch {
+	case errors.As(err, &pe):
+		return pe.status
+	case errors.Is(err, errNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, errNodeGone):
+		return http.StatusServiceUnavailable
+	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
+		return http.StatusBadRequest
+	case apierrors.IsAlreadyExists(err), apierrors.IsConflict(err):
+		return http.StatusConflict
+	case apierrors.IsForbidden(err):
+		return http.StatusForbidden
+	}
+	return http.StatusInternalServerError
+}
+
+// waitPhase waits until the Sandbox key names is in phase want, and
+// returns it. A sandbox that fails, is lost or stops instead is an error
+// carrying its Ready condition's message; one still unscheduled at the
+// deadline carries its Scheduled condition's.
+func (g *Gateway) waitPhase(ctx context.Context, key kclient.ObjectKey, want kubeapi.SandboxPhase) (*kubeapi.Sandbox, error) {
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.Ready)
+	defer cancel()
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	var sb kubeapi.Sandbox
+	for {
+		err := g.cfg.Kube.Get(ctx, key, &sb)
+		switch {
+		case apierrors.IsNotFound(err):
+			// The cache may not have seen a create yet: wait on.
+		case err != nil && ctx.Err() == nil:
+			return nil, fmt.Errorf("sandbox %s: %w", key.Name, err)
+		case err == nil && sb.Status.Phase == want && sb.Status.ObservedGeneration >= sb.Generation:
+			return &sb, nil
+		case err == nil && (sb.Status.Phase == kubeapi.PhaseFailed || sb.Status.Phase == kubeapi.PhaseLost || sb.Status.Phase == kubeapi.PhaseStopped):
+			return nil, &phaseError{http.StatusUnprocessableEntity, fmt.Sprintf("sandbox %s is %s: %s", key.Name, sb.Status.Phase, condition(&sb, kubeapi.ConditionReady))}
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			why := condition(&sb, kubeapi.ConditionScheduled)
+			if sb.Spec.NodeName != "" {
+				why = condition(&sb, kubeapi.ConditionReady)
+			}
+			return nil, &phaseError{http.StatusServiceUnavailable, fmt.Sprintf("sandbox %s not %s within %s (%s): %s", key.Name, want, g.cfg.Ready, orPending(sb.Status.Phase), why)}
+		}
+	}
+}
+
+// waitGone waits until the Sandbox key names is deleted (its node
+// removed its sandboxes and the finalizer).
+func (g *Gateway) waitGone(ctx context.Context, key kclient.ObjectKey) error {
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.Ready)
+	defer cancel()
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	for {
+		var sb kubeapi.Sandbox
+		if err := g.cfg.Kube.Get(ctx, key, &sb); apierrors.IsNotFound(err) {
+			return nil
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return &phaseError{http.StatusServiceUnavailable, fmt.Sprintf("sandbox %s: deleted, but its node has not removed it within %s", key.Name, g.cfg.Ready)}
+		}
+	}
+}
+
+func condition(sb *kubeapi.Sandbox, typ string) string {
+	if c := meta.FindStatusCondition(sb.Status.Conditions, typ); c != nil {
+		return c.Reason + ": " + c.Message
+	}
+	return "no " + typ + " condition yet"
+}
+
+func orPending(p kubeapi.SandboxPhase) kubeapi.SandboxPhase {
+	if p == "" {
+		return kubeapi.PhasePending
+	}
+	return p
+}
