@@ -103,6 +103,17 @@ func TestDeploy(t *testing.T) {
 			{"delete", sm, "sandboxes", "", "team-a", false},
 			{"update", sm, "sandboxsnapshots", "status", "team-a", false},
 		},
+		"smolvm-gateway": {
+			{"create", sm, "sandboxes", "", "team-a", true},
+			{"patch", sm, "sandboxes", "", "team-a", true}, // spec.paused
+			{"delete", sm, "sandboxes", "", "team-a", true},
+			{"watch", sm, "sandboxes", "", "", true},
+			{"watch", sm, "sandboxtemplates", "", "", true},
+			{"watch", co, "leases", "", "kube-node-lease", true},
+			{"update", co, "leases", "", "kube-node-lease", false},
+			{"update", sm, "sandboxes", "status", "team-a", false},
+			{"get", "", "secrets", "", "team-a", false},
+		},
 	} {
 		for _, c := range calls {
 			r := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{

@@ -10,10 +10,12 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -25,6 +27,7 @@ import (
 	"smolvm.dev/smolvm/client"
 	kubeapi "smolvm.dev/smolvm/kube/api"
 	"smolvm.dev/smolvm/kube/controller"
+	"smolvm.dev/smolvm/kube/gateway"
 	"smolvm.dev/smolvm/kube/node"
 )
 
@@ -34,6 +37,8 @@ const usage = `usage:
       serve at URL, and registers the node in a Lease
   smolvm-kube controller [flags]
       binds Sandboxes to nodes (leader-elected)
+  smolvm-kube gateway --keys FILE --node-token-file FILE [flags]
+      serves E2B's API and smolvm's native API in front of the cluster
 `
 
 func main() {
@@ -87,6 +92,8 @@ func run(args []string) error {
 			return err
 		}
 		return mgr.Start(ctx)
+	case "gateway":
+		return runGateway(ctx, fs, args[1:], kube, leaseNS, log)
 	}
 	return fmt.Errorf("unknown command %q\n%s", args[0], strings.TrimSpace(usage))
 }
@@ -129,4 +136,67 @@ func runNode(ctx context.Context, fs *flag.FlagSet, args []string, kube func() (
 		return err
 	}
 	return node.Run(ctx, cfg)
+}
+
+func runGateway(ctx context.Context, fs *flag.FlagSet, args []string, kube func() (*rest.Config, error), leaseNS *string, log *slog.Logger) error {
+	listen := fs.String("listen", ":8080", "address to serve on (plain HTTP: put TLS in front, as an Ingress does)")
+	keysFile := fs.String("keys", "", "API keys: one \"NAMESPACE KEY\" per line, # comments; a key acts in its namespace only")
+	tokenFile := fs.String("node-token-file", "", "the API token every node's smolvm serve shares")
+	domain := fs.String("domain", "", "PORT-ID.DOMAIN reaches a sandbox's port (E2B's getHost); point *.DOMAIN at the gateway")
+	ttl := fs.Duration("default-ttl", 15*time.Minute, "time to live of a sandbox created without one")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	keys, err := gateway.ReadKeys(*keysFile)
+	if err != nil {
+		return err
+	}
+	tok, err := os.ReadFile(*tokenFile)
+	if err != nil {
+		return fmt.Errorf("--node-token-file: %w", err)
+	}
+	cfg, err := kube()
+	if err != nil {
+		return err
+	}
+	scheme := k8sruntime.NewScheme()
+	if err := errors.Join(kubeapi.AddToScheme(scheme), coordinationv1.AddToScheme(scheme)); err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(cfg, gateway.ManagerOptions(scheme, *leaseNS))
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	if err := gateway.Index(ctx, mgr.GetCache()); err != nil {
+		return err
+	}
+	g, err := gateway.New(gateway.Config{
+		Kube: mgr.GetClient(), LeaseNamespace: *leaseNS, Keys: keys, NodeToken: strings.TrimSpace(string(tok)),
+		Domain: *domain, DefaultTTL: *ttl, Log: log,
+	})
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Addr: *listen, Handler: g, ReadHeaderTimeout: 30 * time.Second}
+	errc := make(chan error, 2)
+	go func() { errc <- mgr.Start(ctx) }()
+	go func() {
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			errc <- errors.New("gateway: cache did not sync")
+			return
+		}
+		log.Info("serving", "at", *listen)
+		errc <- srv.ListenAndServe()
+	}()
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+	}
+	shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	srv.Shutdown(shut)
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
 }

@@ -10,11 +10,13 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
@@ -228,4 +230,38 @@ func ManagerOptions(scheme *k8sruntime.Scheme, leaseNamespace string) ctrl.Optio
 			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{leaseNamespace: {}}},
 		}},
 	}
+}
+
+// ReadKeys reads API keys from path: one "NAMESPACE KEY" per line; blank
+// lines and lines starting with # are skipped.
+func ReadKeys(path string) (map[string]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("keys: %w", err)
+	}
+	keys := map[string]string{}
+	for i, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			return nil, fmt.Errorf("keys: %s:%d: want NAMESPACE KEY", path, i+1)
+		}
+		if errs := validation.IsDNS1123Label(f[0]); len(errs) > 0 {
+			return nil, fmt.Errorf("keys: %s:%d: namespace %q: %s", path, i+1, f[0], strings.Join(errs, "; "))
+		}
+		if len(f[1]) < 16 {
+			return nil, fmt.Errorf("keys: %s:%d: key shorter than 16 characters", path, i+1)
+		}
+		if _, dup := keys[f[1]]; dup {
+			return nil, fmt.Errorf("keys: %s:%d: key given twice", path, i+1)
+		}
+		keys[f[1]] = f[0]
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("keys: %s holds no key", path)
+	}
+	return keys, nil
 }
