@@ -167,7 +167,7 @@ func runGateway(ctx context.Context, fs *flag.FlagSet, args []string, kube func(
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
-	if err := gateway.Index(ctx, mgr.GetCache()); err != nil {
+	if err := gateway.Setup(ctx, mgr.GetCache()); err != nil {
 		return err
 	}
 	g, err := gateway.New(gateway.Config{

@@ -30,8 +30,8 @@ import (
 
 // Config configures a Gateway.
 type Config struct {
-	// Kube reads Sandboxes and the nodes' Leases, from a cache indexed by
-	// Index, and writes Sandboxes.
+	// Kube reads Sandboxes and the nodes' Leases, from a cache prepared by
+	// Setup, and writes Sandboxes.
 	Kube kclient.Client
 	// LeaseNamespace holds the nodes' Leases.
 	LeaseNamespace string
@@ -86,15 +86,24 @@ func New(cfg Config) (*Gateway, error) {
 // which are the IDs clients use.
 const indexInstance = "status.instances.id"
 
-// Index adds the index the gateway finds sandboxes by to c.
-func Index(ctx context.Context, c cache.Cache) error {
-	return c.IndexField(ctx, &kubeapi.Sandbox{}, indexInstance, func(o kclient.Object) []string {
+// Setup adds the index the gateway finds sandboxes by to c, and has c
+// watch SandboxTemplates from the start, so that the first create does
+// not wait for that informer to sync.
+func Setup(ctx context.Context, c cache.Cache) error {
+	err := c.IndexField(ctx, &kubeapi.Sandbox{}, indexInstance, func(o kclient.Object) []string {
 		var ids []string
 		for _, in := range o.(*kubeapi.Sandbox).Status.Instances {
 			ids = append(ids, in.ID)
 		}
 		return ids
 	})
+	if err != nil {
+		return fmt.Errorf("gateway: index sandboxes: %w", err)
+	}
+	if _, err := c.GetInformer(ctx, &kubeapi.SandboxTemplate{}); err != nil {
+		return fmt.Errorf("gateway: watch templates: %w", err)
+	}
+	return nil
 }
 
 // Headers the E2B SDK sends with every envd request.

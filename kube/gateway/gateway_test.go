@@ -58,7 +58,7 @@ func start(t testing.TB) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := gateway.Index(ctx, mgr.GetCache()); err != nil {
+	if err := gateway.Setup(ctx, mgr.GetCache()); err != nil {
 		t.Fatal(err)
 	}
 	g, err := gateway.New(gateway.Config{
