@@ -357,6 +357,32 @@ func (c *Client) RemoveSnapshot(ctx context.Context, ref string) error {
 	return c.call(ctx, http.MethodDelete, "/v1/snapshots/"+url.PathEscape(ref), nil, nil)
 }
 
+// ExportSnapshot streams snapshot ref as a tar archive, for
+// ImportSnapshot on another server; the caller closes it. A snapshot not
+// sealed yet is a conflict: retry.
+func (c *Client) ExportSnapshot(ctx context.Context, ref string) (io.ReadCloser, error) {
+	resp, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/snapshots/" + url.PathEscape(ref) + "/export"})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// ImportSnapshot stores the snapshot an export streams, under its own ID;
+// copied is false when the server held it already (and read only its
+// record). A damaged stream is errdefs.ErrCorrupt and leaves nothing.
+func (c *Client) ImportSnapshot(ctx context.Context, r io.Reader) (snap *sandbox.Snapshot, copied bool, err error) {
+	resp, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/snapshots/import", body: r, contentType: "application/x-tar"})
+	if err != nil {
+		return nil, false, err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&snap); err != nil {
+		return nil, false, fmt.Errorf("smolvm server: bad reply to a snapshot import: %w", err)
+	}
+	return snap, resp.StatusCode == http.StatusCreated, nil
+}
+
 // Events calls fn for every lifecycle event until ctx ends or fn fails.
 func (c *Client) Events(ctx context.Context, fn func(sandbox.Event) error) error {
 	resp, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/events"})

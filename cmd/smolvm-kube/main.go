@@ -127,7 +127,7 @@ func runNode(ctx context.Context, fs *flag.FlagSet, args []string, kube func() (
 	if cfg.Endpoint == "" {
 		cfg.Endpoint = *smolvm
 	}
-	cfg.LeaseNamespace, cfg.Backends, cfg.Log = *leaseNS, strings.Split(*backends, ","), log
+	cfg.LeaseNamespace, cfg.Backends, cfg.Log, cfg.Token = *leaseNS, strings.Split(*backends, ","), log, *token
 	var err error
 	if cfg.Smolvm, err = client.New(*smolvm, *token); err != nil {
 		return err
@@ -171,7 +171,7 @@ func runGateway(ctx context.Context, fs *flag.FlagSet, args []string, kube func(
 		return err
 	}
 	g, err := gateway.New(gateway.Config{
-		Kube: mgr.GetClient(), LeaseNamespace: *leaseNS, Keys: keys, NodeToken: strings.TrimSpace(string(tok)),
+		Kube: mgr.GetClient(), Direct: mgr.GetAPIReader(), LeaseNamespace: *leaseNS, Keys: keys, NodeToken: strings.TrimSpace(string(tok)),
 		Domain: *domain, DefaultTTL: *ttl, Log: log,
 	})
 	if err != nil {

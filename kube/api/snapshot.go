@@ -46,7 +46,8 @@ const (
 type SandboxSnapshotStatus struct {
 	// +optional
 	Phase SnapshotPhase `json:"phase,omitempty"`
-	// ID is the snapshot's ID in its node's store.
+	// ID is the snapshot's ID, the same in every node's store (a copy
+	// keeps it).
 	// +optional
 	ID string `json:"id,omitempty"`
 	// Nodes hold a copy (the first took it).
@@ -55,10 +56,29 @@ type SandboxSnapshotStatus struct {
 	// SizeBytes is the checkpoint's size.
 	// +optional
 	SizeBytes int64 `json:"sizeBytes,omitempty"`
+	// Copies are the copies nodes made of it for restores there.
+	// +optional
+	// +listType=map
+	// +listMapKey=node
+	Copies []SnapshotCopy `json:"copies,omitempty"`
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// SnapshotCopy is one node's copy of a snapshot, made from another's.
+type SnapshotCopy struct {
+	// Node made the copy; From is the node it was copied from.
+	Node string `json:"node"`
+	From string `json:"from"`
+	// Milliseconds is the copy's time, from the export's start to the
+	// import's end (each file checked against its digest).
+	Milliseconds int64 `json:"milliseconds"`
+	// Bytes is the snapshot's size.
+	Bytes int64 `json:"bytes"`
+	// Time is when the copy ended.
+	Time metav1.Time `json:"time"`
 }
 
 // SandboxSnapshotList is a list of SandboxSnapshots.

@@ -7,7 +7,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -303,13 +304,22 @@ func (b *Binder) choose(ctx context.Context, sb *kubeapi.Sandbox, nodes map[stri
 	if err != nil {
 		return "", "", "", err
 	}
-	best, bestFree := "", int64(0)
-	names := make([]string, 0, len(candidates))
-	for name := range candidates {
-		names = append(names, name)
+	best := pick(candidates, used, backend, need)
+	if best == "" && sb.Spec.ForkFrom != nil {
+		// No holder has room: another node copies the snapshot from one.
+		best, why = pick(live, used, backend, need), fmt.Sprintf("most free memory; copies snapshot %s, as no holder has room", sb.Spec.ForkFrom.Snapshot)
 	}
-	sort.Strings(names)
-	for _, name := range names {
+	if best == "" {
+		return "", ReasonNoNode, fmt.Sprintf("no live node offers backend %q with %d bytes free (%d nodes live)", backend, need, len(live)), nil
+	}
+	return best, ReasonBound, why, nil
+}
+
+// pick is the candidate offering backend with the most memory free, at
+// least need; "" if none.
+func pick(candidates map[string]kubeapi.Node, used map[string]int64, backend string, need int64) string {
+	best, bestFree := "", int64(0)
+	for _, name := range slices.Sorted(maps.Keys(candidates)) {
 		n := candidates[name]
 		free := n.Memory - used[name]
 		if !n.Offers(backend) || free < need {
@@ -319,10 +329,7 @@ func (b *Binder) choose(ctx context.Context, sb *kubeapi.Sandbox, nodes map[stri
 			best, bestFree = name, free
 		}
 	}
-	if best == "" {
-		return "", ReasonNoNode, fmt.Sprintf("no live node offers backend %q with %d bytes free (%d nodes live)", backend, need, len(live)), nil
-	}
-	return best, ReasonBound, why, nil
+	return best
 }
 
 // used is the memory of the sandboxes bound to each node, the assumed

@@ -232,6 +232,19 @@ func TestBinder(t *testing.T) {
 	if n := w.bound("restore-later"); n != "n3" {
 		t.Errorf("a restore of a snapshot on n3 went to %s", n)
 	}
+	// One its holder has no room for goes where there is room, and that
+	// node copies the snapshot.
+	w.node("n4", 64, "gvisor", now) // huge (16 GiB) and its fork go there too
+	w.create("restore-copy", kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Snapshot: "snap"}, SandboxBody: kubeapi.SandboxBody{Resources: gib(12)}})
+	if n := w.bound("restore-copy"); n != "n4" {
+		t.Errorf("a 12 GiB restore of a snapshot on an 8 GiB n2 went to %s, want n4", n)
+	}
+	sb := w.wait("restore-copy", "scheduled", func(sb *kubeapi.Sandbox) bool {
+		return meta.IsStatusConditionTrue(sb.Status.Conditions, kubeapi.ConditionScheduled)
+	})
+	if c := meta.FindStatusCondition(sb.Status.Conditions, kubeapi.ConditionScheduled); !strings.Contains(c.Message, "copies snapshot snap") {
+		t.Errorf("restore-copy scheduled with %q", c.Message)
+	}
 
 	// n3 stops renewing: what it held is Lost, never rebound; the rest
 	// is untouched, and nothing new goes there.

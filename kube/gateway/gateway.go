@@ -33,6 +33,10 @@ type Config struct {
 	// Kube reads Sandboxes and the nodes' Leases, from a cache prepared by
 	// Setup, and writes Sandboxes.
 	Kube kclient.Client
+	// Direct reads from the API server itself, for what the cache may
+	// not have seen yet (the manager's APIReader); nil reads only the
+	// cache.
+	Direct kclient.Reader
 	// LeaseNamespace holds the nodes' Leases.
 	LeaseNamespace string
 	// Keys maps each API key to its tenant's namespace: a key sees and

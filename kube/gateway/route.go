@@ -22,7 +22,8 @@ var errNotFound = errors.New("not found")
 
 // lookup finds the Sandbox that ref names in ns: one of its smolvm
 // sandboxes' IDs (what E2B and the native API hand out), or the object's
-// own name.
+// own name. The cache may lag the API server (a caller that read an ID
+// from kubectl): a miss there is read again from the API server.
 func (g *Gateway) lookup(ctx context.Context, ns, ref string) (*kubeapi.Sandbox, error) {
 	var list kubeapi.SandboxList
 	if err := g.cfg.Kube.List(ctx, &list, kclient.InNamespace(ns), kclient.MatchingFields{indexInstance: ref}); err != nil {
@@ -33,13 +34,23 @@ func (g *Gateway) lookup(ctx context.Context, ns, ref string) (*kubeapi.Sandbox,
 	}
 	var sb kubeapi.Sandbox
 	err := g.cfg.Kube.Get(ctx, kclient.ObjectKey{Namespace: ns, Name: ref}, &sb)
-	if apierrors.IsNotFound(err) || (err == nil && len(sb.Status.Instances) == 0) {
-		return nil, fmt.Errorf("sandbox %q: %w", ref, errNotFound)
+	if err == nil && len(sb.Status.Instances) > 0 {
+		return &sb, nil
 	}
-	if err != nil {
+	if err != nil && !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("sandbox %s: %w", ref, err)
 	}
-	return &sb, nil
+	if g.cfg.Direct != nil {
+		if err := g.cfg.Direct.List(ctx, &list, kclient.InNamespace(ns)); err != nil {
+			return nil, fmt.Errorf("sandbox %s: %w", ref, err)
+		}
+		for i := range list.Items {
+			if sb := &list.Items[i]; len(sb.Status.Instances) > 0 && (sb.Name == ref || instance(sb, ref) == ref) {
+				return sb, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("sandbox %q: %w", ref, errNotFound)
 }
 
 // instance is the ID of the smolvm sandbox ref names in sb: ref itself,
@@ -135,12 +146,12 @@ func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, base *url.UR
 // needs no API key, and looks across namespaces: the ID is the secret's
 // partner, not the secret.
 func (g *Gateway) forwardEnvd(w http.ResponseWriter, r *http.Request, id string) {
-	var list kubeapi.SandboxList
-	if err := g.cfg.Kube.List(r.Context(), &list, kclient.MatchingFields{indexInstance: id}); err != nil || len(list.Items) == 0 {
+	sb, ok := g.byID(r.Context(), id)
+	if !ok {
 		envdGone(w, r, fmt.Sprintf("sandbox %q not found: it is not running anymore", id))
 		return
 	}
-	base, err := g.node(r.Context(), &list.Items[0])
+	base, err := g.node(r.Context(), sb)
 	if err != nil {
 		envdGone(w, r, err.Error())
 		return
@@ -158,4 +169,24 @@ func envdGone(w http.ResponseWriter, r *http.Request, msg string) {
 		return
 	}
 	writeE2B(w, http.StatusBadGateway, msg)
+}
+
+// cacheLag bounds how long an envd request for an ID the cache does not
+// know waits for it: envd requests carry no API key, so a miss is not
+// worth a read of every namespace from the API server.
+const cacheLag = time.Second
+
+// byID finds the Sandbox holding smolvm sandbox id, in any namespace.
+func (g *Gateway) byID(ctx context.Context, id string) (*kubeapi.Sandbox, bool) {
+	deadline := time.Now().Add(cacheLag)
+	for {
+		var list kubeapi.SandboxList
+		if err := g.cfg.Kube.List(ctx, &list, kclient.MatchingFields{indexInstance: id}); err == nil && len(list.Items) > 0 {
+			return &list.Items[0], true
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, false
+		}
+		time.Sleep(10 * poll)
+	}
 }

@@ -103,7 +103,7 @@ func (c *Cluster) Node(t testing.TB, name, token, leaseNS string) *Node {
 	done := make(chan error, 1)
 	go func() {
 		done <- node.Run(ctx, node.Config{
-			Node: name, Kube: c.Config, Smolvm: sc, Endpoint: srv.URL, LeaseNamespace: leaseNS,
+			Node: name, Kube: c.Config, Smolvm: sc, Token: token, Endpoint: srv.URL, LeaseNamespace: leaseNS,
 			Backends: []string{"gvisor"}, Resync: time.Second,
 			Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		})

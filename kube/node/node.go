@@ -44,6 +44,9 @@ type Config struct {
 	Kube *rest.Config
 	// Smolvm is the node's smolvm serve.
 	Smolvm *client.Client
+	// Token is the API token the nodes' smolvm serve share: a node copies
+	// a snapshot from another with it.
+	Token string
 	// Endpoint is that smolvm serve's URL as the cluster reaches it;
 	// statuses' endpoints are under it.
 	Endpoint string

@@ -182,7 +182,10 @@ func (r *sandboxes) make(ctx context.Context, sb *kubeapi.Sandbox, missing []str
 			return nil, &waiting{"WaitingForSnapshot", fmt.Sprintf("snapshot %s is %s", from.Snapshot, orPending(snap.Status.Phase))}
 		}
 		if !slices.Contains(snap.Status.Nodes, r.Node) {
-			return nil, fmt.Errorf("snapshot %s is not on node %s (it is on %v)", from.Snapshot, r.Node, snap.Status.Nodes)
+			// Bound here with no room on its holders: copy it first.
+			if err := r.copySnapshot(ctx, &snap); err != nil {
+				return nil, err
+			}
 		}
 		var made []*sandbox.Sandbox
 		for _, name := range missing {

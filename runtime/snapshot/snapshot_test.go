@@ -348,7 +348,7 @@ func TestSealRefusesChanged(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	ctx := t.Context()
 	g := stage(t, s, map[string]string{"pages.img": strings.Repeat("p", 10000), "checkpoint.img": "state"})
-	snap, err := g.commit(ctx, "c", "sha256:img", sandbox.Lineage{Sandbox: "sb1"}, nil)
+	snap, err := g.commit(ctx, newID(), "c", "sha256:img", sandbox.Lineage{Sandbox: "sb1"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -170,6 +170,12 @@ func (g *Staging) Abort() {
 // ErrNameInUse. Commit ends the staging, also on error: a failed Commit
 // leaves nothing behind.
 func (g *Staging) Commit(ctx context.Context, name, imageID string, lin sandbox.Lineage, meta any) (*sandbox.Snapshot, error) {
+	return g.commitAs(ctx, newID(), name, imageID, lin, meta)
+}
+
+// commitAs is Commit under a given ID: a fresh one, or an imported
+// snapshot's own.
+func (g *Staging) commitAs(ctx context.Context, id, name, imageID string, lin sandbox.Lineage, meta any) (*sandbox.Snapshot, error) {
 	if g.done {
 		return nil, errors.New("commit snapshot: the staging was already committed or aborted")
 	}
@@ -177,7 +183,7 @@ func (g *Staging) Commit(ctx context.Context, name, imageID string, lin sandbox.
 		g.Abort()
 		return nil, errors.New("commit snapshot: a scratch checkpoint is never stored")
 	}
-	snap, err := g.commit(ctx, name, imageID, lin, meta)
+	snap, err := g.commit(ctx, id, name, imageID, lin, meta)
 	if err != nil {
 		g.Abort()
 		return nil, fmt.Errorf("commit snapshot: %w", err)
@@ -187,7 +193,7 @@ func (g *Staging) Commit(ctx context.Context, name, imageID string, lin sandbox.
 	return snap, nil
 }
 
-func (g *Staging) commit(ctx context.Context, name, imageID string, lin sandbox.Lineage, meta any) (*sandbox.Snapshot, error) {
+func (g *Staging) commit(ctx context.Context, id, name, imageID string, lin sandbox.Lineage, meta any) (*sandbox.Snapshot, error) {
 	if name != "" {
 		if err := checkName(name); err != nil {
 			return nil, err
@@ -215,7 +221,6 @@ func (g *Staging) commit(ctx context.Context, name, imageID string, lin sandbox.
 	for _, f := range files {
 		size += f.Size
 	}
-	id := newID()
 	now := store.Now().UnixMilli()
 
 	unlock, err := g.s.lock()

@@ -50,7 +50,9 @@ func (s *Server) registerRoutes() {
 	route("GET /v1/sandboxes/{id}/logs", s.logs)
 	route("GET /v1/sandboxes/{id}/stats", s.stats)
 	route("GET /v1/images", s.images)
-	s.registerSnapshotRoutes(route)
+	s.registerSnapshotRoutes(route, func(pattern string, h http.HandlerFunc) {
+		s.handle(pattern, true, true, body{limit: maxSnapshotImport, stream: true}, h)
+	})
 	s.registerPoolRoutes(route)
 	s.registerTenantRoutes(route)
 	s.registerNetworkRoutes(route)

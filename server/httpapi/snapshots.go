@@ -1,16 +1,23 @@
 package httpapi
 
 import (
-	"time"
-
+	"fmt"
 	"net/http"
+	"time"
 
 	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/internal/names"
+	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/sandbox"
 )
 
-func (s *Server) registerSnapshotRoutes(route func(string, http.HandlerFunc)) {
+// maxSnapshotImport bounds a snapshot sent to POST /v1/snapshots/import:
+// its memory image is most of it.
+const maxSnapshotImport = 256 << 30
+
+// registerSnapshotRoutes registers the snapshot routes; transfer is how a
+// route whose body is a whole snapshot is registered (streamed).
+func (s *Server) registerSnapshotRoutes(route, transfer func(string, http.HandlerFunc)) {
 	route("POST /v1/sandboxes/{id}/checkpoint", s.checkpoint)
 	route("POST /v1/sandboxes/{id}/fork", s.fork)
 	route("POST /v1/sandboxes/{id}/pause", s.pause)
@@ -19,6 +26,41 @@ func (s *Server) registerSnapshotRoutes(route func(string, http.HandlerFunc)) {
 	route("GET /v1/snapshots/{snapshot}", s.getSnapshot)
 	route("DELETE /v1/snapshots/{snapshot}", s.removeSnapshot)
 	route("POST /v1/snapshots/{snapshot}/restore", s.restore)
+	route("GET /v1/snapshots/{snapshot}/export", s.exportSnapshot)
+	transfer("POST /v1/snapshots/import", s.importSnapshot)
+}
+
+// exportSnapshot streams a sealed snapshot. Every check is made before
+// the first byte; a failure after it cuts the stream short, which the
+// importer refuses as corrupt.
+func (s *Server) exportSnapshot(w http.ResponseWriter, r *http.Request) {
+	snap, err := s.o.Snapshots.Get(r.Context(), r.PathValue("snapshot"))
+	if err == nil && (!snap.Durable || snap.Digest == "") {
+		err = fmt.Errorf("export %s: %w: retry once it is durable", snap.ID, snapshot.ErrNotSealed)
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-tar")
+	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", snap.ID+".tar"))
+	if err := s.o.Snapshots.Export(r.Context(), snap, w); err != nil {
+		panic(http.ErrAbortHandler) // the client sees a reset, not a clean end
+	}
+}
+
+// importSnapshot stores a snapshot from an export: 201 when copied, 200
+// when it was here already.
+func (s *Server) importSnapshot(w http.ResponseWriter, r *http.Request) {
+	snap, copied, err := s.o.Snapshots.Import(r.Context(), r.Body)
+	switch {
+	case err != nil:
+		writeError(w, err)
+	case copied:
+		writeJSON(w, http.StatusCreated, snap)
+	default:
+		writeJSON(w, http.StatusOK, snap)
+	}
 }
 
 func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request) {

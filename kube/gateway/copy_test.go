@@ -1,0 +1,122 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	"smolvm.dev/smolvm/client"
+	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/sandbox"
+)
+
+// sleeper is a sandbox body that stays up.
+var sleeper = kubeapi.SandboxBody{Image: sandbox.DefaultImage, Command: []string{"sleep", "infinity"}}
+
+// put makes o in team-a.
+func (c *cluster) put(tb testing.TB, o kclient.Object) {
+	tb.Helper()
+	o.SetNamespace("team-a")
+	if err := c.k.Client.Create(context.Background(), o); err != nil {
+		tb.Fatalf("create %s: %v", o.GetName(), err)
+	}
+}
+
+// sandboxIn waits until Sandbox name in team-a is in phase want.
+func (c *cluster) sandboxIn(tb testing.TB, name string, want kubeapi.SandboxPhase) *kubeapi.Sandbox {
+	tb.Helper()
+	var sb kubeapi.Sandbox
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		err := c.k.Client.Get(context.Background(), kclient.ObjectKey{Namespace: "team-a", Name: name}, &sb)
+		if err == nil && sb.Status.Phase == want {
+			return &sb
+		}
+		if err == nil && sb.Status.Phase == kubeapi.PhaseFailed {
+			tb.Fatalf("sandbox %s failed: %+v", name, sb.Status.Conditions)
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("sandbox %s not %s in 2 min: %v %+v", name, want, err, sb.Status)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// snapshotReady waits until SandboxSnapshot name in team-a is Ready.
+func (c *cluster) snapshotReady(tb testing.TB, name string) *kubeapi.SandboxSnapshot {
+	tb.Helper()
+	var s kubeapi.SandboxSnapshot
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		err := c.k.Client.Get(context.Background(), kclient.ObjectKey{Namespace: "team-a", Name: name}, &s)
+		if err == nil && s.Status.Phase == kubeapi.SnapshotReady {
+			return &s
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("snapshot %s not Ready in 2 min: %v %+v", name, err, s.Status)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestSnapshotCopy restores a snapshot taken on n1 on n2: n2 copies it
+// from n1 (recorded in the snapshot's status, with its time), and the
+// restored sandbox has the source's files and processes; a second
+// restore there copies nothing. The sandboxes are reached through the
+// gateway.
+func TestSnapshotCopy(t *testing.T) {
+	c := start(t)
+	ctx := context.Background()
+	gw, err := client.New(c.URL, keyA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.put(t, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "src"}, Spec: kubeapi.SandboxSpec{SandboxBody: sleeper, NodeName: "n1"}})
+	src := c.sandboxIn(t, "src", kubeapi.PhaseRunning)
+	run := func(id, script string) string {
+		t.Helper()
+		var out bytes.Buffer
+		exit, err := gw.Exec(ctx, id, sandbox.Process{Args: []string{"sh", "-c", script}}, sandbox.Stdio{Stdout: &out, Stderr: &out})
+		if err != nil || exit.Code != 0 {
+			t.Fatalf("exec %q in %s: %v %+v %s", script, id, err, exit, out.String())
+		}
+		return out.String()
+	}
+	run(src.Status.Instances[0].ID, "echo kept > /tmp/state; sleep 1000 & echo $! > /tmp/pid")
+
+	c.put(t, &kubeapi.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "snap"}, Spec: kubeapi.SandboxSnapshotSpec{SandboxRef: kubeapi.LocalRef{Name: "src"}, NodeName: "n1"}})
+	c.snapshotReady(t, "snap")
+	c.put(t, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "far"}, Spec: kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Snapshot: "snap"}, NodeName: "n2"}})
+	far := c.sandboxIn(t, "far", kubeapi.PhaseRunning)
+	if got := run(far.Status.Instances[0].ID, "cat /tmp/state; kill -0 $(cat /tmp/pid) && echo alive"); got != "kept\nalive\n" {
+		t.Fatalf("the restore on n2 has %q, want the source's file and process", got)
+	}
+	snap := c.snapshotReady(t, "snap")
+	if !slices.Equal(snap.Status.Nodes, []string{"n1", "n2"}) || len(snap.Status.Copies) != 1 {
+		t.Fatalf("snapshot status after the copy: %+v", snap.Status)
+	}
+	cp := snap.Status.Copies[0]
+	if cp.Node != "n2" || cp.From != "n1" || cp.Milliseconds <= 0 || cp.Bytes != snap.Status.SizeBytes {
+		t.Fatalf("copy recorded as %+v (snapshot of %d bytes)", cp, snap.Status.SizeBytes)
+	}
+	t.Logf("copied %d bytes n1 -> n2 in %d ms", cp.Bytes, cp.Milliseconds)
+	if got, err := c.nodes[1].Smolvm.Snapshots(ctx); err != nil || len(got) != 1 || got[0].ID != snap.Status.ID {
+		t.Fatalf("n2's snapshots: %v %+v", err, got)
+	}
+
+	// A second restore on n2 uses the copy there.
+	c.put(t, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "far2"}, Spec: kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Snapshot: "snap"}, NodeName: "n2"}})
+	far2 := c.sandboxIn(t, "far2", kubeapi.PhaseRunning)
+	if got := run(far2.Status.Instances[0].ID, "cat /tmp/state"); strings.TrimSpace(got) != "kept" {
+		t.Fatalf("the second restore on n2 has %q", got)
+	}
+	if again := c.snapshotReady(t, "snap"); len(again.Status.Copies) != 1 || !again.Status.Copies[0].Time.Equal(&cp.Time) {
+		t.Fatalf("a second restore copied again: %+v", again.Status.Copies)
+	}
+}
