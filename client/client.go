@@ -368,11 +368,15 @@ func (c *Client) ExportSnapshot(ctx context.Context, ref string) (io.ReadCloser,
 	return resp.Body, nil
 }
 
-// ImportSnapshot stores the snapshot an export streams, under its own ID;
-// copied is false when the server held it already (and read only its
+// ImportSnapshot stores the snapshot an export streams, under its own ID
+// and named name ("" for none); copied is false when the server held it already (and read only its
 // record). A damaged stream is errdefs.ErrCorrupt and leaves nothing.
-func (c *Client) ImportSnapshot(ctx context.Context, r io.Reader) (snap *sandbox.Snapshot, copied bool, err error) {
-	resp, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/snapshots/import", body: r, contentType: "application/x-tar"})
+func (c *Client) ImportSnapshot(ctx context.Context, r io.Reader, name string) (snap *sandbox.Snapshot, copied bool, err error) {
+	var q url.Values
+	if name != "" {
+		q = url.Values{"name": {name}}
+	}
+	resp, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/snapshots/import", query: q, body: r, contentType: "application/x-tar"})
 	if err != nil {
 		return nil, false, err
 	}

@@ -119,4 +119,33 @@ func TestSnapshotCopy(t *testing.T) {
 	if again := c.snapshotReady(t, "snap"); len(again.Status.Copies) != 1 || !again.Status.Copies[0].Time.Equal(&cp.Time) {
 		t.Fatalf("a second restore copied again: %+v", again.Status.Copies)
 	}
+
+	// The snapshot object deleted (its restores first): its holder removes
+	// its own through the finalizer, and n2's sweep removes the copy.
+	for _, name := range []string{"far", "far2"} {
+		if err := gw.Remove(ctx, name, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.k.Client.Delete(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		left := 0
+		for _, n := range c.nodes {
+			got, err := n.Smolvm.Snapshots(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			left += len(got)
+		}
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d smolvm snapshots left 30 s after their object was deleted", left)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

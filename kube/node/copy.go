@@ -40,7 +40,7 @@ func (d *daemon) copySnapshot(ctx context.Context, snap *kubeapi.SandboxSnapshot
 		return fmt.Errorf("copy snapshot %s from %s: %w", snap.Name, from, err)
 	}
 	defer rc.Close()
-	got, _, err := d.Smolvm.ImportSnapshot(ctx, rc)
+	got, _, err := d.Smolvm.ImportSnapshot(ctx, rc, snapshotName(snap))
 	if err != nil {
 		return fmt.Errorf("copy snapshot %s from %s: %w", snap.Name, from, err)
 	}

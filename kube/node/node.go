@@ -130,6 +130,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := mgr.Add(manager.RunnableFunc(d.register)); err != nil {
 		return err
 	}
+	if err := mgr.Add(manager.RunnableFunc(d.sweep)); err != nil {
+		return err
+	}
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("node %s: %w", cfg.Node, err)
 	}

@@ -340,3 +340,16 @@ func BenchmarkCreate(b *testing.B) {
 	load, _ := os.ReadFile("/proc/loadavg")
 	b.Logf("load average: %s", strings.TrimSpace(string(load)))
 }
+
+func TestOwner(t *testing.T) {
+	const uid = "0f8e3a5c-2b1d-4c7e-9a6f-1e2d3c4b5a69"
+	for name, want := range map[string]string{
+		"k-" + uid: uid, "k-" + uid + "-3": uid,
+		"k-" + uid + "x": "", "k-short": "", uid: "", "dev": "",
+	} {
+		got, ok := node.Owner(name)
+		if string(got) != want || ok != (want != "") {
+			t.Errorf("owner(%q) = %q, %t; want %q", name, got, ok, want)
+		}
+	}
+}

@@ -87,13 +87,18 @@ func exportFile(tw *tar.Writer, p string, f sandbox.File) error {
 }
 
 // Import reads a stream Export wrote and stores the snapshot under its
-// own ID, owned by ctx's tenant. Each file is checked against the
+// own ID, named name ("" for none), owned by ctx's tenant. Each file is checked against the
 // record's SHA-256 as it arrives, and the listing against the record's
 // digest, so a damaged or altered stream is ErrCorrupt and leaves
 // nothing behind. Snapshots are content-addressed: one already here with
 // that ID and digest is returned as it is, and nothing is read past the
 // record.
-func (s *Store) Import(ctx context.Context, r io.Reader) (snap *sandbox.Snapshot, copied bool, err error) {
+func (s *Store) Import(ctx context.Context, r io.Reader, name string) (snap *sandbox.Snapshot, copied bool, err error) {
+	if name != "" {
+		if err := checkName(name); err != nil {
+			return nil, false, err
+		}
+	}
 	tr := tar.NewReader(r)
 	rec, err := readRecord(tr)
 	if err != nil {
@@ -119,7 +124,7 @@ func (s *Store) Import(ctx context.Context, r io.Reader) (snap *sandbox.Snapshot
 	if len(rec.Meta) > 0 {
 		meta = rec.Meta
 	}
-	snap, err = g.commitAs(ctx, rec.ID, "", rec.ImageID, rec.Lineage, meta)
+	snap, err = g.commitAs(ctx, rec.ID, name, rec.ImageID, rec.Lineage, meta)
 	if err != nil {
 		return nil, false, fmt.Errorf("import snapshot %s: %w", shortID(rec.ID), err)
 	}

@@ -27,7 +27,7 @@ func TestTransfer(t *testing.T) {
 
 	dstDir := t.TempDir()
 	dst := openStore(t, dstDir)
-	got, copied, err := dst.Import(t.Context(), bytes.NewReader(stream.Bytes()))
+	got, copied, err := dst.Import(t.Context(), bytes.NewReader(stream.Bytes()), "copy")
 	if err != nil || !copied {
 		t.Fatalf("import: %v (copied %t)", err, copied)
 	}
@@ -35,7 +35,7 @@ func TestTransfer(t *testing.T) {
 	if got, err = dst.Get(t.Context(), snap.ID); err != nil {
 		t.Fatal(err)
 	}
-	if got.ID != snap.ID || got.Digest != snap.Digest || !got.Durable || got.ImageID != snap.ImageID || got.Lineage != snap.Lineage || got.Name != "" {
+	if got.ID != snap.ID || got.Digest != snap.Digest || !got.Durable || got.ImageID != snap.ImageID || got.Lineage != snap.Lineage || got.Name != "copy" {
 		t.Fatalf("imported %+v, exported %+v", got, snap)
 	}
 	if _, err := dst.Verify(t.Context(), got); err != nil {
@@ -43,7 +43,7 @@ func TestTransfer(t *testing.T) {
 	}
 	// Content-addressed: the second import stops after the record.
 	head := stream.Bytes()[:1024+512]
-	if _, copied, err := dst.Import(t.Context(), io.MultiReader(bytes.NewReader(head), failing{})); err != nil || copied {
+	if _, copied, err := dst.Import(t.Context(), io.MultiReader(bytes.NewReader(head), failing{}), ""); err != nil || copied {
 		t.Fatalf("second import: %v (copied %t)", err, copied)
 	}
 
@@ -92,7 +92,7 @@ func TestTransfer(t *testing.T) {
 		"a bad ID":            record(func(r *sandbox.Snapshot) { r.ID = "../x" }),
 	} {
 		fresh := openStore(t, t.TempDir())
-		if _, _, err := fresh.Import(t.Context(), bytes.NewReader(bad)); !errors.Is(err, ErrCorrupt) {
+		if _, _, err := fresh.Import(t.Context(), bytes.NewReader(bad), ""); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s: %v, want ErrCorrupt", name, err)
 		}
 		if snaps, err := fresh.List(t.Context()); err != nil || len(snaps) != 0 {

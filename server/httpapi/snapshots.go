@@ -49,10 +49,10 @@ func (s *Server) exportSnapshot(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// importSnapshot stores a snapshot from an export: 201 when copied, 200
-// when it was here already.
+// importSnapshot stores a snapshot from an export, named by the query's
+// name: 201 when copied, 200 when it was here already.
 func (s *Server) importSnapshot(w http.ResponseWriter, r *http.Request) {
-	snap, copied, err := s.o.Snapshots.Import(r.Context(), r.Body)
+	snap, copied, err := s.o.Snapshots.Import(r.Context(), r.Body, r.URL.Query().Get("name"))
 	switch {
 	case err != nil:
 		writeError(w, err)

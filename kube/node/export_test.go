@@ -1,0 +1,4 @@
+package node
+
+// Owner is owner, for the external tests.
+var Owner = owner
