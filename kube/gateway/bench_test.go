@@ -11,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"smolvm.dev/smolvm/client"
 	"smolvm.dev/smolvm/internal/bench/series"
+	kubeapi "smolvm.dev/smolvm/kube/api"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -105,4 +108,116 @@ func call(tb testing.TB, method, url, key, body string, out any) int {
 		}
 	}
 	return resp.StatusCode
+}
+
+// BenchmarkRestoreLocality is a restore placed by snapshot locality (on
+// the node holding the snapshot) against one on another node, which
+// copies the snapshot first: from the Sandbox's create until it is
+// Running, each round a fresh snapshot (sealed before timing), in
+// alternating order; of an idle sandbox, and of one holding 200 MiB of
+// random bytes in memory (a file in its writable layer).
+func BenchmarkRestoreLocality(b *testing.B) {
+	c := start(b)
+	gw, err := client.New(c.URL, keyA)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, size := range []struct {
+		name string
+		mib  int
+	}{{"idle", 0}, {"200MiB", 200}} {
+		src := "src-" + strings.ToLower(size.name)
+		c.put(b, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: src}, Spec: kubeapi.SandboxSpec{SandboxBody: sleeper, NodeName: "n1"}})
+		sb := c.sandboxIn(b, src, kubeapi.PhaseRunning)
+		if size.mib > 0 {
+			// The rootfs's writable layer is memory (gVisor's overlay), so a
+			// file in /tmp is in the checkpoint.
+			cmd := fmt.Sprintf("head -c %dM /dev/urandom > /tmp/blob", size.mib)
+			var out strings.Builder
+			if exit, err := gw.Exec(context.Background(), sb.Status.Instances[0].ID, sandbox.Process{Args: []string{"sh", "-c", cmd}}, sandbox.Stdio{Stdout: &out, Stderr: &out}); err != nil || exit.Code != 0 {
+				b.Fatalf("%s: %v %+v %s", cmd, err, exit, out.String())
+			}
+		}
+		rounds := 0
+		b.Run(size.name, func(b *testing.B) {
+			rounds = c.restoreRounds(b, src, rounds)
+		})
+	}
+}
+
+// restoreRounds runs b.N rounds of BenchmarkRestoreLocality from src,
+// naming its objects from round first on; it returns the next round.
+func (c *cluster) restoreRounds(b *testing.B, src string, first int) int {
+	ctx := context.Background()
+	local := series.Series{Name: "restore on the holder"}
+	copied := series.Series{Name: "restore on another node (copy)", Baseline: "restore on the holder"}
+	copies := series.Series{Name: "the copy itself (status.copies)"}
+	var bytes int64
+	restore := func(name, snap, node string, s *series.Series) {
+		t0 := time.Now()
+		c.put(b, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Snapshot: snap}, NodeName: node}})
+		c.sandboxIn(b, name, kubeapi.PhaseRunning)
+		s.Samples = append(s.Samples, time.Since(t0))
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		snap := fmt.Sprintf("%s-%d", src, first+i)
+		c.put(b, &kubeapi.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Name: snap}, Spec: kubeapi.SandboxSnapshotSpec{SandboxRef: kubeapi.LocalRef{Name: src}, NodeName: "n1"}})
+		obj := c.snapshotReady(b, snap)
+		c.sealed(b, 0, obj.Status.ID)
+		b.StartTimer()
+		steps := []func(){
+			func() { restore("l-"+snap, snap, "n1", &local) },
+			func() { restore("c-"+snap, snap, "n2", &copied) },
+		}
+		steps[i%2]()
+		steps[(i+1)%2]()
+		b.StopTimer()
+		obj = c.snapshotReady(b, snap)
+		for _, cp := range obj.Status.Copies {
+			copies.Samples, bytes = append(copies.Samples, time.Duration(cp.Milliseconds)*time.Millisecond), cp.Bytes
+		}
+		for _, name := range []string{"l-" + snap, "c-" + snap} {
+			if err := c.k.Client.Delete(ctx, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := c.k.Client.Delete(ctx, obj); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.StopTimer()
+	for _, s := range []series.Series{local, copied, copies} {
+		b.Logf("%-36s p50 %5d ms  p99 %5d ms", s.Name, s.Quantile(0.5).Milliseconds(), s.Quantile(0.99).Milliseconds())
+	}
+	b.ReportMetric(float64(local.Quantile(0.5).Milliseconds()), "holder-p50-ms")
+	b.ReportMetric(float64(local.Quantile(0.99).Milliseconds()), "holder-p99-ms")
+	b.ReportMetric(float64(copied.Quantile(0.5).Milliseconds()), "copy-p50-ms")
+	b.ReportMetric(float64(copied.Quantile(0.99).Milliseconds()), "copy-p99-ms")
+	b.ReportMetric(float64(bytes>>20), "snapshot-MiB")
+	load, _ := os.ReadFile("/proc/loadavg")
+	b.Logf("snapshot of %d bytes; load average: %s", bytes, strings.TrimSpace(string(load)))
+	return first + b.N
+}
+
+// sealed waits until node i's snapshot id is durable (hashed): a copy
+// waits for that, and the figure is the copy's, not the seal's.
+func (c *cluster) sealed(tb testing.TB, i int, id string) {
+	tb.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		snaps, err := c.nodes[i].Smolvm.Snapshots(context.Background())
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, s := range snaps {
+			if s.ID == id && s.Durable {
+				return
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	tb.Fatalf("snapshot %s not sealed on %s within a minute", id, c.nodes[i].Name)
 }
