@@ -100,8 +100,12 @@ func TestDeploy(t *testing.T) {
 			{"get", sm, "sandboxtemplates", "", "team-a", true},
 			{"watch", co, "leases", "", "kube-node-lease", true},
 			{"update", co, "leases", "", "kube-node-lease", true}, // leader election
-			{"delete", sm, "sandboxes", "", "team-a", false},
+			{"create", sm, "sandboxes", "", "team-a", true}, // a warm pool's
+			{"delete", sm, "sandboxes", "", "team-a", true},
+			{"watch", sm, "sandboxwarmpools", "", "", true},
+			{"update", sm, "sandboxwarmpools", "status", "team-a", true},
 			{"update", sm, "sandboxsnapshots", "status", "team-a", false},
+			{"delete", sm, "sandboxwarmpools", "", "team-a", false},
 		},
 		"smolvm-gateway": {
 			{"create", sm, "sandboxes", "", "team-a", true},
@@ -109,6 +113,7 @@ func TestDeploy(t *testing.T) {
 			{"delete", sm, "sandboxes", "", "team-a", true},
 			{"watch", sm, "sandboxes", "", "", true},
 			{"watch", sm, "sandboxtemplates", "", "", true},
+			{"watch", sm, "sandboxwarmpools", "", "", true},
 			{"watch", co, "leases", "", "kube-node-lease", true},
 			{"update", co, "leases", "", "kube-node-lease", false},
 			{"update", sm, "sandboxes", "status", "team-a", false},

@@ -18,6 +18,10 @@ type SandboxWarmPool struct {
 	Status SandboxWarmPoolStatus `json:"status,omitempty"`
 }
 
+// LabelPool marks the Sandboxes a SandboxWarmPool keeps, with the
+// pool's name; a claim removes it (and the pool's owner reference).
+const LabelPool = "smolvm.dev/pool"
+
 // SandboxWarmPoolSpec is the pool's size and body.
 type SandboxWarmPoolSpec struct {
 	// Replicas is how many ready sandboxes the pool keeps.

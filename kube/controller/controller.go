@@ -1,6 +1,6 @@
 // Package controller binds Sandboxes to nodes (beside a fork's source,
-// where a snapshot is, else where the most memory is free) and marks the
-// sandboxes of a node gone as Lost.
+// where a snapshot is, else where the most memory is free), marks the
+// sandboxes of a node gone as Lost, and keeps warm pools filled.
 package controller
 
 import (
@@ -103,6 +103,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("controller: index sandboxes by node: %w", err)
 	}
 	b := &Binder{c: mgr.GetClient(), o: o, assumed: map[types.UID]assumption{}}
+	// A pooled Sandbox changing (ready, claimed, gone) wakes its pool.
+	if err := ctrl.NewControllerManagedBy(mgr).Named(o.Name + "-pools").For(&kubeapi.SandboxWarmPool{}).
+		Owns(&kubeapi.Sandbox{}).Complete(&pools{c: mgr.GetClient()}); err != nil {
+		return fmt.Errorf("controller: warm pools: %w", err)
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(o.Name).
 		For(&kubeapi.Sandbox{}).

@@ -64,6 +64,29 @@ func (g *Gateway) e2bCreate(w http.ResponseWriter, r *http.Request) {
 		writeE2B(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	pool, err := g.pool(r.Context(), namespace(r), req.TemplateID)
+	if err != nil {
+		writeE2B(w, statusOf(err), err.Error())
+		return
+	}
+	if pool != nil {
+		// A warm pool of that name: claim one of its sandboxes, unless
+		// the request asks for what they were not made with (each is
+		// made before anyone asks); else make one of its template.
+		if len(req.EnvVars) == 0 && len(req.Metadata) == 0 && spec.Network == nil {
+			sb, err := g.claim(r.Context(), pool)
+			if err != nil {
+				writeE2B(w, statusOf(err), err.Error())
+				return
+			}
+			if sb != nil {
+				body, _ := json.Marshal(map[string]int64{"timeout": *spec.TTLSeconds})
+				g.e2bConnectOnNode(w, r, sb, sb.Status.Instances[0].ID, body, http.StatusCreated)
+				return
+			}
+		}
+		spec.Image, spec.SandboxTemplateRef = "", &pool.Spec.SandboxTemplateRef
+	}
 	sb, err := g.create(r.Context(), namespace(r), "", "e2b-", spec)
 	if err != nil {
 		writeE2B(w, statusOf(err), err.Error())

@@ -91,8 +91,8 @@ func New(cfg Config) (*Gateway, error) {
 const indexInstance = "status.instances.id"
 
 // Setup adds the index the gateway finds sandboxes by to c, and has c
-// watch SandboxTemplates from the start, so that the first create does
-// not wait for that informer to sync.
+// watch SandboxTemplates and SandboxWarmPools from the start, so that the
+// first create does not wait for those informers to sync.
 func Setup(ctx context.Context, c cache.Cache) error {
 	err := c.IndexField(ctx, &kubeapi.Sandbox{}, indexInstance, func(o kclient.Object) []string {
 		var ids []string
@@ -104,8 +104,10 @@ func Setup(ctx context.Context, c cache.Cache) error {
 	if err != nil {
 		return fmt.Errorf("gateway: index sandboxes: %w", err)
 	}
-	if _, err := c.GetInformer(ctx, &kubeapi.SandboxTemplate{}); err != nil {
-		return fmt.Errorf("gateway: watch templates: %w", err)
+	for _, o := range []kclient.Object{&kubeapi.SandboxTemplate{}, &kubeapi.SandboxWarmPool{}} {
+		if _, err := c.GetInformer(ctx, o); err != nil {
+			return fmt.Errorf("gateway: watch %T: %w", o, err)
+		}
 	}
 	return nil
 }

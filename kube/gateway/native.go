@@ -48,7 +48,7 @@ func (g *Gateway) nativeSpec(req *api.CreateRequest) (kubeapi.SandboxSpec, error
 		name string
 		set  bool
 	}{
-		{"pool", req.Pool != ""}, {"hostname", req.Hostname != ""}, {"idle_timeout", req.IdleTimeout != 0},
+		{"hostname", req.Hostname != ""}, {"idle_timeout", req.IdleTimeout != 0},
 		{"on_expiry", req.OnExpiry != "" && req.OnExpiry != sandbox.ExpiryStop}, {"policy", req.TrustRepo != ""},
 		{"start", req.Start != nil && !*req.Start},
 	} {
@@ -104,6 +104,10 @@ func (g *Gateway) nativeCreate(w http.ResponseWriter, r *http.Request) {
 		writeNative(w, http.StatusBadRequest, api.CodeInvalid, err.Error())
 		return
 	}
+	if req.Pool != "" {
+		g.nativeClaim(w, r, &req)
+		return
+	}
 	spec, err := g.nativeSpec(&req)
 	if err != nil {
 		writeNative(w, http.StatusBadRequest, api.CodeInvalid, err.Error())
@@ -120,6 +124,56 @@ func (g *Gateway) nativeCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g.nativeGet(w, r, sb, sb.Status.Instances[0].ID, http.StatusCreated)
+}
+
+// nativeClaim answers a create from a warm pool: one of its ready
+// sandboxes, given the request's time to live, or else a fresh one of its
+// template.
+func (g *Gateway) nativeClaim(w http.ResponseWriter, r *http.Request, req *api.CreateRequest) {
+	if req.Name != "" || req.Image != "" || len(req.Cmd) > 0 || len(req.Env) > 0 || len(req.Labels) > 0 || req.Network != nil {
+		writeNative(w, http.StatusBadRequest, api.CodeInvalid, "pool: a pool's sandboxes are made before the claim; name, image, cmd, env, labels and network cannot be given with it")
+		return
+	}
+	ctx, ns := r.Context(), namespace(r)
+	pool, err := g.pool(ctx, ns, req.Pool)
+	if err == nil && pool == nil {
+		err = fmt.Errorf("warm pool %q: %w", req.Pool, errNotFound)
+	}
+	if err != nil {
+		writeNativeErr(w, err)
+		return
+	}
+	ttl := g.cfg.DefaultTTL
+	if req.Timeout != nil {
+		ttl = time.Duration(*req.Timeout)
+	}
+	sb, err := g.claim(ctx, pool)
+	if err != nil {
+		writeNativeErr(w, err)
+		return
+	}
+	if sb == nil {
+		spec := kubeapi.SandboxSpec{SandboxTemplateRef: &pool.Spec.SandboxTemplateRef, TTLSeconds: ptr.To(int64(ttl / time.Second))}
+		if sb, err = g.create(ctx, ns, "", pool.Name+"-", spec); err != nil {
+			writeNativeErr(w, err)
+			return
+		}
+		g.nativeGet(w, r, sb, sb.Status.Instances[0].ID, http.StatusCreated)
+		return
+	}
+	id := sb.Status.Instances[0].ID
+	base, err := g.node(ctx, sb)
+	if err != nil {
+		writeNativeErr(w, err)
+		return
+	}
+	body, _ := json.Marshal(api.TimeoutRequest{Timeout: ptr.To(api.Duration(ttl))})
+	var out json.RawMessage
+	if code, err := g.fwd.call(ctx, "POST", base, "/v1/sandboxes/"+url.PathEscape(id)+"/timeout", body, &out); err != nil || code >= 300 {
+		writeNative(w, http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("set the claimed sandbox's time to live on its node: %d %v", code, err))
+		return
+	}
+	g.nativeGet(w, r, sb, id, http.StatusCreated)
 }
 
 // nativeGet answers with the node's view of sandbox id.
