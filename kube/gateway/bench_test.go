@@ -221,3 +221,47 @@ func (c *cluster) sealed(tb testing.TB, i int, id string) {
 	}
 	tb.Fatalf("snapshot %s not sealed on %s within a minute", id, c.nodes[i].Name)
 }
+
+// BenchmarkWarmClaim is a create claimed from a warm pool against a
+// create of the same template, both through the gateway (E2B's POST
+// /sandboxes, as the SDK sends it), one at a time, alternating; the pool
+// refills between rounds, untimed.
+func BenchmarkWarmClaim(b *testing.B) {
+	c := start(b)
+	c.put(b, &kubeapi.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Name: "tmpl"}, Spec: kubeapi.SandboxTemplateSpec{SandboxBody: sleeper}})
+	c.put(b, &kubeapi.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "warm"}, Spec: kubeapi.SandboxWarmPoolSpec{Replicas: 1, SandboxTemplateRef: kubeapi.LocalRef{Name: "tmpl"}}})
+	claims := series.Series{Name: "claim from the warm pool", Baseline: "create of its template"}
+	creates := series.Series{Name: "create of its template"}
+	one := func(template string, s *series.Series) {
+		var out struct {
+			SandboxID string `json:"sandboxID"`
+		}
+		t0 := time.Now()
+		if code := call(b, "POST", c.URL+"/sandboxes", keyA, `{"templateID":"`+template+`","timeout":300}`, &out); code != http.StatusCreated {
+			b.Fatalf("create %s: %d", template, code)
+		}
+		s.Samples = append(s.Samples, time.Since(t0))
+		if code := call(b, "DELETE", c.URL+"/sandboxes/"+out.SandboxID, keyA, "", nil); code != http.StatusNoContent {
+			b.Fatalf("kill: %d", code)
+		}
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		c.pooled(b, "warm", 1)
+		b.StartTimer()
+		steps := []func(){func() { one("warm", &claims) }, func() { one("tmpl", &creates) }}
+		steps[i%2]()
+		steps[(i+1)%2]()
+	}
+	b.StopTimer()
+	for _, s := range []series.Series{claims, creates} {
+		b.Logf("%-28s p50 %4d ms  p99 %4d ms", s.Name, s.Quantile(0.5).Milliseconds(), s.Quantile(0.99).Milliseconds())
+	}
+	b.ReportMetric(float64(claims.Quantile(0.5).Milliseconds()), "claim-p50-ms")
+	b.ReportMetric(float64(claims.Quantile(0.99).Milliseconds()), "claim-p99-ms")
+	b.ReportMetric(float64(creates.Quantile(0.5).Milliseconds()), "create-p50-ms")
+	b.ReportMetric(float64(creates.Quantile(0.99).Milliseconds()), "create-p99-ms")
+	load, _ := os.ReadFile("/proc/loadavg")
+	b.Logf("load average: %s", strings.TrimSpace(string(load)))
+}
