@@ -79,6 +79,7 @@ func (w Writer) Write(p []byte) (int, error) {
 // the node daemon beside it.
 type Node struct {
 	Name   string
+	Dir    string // smolvm serve's data dir
 	Serve  *testserve.Server
 	Smolvm *client.Client
 	stop   func()
@@ -105,11 +106,14 @@ func (c *Cluster) Node(t testing.TB, name, token, leaseNS string) *Node {
 		done <- node.Run(ctx, node.Config{
 			Node: name, Kube: c.Config, Smolvm: sc, Token: token, Endpoint: srv.URL, LeaseNamespace: leaseNS,
 			Backends: []string{"gvisor"}, Resync: time.Second,
-			Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+			// Short, so a test sees a node go; long enough that a loaded
+			// machine's stall does not look like one.
+			LeaseDuration: 10 * time.Second,
+			Log:           slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		})
 	}()
 	var stopped atomic.Bool
-	n := &Node{Name: name, Serve: srv, Smolvm: sc}
+	n := &Node{Name: name, Dir: dir, Serve: srv, Smolvm: sc}
 	n.stop = func() {
 		if stopped.Swap(true) {
 			return

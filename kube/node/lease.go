@@ -21,15 +21,11 @@ import (
 )
 
 // The node registers in a Lease as kube/api/node.go's contract says,
-// renewed every leaseRenew.
-const (
-	leaseRenew           = 10 * time.Second
-	leaseDurationSeconds = 40
-)
+// valid for Config.LeaseDuration and renewed four times in it.
 
 // register keeps the node's Lease renewed until ctx ends.
 func (d *daemon) register(ctx context.Context) error {
-	t := time.NewTicker(leaseRenew)
+	t := time.NewTicker(d.LeaseDuration / 4)
 	defer t.Stop()
 	for {
 		if err := d.renew(ctx); err != nil && ctx.Err() == nil {
@@ -68,7 +64,7 @@ func (d *daemon) renew(ctx context.Context) error {
 		kubeapi.AnnotationSandboxes: strconv.Itoa(len(sbs)),
 	}
 	l.Spec.HolderIdentity = ptr.To(d.Node)
-	l.Spec.LeaseDurationSeconds = ptr.To[int32](leaseDurationSeconds)
+	l.Spec.LeaseDurationSeconds = ptr.To(int32(d.LeaseDuration / time.Second))
 	l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
 	if create {
 		err = d.kube.Create(ctx, &l)

@@ -54,6 +54,9 @@ type Config struct {
 	Namespace string
 	// LeaseNamespace holds the node's Lease (its registration).
 	LeaseNamespace string
+	// LeaseDuration is how long the node counts as gone after its last
+	// renewal (default 40 s, a kubelet's; whole seconds, at least 4).
+	LeaseDuration time.Duration
 	// Backends are the backends the node's smolvm serve runs.
 	Backends []string
 	// Resync re-reads each Sandbox's smolvm sandboxes this often, to
@@ -88,6 +91,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Resync <= 0 {
 		cfg.Resync = 30 * time.Second
 	}
+	if cfg.LeaseDuration <= 0 {
+		cfg.LeaseDuration = 40 * time.Second
+	}
+	cfg.LeaseDuration = max(cfg.LeaseDuration.Truncate(time.Second), 4*time.Second)
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
