@@ -39,6 +39,8 @@ const usage = `usage:
       binds Sandboxes to nodes (leader-elected)
   smolvm-kube gateway --keys FILE --node-token-file FILE [flags]
       serves E2B's API and smolvm's native API in front of the cluster
+  smolvm-kube status [flags]
+      prints the nodes, and the sandboxes, warm pools and snapshots on them
 `
 
 func main() {
@@ -94,6 +96,15 @@ func run(args []string) error {
 		return mgr.Start(ctx)
 	case "gateway":
 		return runGateway(ctx, fs, args[1:], kube, leaseNS, log)
+	case "status":
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		cfg, err := kube()
+		if err != nil {
+			return err
+		}
+		return status(ctx, cfg, *leaseNS, os.Stdout)
 	}
 	return fmt.Errorf("unknown command %q\n%s", args[0], strings.TrimSpace(usage))
 }
@@ -108,6 +119,7 @@ func runNode(ctx context.Context, fs *flag.FlagSet, args []string, kube func() (
 	fs.StringVar(&cfg.Namespace, "namespace", "", "watch only this namespace (default all)")
 	backends := fs.String("backends", "gvisor", "comma-separated backends the node's smolvm serve runs")
 	fs.DurationVar(&cfg.Resync, "resync", 0, "re-read each Sandbox's state this often (default 30s)")
+	fs.DurationVar(&cfg.LeaseDuration, "lease-duration", 40*time.Second, "the node counts as gone this long after its last renewal")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	kclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	kubeapi "smolvm.dev/smolvm/kube/api"
+)
+
+// status prints what the cluster's smolvm holds: each registered node
+// (live or gone, from its Lease) with its sandboxes by phase, then the
+// warm pools and snapshots.
+func status(ctx context.Context, cfg *rest.Config, leaseNS string, w io.Writer) error {
+	scheme := k8sruntime.NewScheme()
+	if err := errors.Join(kubeapi.AddToScheme(scheme), coordinationv1.AddToScheme(scheme)); err != nil {
+		return err
+	}
+	c, err := kclient.New(cfg, kclient.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
+	var leases coordinationv1.LeaseList
+	var sbs kubeapi.SandboxList
+	var pools kubeapi.SandboxWarmPoolList
+	var snaps kubeapi.SandboxSnapshotList
+	for _, l := range []struct {
+		list kclient.ObjectList
+		opts []kclient.ListOption
+	}{{&leases, []kclient.ListOption{kclient.InNamespace(leaseNS)}}, {&sbs, nil}, {&pools, nil}, {&snaps, nil}} {
+		if err := c.List(ctx, l.list, l.opts...); err != nil {
+			return fmt.Errorf("status: list %T: %w", l.list, err)
+		}
+	}
+	phases := map[string]map[kubeapi.SandboxPhase]int{}
+	for _, sb := range sbs.Items {
+		node := sb.Spec.NodeName
+		if node == "" {
+			node = "(unbound)"
+		}
+		if phases[node] == nil {
+			phases[node] = map[kubeapi.SandboxPhase]int{}
+		}
+		phase := sb.Status.Phase
+		if phase == "" {
+			phase = kubeapi.PhasePending
+		}
+		phases[node][phase]++
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tSTATE\tENDPOINT\tBACKENDS\tMEMORY\tSANDBOXES")
+	now := time.Now()
+	seen := map[string]bool{}
+	for i := range leases.Items {
+		n, ok := kubeapi.NodeFromLease(&leases.Items[i])
+		if !ok {
+			continue
+		}
+		seen[n.Name] = true
+		state := "live"
+		if now.After(n.Expires) {
+			state = fmt.Sprintf("gone %s", now.Sub(n.Expires).Round(time.Second))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.1f GiB\t%s\n", n.Name, state, n.Endpoint, strings.Join(n.Backends, ","), float64(n.Memory)/(1<<30), counts(phases[n.Name]))
+	}
+	for _, node := range slices.Sorted(maps.Keys(phases)) {
+		if !seen[node] {
+			state := "no Lease"
+			if node == "(unbound)" {
+				state = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t\t\t\t%s\n", node, state, counts(phases[node]))
+		}
+	}
+	if len(pools.Items) > 0 {
+		fmt.Fprintln(tw, "\nWARM POOL\tREADY\tTEMPLATE")
+		for _, p := range pools.Items {
+			fmt.Fprintf(tw, "%s/%s\t%d/%d\t%s\n", p.Namespace, p.Name, p.Status.ReadyReplicas, p.Spec.Replicas, p.Spec.SandboxTemplateRef.Name)
+		}
+	}
+	if len(snaps.Items) > 0 {
+		fmt.Fprintln(tw, "\nSNAPSHOT\tPHASE\tNODES\tSIZE")
+		for _, s := range snaps.Items {
+			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%.1f MiB\n", s.Namespace, s.Name, s.Status.Phase, strings.Join(s.Status.Nodes, ","), float64(s.Status.SizeBytes)/(1<<20))
+		}
+	}
+	return tw.Flush()
+}
+
+// counts says how many sandboxes are in each phase, e.g. "3 Running, 1 Lost".
+func counts(m map[kubeapi.SandboxPhase]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, p := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%d %s", m[p], p))
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	kclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/kubetest"
+)
+
+// TestStatus prints a real API server's nodes (one live, one gone),
+// sandboxes by node and phase, a warm pool and a snapshot.
+func TestStatus(t *testing.T) {
+	cl := kubetest.Start(t)
+	ctx := context.Background()
+	const leaseNS = "smolvm-system"
+	cl.Namespace(t, leaseNS)
+	create := func(o kclient.Object) {
+		t.Helper()
+		if err := cl.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, renewed := range map[string]time.Time{"n1": time.Now(), "n2": time.Now().Add(-2 * time.Hour)} {
+		create(&coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: leaseNS, Name: kubeapi.LeasePrefix + name, Annotations: map[string]string{
+				kubeapi.AnnotationEndpoint: "http://" + name + ":7070", kubeapi.AnnotationBackends: "gvisor", kubeapi.AnnotationMemory: fmt.Sprint(8 << 30),
+			}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &metav1.MicroTime{Time: renewed}},
+		})
+	}
+	for name, st := range map[string]struct {
+		node  string
+		phase kubeapi.SandboxPhase
+	}{"a": {"n1", kubeapi.PhaseRunning}, "b": {"n1", kubeapi.PhaseRunning}, "c": {"n2", kubeapi.PhaseLost}, "d": {"", ""}} {
+		sb := &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: kubeapi.SandboxSpec{SandboxBody: kubeapi.SandboxBody{Image: "host"}, NodeName: st.node}}
+		create(sb)
+		if st.phase != "" {
+			sb.Status.Phase = st.phase
+			if err := cl.Client.Status().Update(ctx, sb); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	create(&kubeapi.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "warm"}, Spec: kubeapi.SandboxWarmPoolSpec{Replicas: 3, SandboxTemplateRef: kubeapi.LocalRef{Name: "t"}}})
+	snap := &kubeapi.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "snap"}, Spec: kubeapi.SandboxSnapshotSpec{SandboxRef: kubeapi.LocalRef{Name: "a"}, NodeName: "n1"}}
+	create(snap)
+	snap.Status = kubeapi.SandboxSnapshotStatus{Phase: kubeapi.SnapshotReady, Nodes: []string{"n1", "n2"}, SizeBytes: 3 << 20}
+	if err := cl.Client.Status().Update(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+
+	var out strings.Builder
+	if err := status(ctx, cl.Config, leaseNS, &out); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", out.String())
+	for _, want := range []string{
+		`n1\s+live\s+http://n1:7070\s+gvisor\s+8\.0 GiB\s+2 Running\n`,
+		`n2\s+gone 1h59m\S+\s.*1 Lost\n`,
+		`\(unbound\)\s+-\s+1 Pending\n`,
+		`default/warm\s+0/3\s+t\n`,
+		`default/snap\s+Ready\s+n1,n2\s+3\.0 MiB\n`,
+	} {
+		if !regexp.MustCompile(want).MatchString(out.String()) {
+			t.Errorf("status lacks %s", want)
+		}
+	}
+}
