@@ -184,6 +184,7 @@ func TestNamesOnEveryRoute(t *testing.T) {
 		"POST /v1/sandboxes/{id}/checkpoint":    {"name"},
 		"POST /v1/sandboxes/{id}/fork":          {"name_prefix"},
 		"POST /v1/snapshots/{snapshot}/restore": {"name"},
+		"POST /v1/snapshots/import":             {"?name"},
 		"PUT /v1/sandboxes/{id}/files":          {"?path"},
 		"GET /v1/sandboxes/{id}/files":          {"?path"},
 		"POST /v1/browsers/golden":              {"golden", "image"},
