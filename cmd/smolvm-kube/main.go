@@ -82,8 +82,8 @@ func run(args []string) error {
 		if err != nil {
 			return err
 		}
-		scheme := k8sruntime.NewScheme()
-		if err := errors.Join(kubeapi.AddToScheme(scheme), coordinationv1.AddToScheme(scheme)); err != nil {
+		scheme, err := newScheme()
+		if err != nil {
 			return err
 		}
 		mgr, err := ctrl.NewManager(cfg, controller.ManagerOptions(scheme, *leaseNS))
@@ -171,8 +171,8 @@ func runGateway(ctx context.Context, fs *flag.FlagSet, args []string, kube func(
 	if err != nil {
 		return err
 	}
-	scheme := k8sruntime.NewScheme()
-	if err := errors.Join(kubeapi.AddToScheme(scheme), coordinationv1.AddToScheme(scheme)); err != nil {
+	scheme, err := newScheme()
+	if err != nil {
 		return err
 	}
 	mgr, err := ctrl.NewManager(cfg, gateway.ManagerOptions(scheme, *leaseNS))
@@ -211,4 +211,10 @@ func runGateway(ctx context.Context, fs *flag.FlagSet, args []string, kube func(
 		err = nil
 	}
 	return err
+}
+
+// newScheme knows smolvm.dev's types and Leases: all smolvm-kube reads.
+func newScheme() (*k8sruntime.Scheme, error) {
+	s := k8sruntime.NewScheme()
+	return s, errors.Join(kubeapi.AddToScheme(s), coordinationv1.AddToScheme(s))
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -23,8 +21,8 @@ import (
 // (live or gone, from its Lease) with its sandboxes by phase, then the
 // warm pools and snapshots.
 func status(ctx context.Context, cfg *rest.Config, leaseNS string, w io.Writer) error {
-	scheme := k8sruntime.NewScheme()
-	if err := errors.Join(kubeapi.AddToScheme(scheme), coordinationv1.AddToScheme(scheme)); err != nil {
+	scheme, err := newScheme()
+	if err != nil {
 		return err
 	}
 	c, err := kclient.New(cfg, kclient.Options{Scheme: scheme})

@@ -3,21 +3,17 @@ package controller_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sort"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kubeapi "smolvm.dev/smolvm/kube/api"
@@ -26,10 +22,6 @@ import (
 )
 
 const leaseNS = "smolvm-system"
-
-// runs numbers the binders one test process starts (a benchmark starts
-// one per round): controller-runtime refuses a name twice.
-var runs atomic.Int32
 
 // world is an API server with the binder running against it.
 type world struct {
@@ -40,42 +32,8 @@ type world struct {
 func start(t testing.TB) *world {
 	t.Helper()
 	cl := kubetest.Start(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	if err := cl.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: leaseNS}}); err != nil {
-		t.Fatal(err)
-	}
-	mgr, err := ctrl.NewManager(cl.Config, controller.ManagerOptions(cl.Scheme, leaseNS))
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
-	if err := controller.Setup(ctx, mgr, controller.Options{LeaseNamespace: leaseNS, Log: log, Name: fmt.Sprintf("binder-%d", runs.Add(1))}); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
-	select {
-	case <-mgr.Elected():
-	case err := <-done:
-		t.Fatalf("manager stopped before it was elected: %v", err)
-	case <-time.After(time.Minute):
-		t.Fatal("not elected leader within a minute")
-	}
+	cl.Binder(t, leaseNS)
 	return &world{t: t, c: cl.Client}
-}
-
-type testWriter struct{ t testing.TB }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
 }
 
 // node registers (or renews) a node's Lease, renewed at renewed.

@@ -310,31 +310,40 @@ func (g *Gateway) e2bLookup(w http.ResponseWriter, r *http.Request) (*kubeapi.Sa
 // e2bList asks each node holding the namespace's sandboxes for its E2B
 // list (with the caller's filters) and keeps the namespace's.
 func (g *Gateway) e2bList(w http.ResponseWriter, r *http.Request) {
+	out, err := g.gather(r.Context(), namespace(r), e2bPrefix+"/v2/sandboxes?"+r.URL.RawQuery, "sandboxID")
+	if err != nil {
+		writeE2B(w, statusOf(err), err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// gather asks each node holding sandboxes of ns for the JSON list at
+// path, and keeps the items whose key field names one of them.
+func (g *Gateway) gather(ctx context.Context, ns, path, key string) ([]json.RawMessage, error) {
 	out := []json.RawMessage{}
-	err := g.eachNode(r.Context(), namespace(r), func(base *url.URL, ids map[string]bool) error {
-		var got []json.RawMessage
-		code, err := g.fwd.call(r.Context(), "GET", base, e2bPrefix+"/v2/sandboxes?"+r.URL.RawQuery, nil, &got)
+	err := g.eachNode(ctx, ns, func(base *url.URL, ids map[string]bool) error {
+		var got []map[string]json.RawMessage
+		code, err := g.fwd.call(ctx, "GET", base, path, nil, &got)
 		if err != nil {
 			return err
 		}
 		if code != http.StatusOK {
 			return &phaseError{code, fmt.Sprintf("node %s answered %d", base.Host, code)}
 		}
-		for _, raw := range got {
-			var d struct {
-				SandboxID string `json:"sandboxID"`
-			}
-			if json.Unmarshal(raw, &d) == nil && ids[d.SandboxID] {
+		for _, item := range got {
+			var id string
+			if json.Unmarshal(item[key], &id) == nil && ids[id] {
+				raw, err := json.Marshal(item)
+				if err != nil {
+					return err
+				}
 				out = append(out, raw)
 			}
 		}
 		return nil
 	})
-	if err != nil {
-		writeE2B(w, statusOf(err), err.Error())
-		return
-	}
-	writeJSON(w, http.StatusOK, out)
+	return out, err
 }
 
 // eachNode calls fn for each live node holding sandboxes of ns, with the

@@ -164,8 +164,11 @@ func TestGateway(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "no-such-image-anywhere") {
 			t.Fatalf("create of a missing image: %v", err)
 		}
-		if _, err := a.Create(ctx, sandbox.CreateOptions{Pool: "p", Start: true}); !errors.Is(err, errdefs.ErrInvalid) {
-			t.Fatalf("create from a pool: %v", err)
+		if _, err := a.Create(ctx, sandbox.CreateOptions{Pool: "p", Start: true}); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Fatalf("create from a missing pool: %v", err)
+		}
+		if _, err := a.Create(ctx, sandbox.CreateOptions{Image: sandbox.DefaultImage, Start: true, Config: sandbox.Config{Hostname: "h"}}); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "hostname") {
+			t.Fatalf("create with a hostname: %v", err)
 		}
 		deadline := time.Now().Add(30 * time.Second)
 		for {

@@ -196,26 +196,7 @@ func (g *Gateway) nativeGet(w http.ResponseWriter, r *http.Request, sb *kubeapi.
 }
 
 func (g *Gateway) nativeList(w http.ResponseWriter, r *http.Request) {
-	out := []json.RawMessage{}
-	err := g.eachNode(r.Context(), namespace(r), func(base *url.URL, ids map[string]bool) error {
-		var got []json.RawMessage
-		code, err := g.fwd.call(r.Context(), "GET", base, "/v1/sandboxes", nil, &got)
-		if err != nil {
-			return err
-		}
-		if code != http.StatusOK {
-			return &phaseError{code, fmt.Sprintf("node %s answered %d", base.Host, code)}
-		}
-		for _, raw := range got {
-			var s struct {
-				ID string `json:"id"`
-			}
-			if json.Unmarshal(raw, &s) == nil && ids[s.ID] {
-				out = append(out, raw)
-			}
-		}
-		return nil
-	})
+	out, err := g.gather(r.Context(), namespace(r), "/v1/sandboxes", "id")
 	if err != nil {
 		writeNativeErr(w, err)
 		return
