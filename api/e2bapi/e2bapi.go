@@ -19,6 +19,13 @@ type Error struct {
 	Message string `json:"message"`
 }
 
+// ForkRequest is the body of POST /sandboxes/{id}/fork: how many copies
+// (default 1), and their time to live in seconds.
+type ForkRequest struct {
+	Timeout *int64 `json:"timeout"`
+	Count   *int   `json:"count"`
+}
+
 // CreateRequest is the body of POST /sandboxes.
 type CreateRequest struct {
 	TemplateID      string            `json:"templateID"`

@@ -114,6 +114,9 @@ func TestDeploy(t *testing.T) {
 			{"watch", sm, "sandboxes", "", "", true},
 			{"watch", sm, "sandboxtemplates", "", "", true},
 			{"watch", sm, "sandboxwarmpools", "", "", true},
+			{"create", sm, "sandboxsnapshots", "", "team-a", true}, // a fork's
+			{"watch", sm, "sandboxsnapshots", "", "", true},
+			{"delete", sm, "sandboxsnapshots", "", "team-a", false},
 			{"watch", co, "leases", "", "kube-node-lease", true},
 			{"update", co, "leases", "", "kube-node-lease", false},
 			{"update", sm, "sandboxes", "status", "team-a", false},

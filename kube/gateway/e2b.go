@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,7 +42,7 @@ func (g *Gateway) e2bRoutes() *http.ServeMux {
 	unserved := func(why string) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) { writeE2B(w, http.StatusNotImplemented, why) }
 	}
-	mux.HandleFunc("POST /sandboxes/{id}/fork", unserved("fork is not served by the cluster gateway yet: make a Sandbox with spec.forkFrom (docs/kube.md)"))
+	mux.HandleFunc("POST /sandboxes/{id}/fork", g.e2bFork)
 	mux.HandleFunc("POST /sandboxes/{id}/snapshots", unserved("snapshots are not served by the cluster gateway yet: make a SandboxSnapshot (docs/kube.md)"))
 	mux.HandleFunc("GET /snapshots", unserved("snapshots are not served by the cluster gateway yet: list SandboxSnapshots (docs/kube.md)"))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -176,26 +177,93 @@ func (g *Gateway) create(ctx context.Context, ns, name, prefix string, spec kube
 // envd token above all), through the node's connect with body; the
 // domain is the gateway's, whose hosts route ports.
 func (g *Gateway) e2bConnectOnNode(w http.ResponseWriter, r *http.Request, sb *kubeapi.Sandbox, id string, body []byte, status int) {
-	base, err := g.node(r.Context(), sb)
+	code, out, err := g.connectOnNode(r.Context(), sb, id, body)
 	if err != nil {
 		writeE2B(w, statusOf(err), err.Error())
-		return
-	}
-	var out map[string]any
-	code, err := g.fwd.call(r.Context(), "POST", base, e2bPrefix+"/sandboxes/"+url.PathEscape(id)+"/connect", body, &out)
-	if err != nil {
-		writeE2B(w, http.StatusBadGateway, err.Error())
 		return
 	}
 	if code >= 300 {
 		writeJSON(w, code, out)
 		return
 	}
-	delete(out, "domain")
-	if g.cfg.Domain != "" {
-		out["domain"] = g.cfg.Domain
-	}
 	writeJSON(w, status, out)
+}
+
+// connectOnNode calls the node's E2B connect for sandbox id with body, and
+// returns its answer with the gateway's domain in it.
+func (g *Gateway) connectOnNode(ctx context.Context, sb *kubeapi.Sandbox, id string, body []byte) (int, map[string]any, error) {
+	base, err := g.node(ctx, sb)
+	if err != nil {
+		return 0, nil, err
+	}
+	var out map[string]any
+	code, err := g.fwd.call(ctx, "POST", base, e2bPrefix+"/sandboxes/"+url.PathEscape(id)+"/connect", body, &out)
+	if err != nil {
+		return 0, nil, &phaseError{http.StatusBadGateway, err.Error()}
+	}
+	if code < 300 {
+		delete(out, "domain")
+		if g.cfg.Domain != "" {
+			out["domain"] = g.cfg.Domain
+		}
+	}
+	return code, out, nil
+}
+
+// e2bFork answers E2B's fork: a copy per count, each an object of its own
+// (fork), each answered as connect answers, or with its error.
+func (g *Gateway) e2bFork(w http.ResponseWriter, r *http.Request) {
+	var req e2bapi.ForkRequest
+	if err := decode(r, &req); err != nil {
+		writeE2B(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	n := 1
+	if req.Count != nil {
+		n = *req.Count
+	}
+	if n < 1 || n > sandbox.MaxFork {
+		writeE2B(w, http.StatusBadRequest, fmt.Sprintf("count: must be between 1 and %d", sandbox.MaxFork))
+		return
+	}
+	ttl := g.cfg.DefaultTTL
+	if req.Timeout != nil {
+		if *req.Timeout < 0 {
+			writeE2B(w, http.StatusBadRequest, "timeout: must not be negative")
+			return
+		}
+		ttl = time.Duration(*req.Timeout) * time.Second
+	}
+	src, _, ok := g.e2bLookup(w, r)
+	if !ok {
+		return
+	}
+	copies, errs, err := g.fork(r.Context(), src, n, "e2b-", ttl)
+	if err != nil {
+		writeE2B(w, statusOf(err), err.Error())
+		return
+	}
+	type result struct {
+		Sandbox map[string]any `json:"sandbox,omitempty"`
+		Error   *e2bapi.Error  `json:"error,omitempty"`
+	}
+	out := make([]result, n)
+	for i, c := range copies {
+		code, sj := 0, map[string]any(nil)
+		err := errs[i]
+		if err == nil {
+			code, sj, err = g.connectOnNode(r.Context(), c, c.Status.Instances[0].ID, nil)
+		}
+		switch {
+		case err != nil:
+			out[i].Error = &e2bapi.Error{Code: statusOf(err), Message: err.Error()}
+		case code >= 300:
+			out[i].Error = &e2bapi.Error{Code: code, Message: fmt.Sprint(sj["message"])}
+		default:
+			out[i].Sandbox = sj
+		}
+	}
+	writeJSON(w, http.StatusCreated, out)
 }
 
 // e2bConnect answers Sandbox.connect: a paused sandbox is resumed

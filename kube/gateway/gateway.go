@@ -91,8 +91,9 @@ func New(cfg Config) (*Gateway, error) {
 const indexInstance = "status.instances.id"
 
 // Setup adds the index the gateway finds sandboxes by to c, and has c
-// watch SandboxTemplates and SandboxWarmPools from the start, so that the
-// first create does not wait for those informers to sync.
+// watch SandboxTemplates, SandboxWarmPools and SandboxSnapshots from the
+// start, so that the first create or fork does not wait for those
+// informers to sync.
 func Setup(ctx context.Context, c cache.Cache) error {
 	err := c.IndexField(ctx, &kubeapi.Sandbox{}, indexInstance, func(o kclient.Object) []string {
 		var ids []string
@@ -104,7 +105,7 @@ func Setup(ctx context.Context, c cache.Cache) error {
 	if err != nil {
 		return fmt.Errorf("gateway: index sandboxes: %w", err)
 	}
-	for _, o := range []kclient.Object{&kubeapi.SandboxTemplate{}, &kubeapi.SandboxWarmPool{}} {
+	for _, o := range []kclient.Object{&kubeapi.SandboxTemplate{}, &kubeapi.SandboxWarmPool{}, &kubeapi.SandboxSnapshot{}} {
 		if _, err := c.GetInformer(ctx, o); err != nil {
 			return fmt.Errorf("gateway: watch %T: %w", o, err)
 		}

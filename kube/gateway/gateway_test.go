@@ -139,6 +139,20 @@ func TestGateway(t *testing.T) {
 		if _, err := b.Exec(ctx, sb.ID, sandbox.Process{Args: []string{"true"}}, sandbox.Stdio{}); !errors.Is(err, errdefs.ErrNotFound) {
 			t.Fatalf("team b's exec in team a's sandbox: %v", err)
 		}
+		// A fork is two objects of their own, with the source's files.
+		copies, err := a.Fork(ctx, sb.ID, sandbox.ForkOptions{N: 2, NamePrefix: "copy"})
+		if err != nil || len(copies) != 2 {
+			t.Fatalf("fork through the gateway: %v %+v", err, copies)
+		}
+		for _, cp := range copies {
+			var got bytes.Buffer
+			if _, err := a.Exec(ctx, cp.ID, sandbox.Process{Args: []string{"cat", "/tmp/f"}}, sandbox.Stdio{Stdout: &got}); err != nil || got.String() != "file body" {
+				t.Fatalf("copy %s has %q (%v)", cp.ID, got.String(), err)
+			}
+			if err := a.Remove(ctx, cp.ID, true); err != nil {
+				t.Fatal(err)
+			}
+		}
 		// Pause and resume go through the object.
 		if p, err := a.Pause(ctx, sb.ID); err != nil || p.State != sandbox.StatePaused {
 			t.Fatalf("pause: %v %+v", err, p)
@@ -223,7 +237,7 @@ func TestGateway(t *testing.T) {
 			t.Skip("node or the e2b package not installed")
 		}
 		// The scenarios of a single smolvm serve that the gateway serves
-		// (fork, snapshots and autoPause are Kubernetes objects here; the
+		// (snapshots and autoPause are Kubernetes objects here; the
 		// network scenario needs internal/nettest's closed namespace; pty
 		// saw no output once in eight runs through the gateway, not yet
 		// understood: docs/kube.md).
@@ -231,7 +245,7 @@ func TestGateway(t *testing.T) {
 		for _, name := range []string{
 			"create, getInfo, list, connect, kill", "commands:", "files: write", "a wrong API key",
 			"an unknown sandbox", "setTimeout", "pause, then connect", "list filters", "a dead sandbox",
-			"files.watchDir", "stdin a command never reads",
+			"files.watchDir", "stdin a command never reads", "fork copies a running sandbox",
 		} {
 			args = append(args, "--test-name-pattern=^"+regexp.QuoteMeta(name))
 		}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,7 +26,8 @@ func (g *Gateway) nativeRoutes() *http.ServeMux {
 	mux.HandleFunc("POST /v1/sandboxes/{id}/pause", g.nativePause(true))
 	mux.HandleFunc("POST /v1/sandboxes/{id}/resume", g.nativePause(false))
 	// What changes a sandbox's life goes through its object.
-	for _, op := range []string{"start", "stop", "checkpoint", "fork"} {
+	mux.HandleFunc("POST /v1/sandboxes/{id}/fork", g.nativeFork)
+	for _, op := range []string{"start", "stop", "checkpoint"} {
 		mux.HandleFunc("POST /v1/sandboxes/{id}/"+op, func(w http.ResponseWriter, r *http.Request) {
 			writeNative(w, http.StatusNotImplemented, api.CodeUnsupported, op+" is not served by the cluster gateway yet: edit the Sandbox object, or make a SandboxSnapshot or a Sandbox with spec.forkFrom (docs/kube.md)")
 		})
@@ -202,6 +204,58 @@ func (g *Gateway) nativeList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// nativeFork answers the native fork: all copies or none (those made
+// are removed when one fails), each an object of its own.
+func (g *Gateway) nativeFork(w http.ResponseWriter, r *http.Request) {
+	var req api.ForkRequest
+	if err := decode(r, &req); err != nil {
+		writeNative(w, http.StatusBadRequest, api.CodeInvalid, err.Error())
+		return
+	}
+	n := 1
+	if req.N != nil {
+		n = *req.N
+	}
+	if n < 1 || n > sandbox.MaxFork {
+		writeNative(w, http.StatusBadRequest, api.CodeInvalid, fmt.Sprintf("n: must be between 1 and %d", sandbox.MaxFork))
+		return
+	}
+	src, _, ok := g.nativeLookup(w, r)
+	if !ok {
+		return
+	}
+	prefix := "sbx-"
+	if req.NamePrefix != "" {
+		prefix = req.NamePrefix + "-"
+	}
+	copies, errs, err := g.fork(r.Context(), src, n, prefix, g.cfg.DefaultTTL)
+	if err == nil {
+		err = errors.Join(errs...)
+	}
+	if err != nil {
+		for _, c := range copies {
+			if c != nil {
+				g.cfg.Kube.Delete(context.WithoutCancel(r.Context()), c)
+			}
+		}
+		writeNativeErr(w, err)
+		return
+	}
+	out := make([]json.RawMessage, n)
+	for i, c := range copies {
+		base, err := g.node(r.Context(), c)
+		if err != nil {
+			writeNativeErr(w, err)
+			return
+		}
+		if code, err := g.fwd.call(r.Context(), "GET", base, "/v1/sandboxes/"+url.PathEscape(c.Status.Instances[0].ID), nil, &out[i]); err != nil || code != http.StatusOK {
+			writeNative(w, http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("copy %s on its node: %d %v", c.Name, code, err))
+			return
+		}
+	}
+	writeJSON(w, http.StatusCreated, out)
 }
 
 func (g *Gateway) nativeRemove(w http.ResponseWriter, r *http.Request) {

@@ -9,6 +9,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	kubeapi "smolvm.dev/smolvm/kube/api"
@@ -67,14 +68,14 @@ func (g *Gateway) waitPhase(ctx context.Context, key kclient.ObjectKey, want kub
 		case err == nil && sb.Status.Phase == want && sb.Status.ObservedGeneration >= sb.Generation:
 			return &sb, nil
 		case err == nil && (sb.Status.Phase == kubeapi.PhaseFailed || sb.Status.Phase == kubeapi.PhaseLost || sb.Status.Phase == kubeapi.PhaseStopped):
-			return nil, &phaseError{http.StatusUnprocessableEntity, fmt.Sprintf("sandbox %s is %s: %s", key.Name, sb.Status.Phase, condition(&sb, kubeapi.ConditionReady))}
+			return nil, &phaseError{http.StatusUnprocessableEntity, fmt.Sprintf("sandbox %s is %s: %s", key.Name, sb.Status.Phase, condition(sb.Status.Conditions, kubeapi.ConditionReady))}
 		}
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			why := condition(&sb, kubeapi.ConditionScheduled)
+			why := condition(sb.Status.Conditions, kubeapi.ConditionScheduled)
 			if sb.Spec.NodeName != "" {
-				why = condition(&sb, kubeapi.ConditionReady)
+				why = condition(sb.Status.Conditions, kubeapi.ConditionReady)
 			}
 			return nil, &phaseError{http.StatusServiceUnavailable, fmt.Sprintf("sandbox %s not %s within %s (%s): %s", key.Name, want, g.cfg.Ready, orPending(sb.Status.Phase), why)}
 		}
@@ -101,8 +102,8 @@ func (g *Gateway) waitGone(ctx context.Context, key kclient.ObjectKey) error {
 	}
 }
 
-func condition(sb *kubeapi.Sandbox, typ string) string {
-	if c := meta.FindStatusCondition(sb.Status.Conditions, typ); c != nil {
+func condition(conds []metav1.Condition, typ string) string {
+	if c := meta.FindStatusCondition(conds, typ); c != nil {
 		return c.Reason + ": " + c.Message
 	}
 	return "no " + typ + " condition yet"

@@ -488,11 +488,6 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-type forkRequest struct {
-	Timeout *int64 `json:"timeout"`
-	Count   *int   `json:"count"`
-}
-
 // forkResult is one element of E2B's fork reply: a sandbox or an error.
 type forkResult struct {
 	Sandbox *sandboxJSON  `json:"sandbox,omitempty"`
@@ -500,7 +495,7 @@ type forkResult struct {
 }
 
 func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
-	var req forkRequest
+	var req e2bapi.ForkRequest
 	if err := decodeBody(r, &req); err != nil {
 		writeAPIError(w, http.StatusBadRequest, err.Error())
 		return

@@ -343,7 +343,7 @@ func FuzzDecoders(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		for _, v := range []any{&e2bapi.CreateRequest{}, &forkRequest{}, &timeoutRequest{}} {
+		for _, v := range []any{&e2bapi.CreateRequest{}, &e2bapi.ForkRequest{}, &timeoutRequest{}} {
 			r := httptest.NewRequest("POST", "/", bytes.NewReader(b))
 			decodeBody(r, v)
 		}

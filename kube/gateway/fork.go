@@ -1,0 +1,69 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	kclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	kubeapi "smolvm.dev/smolvm/kube/api"
+)
+
+// fork copies src n times through Kubernetes objects: one SandboxSnapshot
+// of src (owned by it, so that it goes with it), then one Sandbox per copy
+// restoring it, which the binder places beside the snapshot. Each copy is
+// an object of its own, removed on its own. ttl is each copy's time to
+// live (0: none). It returns the copies in order; a copy that did not
+// start is an error in its place.
+func (g *Gateway) fork(ctx context.Context, src *kubeapi.Sandbox, n int, prefix string, ttl time.Duration) ([]*kubeapi.Sandbox, []error, error) {
+	if len(src.Status.Instances) != 1 || src.Status.Phase != kubeapi.PhaseRunning {
+		return nil, nil, &phaseError{409, fmt.Sprintf("sandbox %s is %s with %d sandboxes: a fork needs one running sandbox", src.Name, orPending(src.Status.Phase), len(src.Status.Instances))}
+	}
+	snap := &kubeapi.SandboxSnapshot{
+		ObjectMeta: metav1.ObjectMeta{Namespace: src.Namespace, GenerateName: src.Name + "-fork-"},
+		Spec:       kubeapi.SandboxSnapshotSpec{SandboxRef: kubeapi.LocalRef{Name: src.Name}, NodeName: src.Spec.NodeName},
+	}
+	snap.OwnerReferences = []metav1.OwnerReference{{APIVersion: kubeapi.GroupVersion.String(), Kind: "Sandbox", Name: src.Name, UID: src.UID}}
+	if err := g.cfg.Kube.Create(ctx, snap); err != nil {
+		return nil, nil, fmt.Errorf("fork %s: snapshot: %w", src.Name, err)
+	}
+	if err := g.waitSnapshot(ctx, kclient.ObjectKeyFromObject(snap)); err != nil {
+		return nil, nil, fmt.Errorf("fork %s: %w", src.Name, err)
+	}
+	spec := kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Snapshot: snap.Name, Count: 1}, TTLSeconds: ptr.To(int64(ttl / time.Second))}
+	copies, errs := make([]*kubeapi.Sandbox, n), make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { copies[i], errs[i] = g.create(ctx, src.Namespace, "", prefix, spec) })
+	}
+	wg.Wait()
+	return copies, errs, nil
+}
+
+// waitSnapshot waits until the SandboxSnapshot key names is Ready.
+func (g *Gateway) waitSnapshot(ctx context.Context, key kclient.ObjectKey) error {
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.Ready)
+	defer cancel()
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	var s kubeapi.SandboxSnapshot
+	for {
+		if err := g.cfg.Kube.Get(ctx, key, &s); err == nil {
+			switch s.Status.Phase {
+			case kubeapi.SnapshotReady:
+				return nil
+			case kubeapi.SnapshotFailed:
+				return &phaseError{422, fmt.Sprintf("snapshot %s failed: %s", key.Name, condition(s.Status.Conditions, kubeapi.ConditionReady))}
+			}
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return &phaseError{503, fmt.Sprintf("snapshot %s not Ready within %s: %s", key.Name, g.cfg.Ready, condition(s.Status.Conditions, kubeapi.ConditionReady))}
+		}
+	}
+}
