@@ -25,6 +25,7 @@ import (
 	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/api/e2bapi"
 	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/internal/httpguard"
 	kubeapi "smolvm.dev/smolvm/kube/api"
 )
 
@@ -131,6 +132,16 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// envd and ports carry the sandbox's own tokens, which its node checks.
 	if id := r.Header.Get(headerSandboxID); id != "" {
 		g.forwardEnvd(w, r, id)
+		return
+	}
+	// A path is checked before it is routed: a mux would clean ".." away
+	// (or redirect), and the answer would name the wrong route.
+	if err := httpguard.Path(r); err != nil {
+		if strings.HasPrefix(r.URL.Path, "/v1/") {
+			writeNative(w, http.StatusBadRequest, api.CodeInvalid, err.Error())
+		} else {
+			writeE2B(w, http.StatusBadRequest, err.Error())
+		}
 		return
 	}
 	if p, ok := strings.CutPrefix(r.URL.Path, e2bPrefix+"/"); ok {

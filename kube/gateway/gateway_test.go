@@ -198,6 +198,25 @@ func TestGateway(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
+		// Hostile references: a clear 400 or 404, never a 5xx.
+		for _, ref := range []string{"..", "%2e%2e", "a%00b", "%ff", strings.Repeat("a", 300), "A_B", "k-..%2F..%2Fetc"} {
+			for _, path := range []string{"/v1/sandboxes/" + ref, "/v1/sandboxes/" + ref + "/exec", "/sandboxes/" + ref, "/sandboxes/" + ref + "/connect"} {
+				method := "GET"
+				if strings.HasSuffix(path, "exec") || strings.HasSuffix(path, "connect") {
+					method = "POST"
+				}
+				req, _ := http.NewRequest(method, c.URL+path, strings.NewReader("{}"))
+				req.Header.Set("X-API-KEY", keyA)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusNotFound && resp.StatusCode != http.StatusBadRequest {
+					t.Errorf("%s %s: %d, want 400 or 404", method, path, resp.StatusCode)
+				}
+			}
+		}
 		for _, tc := range []struct {
 			method, path, key, body string
 			status                  int
