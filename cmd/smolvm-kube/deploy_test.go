@@ -100,7 +100,7 @@ func TestDeploy(t *testing.T) {
 			{"get", sm, "sandboxtemplates", "", "team-a", true},
 			{"watch", co, "leases", "", "kube-node-lease", true},
 			{"update", co, "leases", "", "kube-node-lease", true}, // leader election
-			{"create", sm, "sandboxes", "", "team-a", true}, // a warm pool's
+			{"create", sm, "sandboxes", "", "team-a", true},       // a warm pool's
 			{"delete", sm, "sandboxes", "", "team-a", true},
 			{"watch", sm, "sandboxwarmpools", "", "", true},
 			{"update", sm, "sandboxwarmpools", "status", "team-a", true},
