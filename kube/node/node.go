@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"log/slog"
 	"net/url"
 	"time"
@@ -144,6 +145,16 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("node %s: %w", cfg.Node, err)
 	}
 	return nil
+}
+
+// quiet turns a write that lost a race (the binder, the gateway or the
+// daemon's own last write changed the object first) into a retry: it is
+// routine, and not an error to log.
+func quiet(res ctrl.Result, err error) (ctrl.Result, error) {
+	if apierrors.IsConflict(err) {
+		return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, nil
+	}
+	return res, err
 }
 
 // key names an object in errors and logs.

@@ -60,6 +60,10 @@ func instanceNames(sb *kubeapi.Sandbox) []string {
 }
 
 func (r *sandboxes) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	return quiet(r.reconcile(ctx, req))
+}
+
+func (r *sandboxes) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var sb kubeapi.Sandbox
 	nodeName := func() string { return sb.Spec.NodeName }
 	if res, done, err := r.admit(ctx, req, &sb, nodeName, func() error { return r.remove(ctx, &sb) }); done {

@@ -21,6 +21,10 @@ import (
 type snapshots struct{ *daemon }
 
 func (r *snapshots) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	return quiet(r.reconcile(ctx, req))
+}
+
+func (r *snapshots) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var snap kubeapi.SandboxSnapshot
 	nodeName := func() string { return snap.Spec.NodeName }
 	if res, done, err := r.admit(ctx, req, &snap, nodeName, func() error { return r.remove(ctx, &snap) }); done {
