@@ -258,6 +258,8 @@ type CheckpointRequest struct {
 type RestoreRequest struct {
 	Name string   `json:"name,omitempty"`
 	TTL  Duration `json:"ttl,omitempty"` // replaces the snapshot's time to live
+	// Labels, when present, replace the snapshot's labels.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // ForkRequest is the optional body of POST …/fork.

@@ -306,7 +306,7 @@ func (c *Client) Checkpoint(ctx context.Context, ref string, o sandbox.Checkpoin
 
 // Restore starts a new sandbox from a snapshot.
 func (c *Client) Restore(ctx context.Context, snap string, o sandbox.RestoreOptions) (*sandbox.Sandbox, error) {
-	return c.sandboxCall(ctx, http.MethodPost, "/v1/snapshots/"+url.PathEscape(snap)+"/restore", api.RestoreRequest{Name: o.Name, TTL: api.Duration(o.TTL)})
+	return c.sandboxCall(ctx, http.MethodPost, "/v1/snapshots/"+url.PathEscape(snap)+"/restore", api.RestoreRequest{Name: o.Name, TTL: api.Duration(o.TTL), Labels: o.Labels})
 }
 
 // Fork makes running copies of a running sandbox.

@@ -211,6 +211,10 @@ type RestoreOptions struct {
 	// TTL, above 0, replaces the snapshot's time to live: the copy starts
 	// with its deadline, so no SetTTL call follows on the critical path.
 	TTL time.Duration
+	// Labels, when not nil, replace the snapshot's labels: the copy is
+	// tagged as its maker asks (E2B's metadata of a sandbox made from a
+	// snapshot), not as its source was.
+	Labels map[string]string
 }
 
 // ForkOptions describe a fork.

@@ -27,15 +27,21 @@ func (a *app) checkpointCmd() *cobra.Command {
 
 func (a *app) restoreCmd() *cobra.Command {
 	var o sandbox.RestoreOptions
+	var labels []string
 	cmd := command(a, &cobra.Command{
-		Use:   "restore [--name NEW] [--ttl D] SNAPSHOT",
+		Use:   "restore [--name NEW] [--ttl D] [--label K=V]... SNAPSHOT",
 		Short: "Start a new sandbox in the state saved in a snapshot",
 		Long:  "Start a new sandbox in the state saved in a snapshot, with its own ID, name, hostname and machine ID. Prints the new sandbox's ID.",
 		Args:  cobra.ExactArgs(1),
 	}, "", printLine(sandboxID), on((*session).sandboxes, func(s *session, ops sandbox.Service, args []string) (*sandbox.Sandbox, error) {
+		var err error
+		if o.Labels, err = parseLabels(labels); err != nil {
+			return nil, err
+		}
 		return ops.Restore(s.ctx, args[0], o)
 	}))
 	cmd.Flags().StringVar(&o.Name, "name", "", "name the new sandbox")
+	cmd.Flags().StringArrayVar(&labels, "label", nil, "label KEY=VALUE, replacing the snapshot's labels (repeatable)")
 	cmd.Flags().DurationVar(&o.TTL, "ttl", 0, "time to live from the restore, replacing the snapshot's (0: the snapshot's)")
 	return cmd
 }

@@ -107,15 +107,8 @@ func (f *createFlags) options(fs *pflag.FlagSet, cmd []string, start bool) (sand
 	if err := checkEnv(f.env); err != nil {
 		return o, err
 	}
-	for _, kv := range f.labels {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			return o, fmt.Errorf("--label %q: want KEY=VALUE", kv)
-		}
-		if o.Config.Labels == nil {
-			o.Config.Labels = map[string]string{}
-		}
-		o.Config.Labels[k] = v
+	if o.Config.Labels, err = parseLabels(f.labels); err != nil {
+		return o, err
 	}
 	pol := f.net.policy()
 	for _, p := range f.publish {
@@ -626,4 +619,21 @@ later start. 0 removes it. A running sandbox's deadline moves at once.`,
 		}
 		return ops.SetTTL(s.ctx, args[0], ttl)
 	})
+}
+
+// parseLabels turns repeated --label KEY=VALUE flags into labels (nil
+// for none).
+func parseLabels(kvs []string) (map[string]string, error) {
+	var l map[string]string
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fmt.Errorf("--label %q: want KEY=VALUE", kv)
+		}
+		if l == nil {
+			l = map[string]string{}
+		}
+		l[k] = v
+	}
+	return l, nil
 }

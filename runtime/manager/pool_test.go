@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -150,7 +151,7 @@ func memberIDs(t *testing.T, m *testManager, pool string, state sandbox.State) m
 func TestHotPool(t *testing.T) {
 	m := newManager(t)
 	ctx := context.Background()
-	src := m.run(t, sandbox.Config{Env: []string{"WHO=src"}})
+	src := m.run(t, sandbox.Config{Env: []string{"WHO=src"}, Labels: map[string]string{"from": "src"}})
 	m.startKV(t, src)
 	if got := m.kv(t, src, "set a 1"); got != "ok" {
 		t.Fatal(got)
@@ -190,9 +191,15 @@ func TestHotPool(t *testing.T) {
 	if _, err := m.Restore(ctx, "hot-src", sandbox.RestoreOptions{TTL: -time.Second}); !errors.Is(err, sandbox.ErrInvalid) {
 		t.Errorf("restore with a negative TTL: %v, want ErrInvalid", err)
 	}
-	cp, err := m.Restore(ctx, "hot-src", sandbox.RestoreOptions{Name: "claimed", TTL: time.Hour})
+	if _, err := m.Restore(ctx, "hot-src", sandbox.RestoreOptions{Labels: map[string]string{"a=b": "c"}}); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Errorf("restore with a bad label: %v, want ErrInvalid", err)
+	}
+	cp, err := m.Restore(ctx, "hot-src", sandbox.RestoreOptions{Name: "claimed", TTL: time.Hour, Labels: map[string]string{"from": "hot"}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !maps.Equal(cp.Config.Labels, map[string]string{"from": "hot"}) {
+		t.Errorf("claimed copy's labels %v, want the restore's", cp.Config.Labels)
 	}
 	if !waiting[cp.ID] || cp.Name != "claimed" || cp.State != sandbox.StateRunning || cp.Snapshot != snap.ID {
 		t.Fatalf("restore with a hot pool: %+v, want one of %v, running", cp, waiting)
@@ -244,6 +251,16 @@ func TestHotPool(t *testing.T) {
 		t.Error("a restore after the pool's removal got one of its copies")
 	}
 	checkTTL(t, "restored copy", cold, 2*time.Hour)
+	if !maps.Equal(cold.Config.Labels, src.Config.Labels) {
+		t.Errorf("restored copy's labels %v, want its source's %v", cold.Config.Labels, src.Config.Labels)
+	}
+	relabelled, err := m.Restore(ctx, "hot-src", sandbox.RestoreOptions{Labels: map[string]string{"from": "cold"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := m.Get(ctx, relabelled.ID); err != nil || !maps.Equal(got.Config.Labels, map[string]string{"from": "cold"}) {
+		t.Errorf("restored copy's labels %v (%v), want the restore's", got.Config.Labels, err)
+	}
 	if got := m.kv(t, cold, "get a"); got != "1" {
 		t.Errorf("restored copy: get a = %q", got)
 	}

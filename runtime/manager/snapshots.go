@@ -122,6 +122,12 @@ func (m *Manager) Restore(ctx context.Context, snapRef string, o sandbox.Restore
 	if o.TTL > 0 {
 		meta.Config.TTL = o.TTL
 	}
+	if o.Labels != nil {
+		if err := checkLabels(o.Labels); err != nil {
+			return nil, fmt.Errorf("restore %s: %w", snapRef, err)
+		}
+		meta.Config.Labels = o.Labels
+	}
 	// Rated here, counted in admit: a hot copy already counts.
 	if err := m.rate(ctx, 1); err != nil {
 		return nil, fmt.Errorf("restore %s: %w", snapRef, err)

@@ -19,24 +19,19 @@ import (
 // Sandbox.create(snapshotId) restores one into a new sandbox, memory and
 // processes included.
 
-type snapshotJSON struct {
-	SnapshotID string   `json:"snapshotID"`
-	Names      []string `json:"names"`
-}
-
-func newSnapshotJSON(sn *sandbox.Snapshot) snapshotJSON {
+func newSnapshotJSON(sn *sandbox.Snapshot) e2bapi.Snapshot {
 	names := sn.Names
 	if names == nil {
 		names = []string{}
 	}
-	return snapshotJSON{SnapshotID: sn.ID, Names: names}
+	return e2bapi.Snapshot{SnapshotID: sn.ID, Names: names}
 }
 
 // fromTemplate makes a sandbox for a template that names no image: a
 // snapshot to restore, or the SDK's default template.
 func (h *Handler) fromTemplate(ctx context.Context, template string, o sandbox.CreateOptions) (*sandbox.Sandbox, error) {
 	if h.snaps != nil {
-		sb, err := h.m.Restore(ctx, template, sandbox.RestoreOptions{})
+		sb, err := h.m.Restore(ctx, template, sandbox.RestoreOptions{Labels: o.Config.Labels})
 		if err == nil {
 			// The copy carries its source's lifetime; this request's wins.
 			// A code interpreter down in the checkpoint starts at the
@@ -62,12 +57,8 @@ func (h *Handler) fromTemplate(ctx context.Context, template string, o sandbox.C
 	return nil, fmt.Errorf("%w: %q is neither an image nor a snapshot", image.ErrNotFound, template)
 }
 
-type snapshotRequest struct {
-	Name string `json:"name"`
-}
-
 func (h *Handler) createSnapshot(w http.ResponseWriter, r *http.Request) {
-	var req snapshotRequest
+	var req e2bapi.SnapshotRequest
 	if err := decodeBody(r, &req); err != nil {
 		writeAPIError(w, http.StatusBadRequest, err.Error())
 		return
@@ -94,7 +85,7 @@ func (h *Handler) createSnapshot(w http.ResponseWriter, r *http.Request) {
 // listSnapshots answers GET /snapshots, filtered by the sandbox they were
 // taken of (sandboxID) and by name.
 func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request) {
-	out := []snapshotJSON{}
+	out := []e2bapi.Snapshot{}
 	if h.snaps == nil {
 		writeJSON(w, http.StatusOK, out)
 		return

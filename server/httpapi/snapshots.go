@@ -115,7 +115,7 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	sb, err := s.o.Manager.Restore(r.Context(), r.PathValue("snapshot"), sandbox.RestoreOptions{Name: req.Name, TTL: time.Duration(req.TTL)})
+	sb, err := s.o.Manager.Restore(r.Context(), r.PathValue("snapshot"), sandbox.RestoreOptions{Name: req.Name, TTL: time.Duration(req.TTL), Labels: req.Labels})
 	created(w, sb, err)
 }
 
