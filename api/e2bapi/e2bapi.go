@@ -19,6 +19,18 @@ type Error struct {
 	Message string `json:"message"`
 }
 
+// SnapshotRequest is the body of POST /sandboxes/{id}/snapshots.
+type SnapshotRequest struct {
+	Name string `json:"name"`
+}
+
+// Snapshot is a sandbox snapshot as E2B describes it: its ID, which
+// Sandbox.create takes as a templateID, and its names.
+type Snapshot struct {
+	SnapshotID string   `json:"snapshotID"`
+	Names      []string `json:"names"`
+}
+
 // ForkRequest is the body of POST /sandboxes/{id}/fork: how many copies
 // (default 1), and their time to live in seconds.
 type ForkRequest struct {

@@ -50,6 +50,10 @@ type SandboxSnapshotStatus struct {
 	// keeps it).
 	// +optional
 	ID string `json:"id,omitempty"`
+	// SandboxID is the smolvm sandbox checkpointed (E2B's sandboxID, by
+	// which its snapshots are listed).
+	// +optional
+	SandboxID string `json:"sandboxID,omitempty"`
 	// Nodes hold a copy (the first took it).
 	// +optional
 	Nodes []string `json:"nodes,omitempty"`

@@ -39,12 +39,10 @@ func (g *Gateway) e2bRoutes() *http.ServeMux {
 	for _, p := range []string{"GET /sandboxes/{id}", "POST /sandboxes/{id}/timeout", "GET /sandboxes/{id}/metrics", "PUT /sandboxes/{id}/network"} {
 		mux.HandleFunc(p, g.e2bForward)
 	}
-	unserved := func(why string) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) { writeE2B(w, http.StatusNotImplemented, why) }
-	}
 	mux.HandleFunc("POST /sandboxes/{id}/fork", g.e2bFork)
-	mux.HandleFunc("POST /sandboxes/{id}/snapshots", unserved("snapshots are not served by the cluster gateway yet: make a SandboxSnapshot (docs/kube.md)"))
-	mux.HandleFunc("GET /snapshots", unserved("snapshots are not served by the cluster gateway yet: list SandboxSnapshots (docs/kube.md)"))
+	mux.HandleFunc("POST /sandboxes/{id}/snapshots", g.e2bSnapshot)
+	mux.HandleFunc("GET /snapshots", g.e2bSnapshots)
+	mux.HandleFunc("DELETE /templates/{template}", g.e2bDeleteTemplate)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeE2B(w, http.StatusNotFound, fmt.Sprintf("no route %s %s; E2B's API is at / and %s, smolvm's at /v1", r.Method, r.URL.Path, e2bPrefix))
 	})
@@ -133,12 +131,19 @@ func (g *Gateway) e2bSpec(ctx context.Context, ns string, req *e2bapi.CreateRequ
 	switch err := g.cfg.Kube.Get(ctx, kclient.ObjectKey{Namespace: ns, Name: req.TemplateID}, &tmpl); {
 	case err == nil:
 		spec.SandboxTemplateRef = &kubeapi.LocalRef{Name: req.TemplateID}
-	case (apierrors.IsNotFound(err) || apierrors.IsInvalid(err)) && req.TemplateID == e2bapi.DefaultTemplate:
-		spec.Image = sandbox.DefaultImage
-	case apierrors.IsNotFound(err), apierrors.IsInvalid(err):
-		spec.Image = req.TemplateID
-	default:
+		return spec, nil
+	case !apierrors.IsNotFound(err) && !apierrors.IsInvalid(err):
 		return spec, fmt.Errorf("templateID: %w", err)
+	}
+	switch snap, err := g.snapshot(ctx, ns, req.TemplateID); {
+	case err == nil:
+		return restoreSpec(snap, spec.Labels, time.Duration(*spec.TTLSeconds)*time.Second), nil
+	case !errors.Is(err, errNotFound):
+		return spec, fmt.Errorf("templateID: %w", err)
+	}
+	spec.Image = req.TemplateID
+	if req.TemplateID == e2bapi.DefaultTemplate {
+		spec.Image = sandbox.DefaultImage
 	}
 	return spec, nil
 }
@@ -162,7 +167,13 @@ func (g *Gateway) create(ctx context.Context, ns, name, prefix string, spec kube
 	if err := g.cfg.Kube.Create(ctx, sb); err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
-	ready, err := g.waitPhase(ctx, kclient.ObjectKeyFromObject(sb), kubeapi.PhaseRunning)
+	// A failed object is deleted, so its name (maybe generated) would
+	// name nothing.
+	what := "the new sandbox"
+	if name != "" {
+		what = "sandbox " + name
+	}
+	ready, err := g.waitPhase(ctx, kclient.ObjectKeyFromObject(sb), what, kubeapi.PhaseRunning)
 	if err != nil {
 		// The request's context may be what ended.
 		if derr := g.cfg.Kube.Delete(context.WithoutCancel(ctx), sb); derr != nil && !apierrors.IsNotFound(derr) {
@@ -316,7 +327,7 @@ func (g *Gateway) setPaused(ctx context.Context, sb *kubeapi.Sandbox, paused boo
 	if paused {
 		want = kubeapi.PhasePaused
 	}
-	return g.waitPhase(ctx, kclient.ObjectKeyFromObject(sb), want)
+	return g.waitPhase(ctx, kclient.ObjectKeyFromObject(sb), "sandbox "+sb.Name, want)
 }
 
 func (g *Gateway) e2bKill(w http.ResponseWriter, r *http.Request) {
@@ -341,7 +352,7 @@ func (g *Gateway) remove(ctx context.Context, sb *kubeapi.Sandbox) error {
 	if err := g.cfg.Kube.Delete(ctx, sb); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete sandbox %s: %w", sb.Name, err)
 	}
-	return g.waitGone(ctx, kclient.ObjectKeyFromObject(sb))
+	return g.waitGone(ctx, sb)
 }
 
 // e2bForward sends a request about one sandbox to its node.

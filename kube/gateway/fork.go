@@ -31,7 +31,7 @@ func (g *Gateway) fork(ctx context.Context, src *kubeapi.Sandbox, n int, prefix 
 	if err := g.cfg.Kube.Create(ctx, snap); err != nil {
 		return nil, nil, fmt.Errorf("fork %s: snapshot: %w", src.Name, err)
 	}
-	if err := g.waitSnapshot(ctx, kclient.ObjectKeyFromObject(snap)); err != nil {
+	if _, err := g.waitSnapshot(ctx, kclient.ObjectKeyFromObject(snap)); err != nil {
 		return nil, nil, fmt.Errorf("fork %s: %w", src.Name, err)
 	}
 	spec := kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Snapshot: snap.Name, Count: 1}, TTLSeconds: ptr.To(int64(ttl / time.Second))}
@@ -44,8 +44,9 @@ func (g *Gateway) fork(ctx context.Context, src *kubeapi.Sandbox, n int, prefix 
 	return copies, errs, nil
 }
 
-// waitSnapshot waits until the SandboxSnapshot key names is Ready.
-func (g *Gateway) waitSnapshot(ctx context.Context, key kclient.ObjectKey) error {
+// waitSnapshot waits until the SandboxSnapshot key names is Ready, and
+// returns it.
+func (g *Gateway) waitSnapshot(ctx context.Context, key kclient.ObjectKey) (*kubeapi.SandboxSnapshot, error) {
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.Ready)
 	defer cancel()
 	t := time.NewTicker(poll)
@@ -55,15 +56,15 @@ func (g *Gateway) waitSnapshot(ctx context.Context, key kclient.ObjectKey) error
 		if err := g.cfg.Kube.Get(ctx, key, &s); err == nil {
 			switch s.Status.Phase {
 			case kubeapi.SnapshotReady:
-				return nil
+				return &s, nil
 			case kubeapi.SnapshotFailed:
-				return &phaseError{422, fmt.Sprintf("snapshot %s failed: %s", key.Name, condition(s.Status.Conditions, kubeapi.ConditionReady))}
+				return nil, &phaseError{422, fmt.Sprintf("snapshot %s failed: %s", key.Name, condition(s.Status.Conditions, kubeapi.ConditionReady))}
 			}
 		}
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			return &phaseError{503, fmt.Sprintf("snapshot %s not Ready within %s: %s", key.Name, g.cfg.Ready, condition(s.Status.Conditions, kubeapi.ConditionReady))}
+			return nil, &phaseError{503, fmt.Sprintf("snapshot %s not Ready within %s: %s", key.Name, g.cfg.Ready, condition(s.Status.Conditions, kubeapi.ConditionReady))}
 		}
 	}
 }

@@ -106,6 +106,9 @@ func Setup(ctx context.Context, c cache.Cache) error {
 	if err != nil {
 		return fmt.Errorf("gateway: index sandboxes: %w", err)
 	}
+	if err := c.IndexField(ctx, &kubeapi.SandboxSnapshot{}, indexSnapshotID, indexSnapshots); err != nil {
+		return fmt.Errorf("gateway: index snapshots: %w", err)
+	}
 	for _, o := range []kclient.Object{&kubeapi.SandboxTemplate{}, &kubeapi.SandboxWarmPool{}, &kubeapi.SandboxSnapshot{}} {
 		if _, err := c.GetInformer(ctx, o); err != nil {
 			return fmt.Errorf("gateway: watch %T: %w", o, err)

@@ -27,18 +27,29 @@ func (g *Gateway) nativeRoutes() *http.ServeMux {
 	mux.HandleFunc("POST /v1/sandboxes/{id}/resume", g.nativePause(false))
 	// What changes a sandbox's life goes through its object.
 	mux.HandleFunc("POST /v1/sandboxes/{id}/fork", g.nativeFork)
-	for _, op := range []string{"start", "stop", "checkpoint"} {
+	mux.HandleFunc("POST /v1/sandboxes/{id}/checkpoint", g.nativeCheckpoint)
+	for _, op := range []string{"start", "stop"} {
 		mux.HandleFunc("POST /v1/sandboxes/{id}/"+op, func(w http.ResponseWriter, r *http.Request) {
-			writeNative(w, http.StatusNotImplemented, api.CodeUnsupported, op+" is not served by the cluster gateway yet: edit the Sandbox object, or make a SandboxSnapshot or a Sandbox with spec.forkFrom (docs/kube.md)")
+			writeNative(w, http.StatusNotImplemented, api.CodeUnsupported, op+" is not served by the cluster gateway: a Sandbox runs until deleted (pause and resume are served)")
 		})
 	}
+	mux.HandleFunc("GET /v1/snapshots", g.nativeSnapshots)
+	mux.HandleFunc("GET /v1/snapshots/{snapshot}", g.nativeGetSnapshot)
+	mux.HandleFunc("DELETE /v1/snapshots/{snapshot}", g.nativeDeleteSnapshot)
+	mux.HandleFunc("POST /v1/snapshots/{snapshot}/restore", g.nativeRestore)
 	// The rest about one sandbox (exec, files, logs, stats, ports,
 	// timeout, network) its node answers.
 	mux.HandleFunc("/v1/sandboxes/{id}", g.nativeForward)
 	mux.HandleFunc("/v1/sandboxes/{id}/{rest...}", g.nativeForward)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeNative(w, http.StatusNotImplemented, api.CodeUnsupported, fmt.Sprintf("%s %s is not served by the cluster gateway: it serves sandboxes (/v1/sandboxes) and E2B's API; pools, snapshots and images are Kubernetes objects (docs/kube.md)", r.Method, r.URL.Path))
-	})
+	unserved := func(w http.ResponseWriter, r *http.Request) {
+		writeNative(w, http.StatusNotImplemented, api.CodeUnsupported, fmt.Sprintf("%s %s is not served by the cluster gateway: it serves sandboxes, snapshots and E2B's API; pools and images are Kubernetes objects and node state (docs/kube.md)", r.Method, r.URL.Path))
+	}
+	// Without a method, these catch what ServeMux would answer with a
+	// bare 405 (another method of a served path), such as a node's
+	// snapshot import.
+	mux.HandleFunc("/v1/snapshots", unserved)
+	mux.HandleFunc("/v1/snapshots/{snapshot}", unserved)
+	mux.HandleFunc("/", unserved)
 	return mux
 }
 

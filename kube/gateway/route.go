@@ -73,16 +73,26 @@ func (g *Gateway) node(ctx context.Context, sb *kubeapi.Sandbox) (*url.URL, erro
 	if name == "" {
 		name = sb.Spec.NodeName
 	}
+	u, err := g.nodeURL(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", sb.Name, err)
+	}
+	return u, nil
+}
+
+// nodeURL returns the URL of the smolvm serve on node name, from its
+// Lease, if the node is live.
+func (g *Gateway) nodeURL(ctx context.Context, name string) (*url.URL, error) {
 	var l coordinationv1.Lease
 	if err := g.cfg.Kube.Get(ctx, kclient.ObjectKey{Namespace: g.cfg.LeaseNamespace, Name: kubeapi.LeasePrefix + name}, &l); err != nil {
-		return nil, fmt.Errorf("node %q of sandbox %s: %w", name, sb.Name, err)
+		return nil, fmt.Errorf("node %q: %w", name, err)
 	}
 	n, ok := kubeapi.NodeFromLease(&l)
 	if !ok || n.Endpoint == "" {
-		return nil, fmt.Errorf("node %q of sandbox %s: its Lease names no endpoint", name, sb.Name)
+		return nil, fmt.Errorf("node %q: its Lease names no endpoint", name)
 	}
 	if time.Now().After(n.Expires) {
-		return nil, fmt.Errorf("node %q of sandbox %s: %w (its Lease lapsed at %s)", name, sb.Name, errNodeGone, n.Expires.Format(time.RFC3339))
+		return nil, fmt.Errorf("node %q: %w (its Lease lapsed at %s)", name, errNodeGone, n.Expires.Format(time.RFC3339))
 	}
 	u, err := url.Parse(n.Endpoint)
 	if err != nil {
@@ -138,6 +148,14 @@ func newForwarder(token string) *forwarder {
 
 // forward sends r to path on the node at base.
 func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, base *url.URL, path string, token bool) {
+	// A stream's answer starts before its request body is all sent. An
+	// HTTP/1.1 handler may not read the body after the first flush
+	// otherwise: the transport's copy of it then fails, and the node
+	// connection is closed mid-stream (the SDK's "terminated").
+	if err := http.NewResponseController(w).EnableFullDuplex(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		writeE2B(w, http.StatusInternalServerError, err.Error())
+		return
+	}
 	f.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, target{base: base, path: path, token: token})))
 }
 

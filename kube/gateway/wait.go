@@ -51,8 +51,8 @@ func statusOf(err error) int {
 // waitPhase waits until the Sandbox key names is in phase want, and
 // returns it. A sandbox that fails, is lost or stops instead is an error
 // carrying its Ready condition's message; one still unscheduled at the
-// deadline carries its Scheduled condition's.
-func (g *Gateway) waitPhase(ctx context.Context, key kclient.ObjectKey, want kubeapi.SandboxPhase) (*kubeapi.Sandbox, error) {
+// deadline carries its Scheduled condition's. Errors call it what.
+func (g *Gateway) waitPhase(ctx context.Context, key kclient.ObjectKey, what string, want kubeapi.SandboxPhase) (*kubeapi.Sandbox, error) {
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.Ready)
 	defer cancel()
 	t := time.NewTicker(poll)
@@ -64,11 +64,11 @@ func (g *Gateway) waitPhase(ctx context.Context, key kclient.ObjectKey, want kub
 		case apierrors.IsNotFound(err):
 			// The cache may not have seen a create yet: wait on.
 		case err != nil && ctx.Err() == nil:
-			return nil, fmt.Errorf("sandbox %s: %w", key.Name, err)
+			return nil, fmt.Errorf("%s: %w", what, err)
 		case err == nil && sb.Status.Phase == want && sb.Status.ObservedGeneration >= sb.Generation:
 			return &sb, nil
 		case err == nil && (sb.Status.Phase == kubeapi.PhaseFailed || sb.Status.Phase == kubeapi.PhaseLost || sb.Status.Phase == kubeapi.PhaseStopped):
-			return nil, &phaseError{http.StatusUnprocessableEntity, fmt.Sprintf("sandbox %s is %s: %s", key.Name, sb.Status.Phase, condition(sb.Status.Conditions, kubeapi.ConditionReady))}
+			return nil, &phaseError{http.StatusUnprocessableEntity, fmt.Sprintf("%s is %s: %s", what, sb.Status.Phase, condition(sb.Status.Conditions, kubeapi.ConditionReady))}
 		}
 		select {
 		case <-t.C:
@@ -77,27 +77,27 @@ func (g *Gateway) waitPhase(ctx context.Context, key kclient.ObjectKey, want kub
 			if sb.Spec.NodeName != "" {
 				why = condition(sb.Status.Conditions, kubeapi.ConditionReady)
 			}
-			return nil, &phaseError{http.StatusServiceUnavailable, fmt.Sprintf("sandbox %s not %s within %s (%s): %s", key.Name, want, g.cfg.Ready, orPending(sb.Status.Phase), why)}
+			return nil, &phaseError{http.StatusServiceUnavailable, fmt.Sprintf("%s not %s within %s (%s): %s", what, want, g.cfg.Ready, orPending(sb.Status.Phase), why)}
 		}
 	}
 }
 
-// waitGone waits until the Sandbox key names is deleted (its node
-// removed its sandboxes and the finalizer).
-func (g *Gateway) waitGone(ctx context.Context, key kclient.ObjectKey) error {
+// waitGone waits until obj, a Sandbox or a SandboxSnapshot that was
+// deleted, is gone: its node removed what it made and the finalizer.
+func (g *Gateway) waitGone(ctx context.Context, obj kclient.Object) error {
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.Ready)
 	defer cancel()
 	t := time.NewTicker(poll)
 	defer t.Stop()
+	key := kclient.ObjectKeyFromObject(obj)
 	for {
-		var sb kubeapi.Sandbox
-		if err := g.cfg.Kube.Get(ctx, key, &sb); apierrors.IsNotFound(err) {
+		if err := g.cfg.Kube.Get(ctx, key, obj); apierrors.IsNotFound(err) {
 			return nil
 		}
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			return &phaseError{http.StatusServiceUnavailable, fmt.Sprintf("sandbox %s: deleted, but its node has not removed it within %s", key.Name, g.cfg.Ready)}
+			return &phaseError{http.StatusServiceUnavailable, fmt.Sprintf("%s: deleted, but its node has not removed it within %s", key.Name, g.cfg.Ready)}
 		}
 	}
 }

@@ -157,7 +157,7 @@ func (r *sandboxes) make(ctx context.Context, sb *kubeapi.Sandbox, missing []str
 		}
 		s, err := r.Smolvm.Create(ctx, o)
 		if err != nil {
-			return nil, fmt.Errorf("create %s: %w", key(sb), err)
+			return nil, err // "create: …": the log and the condition name the object
 		}
 		return []*sandbox.Sandbox{s}, nil
 	case from.Sandbox != "":
@@ -174,7 +174,7 @@ func (r *sandboxes) make(ctx context.Context, sb *kubeapi.Sandbox, missing []str
 		// A fork is all or nothing, so missing is every copy.
 		copies, err := r.Smolvm.Fork(ctx, src.Status.Instances[0].ID, sandbox.ForkOptions{N: len(missing), NamePrefix: prefix(sb)})
 		if err != nil {
-			return nil, fmt.Errorf("fork %s for %s: %w", from.Sandbox, key(sb), err)
+			return nil, fmt.Errorf("fork %s: %w", from.Sandbox, err)
 		}
 		return copies, nil
 	default:
@@ -193,9 +193,9 @@ func (r *sandboxes) make(ctx context.Context, sb *kubeapi.Sandbox, missing []str
 		}
 		var made []*sandbox.Sandbox
 		for _, name := range missing {
-			s, err := r.Smolvm.Restore(ctx, snap.Status.ID, sandbox.RestoreOptions{Name: name, TTL: ttl(sb.Spec.TTLSeconds)})
+			s, err := r.Smolvm.Restore(ctx, snap.Status.ID, sandbox.RestoreOptions{Name: name, TTL: ttl(sb.Spec.TTLSeconds), Labels: sb.Spec.Labels})
 			if err != nil {
-				return made, fmt.Errorf("restore %s for %s: %w", from.Snapshot, key(sb), err)
+				return made, fmt.Errorf("restore %s: %w", from.Snapshot, err)
 			}
 			made = append(made, s)
 		}

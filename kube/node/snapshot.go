@@ -79,7 +79,7 @@ func (r *snapshots) setStatus(ctx context.Context, snap *kubeapi.SandboxSnapshot
 	st := *snap.Status.DeepCopy()
 	st.Phase = phase
 	if s != nil {
-		st.ID, st.SizeBytes, st.Nodes = s.ID, s.Size, []string{r.Node}
+		st.ID, st.SandboxID, st.SizeBytes, st.Nodes = s.ID, s.Lineage.Sandbox, s.Size, []string{r.Node}
 	}
 	setReady(&st.Conditions, s != nil, reason, msg, snap.Generation)
 	if equality.Semantic.DeepEqual(snap.Status, st) {
