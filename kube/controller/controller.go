@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	kretry "k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -68,7 +69,11 @@ type Options struct {
 // Binder is the Sandbox reconciler.
 type Binder struct {
 	c client.Client
-	o Options
+	// direct reads the API server itself: a status write that lost a
+	// race is redone over what the winner wrote, which the cache may not
+	// hold yet.
+	direct client.Reader
+	o      Options
 	// assumed are binds made but maybe not yet in the cache, so that a
 	// burst of creates does not all land on the node that looked free.
 	mu      sync.Mutex
@@ -102,7 +107,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}); err != nil {
 		return fmt.Errorf("controller: index sandboxes by node: %w", err)
 	}
-	b := &Binder{c: mgr.GetClient(), o: o, assumed: map[types.UID]assumption{}}
+	b := &Binder{c: mgr.GetClient(), direct: mgr.GetAPIReader(), o: o, assumed: map[types.UID]assumption{}}
 	// A pooled Sandbox changing (ready, claimed, gone) wakes its pool.
 	if err := ctrl.NewControllerManagedBy(mgr).Named(o.Name + "-pools").For(&kubeapi.SandboxWarmPool{}).
 		Owns(&kubeapi.Sandbox{}).Complete(&pools{c: mgr.GetClient()}); err != nil {
@@ -219,18 +224,32 @@ func (b *Binder) watchNode(ctx context.Context, sb *kubeapi.Sandbox, nodes map[s
 		fmt.Sprintf("node %s stopped renewing its lease; the sandbox's memory went with it", sb.Spec.NodeName))
 }
 
-// setStatus sets sb's phase (unless empty) and one condition.
+// setStatus sets sb's phase (unless empty) and one condition. The write
+// holds sb's resourceVersion, and is redone over a fresh read when another
+// writer came first: the node daemon reports the sandbox's own Ready
+// condition (a failed create, say) the moment the bind reaches it, and a
+// plain merge patch would replace that list of conditions with this
+// stale one.
 func (b *Binder) setStatus(ctx context.Context, sb *kubeapi.Sandbox, phase kubeapi.SandboxPhase, typ string, st metav1.ConditionStatus, reason, msg string) error {
-	base := sb.DeepCopy()
-	if phase != "" {
-		sb.Status.Phase = phase
-	}
-	meta.SetStatusCondition(&sb.Status.Conditions, metav1.Condition{Type: typ, Status: st, Reason: reason, Message: msg, ObservedGeneration: sb.Generation})
-	if equality.Semantic.DeepEqual(base.Status, sb.Status) {
-		return nil
-	}
-	if err := b.c.Status().Patch(ctx, sb, client.MergeFrom(base)); err != nil {
-		return fmt.Errorf("status of %s/%s: %w", sb.Namespace, sb.Name, client.IgnoreNotFound(err))
+	err := kretry.RetryOnConflict(kretry.DefaultRetry, func() error {
+		base := sb.DeepCopy()
+		if phase != "" {
+			sb.Status.Phase = phase
+		}
+		meta.SetStatusCondition(&sb.Status.Conditions, metav1.Condition{Type: typ, Status: st, Reason: reason, Message: msg, ObservedGeneration: sb.Generation})
+		if equality.Semantic.DeepEqual(base.Status, sb.Status) {
+			return nil
+		}
+		err := b.c.Status().Patch(ctx, sb, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+		if apierrors.IsConflict(err) {
+			if rerr := b.direct.Get(ctx, client.ObjectKeyFromObject(sb), sb); rerr != nil {
+				return rerr
+			}
+		}
+		return err
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("status of %s/%s: %w", sb.Namespace, sb.Name, err)
 	}
 	return nil
 }

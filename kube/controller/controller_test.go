@@ -274,3 +274,40 @@ func BenchmarkBind100(b *testing.B) {
 	b.ReportMetric(float64(samples[len(samples)/2].Milliseconds()), "bind100-p50-ms")
 	b.ReportMetric(float64(samples[len(samples)-1].Milliseconds()), "bind100-max-ms")
 }
+
+// TestStatusRace writes the binder's Scheduled condition from a copy
+// read before the node reported the sandbox Failed: the node's Ready
+// condition and phase stay, beside the binder's condition.
+func TestStatusRace(t *testing.T) {
+	cl := kubetest.Start(t)
+	ctx := context.Background()
+	sb := &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "raced"}, Spec: kubeapi.SandboxSpec{SandboxBody: kubeapi.SandboxBody{Image: "debian:13"}}}
+	if err := cl.Client.Create(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	stale := sb.DeepCopy()
+	sb.Status.Phase = kubeapi.PhaseFailed
+	meta.SetStatusCondition(&sb.Status.Conditions, metav1.Condition{Type: kubeapi.ConditionReady, Status: metav1.ConditionFalse, Reason: "CreateFailed", Message: "image not found"})
+	if err := cl.Client.Status().Update(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if err := controller.SetStatus(ctx, cl.Client, stale, "", kubeapi.ConditionScheduled, metav1.ConditionTrue, controller.ReasonBound, "bound"); err != nil {
+		t.Fatal(err)
+	}
+	var got kubeapi.Sandbox
+	if err := cl.Client.Get(ctx, client.ObjectKeyFromObject(sb), &got); err != nil {
+		t.Fatal(err)
+	}
+	ready := meta.FindStatusCondition(got.Status.Conditions, kubeapi.ConditionReady)
+	sched := meta.FindStatusCondition(got.Status.Conditions, kubeapi.ConditionScheduled)
+	if got.Status.Phase != kubeapi.PhaseFailed || ready == nil || ready.Reason != "CreateFailed" || sched == nil || sched.Reason != controller.ReasonBound {
+		t.Fatalf("status after the race: %+v", got.Status)
+	}
+	// A sandbox gone meanwhile is no error.
+	if err := cl.Client.Delete(ctx, &got); err != nil {
+		t.Fatal(err)
+	}
+	if err := controller.SetStatus(ctx, cl.Client, &got, kubeapi.PhaseLost, kubeapi.ConditionReady, metav1.ConditionFalse, "NodeLost", "gone"); err != nil {
+		t.Fatalf("status of a deleted sandbox: %v", err)
+	}
+}

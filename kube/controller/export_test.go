@@ -1,0 +1,16 @@
+package controller
+
+import (
+	"context"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kubeapi "smolvm.dev/smolvm/kube/api"
+)
+
+// SetStatus is the binder's status write, for a test of its races.
+func SetStatus(ctx context.Context, c client.Client, sb *kubeapi.Sandbox, phase kubeapi.SandboxPhase, typ string, st metav1.ConditionStatus, reason, msg string) error {
+	b := &Binder{c: c, direct: c}
+	return b.setStatus(ctx, sb, phase, typ, st, reason, msg)
+}
