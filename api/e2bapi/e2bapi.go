@@ -13,6 +13,14 @@ import (
 // snapshot of that name exists.
 const DefaultTemplate = "base"
 
+// EnvdPort is envd's port, which the SDK names in E2b-Sandbox-Port;
+// every other port is the sandbox's own.
+const EnvdPort = "49983"
+
+// CodeInterpreterTemplate is @e2b/code-interpreter's default template:
+// the builtin image, with smolvm's kernel server on port 49999.
+const CodeInterpreterTemplate = "code-interpreter-v1"
+
 // Error is E2B's error body; the SDK reads code and message.
 type Error struct {
 	Code    int    `json:"code"`

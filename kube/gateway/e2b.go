@@ -142,7 +142,10 @@ func (g *Gateway) e2bSpec(ctx context.Context, ns string, req *e2bapi.CreateRequ
 		return spec, fmt.Errorf("templateID: %w", err)
 	}
 	spec.Image = req.TemplateID
-	if req.TemplateID == e2bapi.DefaultTemplate {
+	switch req.TemplateID {
+	case e2bapi.DefaultTemplate, e2bapi.CodeInterpreterTemplate:
+		// The code interpreter's kernel starts at the first request to
+		// its port (the node's kernels.ensure).
 		spec.Image = sandbox.DefaultImage
 	}
 	return spec, nil

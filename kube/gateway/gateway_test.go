@@ -310,6 +310,13 @@ func TestGateway(t *testing.T) {
 			"pty:", "files.watchDir")
 	})
 
+	t.Run("CodeInterpreter", func(t *testing.T) {
+		// @e2b/code-interpreter, unmodified: its template is the builtin
+		// image, whose kernel server starts at the first request to its
+		// port, routed by the gateway to the sandbox's node.
+		runSDK(t, c, "test/code-interpreter.test.mjs", []string{"E2B_API_KEY=" + keyA})
+	})
+
 	t.Run("E2BTenants", func(t *testing.T) {
 		// Two keys, two namespaces: B reaches none of A's sandboxes and
 		// snapshots, and each call answers as for one that never existed.

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 
+	"smolvm.dev/smolvm/api/e2bapi"
 	kubeapi "smolvm.dev/smolvm/kube/api"
 )
 
@@ -162,7 +163,9 @@ func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, base *url.UR
 // forwardEnvd routes an envd or port request by its sandbox ID. It acts
 // with the caller's credentials (the sandbox's access tokens), so it
 // needs no API key, and looks across namespaces: the ID is the secret's
-// partner, not the secret.
+// partner, not the secret. An API key of the sandbox's namespace opens
+// its ports too, as on a single smolvm serve: the request then goes on
+// with the nodes' token.
 func (g *Gateway) forwardEnvd(w http.ResponseWriter, r *http.Request, id string) {
 	sb, ok := g.byID(r.Context(), id)
 	if !ok {
@@ -174,14 +177,21 @@ func (g *Gateway) forwardEnvd(w http.ResponseWriter, r *http.Request, id string)
 		envdGone(w, r, err.Error())
 		return
 	}
-	g.fwd.forward(w, r, base, e2bPrefix+r.URL.Path, false)
+	ns, keyed := g.tenant(r)
+	g.fwd.forward(w, r, base, e2bPrefix+r.URL.Path, keyed && ns == sb.Namespace)
 }
 
-// envdGone answers an envd request for a sandbox that cannot be reached
-// as E2B's own proxy does: 502, which the SDK reads as "not running"
-// (Connect's unavailable; isRunning false), in the shape of the request's
-// protocol.
+// envdGone answers a request for a sandbox that cannot be reached. For
+// envd, that is as E2B's own proxy does: 502, which the SDK reads as "not
+// running" (Connect's unavailable; isRunning false), in the shape of the
+// request's protocol. A port of the sandbox's own answers 404, as the
+// node would for a sandbox it no longer has (the code interpreter's
+// NotFoundError).
 func envdGone(w http.ResponseWriter, r *http.Request, msg string) {
+	if p := r.Header.Get(headerSandboxPort); p != "" && p != e2bapi.EnvdPort {
+		writeE2B(w, http.StatusNotFound, msg)
+		return
+	}
 	if strings.HasPrefix(r.URL.Path, "/process.") || strings.HasPrefix(r.URL.Path, "/filesystem.") {
 		writeJSON(w, http.StatusBadGateway, map[string]string{"code": "unavailable", "message": msg})
 		return

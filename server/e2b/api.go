@@ -8,11 +8,11 @@ import (
 	"math"
 	"net/http"
 	"net/url"
-	"smolvm.dev/smolvm/api/e2bapi"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"smolvm.dev/smolvm/api/e2bapi"
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/runtime/image"
@@ -229,7 +229,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, image.ErrNotFound):
 		sb, err = h.fromTemplate(r.Context(), req.TemplateID, opts)
-	case err == nil && req.TemplateID == codeInterpreterTemplate:
+	case err == nil && req.TemplateID == e2bapi.CodeInterpreterTemplate:
 		// A warm pool (or an image) of that name: the template's
 		// sandboxes run the code interpreter, however they are made.
 		sb, err = h.withKernel(r.Context(), sb)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"smolvm.dev/smolvm/api/e2bapi"
 	"smolvm.dev/smolvm/internal/bench"
 	"smolvm.dev/smolvm/internal/testmgr"
 	"smolvm.dev/smolvm/sandbox"
@@ -116,7 +117,7 @@ func BenchmarkCodeInterpreter(b *testing.B) {
 	installSDK(b, npm)
 	s := newServer(b)
 	ctx := context.Background()
-	status, created := s.call(b, "POST", "/v2/sandboxes", apiKey, `{"templateID":"`+codeInterpreterTemplate+`","timeout":600}`)
+	status, created := s.call(b, "POST", "/v2/sandboxes", apiKey, `{"templateID":"`+e2bapi.CodeInterpreterTemplate+`","timeout":600}`)
 	if status != http.StatusCreated {
 		b.Fatalf("create: %d %v", status, created)
 	}
@@ -214,7 +215,7 @@ func BenchmarkInterpreterFork(b *testing.B) {
 	t := b
 	ctx := context.Background()
 	newInterpreter := func(setup, check string) (id string) {
-		status, body := s.call(t, "POST", "/v2/sandboxes", apiKey, `{"templateID":"`+codeInterpreterTemplate+`","timeout":600}`)
+		status, body := s.call(t, "POST", "/v2/sandboxes", apiKey, `{"templateID":"`+e2bapi.CodeInterpreterTemplate+`","timeout":600}`)
 		if status != http.StatusCreated {
 			b.Fatalf("create: %d %v", status, body)
 		}

@@ -10,10 +10,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"smolvm.dev/smolvm/api/e2bapi"
 	"strings"
 	"testing"
 
+	"smolvm.dev/smolvm/api/e2bapi"
 	"smolvm.dev/smolvm/internal/testmgr"
 	"smolvm.dev/smolvm/internal/testserve"
 	"smolvm.dev/smolvm/server/ports"

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"time"
 
+	"smolvm.dev/smolvm/api/e2bapi"
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/internal/names"
@@ -128,7 +129,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if id := r.Header.Get(headerSandboxID); id != "" {
 		// A valid port but envd's is forwarded; an invalid one is envd's
 		// to refuse, in its shape.
-		if p := r.Header.Get(headerSandboxPort); p != "" && p != envdPort && names.Check(names.Port, p) == nil {
+		if p := r.Header.Get(headerSandboxPort); p != "" && p != e2bapi.EnvdPort && names.Check(names.Port, p) == nil {
 			h.servePort(w, r, id, p)
 			return
 		}

@@ -8,11 +8,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
-	"smolvm.dev/smolvm/api/e2bapi"
 	"strings"
 	"testing"
 	"time"
 
+	"smolvm.dev/smolvm/api/e2bapi"
 	"smolvm.dev/smolvm/sandbox"
 )
 

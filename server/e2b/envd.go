@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"smolvm.dev/smolvm/api/e2bapi"
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/internal/names"
@@ -90,7 +91,7 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 		envdError(w, r, errdefs.New(errdefs.ErrInvalid, err.Error()))
 		return
 	}
-	if p := r.Header.Get(headerSandboxPort); p != "" && p != envdPort {
+	if p := r.Header.Get(headerSandboxPort); p != "" && p != e2bapi.EnvdPort {
 		// ServeHTTP forwards every valid port but envd's.
 		if err := names.Check(names.Port, p); err != nil {
 			envdError(w, r, fmt.Errorf("%s: %w", headerSandboxPort, err))
@@ -170,9 +171,6 @@ func (h *Handler) withSandbox(fn func(*envdCall)) http.HandlerFunc {
 		fn(&envdCall{w: w, r: r, sb: sb, user: basicUser(r)})
 	}
 }
-
-// envdPort is envd's port, which the SDK names in E2b-Sandbox-Port.
-const envdPort = "49983"
 
 // envdError answers a failed envd request: envd's {code, message} for its
 // HTTP routes (/files, /health), a Connect error for the RPC services,

@@ -19,7 +19,7 @@ import (
 // 49999 inside the sandbox, reached like any port (servePort). smolvm's is
 // kernel/kernel.py: Python's standard library only, one interpreter
 // process per context (kernel/worker.js for JavaScript, where the image
-// has node). A sandbox of the template codeInterpreterTemplate (the SDK's
+// has node). A sandbox of the template e2bapi.CodeInterpreterTemplate (the SDK's
 // default) has it from the start: a cold create or one from a warm pool of
 // that name starts it (withKernel). Any other sandbox whose image has
 // python3 gets it at its first request to the port, when nothing listens
@@ -35,10 +35,9 @@ var (
 )
 
 const (
-	codeInterpreterTemplate = "code-interpreter-v1"
-	kernelPort              = 49999
-	kernelPath              = "/opt/smolvm/kernel.py"
-	kernelWorkerPath        = "/opt/smolvm/worker.js" // beside kernelPath: kernel.py looks there
+	kernelPort       = 49999
+	kernelPath       = "/opt/smolvm/kernel.py"
+	kernelWorkerPath = "/opt/smolvm/worker.js" // beside kernelPath: kernel.py looks there
 	// kernelStartTimeout bounds the wait for the kernel to listen.
 	kernelStartTimeout = 15 * time.Second
 	// maxKernelsUp bounds the sandboxes kernels remembers; past it, it

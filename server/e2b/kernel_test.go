@@ -8,13 +8,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"smolvm.dev/smolvm/api/e2bapi"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"smolvm.dev/smolvm/api/e2bapi"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -84,7 +84,7 @@ func TestCodeInterpreterTemplate(t *testing.T) {
 		}
 	}
 
-	cold := create("cold", codeInterpreterTemplate)
+	cold := create("cold", e2bapi.CodeInterpreterTemplate)
 	if text, e := s.runCell(t, cold, "state = 'set before the checkpoint'\nstate"); text != "set before the checkpoint" || e != "" {
 		t.Fatalf("cold create: %q %q", text, e)
 	}
@@ -110,14 +110,14 @@ func TestCodeInterpreterTemplate(t *testing.T) {
 		t.Fatalf("restored with the kernel down: %q %q; want a fresh kernel (NameError)", text, e)
 	}
 
-	if _, err := m.CreatePool(ctx, sandbox.PoolOptions{Name: codeInterpreterTemplate, Size: 1}); err != nil {
+	if _, err := m.CreatePool(ctx, sandbox.PoolOptions{Name: e2bapi.CodeInterpreterTemplate, Size: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := m.FillPool(ctx, codeInterpreterTemplate); err != nil || n != 1 {
+	if n, err := m.FillPool(ctx, e2bapi.CodeInterpreterTemplate); err != nil || n != 1 {
 		t.Fatalf("fill: %d %v", n, err)
 	}
-	pooled := create("pool", codeInterpreterTemplate)
-	if p, err := m.Pool(ctx, codeInterpreterTemplate); err != nil || p.Ready != 0 {
+	pooled := create("pool", e2bapi.CodeInterpreterTemplate)
+	if p, err := m.Pool(ctx, e2bapi.CodeInterpreterTemplate); err != nil || p.Ready != 0 {
 		t.Fatalf("pool after the create: %+v %v (want its one sandbox taken)", p, err)
 	}
 	if text, e := s.runCell(t, pooled, "1 + 1"); text != "2" || e != "" {

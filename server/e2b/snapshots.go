@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"smolvm.dev/smolvm/api/e2bapi"
 
+	"smolvm.dev/smolvm/api/e2bapi"
 	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/runtime/snapshot"
@@ -46,7 +46,7 @@ func (h *Handler) fromTemplate(ctx context.Context, template string, o sandbox.C
 	case e2bapi.DefaultTemplate:
 		o.Image = sandbox.DefaultImage
 		return h.m.Create(ctx, o)
-	case codeInterpreterTemplate:
+	case e2bapi.CodeInterpreterTemplate:
 		o.Image = sandbox.DefaultImage
 		sb, err := h.m.Create(ctx, o)
 		if err != nil {
