@@ -265,3 +265,75 @@ func BenchmarkWarmClaim(b *testing.B) {
 	load, _ := os.ReadFile("/proc/loadavg")
 	b.Logf("load average: %s", strings.TrimSpace(string(load)))
 }
+
+// BenchmarkGatewaySnapshot is E2B's snapshot round through the cluster
+// against the same on one node's smolvm serve, in the same run and
+// alternating: createSnapshot of a running sandbox (a SandboxSnapshot
+// saved by its node), then Sandbox.create from it (a Sandbox restoring
+// it, placed beside it), each until answered. The copy and the snapshot
+// are removed after each round, untimed.
+func BenchmarkGatewaySnapshot(b *testing.B) {
+	c := start(b)
+	n1 := c.nodes[0]
+	type side struct {
+		base, key, src string
+		snap, restore  series.Series
+	}
+	sides := []*side{
+		{base: c.URL, key: keyA, snap: series.Series{Name: "createSnapshot through the gateway", Baseline: "createSnapshot on the node"},
+			restore: series.Series{Name: "create from it through the gateway", Baseline: "create from it on the node"}},
+		{base: n1.Serve.URL + "/e2b", key: nodeToken, snap: series.Series{Name: "createSnapshot on the node"},
+			restore: series.Series{Name: "create from it on the node"}},
+	}
+	for _, s := range sides {
+		var out struct {
+			SandboxID string `json:"sandboxID"`
+		}
+		if code := call(b, "POST", s.base+"/sandboxes", s.key, `{"templateID":"base","timeout":3600}`, &out); code != http.StatusCreated {
+			b.Fatalf("source at %s: %d", s.base, code)
+		}
+		s.src = out.SandboxID
+	}
+	round := func(s *side, i int) {
+		var snap struct {
+			SnapshotID string `json:"snapshotID"`
+		}
+		t0 := time.Now()
+		if code := call(b, "POST", s.base+"/sandboxes/"+s.src+"/snapshots", s.key, fmt.Sprintf(`{"name":"bench-%d"}`, i), &snap); code != http.StatusCreated {
+			b.Fatalf("createSnapshot at %s: %d", s.base, code)
+		}
+		s.snap.Samples = append(s.snap.Samples, time.Since(t0))
+		var cp struct {
+			SandboxID string `json:"sandboxID"`
+		}
+		t0 = time.Now()
+		if code := call(b, "POST", s.base+"/sandboxes", s.key, `{"templateID":"`+snap.SnapshotID+`","timeout":300}`, &cp); code != http.StatusCreated {
+			b.Fatalf("create from a snapshot at %s: %d", s.base, code)
+		}
+		s.restore.Samples = append(s.restore.Samples, time.Since(t0))
+		if code := call(b, "DELETE", s.base+"/sandboxes/"+cp.SandboxID, s.key, "", nil); code != http.StatusNoContent {
+			b.Fatalf("kill at %s: %d", s.base, code)
+		}
+		if code := call(b, "DELETE", s.base+"/templates/"+snap.SnapshotID, s.key, "", nil); code != http.StatusNoContent {
+			b.Fatalf("deleteSnapshot at %s: %d", s.base, code)
+		}
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		for j := range sides {
+			round(sides[(i+j)%len(sides)], i)
+		}
+	}
+	b.StopTimer()
+	for i, s := range sides {
+		where := [...]string{"gateway", "node"}[i]
+		for _, sr := range []*series.Series{&s.snap, &s.restore} {
+			b.Logf("%-40s p50 %4d ms  p99 %4d ms", sr.Name, sr.Quantile(0.5).Milliseconds(), sr.Quantile(0.99).Milliseconds())
+			what := strings.Fields(sr.Name)[0]
+			b.ReportMetric(float64(sr.Quantile(0.5).Milliseconds()), what+"-"+where+"-p50-ms")
+			b.ReportMetric(float64(sr.Quantile(0.99).Milliseconds()), what+"-"+where+"-p99-ms")
+		}
+	}
+	load, _ := os.ReadFile("/proc/loadavg")
+	b.Logf("load average: %s", strings.TrimSpace(string(load)))
+}
