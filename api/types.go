@@ -214,6 +214,12 @@ func decodeData(data, encoding string) ([]byte, error) {
 // ContentTypeTar marks a tar upload or asks for a tar download.
 const ContentTypeTar = "application/x-tar"
 
+// HeaderTenant, sent with the admin token, makes the request act as that
+// tenant, which must exist: what it creates is the tenant's and counts
+// against its quota, and it sees only the tenant's objects. The
+// Kubernetes node daemon makes a Sandbox's spec.tenant so.
+const HeaderTenant = "Smolvm-Tenant"
+
 // NetworkUpdateRequest is the body of PUT /v1/sandboxes/{id}/network: the
 // whole new policy. Published ports stay as they are.
 type NetworkUpdateRequest struct {

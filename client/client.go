@@ -84,7 +84,9 @@ func (e *Error) Is(target error) bool {
 type Client struct {
 	base  string // "http://host:port" or "http://unix" for a socket
 	token string
-	hc    *http.Client
+	// tenant, set by As, is the tenant an admin token acts as.
+	tenant string
+	hc     *http.Client
 }
 
 // New returns a client for host: "unix:///path/to/smolvm.sock",
@@ -111,6 +113,15 @@ func New(host, token string) (*Client, error) {
 	return c, nil
 }
 
+// As returns a client acting, with c's admin token, as tenant (which
+// must exist on the server): what it makes is the tenant's, and it sees
+// only the tenant's objects. It shares c's connections.
+func (c *Client) As(tenant string) *Client {
+	cp := *c
+	cp.tenant = tenant
+	return &cp
+}
+
 // FromEnv returns a client for $SMOLVM_HOST with $SMOLVM_TOKEN, or nil
 // when SMOLVM_HOST is unset.
 func FromEnv() (*Client, error) {
@@ -119,6 +130,16 @@ func FromEnv() (*Client, error) {
 		return nil, nil
 	}
 	return New(host, os.Getenv("SMOLVM_TOKEN"))
+}
+
+// auth sets h's credentials.
+func (c *Client) auth(h http.Header) {
+	if c.token != "" {
+		h.Set("Authorization", "Bearer "+c.token)
+	}
+	if c.tenant != "" {
+		h.Set(api.HeaderTenant, c.tenant)
+	}
 }
 
 // request is one API call.
@@ -141,9 +162,7 @@ func (c *Client) do(ctx context.Context, req request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.token != "" {
-		hr.Header.Set("Authorization", "Bearer "+c.token)
-	}
+	c.auth(hr.Header)
 	if req.contentType != "" {
 		hr.Header.Set("Content-Type", req.contentType)
 	}
@@ -344,6 +363,11 @@ func (c *Client) FillPool(ctx context.Context, name string) (*sandbox.Pool, erro
 // RemovePool removes a pool and the sandboxes waiting in it.
 func (c *Client) RemovePool(ctx context.Context, name string) error {
 	return c.call(ctx, http.MethodDelete, "/v1/pools/"+url.PathEscape(name), nil, nil)
+}
+
+// CreateTenant adds a tenant (admin only).
+func (c *Client) CreateTenant(ctx context.Context, req api.TenantRequest) (*sandbox.Tenant, error) {
+	return callFor[sandbox.Tenant](ctx, c, http.MethodPost, "/v1/tenants", req)
 }
 
 // Snapshots lists stored snapshots.

@@ -89,9 +89,7 @@ func writeData(w io.Writer, data, encoding string) error {
 func (c *Client) execWS(ctx context.Context, ref string, req api.ExecRequest, stdio sandbox.Stdio) (sandbox.Exit, error) {
 	u := "ws" + strings.TrimPrefix(c.base, "http") + sbPath(ref, "/exec/ws")
 	h := http.Header{}
-	if c.token != "" {
-		h.Set("Authorization", "Bearer "+c.token)
-	}
+	c.auth(h)
 	conn, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: c.hc, HTTPHeader: h})
 	if err != nil {
 		if resp != nil && resp.StatusCode >= 300 {

@@ -54,6 +54,10 @@ type SandboxSnapshotStatus struct {
 	// which its snapshots are listed).
 	// +optional
 	SandboxID string `json:"sandboxID,omitempty"`
+	// Tenant owns the snapshot: the sandbox's spec.tenant when it was
+	// taken. Only that tenant's Sandboxes restore it, on every node.
+	// +optional
+	Tenant string `json:"tenant,omitempty"`
 	// Nodes hold a copy (the first took it).
 	// +optional
 	Nodes []string `json:"nodes,omitempty"`

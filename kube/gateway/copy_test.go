@@ -68,8 +68,8 @@ func (c *cluster) snapshotReady(tb testing.TB, name string) *kubeapi.SandboxSnap
 // TestSnapshotCopy restores a snapshot taken on n1 on n2: n2 copies it
 // from n1 (recorded in the snapshot's status, with its time), and the
 // restored sandbox has the source's files and processes; a second
-// restore there copies nothing. The sandboxes are reached through the
-// gateway.
+// restore there copies nothing. The sandboxes are a tenant's, and so is
+// the copy. The sandboxes are reached through the gateway.
 func TestSnapshotCopy(t *testing.T) {
 	c := start(t)
 	ctx := context.Background()
@@ -77,7 +77,7 @@ func TestSnapshotCopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.put(t, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "src"}, Spec: kubeapi.SandboxSpec{SandboxBody: sleeper, NodeName: "n1"}})
+	c.put(t, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "src"}, Spec: kubeapi.SandboxSpec{SandboxBody: sleeper, NodeName: "n1", Tenant: "acme"}})
 	src := c.sandboxIn(t, "src", kubeapi.PhaseRunning)
 	run := func(id, script string) string {
 		t.Helper()
@@ -92,13 +92,13 @@ func TestSnapshotCopy(t *testing.T) {
 
 	c.put(t, &kubeapi.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "snap"}, Spec: kubeapi.SandboxSnapshotSpec{SandboxRef: kubeapi.LocalRef{Name: "src"}, NodeName: "n1"}})
 	c.snapshotReady(t, "snap")
-	c.put(t, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "far"}, Spec: kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Snapshot: "snap"}, NodeName: "n2"}})
+	c.put(t, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "far"}, Spec: kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Snapshot: "snap"}, NodeName: "n2", Tenant: "acme"}})
 	far := c.sandboxIn(t, "far", kubeapi.PhaseRunning)
 	if got := run(far.Status.Instances[0].ID, "cat /tmp/state; kill -0 $(cat /tmp/pid) && echo alive"); got != "kept\nalive\n" {
 		t.Fatalf("the restore on n2 has %q, want the source's file and process", got)
 	}
 	snap := c.snapshotReady(t, "snap")
-	if !slices.Equal(snap.Status.Nodes, []string{"n1", "n2"}) || len(snap.Status.Copies) != 1 {
+	if !slices.Equal(snap.Status.Nodes, []string{"n1", "n2"}) || len(snap.Status.Copies) != 1 || snap.Status.Tenant != "acme" {
 		t.Fatalf("snapshot status after the copy: %+v", snap.Status)
 	}
 	cp := snap.Status.Copies[0]
@@ -106,12 +106,12 @@ func TestSnapshotCopy(t *testing.T) {
 		t.Fatalf("copy recorded as %+v (snapshot of %d bytes)", cp, snap.Status.SizeBytes)
 	}
 	t.Logf("copied %d bytes n1 -> n2 in %d ms", cp.Bytes, cp.Milliseconds)
-	if got, err := c.nodes[1].Smolvm.Snapshots(ctx); err != nil || len(got) != 1 || got[0].ID != snap.Status.ID {
+	if got, err := c.nodes[1].Smolvm.Snapshots(ctx); err != nil || len(got) != 1 || got[0].ID != snap.Status.ID || got[0].Tenant != "acme" {
 		t.Fatalf("n2's snapshots: %v %+v", err, got)
 	}
 
 	// A second restore on n2 uses the copy there.
-	c.put(t, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "far2"}, Spec: kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Snapshot: "snap"}, NodeName: "n2"}})
+	c.put(t, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "far2"}, Spec: kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Snapshot: "snap"}, NodeName: "n2", Tenant: "acme"}})
 	far2 := c.sandboxIn(t, "far2", kubeapi.PhaseRunning)
 	if got := run(far2.Status.Instances[0].ID, "cat /tmp/state"); strings.TrimSpace(got) != "kept" {
 		t.Fatalf("the second restore on n2 has %q", got)

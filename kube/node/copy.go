@@ -40,7 +40,12 @@ func (d *daemon) copySnapshot(ctx context.Context, snap *kubeapi.SandboxSnapshot
 		return fmt.Errorf("copy snapshot %s from %s: %w", snap.Name, from, err)
 	}
 	defer rc.Close()
-	got, _, err := d.Smolvm.ImportSnapshot(ctx, rc, snapshotName(snap))
+	// The copy is owned as the original is.
+	smolvm, err := d.as(ctx, snap.Status.Tenant)
+	if err != nil {
+		return err
+	}
+	got, _, err := smolvm.ImportSnapshot(ctx, rc, snapshotName(snap))
 	if err != nil {
 		return fmt.Errorf("copy snapshot %s from %s: %w", snap.Name, from, err)
 	}

@@ -30,7 +30,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/client"
+	"smolvm.dev/smolvm/errdefs"
 	kubeapi "smolvm.dev/smolvm/kube/api"
 )
 
@@ -73,6 +75,20 @@ type daemon struct {
 	// reads objects of other nodes and templates, which it does not hold.
 	kube   kclient.Client
 	direct kclient.Reader
+}
+
+// as returns the node's smolvm serve acting as tenant (the admin for
+// ""), adding the tenant there on its first use, with no quota: quotas
+// are each node's (smolvm tenant quota), as tenants' keys are.
+func (d *daemon) as(ctx context.Context, tenant string) (*client.Client, error) {
+	if tenant == "" {
+		return d.Smolvm, nil
+	}
+	_, err := d.Smolvm.CreateTenant(ctx, api.TenantRequest{Name: tenant})
+	if err != nil && !errors.Is(err, errdefs.ErrAlreadyExists) {
+		return nil, fmt.Errorf("tenant %s: %w", tenant, err)
+	}
+	return d.Smolvm.As(tenant), nil
 }
 
 // Run runs the node daemon until ctx ends.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -350,6 +352,100 @@ func TestOwner(t *testing.T) {
 		got, ok := node.Owner(name)
 		if string(got) != want || ok != (want != "") {
 			t.Errorf("owner(%q) = %q, %t; want %q", name, got, ok, want)
+		}
+	}
+}
+
+// TestTenants: a Sandbox's spec.tenant makes its smolvm sandbox that
+// tenant's (the tenant added on first use), and so its snapshot; a
+// Sandbox of another tenant can neither fork it nor restore the
+// snapshot, and fails saying so.
+func TestTenants(t *testing.T) {
+	k, _, sc, start := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c := k.Client
+	defer start(ctx)()
+
+	get := func(key kclient.ObjectKey, o kclient.Object, done func() bool) {
+		t.Helper()
+		for {
+			if err := c.Get(ctx, key, o); err == nil && done() {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%s: timed out: %+v", key.Name, o)
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+	run := func(name, tenant string, spec kubeapi.SandboxSpec) *kubeapi.Sandbox {
+		t.Helper()
+		spec.NodeName, spec.Tenant = "n1", tenant
+		sb := &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: spec}
+		if err := c.Create(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+		get(kclient.ObjectKeyFromObject(sb), sb, func() bool {
+			return sb.Status.Phase == kubeapi.PhaseRunning || sb.Status.Phase == kubeapi.PhaseFailed
+		})
+		return sb
+	}
+	owner := func(sb *kubeapi.Sandbox) string {
+		t.Helper()
+		s, err := sc.Get(ctx, sb.Status.Instances[0].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Tenant
+	}
+
+	src := run("src", "acme", kubeapi.SandboxSpec{SandboxBody: kubeapi.SandboxBody{Image: sandbox.DefaultImage, Command: []string{"sleep", "infinity"}}})
+	if src.Status.Phase != kubeapi.PhaseRunning || owner(src) != "acme" {
+		t.Fatalf("acme's sandbox: %+v", src.Status)
+	}
+	snap := &kubeapi.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "snap", Namespace: ns}, Spec: kubeapi.SandboxSnapshotSpec{SandboxRef: kubeapi.LocalRef{Name: "src"}, NodeName: "n1"}}
+	if err := c.Create(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	get(kclient.ObjectKeyFromObject(snap), snap, func() bool { return snap.Status.Phase == kubeapi.SnapshotReady })
+	if snap.Status.Tenant != "acme" {
+		t.Fatalf("the snapshot's tenant: %+v", snap.Status)
+	}
+	if cp := run("copy", "acme", kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Snapshot: "snap"}}); cp.Status.Phase != kubeapi.PhaseRunning || owner(cp) != "acme" {
+		t.Fatalf("acme's restore: %+v", cp.Status)
+	}
+	for name, from := range map[string]*kubeapi.ForkFrom{"other-restore": {Snapshot: "snap"}, "other-fork": {Sandbox: "src"}} {
+		sb := run(name, "other", kubeapi.SandboxSpec{ForkFrom: from})
+		ready := meta.FindStatusCondition(sb.Status.Conditions, kubeapi.ConditionReady)
+		if sb.Status.Phase != kubeapi.PhaseFailed || ready == nil || !regexp.MustCompile(`not found|never existed`).MatchString(ready.Message) {
+			t.Errorf("%s, of tenant other: %+v", name, sb.Status)
+		}
+	}
+	var list kubeapi.SandboxList
+	if err := c.List(ctx, &list, kclient.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range list.Items {
+		if err := c.Delete(ctx, &list.Items[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Delete(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	// The node removes them all, whoever's they were.
+	for {
+		sbs, err := sc.List(ctx)
+		snaps, serr := sc.Snapshots(ctx)
+		if err == nil && serr == nil && len(sbs) == 0 && len(snaps) == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("left on the node: %d sandboxes, %d snapshots (%v %v)", len(sbs), len(snaps), err, serr)
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }

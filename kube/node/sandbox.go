@@ -145,8 +145,12 @@ func (r *sandboxes) lookup(ctx context.Context, sb *kubeapi.Sandbox) (have []*sa
 // make creates the missing sandboxes: a fresh boot, a fork of a running
 // Sandbox on this node, or restores of a snapshot this node holds.
 func (r *sandboxes) make(ctx context.Context, sb *kubeapi.Sandbox, missing []string) ([]*sandbox.Sandbox, error) {
-	if sb.Spec.Tenant != "" {
-		return nil, errors.New("tenants are not supported by the node daemon yet (docs/kube.md)")
+	// The sandboxes are the tenant's, and so is what they come from: a
+	// fork's source and a restore's snapshot of another tenant are not
+	// found.
+	smolvm, err := r.as(ctx, sb.Spec.Tenant)
+	if err != nil {
+		return nil, err
 	}
 	from := sb.Spec.ForkFrom
 	switch {
@@ -155,7 +159,7 @@ func (r *sandboxes) make(ctx context.Context, sb *kubeapi.Sandbox, missing []str
 		if err != nil {
 			return nil, err
 		}
-		s, err := r.Smolvm.Create(ctx, o)
+		s, err := smolvm.Create(ctx, o)
 		if err != nil {
 			return nil, err // "create: …": the log and the condition name the object
 		}
@@ -172,7 +176,7 @@ func (r *sandboxes) make(ctx context.Context, sb *kubeapi.Sandbox, missing []str
 			return nil, &waiting{"WaitingForSource", fmt.Sprintf("fork source %s is %s", from.Sandbox, orPending(src.Status.Phase))}
 		}
 		// A fork is all or nothing, so missing is every copy.
-		copies, err := r.Smolvm.Fork(ctx, src.Status.Instances[0].ID, sandbox.ForkOptions{N: len(missing), NamePrefix: prefix(sb)})
+		copies, err := smolvm.Fork(ctx, src.Status.Instances[0].ID, sandbox.ForkOptions{N: len(missing), NamePrefix: prefix(sb)})
 		if err != nil {
 			return nil, fmt.Errorf("fork %s: %w", from.Sandbox, err)
 		}
@@ -193,7 +197,7 @@ func (r *sandboxes) make(ctx context.Context, sb *kubeapi.Sandbox, missing []str
 		}
 		var made []*sandbox.Sandbox
 		for _, name := range missing {
-			s, err := r.Smolvm.Restore(ctx, snap.Status.ID, sandbox.RestoreOptions{Name: name, TTL: ttl(sb.Spec.TTLSeconds), Labels: sb.Spec.Labels})
+			s, err := smolvm.Restore(ctx, snap.Status.ID, sandbox.RestoreOptions{Name: name, TTL: ttl(sb.Spec.TTLSeconds), Labels: sb.Spec.Labels})
 			if err != nil {
 				return made, fmt.Errorf("restore %s: %w", from.Snapshot, err)
 			}

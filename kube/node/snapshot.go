@@ -68,7 +68,12 @@ func (r *snapshots) checkpoint(ctx context.Context, snap *kubeapi.SandboxSnapsho
 	if src.Status.Phase != kubeapi.PhaseRunning || len(src.Status.Instances) == 0 {
 		return nil, &waiting{"WaitingForSandbox", fmt.Sprintf("sandbox %s is %s", src.Name, orPending(src.Status.Phase))}
 	}
-	s, err := r.Smolvm.Checkpoint(ctx, src.Status.Instances[0].ID, sandbox.CheckpointOptions{Name: snapshotName(snap)})
+	// The snapshot is the sandbox's tenant's.
+	smolvm, err := r.as(ctx, src.Spec.Tenant)
+	if err != nil {
+		return nil, err
+	}
+	s, err := smolvm.Checkpoint(ctx, src.Status.Instances[0].ID, sandbox.CheckpointOptions{Name: snapshotName(snap)})
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s for %s: %w", src.Name, key(snap), err)
 	}
@@ -79,7 +84,7 @@ func (r *snapshots) setStatus(ctx context.Context, snap *kubeapi.SandboxSnapshot
 	st := *snap.Status.DeepCopy()
 	st.Phase = phase
 	if s != nil {
-		st.ID, st.SandboxID, st.SizeBytes, st.Nodes = s.ID, s.Lineage.Sandbox, s.Size, []string{r.Node}
+		st.ID, st.SandboxID, st.Tenant, st.SizeBytes, st.Nodes = s.ID, s.Lineage.Sandbox, s.Tenant, s.Size, []string{r.Node}
 	}
 	setReady(&st.Conditions, s != nil, reason, msg, snap.Generation)
 	if equality.Semantic.DeepEqual(snap.Status, st) {

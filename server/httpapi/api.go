@@ -221,7 +221,7 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, pattern string) (
 		var ok bool
 		if r, ok = Authenticate(r, s.o.Token, s.tenants()); !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="smolvm"`)
-			writeError(w, &api.Error{Status: http.StatusUnauthorized, Code: api.CodeUnauthorized, Message: "missing or wrong API token (Authorization: Bearer … or X-API-KEY)"})
+			writeError(w, &api.Error{Status: http.StatusUnauthorized, Code: api.CodeUnauthorized, Message: "missing or wrong API token (Authorization: Bearer … or X-API-KEY), or the admin's naming a tenant that does not exist (" + api.HeaderTenant + ")"})
 			return r, false
 		}
 	}

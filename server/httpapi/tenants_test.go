@@ -487,3 +487,46 @@ func TestTenantErrorsNameNoOthers(t *testing.T) {
 		t.Errorf("a's snapshot rm with the admin's hot pool: %d %s", code, body)
 	}
 }
+
+// TestTenantAs: the admin token acts as an existing tenant named in
+// Smolvm-Tenant (client.As), with exactly that tenant's view and
+// ownership; a tenant's own key cannot use the header to be another.
+func TestTenantAs(t *testing.T) {
+	tf := newTenantFixture(t)
+	ctx := context.Background()
+	asA := tf.c.As("a")
+	sb, err := asA.Create(ctx, sandbox.CreateOptions{Name: "made-as-a", Start: true, Config: sandbox.Config{TTL: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.Tenant != "a" {
+		t.Fatalf("a sandbox made as a is %q's", sb.Tenant)
+	}
+	if _, err := tf.clients["a"].Get(ctx, "made-as-a"); err != nil {
+		t.Fatalf("a's own key does not see it: %v", err)
+	}
+	if _, err := tf.c.As("b").Get(ctx, "made-as-a"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("acting as b: %v, want not found", err)
+	}
+	snap, err := asA.Checkpoint(ctx, "made-as-a", sandbox.CheckpointOptions{})
+	if err != nil || snap.Tenant != "a" {
+		t.Fatalf("checkpoint as a: %v %+v", err, snap)
+	}
+	if _, err := tf.c.As("b").Restore(ctx, snap.ID, sandbox.RestoreOptions{}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("restore of a's snapshot as b: %v, want not found", err)
+	}
+	if _, err := tf.c.As("nosuch").List(ctx); err == nil || !strings.Contains(err.Error(), api.HeaderTenant) {
+		t.Fatalf("acting as a tenant that does not exist: %v", err)
+	}
+	// Admin routes stay the admin's.
+	if code, _, _ := tf.do("GET", "/v1/tenants", "", api.HeaderTenant, "a"); code != http.StatusForbidden {
+		t.Fatalf("GET /v1/tenants acting as a: %d, want 403", code)
+	}
+	// A tenant's key with the header is still that tenant.
+	if code, body, _ := tf.do("GET", "/v1/sandboxes/made-as-a", "", "Authorization", "Bearer "+tf.keys["b"], api.HeaderTenant, "a"); code != http.StatusNotFound {
+		t.Fatalf("b's key naming a: %d %s, want 404", code, body)
+	}
+	if err := tf.c.Remove(ctx, "made-as-a", true); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/runtime/tenant"
 )
 
@@ -96,9 +97,21 @@ func credential(r *http.Request) string {
 // holds to that tenant's objects. False: no valid key. Keys are looked up
 // at every request, so a revoked one fails at once. With auth off (empty
 // token) every request is the admin's.
+//
+// The admin may act as a tenant that exists, named in api.HeaderTenant.
 func Authenticate(r *http.Request, token string, tenants *tenant.Store) (*http.Request, bool) {
 	if CheckToken(r, token) {
-		return r, true
+		name := r.Header.Get(api.HeaderTenant)
+		if name == "" {
+			return r, true
+		}
+		if tenants == nil {
+			return r, false
+		}
+		if _, err := tenants.Get(r.Context(), name); err != nil {
+			return r, false
+		}
+		return r.WithContext(tenant.With(r.Context(), name)), true
 	}
 	if tenants == nil {
 		return r, false
