@@ -3,8 +3,12 @@ package e2bapi
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
+	"net/url"
+	"slices"
 
+	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -37,6 +41,35 @@ type SnapshotRequest struct {
 type Snapshot struct {
 	SnapshotID string   `json:"snapshotID"`
 	Names      []string `json:"names"`
+}
+
+// SnapshotFilter is the query of GET /snapshots (listSnapshots): the
+// sandbox the snapshots were taken of, and a name; "" matches any.
+type SnapshotFilter struct {
+	SandboxID, Name string
+}
+
+// ParseSnapshotFilter reads and checks the query of GET /snapshots.
+func ParseSnapshotFilter(q url.Values) (SnapshotFilter, error) {
+	f := SnapshotFilter{SandboxID: q.Get("sandboxID"), Name: q.Get("name")}
+	for _, c := range []struct {
+		key, v string
+		kind   names.Kind
+	}{{"sandboxID", f.SandboxID, names.Sandbox}, {"name", f.Name, names.Snapshot}} {
+		if c.v == "" {
+			continue
+		}
+		if err := names.Check(c.kind, c.v); err != nil {
+			return f, fmt.Errorf("%s: %w", c.key, err)
+		}
+	}
+	return f, nil
+}
+
+// Match reports whether a snapshot of sandbox sandboxID, known by names,
+// passes f.
+func (f SnapshotFilter) Match(sandboxID string, names []string) bool {
+	return (f.SandboxID == "" || f.SandboxID == sandboxID) && (f.Name == "" || slices.Contains(names, f.Name))
 }
 
 // ForkRequest is the body of POST /sandboxes/{id}/fork: how many copies

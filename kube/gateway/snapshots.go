@@ -17,7 +17,6 @@ import (
 
 	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/api/e2bapi"
-	"smolvm.dev/smolvm/internal/names"
 	kubeapi "smolvm.dev/smolvm/kube/api"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -158,17 +157,10 @@ func e2bSnapshotJSON(s *kubeapi.SandboxSnapshot) e2bapi.Snapshot {
 // e2bSnapshots answers listSnapshots, filtered by the sandbox they were
 // taken of and by name.
 func (g *Gateway) e2bSnapshots(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	for _, f := range []struct {
-		key  string
-		kind names.Kind
-	}{{"sandboxID", names.Sandbox}, {"name", names.Snapshot}} {
-		if v := q.Get(f.key); v != "" {
-			if err := names.Check(f.kind, v); err != nil {
-				writeE2B(w, http.StatusBadRequest, f.key+": "+err.Error())
-				return
-			}
-		}
+	f, err := e2bapi.ParseSnapshotFilter(r.URL.Query())
+	if err != nil {
+		writeE2B(w, http.StatusBadRequest, err.Error())
+		return
 	}
 	all, err := g.snapshots(r.Context(), namespace(r))
 	if err != nil {
@@ -177,7 +169,7 @@ func (g *Gateway) e2bSnapshots(w http.ResponseWriter, r *http.Request) {
 	}
 	out := []e2bapi.Snapshot{}
 	for _, s := range all {
-		if (!q.Has("sandboxID") || s.Status.SandboxID == q.Get("sandboxID")) && (!q.Has("name") || s.Name == q.Get("name")) {
+		if f.Match(s.Status.SandboxID, []string{s.Name}) {
 			out = append(out, e2bSnapshotJSON(s))
 		}
 	}

@@ -30,6 +30,11 @@ func (d *daemon) copySnapshot(ctx context.Context, snap *kubeapi.SandboxSnapshot
 	if err != nil {
 		return err
 	}
+	// The copy is owned as the original is.
+	smolvm, err := d.as(ctx, snap.Status.Tenant)
+	if err != nil {
+		return err
+	}
 	t0 := time.Now()
 	rc, err := peer.ExportSnapshot(ctx, snap.Status.ID)
 	if errors.Is(err, errdefs.ErrConflict) {
@@ -40,11 +45,6 @@ func (d *daemon) copySnapshot(ctx context.Context, snap *kubeapi.SandboxSnapshot
 		return fmt.Errorf("copy snapshot %s from %s: %w", snap.Name, from, err)
 	}
 	defer rc.Close()
-	// The copy is owned as the original is.
-	smolvm, err := d.as(ctx, snap.Status.Tenant)
-	if err != nil {
-		return err
-	}
 	got, _, err := smolvm.ImportSnapshot(ctx, rc, snapshotName(snap))
 	if err != nil {
 		return fmt.Errorf("copy snapshot %s from %s: %w", snap.Name, from, err)

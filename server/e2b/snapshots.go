@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 
 	"smolvm.dev/smolvm/api/e2bapi"
-	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/sandbox"
@@ -95,20 +93,13 @@ func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	q := r.URL.Query()
-	for k, kind := range map[string]names.Kind{"sandboxID": names.Sandbox, "name": names.Snapshot} {
-		if v := q.Get(k); v != "" {
-			if err := names.Check(kind, v); err != nil {
-				writeAPIError(w, http.StatusBadRequest, k+": "+err.Error())
-				return
-			}
-		}
+	f, err := e2bapi.ParseSnapshotFilter(r.URL.Query())
+	if err != nil {
+		writeAPIError(w, http.StatusBadRequest, err.Error())
+		return
 	}
 	for _, sn := range sns {
-		if id := q.Get("sandboxID"); id != "" && sn.Lineage.Sandbox != id {
-			continue
-		}
-		if name := q.Get("name"); name != "" && !slices.Contains(sn.Names, name) {
+		if !f.Match(sn.Lineage.Sandbox, sn.Names) {
 			continue
 		}
 		out = append(out, newSnapshotJSON(&sn))
