@@ -228,6 +228,25 @@ type NetworkUpdateRequest struct {
 	CIDRs []string            `json:"allow_cidrs,omitempty"`
 }
 
+// PullRequest is the body of POST /v1/images: the image Ref, pulled
+// from its registry unless the server has it already (or Always).
+type PullRequest struct {
+	Ref string `json:"ref"`
+	// Platform is "os/arch[/variant]"; absent is linux on the server's
+	// architecture.
+	Platform string `json:"platform,omitempty"`
+	// Insecure allows plain HTTP to any registry (loopback, *.local and
+	// private addresses always get it).
+	Insecure bool `json:"insecure,omitempty"`
+	// Always pulls even when the server has an image by that name, to
+	// follow a tag that moved.
+	Always bool `json:"always,omitempty"`
+	// ID is the image the caller needs (a snapshot's, say): when the
+	// server has it, Ref is not looked at; a pull that gives another
+	// image is a conflict (the tag has moved).
+	ID string `json:"id,omitempty"`
+}
+
 // PoolRequest is the body of POST /v1/pools.
 type PoolRequest struct {
 	Name    string `json:"name,omitempty"`

@@ -318,6 +318,12 @@ func (c *Client) Images(ctx context.Context) ([]sandbox.Image, error) {
 	return imgs, c.call(ctx, http.MethodGet, "/v1/images", nil, &imgs)
 }
 
+// PullImage makes sure the server has an image, pulling it from its
+// registry when it has not (admin token only).
+func (c *Client) PullImage(ctx context.Context, req api.PullRequest) (*sandbox.Image, error) {
+	return callFor[sandbox.Image](ctx, c, http.MethodPost, "/v1/images", req)
+}
+
 // Checkpoint saves a running sandbox as a snapshot.
 func (c *Client) Checkpoint(ctx context.Context, ref string, o sandbox.CheckpointOptions) (*sandbox.Snapshot, error) {
 	return callFor[sandbox.Snapshot](ctx, c, http.MethodPost, sbPath(ref, "/checkpoint"), api.CheckpointRequest{Name: o.Name, Stop: o.Stop})

@@ -58,6 +58,13 @@ type SandboxSnapshotStatus struct {
 	// taken. Only that tenant's Sandboxes restore it, on every node.
 	// +optional
 	Tenant string `json:"tenant,omitempty"`
+	// Image is the sandbox's image reference and ImageID the image it
+	// ran: a node that copies the snapshot pulls Image when it has not
+	// ImageID, and refuses another image under that reference.
+	// +optional
+	Image string `json:"image,omitempty"`
+	// +optional
+	ImageID string `json:"imageID,omitempty"`
 	// Nodes hold a copy (the first took it).
 	// +optional
 	Nodes []string `json:"nodes,omitempty"`

@@ -3,15 +3,18 @@ package gateway_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"smolvm.dev/smolvm/client"
+	"smolvm.dev/smolvm/internal/testimage"
 	kubeapi "smolvm.dev/smolvm/kube/api"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -147,5 +150,86 @@ func TestSnapshotCopy(t *testing.T) {
 			t.Fatalf("%d smolvm snapshots left 30 s after their object was deleted", left)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestImagePull runs Sandboxes of images only a registry on loopback
+// has: a node pulls a Sandbox's image, as a kubelet would; a node
+// restoring a snapshot taken elsewhere pulls the snapshot's image before
+// copying it, and refuses the image its tag names now if that is not the
+// snapshot's; an image the registry lacks fails the Sandbox with the
+// registry's answer.
+func TestImagePull(t *testing.T) {
+	c := start(t)
+	ctx := context.Background()
+	reg := testimage.Serve(t)
+	ref, id := reg.Push(t, "team/app:1", map[string]string{"/marker": "one"})
+	ref2, id2 := reg.Push(t, "team/app:2", map[string]string{"/marker": "two"})
+	has := func(n int, id string) bool {
+		t.Helper()
+		imgs, err := c.nodes[n].Smolvm.Images(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(imgs, func(img sandbox.Image) bool { return img.ID == id })
+	}
+	marker := func(n int, sb *kubeapi.Sandbox) string {
+		t.Helper()
+		var out bytes.Buffer
+		exit, err := c.nodes[n].Smolvm.Exec(ctx, sb.Status.Instances[0].ID, sandbox.Process{Args: []string{testimage.Program, "/marker"}}, sandbox.Stdio{Stdout: &out, Stderr: &out})
+		if err != nil || exit.Code != 0 {
+			t.Fatalf("exec in %s: %v %+v %s", sb.Name, err, exit, out.String())
+		}
+		return out.String()
+	}
+	failure := func(name string) string {
+		t.Helper()
+		sb := c.sandboxIn(t, name, kubeapi.PhaseFailed)
+		return meta.FindStatusCondition(sb.Status.Conditions, "Ready").Message
+	}
+
+	// Two sources on n1, each pulled there, and a snapshot of each.
+	for i, r := range []string{ref, ref2} {
+		name := fmt.Sprintf("src%d", i+1)
+		c.put(t, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: kubeapi.SandboxSpec{SandboxBody: kubeapi.SandboxBody{Image: r}, NodeName: "n1"}})
+		c.put(t, &kubeapi.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Name: name + "-snap"}, Spec: kubeapi.SandboxSnapshotSpec{SandboxRef: kubeapi.LocalRef{Name: name}, NodeName: "n1"}})
+	}
+	if got := marker(0, c.sandboxIn(t, "src1", kubeapi.PhaseRunning)); got != "/marker: one\n" {
+		t.Fatalf("src1 runs %q", got)
+	}
+	if snap := c.snapshotReady(t, "src2-snap"); snap.Status.Image != ref2 || snap.Status.ImageID != id2 {
+		t.Fatalf("the snapshot records image %q %q, want %s %s", snap.Status.Image, snap.Status.ImageID, ref2, id2)
+	}
+	c.snapshotReady(t, "src1-snap")
+	if has(1, id) || has(1, id2) {
+		t.Fatal("n2 has the images before any restore there")
+	}
+
+	// A restore on n2 pulls the snapshot's image there, then copies it.
+	c.put(t, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "far"}, Spec: kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Snapshot: "src2-snap"}, NodeName: "n2"}})
+	if got := marker(1, c.sandboxIn(t, "far", kubeapi.PhaseRunning)); got != "/marker: two\n" {
+		t.Fatalf("the restore on n2 runs %q", got)
+	}
+	if !has(1, id2) {
+		t.Fatal("n2 restored without the image")
+	}
+
+	// The first tag moves: n2 will not restore the snapshot on the image
+	// the tag names now, and copies nothing.
+	reg.Push(t, "team/app:1", map[string]string{"/marker": "moved"})
+	c.put(t, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "moved"}, Spec: kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Snapshot: "src1-snap"}, NodeName: "n2"}})
+	if msg := failure("moved"); !strings.Contains(msg, "tag has moved") || !strings.Contains(msg, id) {
+		t.Fatalf("a restore over a moved tag: %q", msg)
+	}
+	if snap := c.snapshotReady(t, "src1-snap"); len(snap.Status.Copies) != 0 {
+		t.Fatalf("copied despite the wrong image: %+v", snap.Status.Copies)
+	}
+
+	// An image the registry lacks, and a registry that is not there.
+	for name, image := range map[string]string{"none": reg.Host + "/team/none:1", "gone": "127.0.0.1:1/team/app:1"} {
+		c.put(t, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: kubeapi.SandboxSpec{SandboxBody: kubeapi.SandboxBody{Image: image}}})
+		if msg := failure(name); !strings.Contains(msg, image) || !strings.Contains(msg, "pulling it failed") {
+			t.Fatalf("a Sandbox of %s: %q", image, msg)
+		}
 	}
 }

@@ -35,6 +35,10 @@ func (d *daemon) copySnapshot(ctx context.Context, snap *kubeapi.SandboxSnapshot
 	if err != nil {
 		return err
 	}
+	// Its image first: without it the copy could not be restored.
+	if err := d.ensureImage(ctx, snap.Status.Image, snap.Status.ImageID); err != nil {
+		return fmt.Errorf("copy snapshot %s: %w", snap.Name, err)
+	}
 	t0 := time.Now()
 	rc, err := peer.ExportSnapshot(ctx, snap.Status.ID)
 	if errors.Is(err, errdefs.ErrConflict) {

@@ -159,6 +159,9 @@ func (r *sandboxes) make(ctx context.Context, sb *kubeapi.Sandbox, missing []str
 		if err != nil {
 			return nil, err
 		}
+		if err := r.ensureImage(ctx, o.Image, ""); err != nil {
+			return nil, err
+		}
 		s, err := smolvm.Create(ctx, o)
 		if err != nil {
 			return nil, err // "create: …": the log and the condition name the object

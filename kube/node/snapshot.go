@@ -84,7 +84,12 @@ func (r *snapshots) setStatus(ctx context.Context, snap *kubeapi.SandboxSnapshot
 	st := *snap.Status.DeepCopy()
 	st.Phase = phase
 	if s != nil {
+		ref, err := r.imageRef(ctx, s.ImageID)
+		if err != nil {
+			return err
+		}
 		st.ID, st.SandboxID, st.Tenant, st.SizeBytes, st.Nodes = s.ID, s.Lineage.Sandbox, s.Tenant, s.Size, []string{r.Node}
+		st.Image, st.ImageID = ref, s.ImageID
 	}
 	setReady(&st.Conditions, s != nil, reason, msg, snap.Generation)
 	if equality.Semantic.DeepEqual(snap.Status, st) {

@@ -25,6 +25,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -256,7 +257,7 @@ func (s *Store) Pull(ctx context.Context, ref string, opts PullOptions) (*sandbo
 	if opts.Platform != "" {
 		p, err := v1.ParsePlatform(opts.Platform)
 		if err != nil {
-			return nil, fmt.Errorf("pull %s: platform %q: %w", ref, opts.Platform, err)
+			return nil, fmt.Errorf("pull %s: %w", ref, errdefs.New(errdefs.ErrInvalid, fmt.Sprintf("platform %q: %v", opts.Platform, err)))
 		}
 		plat = *p
 	}
@@ -266,8 +267,17 @@ func (s *Store) Pull(ctx context.Context, ref string, opts PullOptions) (*sandbo
 		remote.WithAuthFromKeychain(authn.DefaultKeychain))
 	if err != nil {
 		var terr *transport.Error
-		if errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound {
-			return nil, fmt.Errorf("pull %s: %w: %s", ref, ErrNotFound, canonical(r))
+		if errors.As(err, &terr) {
+			switch terr.StatusCode {
+			case http.StatusNotFound:
+				return nil, fmt.Errorf("pull %s: %w: %s", ref, ErrNotFound, canonical(r))
+			case http.StatusUnauthorized, http.StatusForbidden:
+				return nil, fmt.Errorf("pull %s: %w: %w", ref, ErrDenied, err)
+			}
+		}
+		if ctx.Err() == nil {
+			// Unreachable, or failing: another try may work.
+			err = fmt.Errorf("%w: %w", ErrRegistry, err)
 		}
 		return nil, fmt.Errorf("pull %s: %w", ref, err)
 	}

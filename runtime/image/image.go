@@ -25,6 +25,8 @@ var (
 	ErrNotFound   = errdefs.New(errdefs.ErrNotFound, "image not found")
 	ErrInvalidRef = errdefs.New(errdefs.ErrInvalid, "invalid image reference")
 	ErrCorrupt    = errdefs.New(errdefs.ErrCorrupt, "corrupt image")
+	ErrDenied     = errdefs.New(errdefs.ErrDenied, "the registry refused the pull")
+	ErrRegistry   = errdefs.New(errdefs.ErrUnavailable, "registry unavailable")
 )
 
 // Rootfs is what a backend stacks to build a sandbox's root filesystem.

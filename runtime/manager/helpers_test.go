@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -86,22 +85,6 @@ func (m *testManager) sh(t testing.TB, sb *sandbox.Sandbox, script string) (stri
 		t.Fatalf("exec %q: %v", script, err)
 	}
 	return out.String(), errb.String(), exit
-}
-
-// buildHello compiles testdata/hello statically.
-func buildHello(t *testing.T) []byte {
-	t.Helper()
-	out := filepath.Join(t.TempDir(), "hello")
-	cmd := exec.Command("go", "build", "-o", out, "./testdata/hello")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build hello: %v\n%s", err, b)
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
 
 type file struct {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"smolvm.dev/smolvm/internal/testimage"
 	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/sandbox"
@@ -256,7 +257,7 @@ print(cur, hits)
 func TestOCIImage(t *testing.T) {
 	m := newManager(t)
 	ctx := context.Background()
-	hello := buildHello(t)
+	hello := testimage.Idle(t)
 	base := layer(t, file{"bin/", 0o755, nil}, file{"bin/hello", 0o755, hello}, file{"etc/", 0o755, nil},
 		file{"etc/msg", 0o644, []byte("base")}, file{"etc/gone", 0o644, []byte("x")})
 	top := layer(t, file{"etc/", 0o755, nil}, file{"etc/msg", 0o644, []byte("top")}, file{"etc/.wh.gone", 0o644, nil})

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"smolvm.dev/smolvm/internal/testimage"
 	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -367,7 +368,7 @@ func TestRestoreTargets(t *testing.T) {
 func TestRestoreTargetsImageMoved(t *testing.T) {
 	m := newManager(t)
 	ctx := context.Background()
-	hello := buildHello(t)
+	hello := testimage.Idle(t)
 	version := func(v string) *sandbox.Image {
 		return m.importImage(t, "smolvm.local/moving:1", nil, layer(t, file{"bin/", 0o755, nil}, file{"bin/hello", 0o755, hello},
 			file{"etc/", 0o755, nil}, file{"etc/msg", 0o644, []byte(v)}))

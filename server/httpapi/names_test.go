@@ -181,6 +181,7 @@ func TestNamesOnEveryRoute(t *testing.T) {
 		"POST /v1/sandboxes":                    {"name", "image", "pool"},
 		"POST /v1/pools":                        {"name", "image"},
 		"POST /v1/tenants":                      {"name"},
+		"POST /v1/images":                       {"ref"},
 		"POST /v1/sandboxes/{id}/checkpoint":    {"name"},
 		"POST /v1/sandboxes/{id}/fork":          {"name_prefix"},
 		"POST /v1/snapshots/{snapshot}/restore": {"name"},

@@ -66,7 +66,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		"TimeoutRequest": api.TimeoutRequest{}, "ForkRequest": api.ForkRequest{}, "CheckpointRequest": api.CheckpointRequest{},
 		"RestoreRequest": api.RestoreRequest{}, "PoolRequest": api.PoolRequest{}, "NetworkUpdateRequest": api.NetworkUpdateRequest{}, "ExecEvent": api.ExecEvent{}, "WSControl": api.WSControl{}, "LogEvent": api.LogEvent{},
 		"Error": api.Error{}, "BrowserStartRequest": api.BrowserStartRequest{}, "BrowserRequest": api.BrowserRequest{},
-		"Browser": api.Browser{}, "ScreenshotRequest": api.ScreenshotRequest{},
+		"Browser": api.Browser{}, "ScreenshotRequest": api.ScreenshotRequest{}, "PullRequest": api.PullRequest{},
 	} {
 		var fields []string
 		typ := reflect.TypeOf(v)

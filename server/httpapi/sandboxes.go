@@ -1,6 +1,9 @@
 package httpapi
 
 import (
+	"cmp"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -8,7 +11,10 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/api"
+	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/internal/names"
+	"smolvm.dev/smolvm/runtime/image"
+	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -50,6 +56,7 @@ func (s *Server) registerRoutes() {
 	route("GET /v1/sandboxes/{id}/logs", s.logs)
 	route("GET /v1/sandboxes/{id}/stats", s.stats)
 	route("GET /v1/images", s.images)
+	route("POST /v1/images", s.pull)
 	s.registerSnapshotRoutes(route, func(pattern string, h http.HandlerFunc) {
 		s.handle(pattern, true, true, body{limit: maxSnapshotImport, stream: true}, h)
 	})
@@ -178,6 +185,41 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 func (s *Server) images(w http.ResponseWriter, r *http.Request) {
 	imgs, err := s.o.Images.List(r.Context())
 	reply(w, imgs, err)
+}
+
+// pull answers 200 with the image the server has by that name (or ID),
+// else pulls it and answers 201. It is the admin's: images are the
+// host's, shared by every tenant.
+func (s *Server) pull(w http.ResponseWriter, r *http.Request) {
+	if _, scoped := tenant.Of(r.Context()); scoped {
+		writeError(w, tenant.ErrAdminOnly)
+		return
+	}
+	var req api.PullRequest
+	if err := decode(r.Body, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if req.Ref == "" {
+		writeError(w, invalid("ref", "is required"))
+		return
+	}
+	if have := cmp.Or(req.ID, req.Ref); !req.Always {
+		img, err := s.o.Images.Get(r.Context(), have)
+		if err == nil {
+			reply(w, img, nil)
+			return
+		}
+		if !errors.Is(err, image.ErrNotFound) {
+			writeError(w, err)
+			return
+		}
+	}
+	img, err := s.o.Images.Pull(r.Context(), req.Ref, image.PullOptions{Insecure: req.Insecure, Platform: req.Platform})
+	if err == nil && req.ID != "" && strings.TrimPrefix(img.ID, "sha256:") != strings.TrimPrefix(req.ID, "sha256:") {
+		err = errdefs.New(errdefs.ErrConflict, fmt.Sprintf("pull %s: it is image %s now, not %s (the tag has moved; pull the image by its digest)", req.Ref, img.ID, req.ID))
+	}
+	created(w, img, err)
 }
 
 func reply(w http.ResponseWriter, v any, err error) {
