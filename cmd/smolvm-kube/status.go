@@ -82,9 +82,18 @@ func status(ctx context.Context, cfg *rest.Config, leaseNS string, w io.Writer) 
 		}
 	}
 	if len(pools.Items) > 0 {
-		fmt.Fprintln(tw, "\nWARM POOL\tREADY\tTEMPLATE")
+		fmt.Fprintln(tw, "\nWARM POOL\tREADY\tFROM")
 		for _, p := range pools.Items {
-			fmt.Fprintf(tw, "%s/%s\t%d/%d\t%s\n", p.Namespace, p.Name, p.Status.ReadyReplicas, p.Spec.Replicas, p.Spec.SandboxTemplateRef.Name)
+			var from string
+			if ref := p.Spec.SandboxSnapshotRef; ref != nil {
+				from = "snapshot " + ref.Name
+			} else if ref := p.Spec.SandboxTemplateRef; ref != nil {
+				from = "template " + ref.Name
+			}
+			if p.Spec.Hot {
+				from += " (hot)"
+			}
+			fmt.Fprintf(tw, "%s/%s\t%d/%d\t%s\n", p.Namespace, p.Name, p.Status.ReadyReplicas, p.Spec.Replicas, from)
 		}
 	}
 	if len(snaps.Items) > 0 {

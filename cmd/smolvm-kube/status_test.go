@@ -51,7 +51,7 @@ func TestStatus(t *testing.T) {
 			}
 		}
 	}
-	create(&kubeapi.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "warm"}, Spec: kubeapi.SandboxWarmPoolSpec{Replicas: 3, SandboxTemplateRef: kubeapi.LocalRef{Name: "t"}}})
+	create(&kubeapi.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "warm"}, Spec: kubeapi.SandboxWarmPoolSpec{Replicas: 3, SandboxTemplateRef: &kubeapi.LocalRef{Name: "t"}}})
 	snap := &kubeapi.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "snap"}, Spec: kubeapi.SandboxSnapshotSpec{SandboxRef: kubeapi.LocalRef{Name: "a"}, NodeName: "n1"}}
 	create(snap)
 	snap.Status = kubeapi.SandboxSnapshotStatus{Phase: kubeapi.SnapshotReady, Nodes: []string{"n1", "n2"}, SizeBytes: 3 << 20}
@@ -68,7 +68,7 @@ func TestStatus(t *testing.T) {
 		`n1\s+live\s+http://n1:7070\s+gvisor\s+8\.0 GiB\s+2 Running\n`,
 		`n2\s+gone 1h59m\S+\s.*1 Lost\n`,
 		`\(unbound\)\s+-\s+1 Pending\n`,
-		`default/warm\s+0/3\s+t\n`,
+		`default/warm\s+0/3\s+template t\n`,
 		`default/snap\s+Ready\s+n1,n2\s+3\.0 MiB\n`,
 	} {
 		if !regexp.MustCompile(want).MatchString(out.String()) {

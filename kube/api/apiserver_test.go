@@ -51,7 +51,7 @@ func TestAPIServer(t *testing.T) {
 			sandbox("restore", kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Snapshot: "snap", Count: 64}}),
 			&kubeapi.SandboxWarmPool{
 				ObjectMeta: metav1.ObjectMeta{Name: "python", Namespace: "default"},
-				Spec:       kubeapi.SandboxWarmPoolSpec{Replicas: 3, SandboxTemplateRef: kubeapi.LocalRef{Name: "python"}, Hot: true},
+				Spec:       kubeapi.SandboxWarmPoolSpec{Replicas: 3, SandboxTemplateRef: &kubeapi.LocalRef{Name: "python"}, Hot: true},
 			},
 			&kubeapi.SandboxSnapshot{
 				ObjectMeta: metav1.ObjectMeta{Name: "snap", Namespace: "default"},
@@ -98,7 +98,9 @@ func TestAPIServer(t *testing.T) {
 			{"bad cidr", sandbox("x", kubeapi.SandboxSpec{SandboxBody: kubeapi.SandboxBody{Image: "debian:13", Network: &kubeapi.NetworkPolicy{Mode: "egress", AllowCIDRs: []string{"10.0.0.300/8"}}}}), "allowCIDRs entries must be CIDRs"},
 			{"bad tenant", sandbox("x", kubeapi.SandboxSpec{SandboxBody: kubeapi.SandboxBody{Image: "debian:13"}, Tenant: "../x"}), "spec.tenant in body should match"},
 			{"template without image", &kubeapi.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "default"}}, "a template needs an image"},
-			{"pool too big", &kubeapi.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "default"}, Spec: kubeapi.SandboxWarmPoolSpec{Replicas: 1001, SandboxTemplateRef: kubeapi.LocalRef{Name: "python"}}}, "should be less than or equal to 1000"},
+			{"pool too big", &kubeapi.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "default"}, Spec: kubeapi.SandboxWarmPoolSpec{Replicas: 1001, SandboxTemplateRef: &kubeapi.LocalRef{Name: "python"}}}, "should be less than or equal to 1000"},
+			{"pool of nothing", &kubeapi.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "default"}, Spec: kubeapi.SandboxWarmPoolSpec{Replicas: 1}}, "a pool names exactly one of sandboxTemplateRef or sandboxSnapshotRef"},
+			{"pool of both", &kubeapi.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "default"}, Spec: kubeapi.SandboxWarmPoolSpec{Replicas: 1, SandboxTemplateRef: &kubeapi.LocalRef{Name: "python"}, SandboxSnapshotRef: &kubeapi.LocalRef{Name: "s"}}}, "a pool names exactly one of sandboxTemplateRef or sandboxSnapshotRef"},
 			{"snapshot of nothing", &kubeapi.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "default"}}, "spec.sandboxRef.name in body should be at least 1 chars long"},
 		} {
 			err := c.Create(ctx, tc.obj)

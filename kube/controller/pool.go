@@ -1,9 +1,11 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,14 +20,15 @@ import (
 
 // Condition reasons of a SandboxWarmPool.
 const (
-	ReasonFilled      = "Filled"
-	ReasonFilling     = "Filling"
-	ReasonUnsupported = "Unsupported"
+	ReasonFilled             = "Filled"
+	ReasonFilling            = "Filling"
+	ReasonWaitingForSnapshot = "WaitingForSnapshot"
 )
 
 // pools keeps each SandboxWarmPool's Sandboxes: that many objects of its
-// template, labelled kubeapi.LabelPool and owned by the pool, which the
-// binder spreads over the nodes like any other. A claim (the gateway's)
+// template or restores of its snapshot (paused when hot), labelled
+// kubeapi.LabelPool and owned by the pool, which the binder places like
+// any other (a restore beside the snapshot, or where it is copied). A claim (the gateway's)
 // takes one by removing its label and owner, and the pool makes another.
 type pools struct {
 	c client.Client
@@ -40,10 +43,21 @@ func (p *pools) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 	if !pool.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
-	if pool.Spec.Hot {
-		// Paused copies of a checkpoint per node need the snapshot on
-		// each: not done yet, and said rather than filled cold.
-		return ctrl.Result{}, p.setCondition(ctx, &pool, pool.Status.ReadyReplicas, metav1.ConditionFalse, ReasonUnsupported, "hot pools are not kept on Kubernetes yet; set hot: false")
+	if ref := pool.Spec.SandboxSnapshotRef; ref != nil {
+		// Restores of a snapshot that is not there would fail and be
+		// made again, over and over: wait for it instead.
+		var snap kubeapi.SandboxSnapshot
+		err := p.c.Get(ctx, client.ObjectKey{Namespace: pool.Namespace, Name: ref.Name}, &snap)
+		if client.IgnoreNotFound(err) != nil {
+			return ctrl.Result{}, err
+		}
+		if err != nil || snap.Status.Phase != kubeapi.SnapshotReady {
+			msg := fmt.Sprintf("snapshot %s is not there", ref.Name)
+			if err == nil {
+				msg = fmt.Sprintf("snapshot %s is %s", ref.Name, cmp.Or(snap.Status.Phase, "Pending"))
+			}
+			return ctrl.Result{RequeueAfter: 2 * time.Second}, p.setCondition(ctx, &pool, pool.Status.ReadyReplicas, metav1.ConditionFalse, ReasonWaitingForSnapshot, msg)
+		}
 	}
 	var list kubeapi.SandboxList
 	if err := p.c.List(ctx, &list, client.InNamespace(pool.Namespace), client.MatchingLabels{kubeapi.LabelPool: pool.Name}); err != nil {
@@ -63,7 +77,7 @@ func (p *pools) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 				return ctrl.Result{}, err
 			}
 			continue
-		case kubeapi.PhaseRunning:
+		case pool.Spec.Ready():
 			ready++
 		}
 		keep = append(keep, sb)
@@ -72,8 +86,9 @@ func (p *pools) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 	for range max(0, want-len(keep)) {
 		sb := &kubeapi.Sandbox{
 			ObjectMeta: metav1.ObjectMeta{Namespace: pool.Namespace, GenerateName: pool.Name + "-", Labels: map[string]string{kubeapi.LabelPool: pool.Name}},
-			Spec:       kubeapi.SandboxSpec{SandboxTemplateRef: &pool.Spec.SandboxTemplateRef},
+			Spec:       pool.Spec.Member(),
 		}
+		sb.Spec.Paused = pool.Spec.Hot
 		if err := controllerutil.SetControllerReference(&pool, sb, p.c.Scheme()); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -84,13 +99,13 @@ func (p *pools) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 	if extra := len(keep) - want; extra > 0 {
 		// The ones not ready yet go first.
 		slices.SortStableFunc(keep, func(a, b *kubeapi.Sandbox) int {
-			return boolInt(a.Status.Phase == kubeapi.PhaseRunning) - boolInt(b.Status.Phase == kubeapi.PhaseRunning)
+			return boolInt(a.Status.Phase == pool.Spec.Ready()) - boolInt(b.Status.Phase == pool.Spec.Ready())
 		})
 		for _, sb := range keep[:extra] {
 			if err := p.c.Delete(ctx, sb); client.IgnoreNotFound(err) != nil {
 				return ctrl.Result{}, err
 			}
-			if sb.Status.Phase == kubeapi.PhaseRunning {
+			if sb.Status.Phase == pool.Spec.Ready() {
 				ready--
 			}
 		}

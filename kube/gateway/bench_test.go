@@ -229,9 +229,28 @@ func (c *cluster) sealed(tb testing.TB, i int, id string) {
 func BenchmarkWarmClaim(b *testing.B) {
 	c := start(b)
 	c.put(b, &kubeapi.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Name: "tmpl"}, Spec: kubeapi.SandboxTemplateSpec{SandboxBody: sleeper}})
-	c.put(b, &kubeapi.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "warm"}, Spec: kubeapi.SandboxWarmPoolSpec{Replicas: 1, SandboxTemplateRef: kubeapi.LocalRef{Name: "tmpl"}}})
-	claims := series.Series{Name: "claim from the warm pool", Baseline: "create of its template"}
-	creates := series.Series{Name: "create of its template"}
+	c.put(b, &kubeapi.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "warm"}, Spec: kubeapi.SandboxWarmPoolSpec{Replicas: 1, SandboxTemplateRef: &kubeapi.LocalRef{Name: "tmpl"}}})
+	c.claims(b, "warm", "tmpl", "claim from the warm pool", "create of its template")
+}
+
+// BenchmarkHotClaim is a create claimed from a hot pool of a snapshot
+// (a paused restore, resumed) against a create restoring the same
+// snapshot (E2B's templateID naming it), as BenchmarkWarmClaim.
+func BenchmarkHotClaim(b *testing.B) {
+	c := start(b)
+	c.put(b, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "src"}, Spec: kubeapi.SandboxSpec{SandboxBody: sleeper, NodeName: "n1"}})
+	c.sandboxIn(b, "src", kubeapi.PhaseRunning)
+	c.put(b, &kubeapi.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "setup"}, Spec: kubeapi.SandboxSnapshotSpec{SandboxRef: kubeapi.LocalRef{Name: "src"}, NodeName: "n1"}})
+	c.snapshotReady(b, "setup")
+	c.put(b, &kubeapi.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "hot"}, Spec: kubeapi.SandboxWarmPoolSpec{Replicas: 1, SandboxSnapshotRef: &kubeapi.LocalRef{Name: "setup"}, Hot: true}})
+	c.claims(b, "hot", "setup", "claim from the hot pool", "restore of its snapshot")
+}
+
+// claims times E2B creates of templateID pool against ones of other, one
+// at a time, alternating, with the pool refilled between rounds.
+func (c *cluster) claims(b *testing.B, pool, other, name, otherName string) {
+	claims := series.Series{Name: name, Baseline: otherName}
+	creates := series.Series{Name: otherName}
 	one := func(template string, s *series.Series) {
 		var out struct {
 			SandboxID string `json:"sandboxID"`
@@ -248,9 +267,9 @@ func BenchmarkWarmClaim(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		b.StopTimer()
-		c.pooled(b, "warm", 1)
+		c.pooled(b, pool, 1)
 		b.StartTimer()
-		steps := []func(){func() { one("warm", &claims) }, func() { one("tmpl", &creates) }}
+		steps := []func(){func() { one(pool, &claims) }, func() { one(other, &creates) }}
 		steps[i%2]()
 		steps[(i+1)%2]()
 	}

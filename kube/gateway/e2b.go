@@ -69,9 +69,10 @@ func (g *Gateway) e2bCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if pool != nil {
-		// A warm pool of that name: claim one of its sandboxes, unless
-		// the request asks for what they were not made with (each is
-		// made before anyone asks); else make one of its template.
+		// A warm pool of that name: claim one of its sandboxes (the
+		// connect resumes a hot one), unless the request asks for what
+		// they were not made with (each is made before anyone asks);
+		// else make one as the pool does.
 		if len(req.EnvVars) == 0 && len(req.Metadata) == 0 && spec.Network == nil {
 			sb, err := g.claim(r.Context(), pool)
 			if err != nil {
@@ -84,7 +85,8 @@ func (g *Gateway) e2bCreate(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
-		spec.Image, spec.SandboxTemplateRef = "", &pool.Spec.SandboxTemplateRef
+		m := pool.Spec.Member()
+		spec.Image, spec.SandboxTemplateRef, spec.ForkFrom = "", m.SandboxTemplateRef, m.ForkFrom
 	}
 	sb, err := g.create(r.Context(), namespace(r), "", "e2b-", spec)
 	if err != nil {

@@ -166,7 +166,8 @@ func (g *Gateway) nativeClaim(w http.ResponseWriter, r *http.Request, req *api.C
 		return
 	}
 	if sb == nil {
-		spec := kubeapi.SandboxSpec{SandboxTemplateRef: &pool.Spec.SandboxTemplateRef, TTLSeconds: ptr.To(int64(ttl / time.Second))}
+		spec := pool.Spec.Member()
+		spec.TTLSeconds = ptr.To(int64(ttl / time.Second))
 		if sb, err = g.create(ctx, ns, "", pool.Name+"-", spec); err != nil {
 			writeNativeErr(w, err)
 			return
@@ -185,6 +186,15 @@ func (g *Gateway) nativeClaim(w http.ResponseWriter, r *http.Request, req *api.C
 	if code, err := g.fwd.call(ctx, "POST", base, "/v1/sandboxes/"+url.PathEscape(id)+"/timeout", body, &out); err != nil || code >= 300 {
 		writeNative(w, http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("set the claimed sandbox's time to live on its node: %d %v", code, err))
 		return
+	}
+	if pool.Spec.Hot {
+		// Resumed here rather than left to the node's reconcile of the
+		// claim, so that the answer is a running sandbox; a 409 is that
+		// reconcile having done it first.
+		if code, err := g.fwd.call(ctx, "POST", base, "/v1/sandboxes/"+url.PathEscape(id)+"/resume", nil, &out); err != nil || (code >= 300 && code != http.StatusConflict) {
+			writeNative(w, http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("resume the claimed sandbox on its node: %d %v %s", code, err, out))
+			return
+		}
 	}
 	g.nativeGet(w, r, sb, id, http.StatusCreated)
 }

@@ -39,12 +39,13 @@ func (g *Gateway) claim(ctx context.Context, pool *kubeapi.SandboxWarmPool) (*ku
 	}
 	for i := range list.Items {
 		sb := &list.Items[i]
-		if sb.Status.Phase != kubeapi.PhaseRunning || len(sb.Status.Instances) == 0 || !sb.DeletionTimestamp.IsZero() || !metav1.IsControlledBy(sb, pool) {
+		if sb.Status.Phase != pool.Spec.Ready() || len(sb.Status.Instances) == 0 || !sb.DeletionTimestamp.IsZero() || !metav1.IsControlledBy(sb, pool) {
 			continue
 		}
 		patch := kclient.MergeFromWithOptions(sb.DeepCopy(), kclient.MergeFromWithOptimisticLock{})
 		delete(sb.Labels, kubeapi.LabelPool)
 		sb.OwnerReferences = nil
+		sb.Spec.Paused = false // a hot one: its claimer resumes it now
 		if sb.Annotations == nil {
 			sb.Annotations = map[string]string{}
 		}

@@ -1,13 +1,16 @@
 package gateway_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -18,25 +21,28 @@ import (
 	"smolvm.dev/smolvm/sandbox"
 )
 
-// pooled waits until warm pool name has want ready sandboxes of its own,
-// and returns them by smolvm ID with their nodes.
+// pooled waits until warm pool name has want ready sandboxes of its own
+// (running, or paused in a hot pool), and returns them by smolvm ID with
+// their nodes.
 func (c *cluster) pooled(tb testing.TB, name string, want int) map[string]string {
 	tb.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
+		var pool kubeapi.SandboxWarmPool
+		if err := c.k.Client.Get(context.Background(), kclient.ObjectKey{Namespace: "team-a", Name: name}, &pool); err != nil {
+			tb.Fatal(err)
+		}
 		var list kubeapi.SandboxList
 		if err := c.k.Client.List(context.Background(), &list, kclient.InNamespace("team-a"), kclient.MatchingLabels{kubeapi.LabelPool: name}); err != nil {
 			tb.Fatal(err)
 		}
 		ids := map[string]string{}
 		for _, sb := range list.Items {
-			if sb.Status.Phase == kubeapi.PhaseRunning && sb.DeletionTimestamp.IsZero() {
+			if sb.Status.Phase == pool.Spec.Ready() && sb.DeletionTimestamp.IsZero() {
 				ids[sb.Status.Instances[0].ID] = sb.Spec.NodeName
 			}
 		}
-		var pool kubeapi.SandboxWarmPool
-		err := c.k.Client.Get(context.Background(), kclient.ObjectKey{Namespace: "team-a", Name: name}, &pool)
-		if err == nil && len(ids) == want && len(list.Items) == want && pool.Status.ReadyReplicas == int32(want) {
+		if len(ids) == want && len(list.Items) == want && pool.Status.ReadyReplicas == int32(want) {
 			return ids
 		}
 		if time.Now().After(deadline) {
@@ -57,7 +63,7 @@ func TestWarmPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.put(t, &kubeapi.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Name: "tmpl"}, Spec: kubeapi.SandboxTemplateSpec{SandboxBody: sleeper}})
-	pool := &kubeapi.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "warm"}, Spec: kubeapi.SandboxWarmPoolSpec{Replicas: 2, SandboxTemplateRef: kubeapi.LocalRef{Name: "tmpl"}}}
+	pool := &kubeapi.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "warm"}, Spec: kubeapi.SandboxWarmPoolSpec{Replicas: 2, SandboxTemplateRef: &kubeapi.LocalRef{Name: "tmpl"}}}
 	c.put(t, pool)
 	first := c.pooled(t, "warm", 2)
 	nodes := map[string]bool{}
@@ -127,5 +133,104 @@ func TestWarmPool(t *testing.T) {
 	}
 	if _, err := gw.Create(ctx, sandbox.CreateOptions{Pool: "warm", Image: "other", Start: true}); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Errorf("claim with an image: %v", err)
+	}
+}
+
+// TestHotPool keeps a hot pool of a snapshot: paused restores of a
+// sandbox's checkpoint, taken after its setup. A claim through either
+// API resumes one, which holds the setup's files and processes, and
+// stays running; the pool refills; a pool of a snapshot that is not
+// there waits for it and makes nothing.
+func TestHotPool(t *testing.T) {
+	c := start(t)
+	ctx := context.Background()
+	gw, err := client.New(c.URL, keyA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.put(t, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "src"}, Spec: kubeapi.SandboxSpec{SandboxBody: sleeper, NodeName: "n1"}})
+	src := c.sandboxIn(t, "src", kubeapi.PhaseRunning)
+	sh := func(id, script string) string {
+		t.Helper()
+		var out bytes.Buffer
+		exit, err := gw.Exec(ctx, id, sandbox.Process{Args: []string{"sh", "-c", script}}, sandbox.Stdio{Stdout: &out, Stderr: &out})
+		if err != nil || exit.Code != 0 {
+			t.Fatalf("exec %q in %s: %v %+v %s", script, id, err, exit, out.String())
+		}
+		return out.String()
+	}
+	sh(src.Status.Instances[0].ID, "echo set-up > /tmp/state; sleep 1000 & echo $! > /tmp/pid")
+	c.put(t, &kubeapi.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "setup"}, Spec: kubeapi.SandboxSnapshotSpec{SandboxRef: kubeapi.LocalRef{Name: "src"}, NodeName: "n1"}})
+	c.snapshotReady(t, "setup")
+
+	c.put(t, &kubeapi.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "hot"}, Spec: kubeapi.SandboxWarmPoolSpec{Replicas: 2, SandboxSnapshotRef: &kubeapi.LocalRef{Name: "setup"}, Hot: true}})
+	first := c.pooled(t, "hot", 2)
+	node := func(id string) *client.Client {
+		return c.nodes[slices.Index([]string{"n1", "n2"}, first[id])].Smolvm
+	}
+	for id := range first {
+		if s, err := node(id).Get(ctx, id); err != nil || s.State != sandbox.StatePaused {
+			t.Fatalf("pool member %s on its node: %v %+v", id, err, s)
+		}
+	}
+
+	t0 := time.Now()
+	sb, err := gw.Create(ctx, sandbox.CreateOptions{Pool: "hot", Start: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("native claim of a hot copy: %v", time.Since(t0))
+	if _, ok := first[sb.ID]; !ok || sb.State != sandbox.StateRunning {
+		t.Fatalf("native claim got %s (%s), not a resumed one of the pool's %v", sb.ID, sb.State, first)
+	}
+	if got := sh(sb.ID, "cat /tmp/state; kill -0 $(cat /tmp/pid) && echo alive"); got != "set-up\nalive\n" {
+		t.Fatalf("the claimed copy has %q, want the setup's file and process", got)
+	}
+	var out struct {
+		SandboxID string `json:"sandboxID"`
+	}
+	t0 = time.Now()
+	if code := call(t, "POST", c.URL+"/sandboxes", keyA, `{"templateID":"hot","timeout":300}`, &out); code != http.StatusCreated {
+		t.Fatalf("E2B claim: %d", code)
+	}
+	t.Logf("E2B claim of a hot copy: %v", time.Since(t0))
+	if _, ok := first[out.SandboxID]; !ok || out.SandboxID == sb.ID {
+		t.Fatalf("E2B claim got %+v, not the pool's other copy of %v", out, first)
+	}
+
+	// It refills; the claimed stay running (the node does not pause
+	// them again).
+	refilled := c.pooled(t, "hot", 2)
+	for id := range first {
+		if _, ok := refilled[id]; ok {
+			t.Fatalf("the refilled pool holds a claimed copy: %v", refilled)
+		}
+		if s, err := node(id).Get(ctx, id); err != nil || s.State != sandbox.StateRunning {
+			t.Fatalf("claimed %s after the refill: %v %+v", id, err, s)
+		}
+	}
+
+	// A pool of a snapshot that is not there makes nothing meanwhile.
+	c.put(t, &kubeapi.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "orphan"}, Spec: kubeapi.SandboxWarmPoolSpec{Replicas: 2, SandboxSnapshotRef: &kubeapi.LocalRef{Name: "nope"}}})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var pool kubeapi.SandboxWarmPool
+		if err := c.k.Client.Get(ctx, kclient.ObjectKey{Namespace: "team-a", Name: "orphan"}, &pool); err != nil {
+			t.Fatal(err)
+		}
+		if cond := meta.FindStatusCondition(pool.Status.Conditions, kubeapi.ConditionReady); cond != nil {
+			if cond.Reason != "WaitingForSnapshot" || !strings.Contains(cond.Message, "nope") {
+				t.Fatalf("pool of a missing snapshot: %+v", cond)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("pool of a missing snapshot: no condition in 30 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var members kubeapi.SandboxList
+	if err := c.k.Client.List(ctx, &members, kclient.InNamespace("team-a"), kclient.MatchingLabels{kubeapi.LabelPool: "orphan"}); err != nil || len(members.Items) != 0 {
+		t.Fatalf("pool of a missing snapshot made %v %d", err, len(members.Items))
 	}
 }

@@ -228,6 +228,13 @@ func ttl(seconds *int64) time.Duration {
 func (r *sandboxes) pause(ctx context.Context, sb *kubeapi.Sandbox, s *sandbox.Sandbox) (*sandbox.Sandbox, error) {
 	switch {
 	case sb.Spec.Paused && s.State == sandbox.StateRunning:
+		// A hot pool's sandbox claimed since the cache's copy was read
+		// has been resumed by its claimer: asked afresh, not paused
+		// again under it.
+		var now kubeapi.Sandbox
+		if err := r.direct.Get(ctx, kclient.ObjectKeyFromObject(sb), &now); err != nil || !now.Spec.Paused {
+			return s, kclient.IgnoreNotFound(err)
+		}
 		return r.Smolvm.Pause(ctx, s.ID)
 	case !sb.Spec.Paused && s.State == sandbox.StatePaused:
 		return r.Smolvm.Resume(ctx, s.ID)

@@ -17,10 +17,23 @@ const (
 // kvmCreateVM is the KVM_CREATE_VM ioctl, _IO(KVMIO, 0x01).
 const kvmCreateVM = 0xae01
 
+// pvmModule is there when the host's KVM is PVM, a KVM that runs guests
+// by shadow paging and instruction emulation on cloud VMs without
+// hardware virtualization. It serves /dev/kvm and creates VMs, but an
+// unmodified guest kernel does not boot on it: QEMU's default CPU aborts
+// on an MSR write ("failed to set MSR 0x10a"), and with that MSR off the
+// guest dies in its slab allocator on a cmpxchg16b that PVM cannot
+// emulate ("KVM internal error. Suberror: 1", "kvm-pvm: INTERNAL_ERROR in
+// batch emul" in the host's log) or, without cmpxchg16b, spins.
+const pvmModule = "/sys/module/kvm_pvm"
+
 // ProbeKVM reports why KVM cannot be used here, or nil if it can: it
 // opens /dev/kvm and creates a VM, since the device node exists on hosts
-// whose CPU cannot run one.
+// whose CPU cannot run one, and refuses PVM (see pvmModule).
 func ProbeKVM() error {
+	if _, err := os.Stat(pvmModule); err == nil {
+		return errors.New("/dev/kvm is PVM (kvm_pvm), which does not boot an unmodified guest kernel")
+	}
 	f, err := os.OpenFile("/dev/kvm", os.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
