@@ -102,6 +102,9 @@ func call(tb testing.TB, method, url, key, body string, out any) int {
 	defer resp.Body.Close()
 	var buf bytes.Buffer
 	buf.ReadFrom(resp.Body)
+	if resp.StatusCode >= 400 {
+		tb.Logf("%s %s: %d %s", method, url, resp.StatusCode, buf.String())
+	}
 	if out != nil && resp.StatusCode < 300 {
 		if err := json.Unmarshal(buf.Bytes(), out); err != nil {
 			tb.Fatal(fmt.Errorf("%s %s: %w: %s", method, url, err, buf.String()))

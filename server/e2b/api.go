@@ -452,11 +452,19 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
 	}
 	status := http.StatusOK
 	if sb.State == sandbox.StatePaused {
-		if sb, err = h.m.Resume(r.Context(), sb.ID); err != nil {
+		resumed, err := h.m.Resume(r.Context(), sb.ID)
+		if errors.Is(err, errdefs.ErrConflict) {
+			// Resumed meanwhile, by another connect or a cluster node
+			// honouring a claim: running is what was asked for.
+			if now, gerr := h.m.Get(r.Context(), sb.ID); gerr == nil && now.State == sandbox.StateRunning {
+				resumed, err = now, nil
+			}
+		}
+		if err != nil {
 			writeErr(w, err)
 			return
 		}
-		status = http.StatusCreated
+		sb, status = resumed, http.StatusCreated
 	}
 	if ttl != nil {
 		if sb, err = h.m.SetTTL(r.Context(), sb.ID, *ttl); err != nil {
