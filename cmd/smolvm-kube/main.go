@@ -19,6 +19,7 @@ import (
 
 	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -213,8 +214,9 @@ func runGateway(ctx context.Context, fs *flag.FlagSet, args []string, kube func(
 	return err
 }
 
-// newScheme knows smolvm.dev's types and Leases: all smolvm-kube reads.
+// newScheme knows smolvm.dev's types, Leases and Namespaces (their
+// quota annotation): all smolvm-kube reads.
 func newScheme() (*k8sruntime.Scheme, error) {
 	s := k8sruntime.NewScheme()
-	return s, errors.Join(kubeapi.AddToScheme(s), coordinationv1.AddToScheme(s))
+	return s, errors.Join(kubeapi.AddToScheme(s), coordinationv1.AddToScheme(s), corev1.AddToScheme(s))
 }

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -73,6 +75,21 @@ func TestStatus(t *testing.T) {
 	} {
 		if !regexp.MustCompile(want).MatchString(out.String()) {
 			t.Errorf("status lacks %s", want)
+		}
+	}
+}
+
+// TestScheme: the binaries' scheme knows every kind they read, the
+// gateway's Namespaces (quota annotations) among them; a kind missing
+// from it fails only in a real deployment, since tests use envtest's.
+func TestScheme(t *testing.T) {
+	s, err := newScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []k8sruntime.Object{&corev1.Namespace{}, &coordinationv1.Lease{}, &kubeapi.Sandbox{}, &kubeapi.SandboxSnapshot{}, &kubeapi.SandboxWarmPool{}, &kubeapi.SandboxTemplate{}} {
+		if _, _, err := s.ObjectKinds(o); err != nil {
+			t.Errorf("%T: %v", o, err)
 		}
 	}
 }

@@ -169,7 +169,13 @@ func networkPolicy(p *sandbox.Network) *kubeapi.NetworkPolicy {
 // failed create leaves nothing behind.
 func (g *Gateway) create(ctx context.Context, ns, name, prefix string, spec kubeapi.SandboxSpec) (*kubeapi.Sandbox, error) {
 	sb := &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, GenerateName: prefix}, Spec: spec}
-	if err := g.cfg.Kube.Create(ctx, sb); err != nil {
+	done, err := g.admit(ctx, ns)
+	if err != nil {
+		return nil, err
+	}
+	err = g.cfg.Kube.Create(ctx, sb)
+	done()
+	if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
 	// A failed object is deleted, so its name (maybe generated) would

@@ -23,6 +23,11 @@ func (g *Gateway) fork(ctx context.Context, src *kubeapi.Sandbox, n int, prefix 
 	if len(src.Status.Instances) != 1 || src.Status.Phase != kubeapi.PhaseRunning {
 		return nil, nil, &phaseError{409, fmt.Sprintf("sandbox %s is %s with %d sandboxes: a fork needs one running sandbox", src.Name, orPending(src.Status.Phase), len(src.Status.Instances))}
 	}
+	// Each copy is admitted as it is made; asked first too, so that a
+	// fork over the cap checkpoints nothing.
+	if err := g.checkQuota(ctx, src.Namespace, n); err != nil {
+		return nil, nil, err
+	}
 	snap := &kubeapi.SandboxSnapshot{
 		ObjectMeta: metav1.ObjectMeta{Namespace: src.Namespace, GenerateName: src.Name + "-fork-"},
 		Spec:       kubeapi.SandboxSnapshotSpec{SandboxRef: kubeapi.LocalRef{Name: src.Name}, NodeName: src.Spec.NodeName},

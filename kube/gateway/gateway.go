@@ -65,6 +65,7 @@ type Gateway struct {
 	e2b    *http.ServeMux
 	native *http.ServeMux
 	fwd    *forwarder
+	quotas quotas
 }
 
 // New returns a Gateway over cfg.

@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"smolvm.dev/smolvm/api"
+	"smolvm.dev/smolvm/errdefs"
 	kubeapi "smolvm.dev/smolvm/kube/api"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -331,6 +332,11 @@ func (g *Gateway) nativeLookup(w http.ResponseWriter, r *http.Request) (*kubeapi
 
 // writeNativeErr answers err in the native API's shape.
 func writeNativeErr(w http.ResponseWriter, err error) {
+	if errors.Is(err, errQuota) {
+		// As a single smolvm serve answers a tenant over its quota.
+		writeJSON(w, http.StatusConflict, api.Error{Code: api.CodeConflict, Class: errdefs.Name(errdefs.ErrQuota), Message: err.Error()})
+		return
+	}
 	status := statusOf(err)
 	code := map[int]string{
 		http.StatusBadRequest: api.CodeInvalid, http.StatusNotFound: api.CodeNotFound, http.StatusConflict: api.CodeConflict,

@@ -33,6 +33,12 @@ func (g *Gateway) pool(ctx context.Context, ns, name string) (*kubeapi.SandboxWa
 // that two claims never take the same one; the pool then makes another.
 // nil when none is ready.
 func (g *Gateway) claim(ctx context.Context, pool *kubeapi.SandboxWarmPool) (*kubeapi.Sandbox, error) {
+	// A claimed sandbox becomes the namespace's, and counts.
+	done, err := g.admit(ctx, pool.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	var list kubeapi.SandboxList
 	if err := g.cfg.Kube.List(ctx, &list, kclient.InNamespace(pool.Namespace), kclient.MatchingLabels{kubeapi.LabelPool: pool.Name}); err != nil {
 		return nil, fmt.Errorf("warm pool %s: %w", pool.Name, err)

@@ -36,6 +36,8 @@ func statusOf(err error) int {
 		return pe.status
 	case errors.Is(err, errNotFound):
 		return http.StatusNotFound
+	case errors.Is(err, errQuota):
+		return http.StatusTooManyRequests
 	case errors.Is(err, errNodeGone):
 		return http.StatusServiceUnavailable
 	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
