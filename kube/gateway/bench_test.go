@@ -28,10 +28,7 @@ import (
 func BenchmarkGatewayCreate(b *testing.B) {
 	c := start(b)
 	ctx := context.Background()
-	gw, err := client.New(c.URL, keyA)
-	if err != nil {
-		b.Fatal(err)
-	}
+	gw := c.client(b, keyA)
 	n1 := c.nodes[0]
 	opts := sandbox.CreateOptions{Image: sandbox.DefaultImage, Start: true}
 	native := func(sc *client.Client, s *series.Series) {
@@ -121,10 +118,7 @@ func call(tb testing.TB, method, url, key, body string, out any) int {
 // random bytes in memory (a file in its writable layer).
 func BenchmarkRestoreLocality(b *testing.B) {
 	c := start(b)
-	gw, err := client.New(c.URL, keyA)
-	if err != nil {
-		b.Fatal(err)
-	}
+	gw := c.client(b, keyA)
 	for _, size := range []struct {
 		name string
 		mib  int

@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 
-	"smolvm.dev/smolvm/client"
 	"smolvm.dev/smolvm/internal/testimage"
 	kubeapi "smolvm.dev/smolvm/kube/api"
 	"smolvm.dev/smolvm/sandbox"
@@ -76,10 +75,7 @@ func (c *cluster) snapshotReady(tb testing.TB, name string) *kubeapi.SandboxSnap
 func TestSnapshotCopy(t *testing.T) {
 	c := start(t)
 	ctx := context.Background()
-	gw, err := client.New(c.URL, keyA)
-	if err != nil {
-		t.Fatal(err)
-	}
+	gw := c.client(t, keyA)
 	c.put(t, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "src"}, Spec: kubeapi.SandboxSpec{SandboxBody: sleeper, NodeName: "n1", Tenant: "acme"}})
 	src := c.sandboxIn(t, "src", kubeapi.PhaseRunning)
 	run := func(id, script string) string {

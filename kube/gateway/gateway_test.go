@@ -86,6 +86,16 @@ func start(t testing.TB) *cluster {
 	return c
 }
 
+// client is a native API client of the gateway with key.
+func (c *cluster) client(tb testing.TB, key string) *client.Client {
+	tb.Helper()
+	cl, err := client.New(c.URL, key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return cl
+}
+
 // TestGateway runs the gateway in front of two nodes: the native API's
 // Go client and the unmodified e2b SDK create, exec and remove sandboxes
 // through it; each key sees its own namespace only; bad requests are
@@ -93,14 +103,8 @@ func start(t testing.TB) *cluster {
 func TestGateway(t *testing.T) {
 	c := start(t)
 	ctx := context.Background()
-	a, err := client.New(c.URL, keyA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := client.New(c.URL, keyB)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := c.client(t, keyA)
+	b := c.client(t, keyB)
 
 	t.Run("Native", func(t *testing.T) {
 		sb, err := a.Create(ctx, sandbox.CreateOptions{Image: sandbox.DefaultImage, Start: true, Config: sandbox.Config{Labels: map[string]string{"who": "a"}}})

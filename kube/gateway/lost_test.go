@@ -25,10 +25,7 @@ import (
 func TestNodeLost(t *testing.T) {
 	c := start(t)
 	ctx := context.Background()
-	gw, err := client.New(c.URL, keyA)
-	if err != nil {
-		t.Fatal(err)
-	}
+	gw := c.client(t, keyA)
 	for name, node := range map[string]string{"stays": "n1", "goes": "n2"} {
 		c.put(t, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: kubeapi.SandboxSpec{SandboxBody: sleeper, NodeName: node}})
 	}

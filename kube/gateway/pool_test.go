@@ -58,10 +58,7 @@ func (c *cluster) pooled(tb testing.TB, name string, want int) map[string]string
 func TestWarmPool(t *testing.T) {
 	c := start(t)
 	ctx := context.Background()
-	gw, err := client.New(c.URL, keyA)
-	if err != nil {
-		t.Fatal(err)
-	}
+	gw := c.client(t, keyA)
 	c.put(t, &kubeapi.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Name: "tmpl"}, Spec: kubeapi.SandboxTemplateSpec{SandboxBody: sleeper}})
 	pool := &kubeapi.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "warm"}, Spec: kubeapi.SandboxWarmPoolSpec{Replicas: 2, SandboxTemplateRef: &kubeapi.LocalRef{Name: "tmpl"}}}
 	c.put(t, pool)
@@ -144,10 +141,7 @@ func TestWarmPool(t *testing.T) {
 func TestHotPool(t *testing.T) {
 	c := start(t)
 	ctx := context.Background()
-	gw, err := client.New(c.URL, keyA)
-	if err != nil {
-		t.Fatal(err)
-	}
+	gw := c.client(t, keyA)
 	c.put(t, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "src"}, Spec: kubeapi.SandboxSpec{SandboxBody: sleeper, NodeName: "n1"}})
 	src := c.sandboxIn(t, "src", kubeapi.PhaseRunning)
 	sh := func(id, script string) string {

@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 
-	"smolvm.dev/smolvm/client"
 	"smolvm.dev/smolvm/errdefs"
 	kubeapi "smolvm.dev/smolvm/kube/api"
 	"smolvm.dev/smolvm/kube/gateway"
@@ -27,14 +26,8 @@ import (
 func TestQuota(t *testing.T) {
 	c := start(t)
 	ctx := context.Background()
-	a, err := client.New(c.URL, keyA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := client.New(c.URL, keyB)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := c.client(t, keyA)
+	b := c.client(t, keyB)
 	annotate := func(v string) {
 		t.Helper()
 		var ns corev1.Namespace
