@@ -28,8 +28,9 @@ const (
 // pools keeps each SandboxWarmPool's Sandboxes: that many objects of its
 // template or restores of its snapshot (paused when hot), labelled
 // kubeapi.LabelPool and owned by the pool, which the binder places like
-// any other (a restore beside the snapshot, or where it is copied). A claim (the gateway's)
-// takes one by removing its label and owner, and the pool makes another.
+// any other (a restore beside the snapshot, or where it is copied). A
+// claim (the gateway's) takes one by removing its label and owner, and
+// the pool makes another.
 type pools struct {
 	c client.Client
 }
