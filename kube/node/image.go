@@ -3,9 +3,14 @@ package node
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"smolvm.dev/smolvm/api"
 )
+
+// pullTimeout bounds a pull, so that a registry that stops answering
+// mid-layer does not hold a reconcile worker for good.
+const pullTimeout = 10 * time.Minute
 
 // ensureImage makes sure this node's smolvm serve has image ref, pulling
 // it from its registry when it has not, as a kubelet pulls a Pod's. id,
@@ -20,9 +25,11 @@ func (d *daemon) ensureImage(ctx context.Context, ref, id string) error {
 	if ref == "" {
 		return nil
 	}
-	if _, err := d.Smolvm.PullImage(ctx, api.PullRequest{Ref: ref, ID: id}); err != nil {
+	pullCtx, cancel := context.WithTimeout(ctx, pullTimeout)
+	defer cancel()
+	if _, err := d.Smolvm.PullImage(pullCtx, api.PullRequest{Ref: ref, ID: id}); err != nil {
 		if ctx.Err() != nil {
-			return err
+			return err // the daemon is stopping
 		}
 		// %v: the pull's class (unavailable, conflict) is not the
 		// Sandbox's, which would then be retried as waiting.
