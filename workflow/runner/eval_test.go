@@ -98,6 +98,15 @@ func TestEvalFixtures(t *testing.T) {
 		}
 		if r.Error != "" || r.Resolved != w.resolved || r.Interventions != w.interventions || (len(r.Flaky) > 0) != w.flaky {
 			t.Errorf("%s: %+v (hidden %+v)", r.Fixture, r, r.Hidden)
+			// What each iteration changed and what its tests said: a
+			// failure seen once under CI load is otherwise gone.
+			its, err := rn.Log.Iterations(ctx, r.Run)
+			for _, it := range its {
+				t.Logf("%s iteration %d: diff %q, result %+v, violations %+v", r.Fixture, it.N, it.Diff, it.Result, it.Violations)
+			}
+			if err != nil {
+				t.Logf("%s: its iterations: %v", r.Fixture, err)
+			}
 		}
 	}
 	if rep.Total != len(want) || rep.Resolved != len(want)-1 || rep.Interventions != 6 {
