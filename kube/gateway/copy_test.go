@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 
+	"smolvm.dev/smolvm/client"
 	"smolvm.dev/smolvm/internal/testimage"
 	kubeapi "smolvm.dev/smolvm/kube/api"
 	"smolvm.dev/smolvm/sandbox"
@@ -28,6 +29,18 @@ func (c *cluster) put(tb testing.TB, o kclient.Object) {
 	if err := c.k.Client.Create(context.Background(), o); err != nil {
 		tb.Fatalf("create %s: %v", o.GetName(), err)
 	}
+}
+
+// output runs args in sandbox id through cl and returns what it printed
+// on stdout and stderr; a failed exec or a non-zero exit fails the test.
+func output(tb testing.TB, cl *client.Client, id string, args ...string) string {
+	tb.Helper()
+	var out bytes.Buffer
+	exit, err := cl.Exec(context.Background(), id, sandbox.Process{Args: args}, sandbox.Stdio{Stdout: &out, Stderr: &out})
+	if err != nil || exit.Code != 0 {
+		tb.Fatalf("exec %q in %s: %v %+v %s", args, id, err, exit, out.String())
+	}
+	return out.String()
 }
 
 // sandboxIn waits until Sandbox name in team-a is in phase want.
@@ -78,15 +91,7 @@ func TestSnapshotCopy(t *testing.T) {
 	gw := c.client(t, keyA)
 	c.put(t, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "src"}, Spec: kubeapi.SandboxSpec{SandboxBody: sleeper, NodeName: "n1", Tenant: "acme"}})
 	src := c.sandboxIn(t, "src", kubeapi.PhaseRunning)
-	run := func(id, script string) string {
-		t.Helper()
-		var out bytes.Buffer
-		exit, err := gw.Exec(ctx, id, sandbox.Process{Args: []string{"sh", "-c", script}}, sandbox.Stdio{Stdout: &out, Stderr: &out})
-		if err != nil || exit.Code != 0 {
-			t.Fatalf("exec %q in %s: %v %+v %s", script, id, err, exit, out.String())
-		}
-		return out.String()
-	}
+	run := func(id, script string) string { return output(t, gw, id, "sh", "-c", script) }
 	run(src.Status.Instances[0].ID, "echo kept > /tmp/state; sleep 1000 & echo $! > /tmp/pid")
 
 	c.put(t, &kubeapi.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "snap"}, Spec: kubeapi.SandboxSnapshotSpec{SandboxRef: kubeapi.LocalRef{Name: "src"}, NodeName: "n1"}})
@@ -171,12 +176,7 @@ func TestImagePull(t *testing.T) {
 	}
 	marker := func(n int, sb *kubeapi.Sandbox) string {
 		t.Helper()
-		var out bytes.Buffer
-		exit, err := c.nodes[n].Smolvm.Exec(ctx, sb.Status.Instances[0].ID, sandbox.Process{Args: []string{testimage.Program, "/marker"}}, sandbox.Stdio{Stdout: &out, Stderr: &out})
-		if err != nil || exit.Code != 0 {
-			t.Fatalf("exec in %s: %v %+v %s", sb.Name, err, exit, out.String())
-		}
-		return out.String()
+		return output(t, c.nodes[n].Smolvm, sb.Status.Instances[0].ID, testimage.Program, "/marker")
 	}
 	failure := func(name string) string {
 		t.Helper()

@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net/http"
@@ -144,15 +143,7 @@ func TestHotPool(t *testing.T) {
 	gw := c.client(t, keyA)
 	c.put(t, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "src"}, Spec: kubeapi.SandboxSpec{SandboxBody: sleeper, NodeName: "n1"}})
 	src := c.sandboxIn(t, "src", kubeapi.PhaseRunning)
-	sh := func(id, script string) string {
-		t.Helper()
-		var out bytes.Buffer
-		exit, err := gw.Exec(ctx, id, sandbox.Process{Args: []string{"sh", "-c", script}}, sandbox.Stdio{Stdout: &out, Stderr: &out})
-		if err != nil || exit.Code != 0 {
-			t.Fatalf("exec %q in %s: %v %+v %s", script, id, err, exit, out.String())
-		}
-		return out.String()
-	}
+	sh := func(id, script string) string { return output(t, gw, id, "sh", "-c", script) }
 	sh(src.Status.Instances[0].ID, "echo set-up > /tmp/state; sleep 1000 & echo $! > /tmp/pid")
 	c.put(t, &kubeapi.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "setup"}, Spec: kubeapi.SandboxSnapshotSpec{SandboxRef: kubeapi.LocalRef{Name: "src"}, NodeName: "n1"}})
 	c.snapshotReady(t, "setup")
