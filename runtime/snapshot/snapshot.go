@@ -242,9 +242,20 @@ func (s *Store) load(ctx context.Context, id string) (*sandbox.Snapshot, error) 
 		return nil, fmt.Errorf("load snapshot %s: %w", id, err)
 	}
 	if !snap.Durable && !s.sealing(sealer) {
-		// Its process died before the files were durable: they may be
-		// incomplete after a power loss. GC removes it.
-		return nil, fmt.Errorf("%w: %s (lost before it was durable)", ErrNotFound, id)
+		// The seal marks the row durable before it drops its lock, so
+		// the row read before the lock was seen gone may be stale.
+		err := db.QueryRowContext(ctx, `SELECT files, digest, durable FROM snapshots WHERE id = ?`, id).Scan(&files, &snap.Digest, &snap.Durable)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("load snapshot %s: %w", id, err)
+		}
+		if !snap.Durable {
+			// Its process died before the files were durable: they may
+			// be incomplete after a power loss. GC removes it.
+			return nil, fmt.Errorf("%w: %s (lost before it was durable)", ErrNotFound, id)
+		}
 	}
 	snap.Created = time.UnixMilli(created).UTC()
 	if err := json.Unmarshal([]byte(files), &snap.Files); err != nil {

@@ -772,3 +772,25 @@ func BenchmarkCommit100MB(b *testing.B) {
 	}
 	b.ReportMetric(float64(seal.Milliseconds())/float64(b.N), "seal-ms/op")
 }
+
+// TestGetWhileSealing reads each snapshot over and over while its seal
+// runs: a read that sees the row before the seal marks it durable, and
+// the lock after the seal drops it, must not call the snapshot lost.
+func TestGetWhileSealing(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	for i := range 100 {
+		snap, err := stage(t, s, map[string]string{"pages.img": fmt.Sprint(i)}).Commit(t.Context(), "", "", sandbox.Lineage{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			got, err := s.Get(t.Context(), snap.ID)
+			if err != nil {
+				t.Fatalf("Get %s while it seals: %v", snap.ID, err)
+			}
+			if got.Durable {
+				break
+			}
+		}
+	}
+}
