@@ -241,9 +241,10 @@ type PullRequest struct {
 	// Always pulls even when the server has an image by that name, to
 	// follow a tag that moved.
 	Always bool `json:"always,omitempty"`
-	// ID is the image the caller needs (a snapshot's, say): when the
-	// server has it, Ref is not looked at; a pull that gives another
-	// image is a conflict (the tag has moved).
+	// ID is the image the caller needs (a snapshot's, say), whole or a
+	// prefix of at least 12 hex digits: when the server has it, Ref is
+	// not looked at; a pull that gives another image is a conflict (the
+	// tag has moved).
 	ID string `json:"id,omitempty"`
 }
 

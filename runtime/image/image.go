@@ -120,6 +120,15 @@ func Open(ctx context.Context, dataDir string, st *store.Store) (*Store, error) 
 
 var idPattern = regexp.MustCompile(`^(sha256:)?[0-9a-f]{12,64}$`)
 
+// IsID reports whether s is an image ID or a prefix of one that Get
+// takes: 12 to 64 hex digits, with or without "sha256:".
+func IsID(s string) bool { return idPattern.MatchString(s) }
+
+// HasID reports whether img's ID is id, or begins with it.
+func HasID(img *sandbox.Image, id string) bool {
+	return strings.HasPrefix(strings.TrimPrefix(img.ID, "sha256:"), strings.TrimPrefix(id, "sha256:"))
+}
+
 // Get finds an image by reference ("alpine" means
 // docker.io/library/alpine:latest), by ID, or by a unique ID prefix of at
 // least 12 hex digits.
@@ -139,7 +148,7 @@ func (s *Store) Get(ctx context.Context, nameOrID string) (*sandbox.Image, error
 			return s.load(ctx, id)
 		}
 		// The builtin image is not stored, but records name it by ID too.
-		if h, err := s.host(); err == nil && strings.TrimPrefix(h.ID, "sha256:") == strings.TrimPrefix(nameOrID, "sha256:") {
+		if h, err := s.host(); err == nil && HasID(h, nameOrID) {
 			return h, nil
 		}
 	}

@@ -55,6 +55,10 @@ func TestServerPull(t *testing.T) {
 	if got, _ := pull(`{"ref":"`+ref+`","always":true}`, http.StatusCreated); got.ID != id2 {
 		t.Fatalf("always: %s, want the moved tag's %s", got.ID, id2)
 	}
+	// An ID may be a prefix, as everywhere else.
+	if got, _ := pull(`{"ref":"`+ref+`","always":true,"id":"`+id2[:19]+`"}`, http.StatusCreated); got.ID != id2 {
+		t.Fatalf("by an ID prefix: %s, want %s", got.ID, id2)
+	}
 	if _, e := pull(`{"ref":"`+ref+`","id":"sha256:`+strings.Repeat("0", 64)+`"}`, http.StatusConflict); !strings.Contains(e.Message, "tag has moved") {
 		t.Fatalf("a moved tag: %+v", e)
 	}
@@ -76,6 +80,7 @@ func TestServerPull(t *testing.T) {
 		{`{"ref":`, http.StatusBadRequest, ""},
 		{`{"ref":"x","bogus":1}`, http.StatusBadRequest, "bogus"},
 		{`{"ref":"Not/A/Ref"}`, http.StatusBadRequest, ""},
+		{`{"ref":"` + ref + `","id":"alpine"}`, http.StatusBadRequest, "id"},
 		{`{"ref":"` + reg.Host + `/smolvm/none:1"}`, http.StatusNotFound, "none"},
 		{`{"ref":"127.0.0.1:1/smolvm/idle:1"}`, http.StatusServiceUnavailable, "registry unavailable"},
 		{`{"ref":"` + ref + `","always":true,"platform":"a/b/c/d"}`, http.StatusBadRequest, "platform"},

@@ -204,6 +204,10 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request) {
 		writeError(w, invalid("ref", "is required"))
 		return
 	}
+	if req.ID != "" && !image.IsID(req.ID) {
+		writeError(w, invalid("id", "is not an image ID (12 to 64 hex digits)"))
+		return
+	}
 	if have := cmp.Or(req.ID, req.Ref); !req.Always {
 		img, err := s.o.Images.Get(r.Context(), have)
 		if err == nil {
@@ -216,7 +220,7 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	img, err := s.o.Images.Pull(r.Context(), req.Ref, image.PullOptions{Insecure: req.Insecure, Platform: req.Platform})
-	if err == nil && req.ID != "" && strings.TrimPrefix(img.ID, "sha256:") != strings.TrimPrefix(req.ID, "sha256:") {
+	if err == nil && req.ID != "" && !image.HasID(img, req.ID) {
 		err = errdefs.New(errdefs.ErrConflict, fmt.Sprintf("pull %s: it is image %s now, not %s (the tag has moved; pull the image by its digest)", req.Ref, img.ID, req.ID))
 	}
 	created(w, img, err)
