@@ -166,6 +166,10 @@ func setHostname(name string) error {
 // sandbox: it changes the whole process.
 func ReserveAdmin() error {
 	if _, _, errno := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_CAPBSET_DROP, unix.CAP_SYS_ADMIN, 0); errno != 0 {
+		if errno == syscall.ENOTSUP {
+			// Go refuses AllThreadsSyscall in a binary linked with cgo.
+			return fmt.Errorf("drop CAP_SYS_ADMIN from the bounding set: %w (smolvm-guest was built with cgo: build it with CGO_ENABLED=0)", errno)
+		}
 		return fmt.Errorf("drop CAP_SYS_ADMIN from the bounding set: %w", errno)
 	}
 	return nil
