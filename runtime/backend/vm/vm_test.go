@@ -29,7 +29,7 @@ import (
 
 // testBackend returns one backend per test process, its cache shared by
 // every test (the kernel is uncompressed and images built once).
-func testBackend(t *testing.T) *Backend {
+func testBackend(t testing.TB) *Backend {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("VM tests need root")
@@ -69,9 +69,14 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// busyboxSpec is a sandbox named name of root (busyboxRoot).
+func busyboxSpec(t testing.TB, root backend.Rootfs, name string) *backend.Spec {
+	return &backend.Spec{ID: name, Hostname: name, Dir: filepath.Join(t.TempDir(), name), GuestBinary: testenv.Guest(t), Rootfs: root, MachineID: strings.Repeat("cd", 16), Env: []string{"PATH=/bin"}}
+}
+
 // busyboxRoot builds a root of the host's static busybox: the host's
 // /usr is too big to copy into a disk image.
-func busyboxRoot(t *testing.T) backend.Rootfs {
+func busyboxRoot(t testing.TB) backend.Rootfs {
 	dir := t.TempDir()
 	for _, d := range []string{"bin", "etc", "proc", "dev", "sys", "tmp", "root"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
@@ -222,9 +227,7 @@ func TestForkCopyOnWrite(t *testing.T) {
 	b := testBackend(t)
 	ctx := context.Background()
 	root := busyboxRoot(t)
-	spec := func(name string) *backend.Spec {
-		return &backend.Spec{ID: name, Hostname: name, Dir: filepath.Join(t.TempDir(), name), GuestBinary: testenv.Guest(t), Rootfs: root, MachineID: strings.Repeat("ab", 16), Env: []string{"PATH=/bin"}}
-	}
+	spec := func(name string) *backend.Spec { return busyboxSpec(t, root, name) }
 	sh := func(s *backend.Spec, script string) string {
 		t.Helper()
 		var out, errb strings.Builder
@@ -379,9 +382,7 @@ func TestStandby(t *testing.T) {
 	b := testBackend(t)
 	ctx := context.Background()
 	root := busyboxRoot(t)
-	spec := func(name string) *backend.Spec {
-		return &backend.Spec{ID: name, Hostname: name, Dir: filepath.Join(t.TempDir(), name), GuestBinary: testenv.Guest(t), Rootfs: root, MachineID: strings.Repeat("cd", 16), Env: []string{"PATH=/bin"}}
-	}
+	spec := func(name string) *backend.Spec { return busyboxSpec(t, root, name) }
 	src := spec("src")
 	defer b.Delete(ctx, src)
 	if err := b.Run(ctx, src); err != nil {
