@@ -20,6 +20,12 @@ const Dir = "/work"
 // MaxOutput bounds what is kept of a test run's stdout and stderr.
 const MaxOutput = 8 << 20
 
+// noBytecode goes with every command a run starts in its sandbox. Python
+// takes a cached .pyc as current while its source has the same size and
+// the same mtime second: an edit such as "a - b" to "a + b" made within
+// a second of the last test run would be tested as the old code.
+const noBytecode = "PYTHONDONTWRITEBYTECODE=1"
+
 // runTests runs the test command in sb and parses its output.
 func (r *run) runTests(ctx context.Context, sb string) (testparse.Result, error) {
 	return r.runCommand(ctx, sb, r.o.Test)
@@ -30,7 +36,7 @@ func (r *run) runCommand(ctx context.Context, sb, test string) (testparse.Result
 	var stdout, stderr capped
 	stdout.max, stderr.max = MaxOutput, MaxOutput
 	exit, err := r.svc.Exec(ctx, sb, sandbox.Process{
-		Args: []string{"sh", "-c", test}, Dir: Dir,
+		Args: []string{"sh", "-c", test}, Dir: Dir, Env: []string{noBytecode},
 		TimeoutMS: r.o.TestTimeout.Milliseconds(),
 	}, sandbox.Stdio{Stdout: &stdout, Stderr: &stderr})
 	if err != nil {

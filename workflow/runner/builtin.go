@@ -175,7 +175,7 @@ func (b *Builtin) tool(ctx context.Context, s Step, name, full, pattern, old, ne
 		}
 		var out capped
 		out.max = maxToolOutput
-		exit, err := svc.Exec(ctx, sb, sandbox.Process{Args: []string{"sh", "-c", command}, Dir: s.Dir, TimeoutMS: commandTimeout},
+		exit, err := svc.Exec(ctx, sb, sandbox.Process{Args: []string{"sh", "-c", command}, Dir: s.Dir, Env: []string{noBytecode}, TimeoutMS: commandTimeout},
 			sandbox.Stdio{Stdout: &out, Stderr: &out})
 		if err != nil {
 			return "", err

@@ -47,7 +47,7 @@ func (e *External) Step(ctx context.Context, s Step) (Usage, error) {
 	}
 	exit, err := s.Service.Exec(ctx, s.Sandbox, sandbox.Process{
 		Args: []string{"sh", "-c", e.Command}, Dir: s.Dir, Stdin: true,
-		Env:       append([]string{"SMOLVM_AGENT_PROMPT=" + PromptFile, fmt.Sprintf("SMOLVM_AGENT_ITERATION=%d", s.N)}, e.Env...),
+		Env:       append([]string{noBytecode, "SMOLVM_AGENT_PROMPT=" + PromptFile, fmt.Sprintf("SMOLVM_AGENT_ITERATION=%d", s.N)}, e.Env...),
 		TimeoutMS: cmp0(e.Timeout, DefaultAgentTimeout).Milliseconds(),
 	}, sandbox.Stdio{Stdin: strings.NewReader(prompt), Stdout: out, Stderr: out})
 	if err != nil {

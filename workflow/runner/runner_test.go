@@ -15,6 +15,7 @@ import (
 
 	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/internal/testmgr"
+	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/workflow/runner/guard"
 	"smolvm.dev/smolvm/workflow/trust"
 )
@@ -234,5 +235,31 @@ func TestStuck(t *testing.T) {
 	its, _ := rn.Log.Iterations(context.Background(), run.ID)
 	if len(its) != 1+DefaultStuckAfter {
 		t.Fatalf("%d iterations before stopping", len(its))
+	}
+}
+
+// TestEditWithinTheSecond: the agent's fix keeps calc.py's size and its
+// mtime second, as a quick edit of "a - b" to "a + b" does. A .pyc cached
+// by the test run before would pass for current, and the fix would be
+// tested as the old code (the eval's py-add once got "stuck" so).
+func TestEditWithinTheSecond(t *testing.T) {
+	rn := newRunner(t)
+	repo := gitRepo(t, map[string]string{
+		"calc.py":      "def add(a, b):\n    return a - b\n",
+		"test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
+	})
+	edit := func(ctx context.Context, s Step) error {
+		script := `t=$(stat -c %Y calc.py) && printf 'def add(a, b):\n    return a + b\n' > calc.py && touch -d @$t calc.py`
+		exit, err := s.Service.Exec(ctx, s.Sandbox, sandbox.Process{Args: []string{"sh", "-c", script}, Dir: s.Dir}, sandbox.Stdio{})
+		if err == nil && exit.Code != 0 {
+			err = fmt.Errorf("edit: exit %d", exit.Code)
+		}
+		return err
+	}
+	run := fix(t, rn, repo, &script{steps: []func(context.Context, Step) error{edit}}, func(o *Options) {
+		o.Test = "python3 -m pytest -rA -p no:cacheprovider"
+	})
+	if run.State != Resolved || run.Best != 1 {
+		t.Fatalf("run = %+v, want resolved by iteration 1", run)
 	}
 }
