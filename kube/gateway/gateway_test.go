@@ -304,9 +304,9 @@ func TestGateway(t *testing.T) {
 	t.Run("E2BSDK", func(t *testing.T) {
 		// The scenarios of a single smolvm serve that the gateway serves
 		// (autoPause is refused; the network scenario needs
-		// internal/nettest's closed namespace; pty and watchDir, long-lived
-		// envd streams, each failed once through the gateway under load,
-		// not yet understood: docs/kube.md).
+		// internal/nettest's closed namespace). pty and watchDir are the
+		// long-lived envd streams that, before the proxy enabled full
+		// duplex, sometimes ended "terminated" under load (docs/kube.md).
 		runSDK(t, c, "test/sandbox.test.mjs", []string{"E2B_API_KEY=" + keyA},
 			"create, getInfo, list, connect, kill", "commands:", "files: write", "a wrong API key",
 			"an unknown sandbox", "setTimeout", "pause, then connect", "list filters", "a dead sandbox",
