@@ -232,24 +232,27 @@ func (s *Store) load(ctx context.Context, id string) (*sandbox.Snapshot, error) 
 	var created int64
 	var files, meta, sealer string
 	owner, scoped := tenant.Of(ctx)
-	err := db.QueryRowContext(ctx, `SELECT sandbox, sandbox_name, parent, image_id, created, size, files, meta, digest, durable, sealer, tenant FROM snapshots WHERE id = ? AND (NOT ? OR tenant = ?)`, id, scoped, owner).
-		Scan(&snap.Lineage.Sandbox, &snap.Lineage.SandboxName, &snap.Lineage.Parent, &snap.ImageID, &created, &snap.Size, &files, &meta,
-			&snap.Digest, &snap.Durable, &sealer, &snap.Tenant)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	read := func() error {
+		err := db.QueryRowContext(ctx, `SELECT sandbox, sandbox_name, parent, image_id, created, size, files, meta, digest, durable, sealer, tenant FROM snapshots WHERE id = ? AND (NOT ? OR tenant = ?)`, id, scoped, owner).
+			Scan(&snap.Lineage.Sandbox, &snap.Lineage.SandboxName, &snap.Lineage.Parent, &snap.ImageID, &created, &snap.Size, &files, &meta,
+				&snap.Digest, &snap.Durable, &sealer, &snap.Tenant)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w: %s", ErrNotFound, id)
+		}
+		if err != nil {
+			return fmt.Errorf("load snapshot %s: %w", id, err)
+		}
+		return nil
 	}
+	err := read()
 	if err != nil {
-		return nil, fmt.Errorf("load snapshot %s: %w", id, err)
+		return nil, err
 	}
 	if !snap.Durable && !s.sealing(sealer) {
 		// The seal marks the row durable before it drops its lock, so
 		// the row read before the lock was seen gone may be stale.
-		err := db.QueryRowContext(ctx, `SELECT files, digest, durable FROM snapshots WHERE id = ?`, id).Scan(&files, &snap.Digest, &snap.Durable)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("load snapshot %s: %w", id, err)
+		if err := read(); err != nil {
+			return nil, err
 		}
 		if !snap.Durable {
 			// Its process died before the files were durable: they may
