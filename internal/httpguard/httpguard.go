@@ -1,6 +1,7 @@
 // Package httpguard holds what every HTTP surface of smolvm serve (the
 // native API, E2B's control plane and envd) checks before a handler runs:
-// the request path, the names in path parameters and the size of the body.
+// the request path, the names in path parameters, the size of the body
+// and which API key the request carries (credentials.go).
 // It also drains what an early answer left unread, so that a refused
 // request gets its answer rather than a connection reset. Each surface
 // writes the errors in its own shape.

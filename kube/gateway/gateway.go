@@ -186,12 +186,10 @@ func (g *Gateway) portHost(host string) (id, port string, ok bool) {
 
 // tenant returns the namespace of the request's API key: X-API-KEY (as
 // E2B's SDK sends it) or Authorization: Bearer (as smolvm's client does).
+// Keys that differ name no one (httpguard.APIKey).
 func (g *Gateway) tenant(r *http.Request) (string, bool) {
-	key := r.Header.Get("X-API-KEY")
-	if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && key == "" {
-		key = b
-	}
-	if key == "" {
+	key, ok := httpguard.APIKey(r)
+	if !ok || key == "" {
 		return "", false
 	}
 	// Every key is compared, so the time taken says nothing of which

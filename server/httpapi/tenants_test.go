@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -528,5 +529,45 @@ func TestTenantAs(t *testing.T) {
 	}
 	if err := tf.c.Remove(ctx, "made-as-a", true); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestTenantCredentialsDisagree sends requests carrying two credentials:
+// when they differ (a valid key beside a wrong one, one tenant's beside
+// another's or the admin's) the request names no one principal and is
+// refused, whichever header would be read first.
+func TestTenantCredentialsDisagree(t *testing.T) {
+	tf := newTenantFixture(t)
+	a, b := tf.keys["a"], tf.keys["b"]
+	send := func(hdr http.Header) (int, string) {
+		req := httptest.NewRequest("GET", "/v1/sandboxes", nil)
+		req.Header = hdr
+		w := httptest.NewRecorder()
+		tf.srv.ServeHTTP(w, req)
+		return w.Code, w.Body.String()
+	}
+	for _, hdr := range []http.Header{
+		{"Authorization": {"Bearer " + a}, "X-Api-Key": {"wrong"}},
+		{"Authorization": {"Bearer wrong"}, "X-Api-Key": {a}},
+		{"Authorization": {"Bearer " + a}, "X-Api-Key": {b}},
+		{"Authorization": {"Bearer " + token}, "X-Api-Key": {a}},
+		{"Authorization": {"Bearer " + token}, "X-Api-Key": {"wrong"}},
+		{"X-Api-Key": {a, "wrong"}},
+		{"Authorization": {"Bearer " + a, "Bearer " + b}},
+	} {
+		if code, body := send(hdr); code != http.StatusUnauthorized {
+			t.Errorf("%v: %d %s, want 401", hdr, code, body)
+		}
+	}
+	// Credentials that agree are one principal; Basic is no API key.
+	for _, hdr := range []http.Header{
+		{"Authorization": {"Bearer " + a}, "X-Api-Key": {a}},
+		{"X-Api-Key": {a, a}},
+		{"Authorization": {"Basic dXNlcjo="}, "X-Api-Key": {a}},
+		{"Authorization": {"Bearer " + token}},
+	} {
+		if code, body := send(hdr); code != http.StatusOK {
+			t.Errorf("%v: %d %s, want 200", hdr, code, body)
+		}
 	}
 }

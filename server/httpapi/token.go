@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"smolvm.dev/smolvm/api"
+	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/runtime/tenant"
 )
 
@@ -69,34 +70,24 @@ func LoadToken(dataDir string) (string, error) {
 }
 
 // CheckToken reports whether r carries token, as "Authorization: Bearer
-// <token>" or as "X-API-KEY: <token>" (what E2B clients send). The
-// comparison takes the same time wherever a wrong token differs. An empty
-// token means auth is off.
+// <token>" or as "X-API-KEY: <token>" (what E2B clients send), and no
+// other key beside it (httpguard.APIKey). The comparison takes the same
+// time wherever a wrong token differs. An empty token means auth is off.
 func CheckToken(r *http.Request, token string) bool {
 	if token == "" {
 		return true
 	}
-	return subtle.ConstantTimeCompare([]byte(credential(r)), []byte(token)) == 1
-}
-
-// credential is the key r carries.
-func credential(r *http.Request) string {
-	got := r.Header.Get("X-API-KEY")
-	if h := r.Header.Get("Authorization"); h != "" {
-		scheme, rest, _ := strings.Cut(h, " ")
-		if strings.EqualFold(scheme, "Bearer") {
-			got = strings.TrimSpace(rest)
-		}
-	}
-	return got
+	key, ok := httpguard.APIKey(r)
+	return ok && subtle.ConstantTimeCompare([]byte(key), []byte(token)) == 1
 }
 
 // Authenticate returns r acting as whoever its key names: unchanged for
 // the server's token (the admin, who sees everything), scoped to the
 // tenant for one of tenants' keys (runtime/tenant), which the runtime then
-// holds to that tenant's objects. False: no valid key. Keys are looked up
-// at every request, so a revoked one fails at once. With auth off (empty
-// token) every request is the admin's.
+// holds to that tenant's objects. False: no valid key, or several keys
+// that differ (httpguard.APIKey), which name no one principal. Keys are
+// looked up at every request, so a revoked one fails at once. With auth
+// off (empty token) every request is the admin's.
 //
 // The admin may act as a tenant that exists, named in api.HeaderTenant.
 func Authenticate(r *http.Request, token string, tenants *tenant.Store) (*http.Request, bool) {
@@ -113,10 +104,11 @@ func Authenticate(r *http.Request, token string, tenants *tenant.Store) (*http.R
 		}
 		return r.WithContext(tenant.With(r.Context(), name)), true
 	}
-	if tenants == nil {
+	key, ok := httpguard.APIKey(r)
+	if !ok || tenants == nil {
 		return r, false
 	}
-	name, ok := tenants.Resolve(r.Context(), credential(r))
+	name, ok := tenants.Resolve(r.Context(), key)
 	if !ok {
 		return r, false
 	}
