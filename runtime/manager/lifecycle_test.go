@@ -290,6 +290,28 @@ func TestOCIImage(t *testing.T) {
 }
 
 // TestBadInput: each mistake gets a clear error and changes nothing.
+// TestLookupIDBeforeName names a sandbox like another's ID (names may be
+// 12 hex digits): the ID still reaches its own sandbox. SQLite read the
+// name's index first, so the name won, and with it whoever chose it (an
+// E2B token holder reached the namesake).
+func TestLookupIDBeforeName(t *testing.T) {
+	m := newManager(t)
+	ctx := context.Background()
+	first, err := m.Create(ctx, sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	namesake, err := m.Create(ctx, sandbox.CreateOptions{Name: first.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ref, want := range map[string]string{first.ID: first.ID, namesake.ID: namesake.ID} {
+		if got, err := m.Get(ctx, ref); err != nil || got.ID != want {
+			t.Errorf("Get(%s): %+v %v, want %s", ref, got, err, want)
+		}
+	}
+}
+
 func TestBadInput(t *testing.T) {
 	m := newManager(t)
 	ctx := context.Background()

@@ -221,16 +221,18 @@ func (m *Manager) listRecords(ctx context.Context, pool string, all bool) ([]*re
 	return rs, err
 }
 
-// lookup finds a sandbox by exact name, exact ID, or unique ID prefix,
+// lookup finds a sandbox by exact ID, exact name, or unique ID prefix,
 // among those ctx's tenant owns (all of them for an unscoped ctx). This is
 // where tenants are kept apart: another tenant's sandbox is not found,
-// with the very error of one that never existed.
+// with the very error of one that never existed. An ID wins over a name
+// spelled like it (names may be 12 hex digits), so that a sandbox's ID
+// always reaches it.
 func lookup(ctx context.Context, st *store.Store, ref string) (*record, error) {
 	if err := validName(ref); err != nil {
 		return nil, err
 	}
 	owner, scoped := tenant.Of(ctx)
-	r, err := scanRecord(st.DB().QueryRowContext(ctx, `SELECT `+columns+` FROM sandboxes WHERE (name=? OR id=?) AND (NOT ? OR tenant=?)`, ref, ref, scoped, owner))
+	r, err := scanRecord(st.DB().QueryRowContext(ctx, `SELECT `+columns+` FROM sandboxes WHERE (name=? OR id=?) AND (NOT ? OR tenant=?) ORDER BY id=? DESC LIMIT 1`, ref, ref, scoped, owner, ref))
 	if err == nil {
 		return r, nil
 	}
