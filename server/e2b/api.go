@@ -117,7 +117,8 @@ type detailJSON struct {
 	Network             *networkJSON `json:"network,omitempty"`
 }
 
-func (h *Handler) newSandboxJSON(sb *sandbox.Sandbox, token string) sandboxJSON {
+func (h *Handler) newSandboxJSON(sb *sandbox.Sandbox) sandboxJSON {
+	token := h.envdToken(sb.ID)
 	return sandboxJSON{
 		TemplateID: sb.Image, SandboxID: sb.ID, Alias: sb.Name, ClientID: "smolvm",
 		EnvdVersion: EnvdVersion, EnvdAccessToken: token,
@@ -242,7 +243,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	in := info{Metadata: req.Metadata, Token: newToken()}
+	in := info{Metadata: req.Metadata}
 	if in.Metadata == nil {
 		in.Metadata = map[string]string{}
 	}
@@ -251,7 +252,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, h.newSandboxJSON(sb, in.Token))
+	writeJSON(w, http.StatusCreated, h.newSandboxJSON(sb))
 }
 
 // lookup returns the live sandbox id names, or writes E2B's 404 (which
@@ -472,12 +473,12 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	in, err := h.loadInfo(r.Context(), sb)
-	if err != nil {
+	// A sandbox made outside the E2B API gets its E2B state now.
+	if _, err := h.loadInfo(r.Context(), sb); err != nil {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, status, h.newSandboxJSON(sb, in.Token))
+	writeJSON(w, status, h.newSandboxJSON(sb))
 }
 
 func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
@@ -543,7 +544,7 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
 		if kernelUp {
 			h.kernels.mark(f.ID)
 		}
-		in := info{Metadata: src.Metadata, Token: newToken()}
+		in := info{Metadata: src.Metadata}
 		err := h.saveInfo(r.Context(), f.ID, in)
 		if err == nil && req.Timeout != nil {
 			f, err = h.m.SetTTL(r.Context(), f.ID, time.Duration(*req.Timeout)*time.Second)
@@ -552,7 +553,7 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
 			out = append(out, forkResult{Error: &e2bapi.Error{Code: statusOf(err), Message: err.Error()}})
 			continue
 		}
-		sj := h.newSandboxJSON(f, in.Token)
+		sj := h.newSandboxJSON(f)
 		out = append(out, forkResult{Sandbox: &sj})
 	}
 	writeJSON(w, http.StatusCreated, out)

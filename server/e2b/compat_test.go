@@ -168,29 +168,38 @@ func TestSDKTenants(t *testing.T) {
 	node, npm := nodeTools(t)
 	installSDK(t, npm)
 	s := smolvmServe(t)
-	admin := strings.TrimSuffix(s.URL, "/e2b")
 	for _, name := range []string{"a", "b"} {
-		for _, path := range []string{"/v1/tenants", "/v1/tenants/" + name + "/keys"} {
-			body := ""
-			if path == "/v1/tenants" {
-				body = `{"name":"` + name + `"}`
-			}
-			req, _ := http.NewRequest(http.MethodPost, admin+path, strings.NewReader(body))
-			req.Header.Set("Authorization", "Bearer "+s.Key)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusCreated {
-				t.Fatalf("POST %s: %d %s", path, resp.StatusCode, b)
-			}
-			var k struct{ Key string }
-			if json.Unmarshal(b, &k); k.Key != "" {
-				t.Setenv("SMOLVM_KEY_"+strings.ToUpper(name), k.Key)
-			}
-		}
+		t.Setenv("SMOLVM_KEY_"+strings.ToUpper(name), s.addTenant(t, name))
 	}
 	s.runNode(t, node, "tenants.mjs")
+}
+
+// addTenant makes tenant name on s, a smolvm serve, through the native
+// API with the admin's token, and returns a key of it.
+func (s *server) addTenant(t testing.TB, name string) string {
+	t.Helper()
+	admin := strings.TrimSuffix(s.URL, "/e2b")
+	var key string
+	for _, path := range []string{"/v1/tenants", "/v1/tenants/" + name + "/keys"} {
+		body := ""
+		if path == "/v1/tenants" {
+			body = `{"name":"` + name + `"}`
+		}
+		req, _ := http.NewRequest(http.MethodPost, admin+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+s.Key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated {
+			t.Fatalf("POST %s: %d %s", path, resp.StatusCode, b)
+		}
+		var k struct{ Key string }
+		if json.Unmarshal(b, &k); k.Key != "" {
+			key = k.Key
+		}
+	}
+	return key
 }

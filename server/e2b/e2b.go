@@ -80,6 +80,8 @@ type Handler struct {
 	st        *store.Store
 	snaps     *snapshot.Store
 	authorize func(*http.Request) (*http.Request, bool)
+	// key derives each sandbox's envd token from its ID (envdToken).
+	key       []byte
 	maxUpload int64
 	ttl       time.Duration
 	where     string
@@ -105,8 +107,12 @@ func New(ctx context.Context, o Options) (*Handler, error) {
 	if err := o.Store.Migrate(ctx, "e2b", schema); err != nil {
 		return nil, fmt.Errorf("e2b: %w", err)
 	}
+	key, err := loadKey(ctx, o.Store)
+	if err != nil {
+		return nil, err
+	}
 	h := &Handler{
-		m: o.Manager, st: o.Store, snaps: o.Snapshots, authorize: o.Authorize, maxUpload: o.MaxUpload, ttl: o.DefaultTTL, where: o.Where,
+		m: o.Manager, st: o.Store, snaps: o.Snapshots, authorize: o.Authorize, key: key, maxUpload: o.MaxUpload, ttl: o.DefaultTTL, where: o.Where,
 		ports: o.Ports, domain: o.Domain, procs: newProcTable(), watches: newWatchSet(), kernels: newKernels(),
 	}
 	if h.maxUpload <= 0 {

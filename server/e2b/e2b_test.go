@@ -166,7 +166,7 @@ func TestBadInput(t *testing.T) {
 		status, body = s.call(t, "POST", "/v2/sandboxes/000000000000/connect", apiKey, `{}`)
 		wantError(t, "connect", status, body, http.StatusNotFound, "never existed")
 
-		gone, _ := s.create(t)
+		gone, goneToken := s.create(t)
 		if status, body := s.call(t, "DELETE", "/sandboxes/"+gone, apiKey, ""); status != http.StatusNoContent {
 			t.Fatalf("kill: %d %v", status, body)
 		}
@@ -174,18 +174,21 @@ func TestBadInput(t *testing.T) {
 		wantError(t, "get removed", status, body, http.StatusNotFound, "removed at")
 
 		// envd speaks Connect: the code is a string the SDK maps. Without
-		// an access token the answer is 401, whatever the sandbox.
-		// E2B's proxy answers for a sandbox it cannot find: unreachable.
-		status, body = s.call(t, "POST", "/filesystem.Filesystem/Stat", map[string]string{headerSandboxID: "000000000000", headerAccessToken: "x"}, `{"path":"/"}`)
-		if status != http.StatusServiceUnavailable || body["code"] != codeUnavailable || !strings.Contains(body["message"].(string), "never existed") {
-			t.Errorf("envd of an unknown sandbox: %d %v", status, body)
+		// the sandbox's access token the answer is 401, whatever the
+		// sandbox (TestSandboxAccess). With it, E2B's proxy answers
+		// for a sandbox it cannot find: unreachable.
+		for _, hdr := range []map[string]string{{headerSandboxID: "000000000000", headerAccessToken: "x"}, {headerSandboxID: "000000000000"}, {headerSandboxID: gone, headerAccessToken: "x"}} {
+			status, body = s.call(t, "POST", "/filesystem.Filesystem/Stat", hdr, `{"path":"/"}`)
+			if status != http.StatusUnauthorized || body["code"] != codeUnauthenticated {
+				t.Errorf("envd with %v: %d %v", hdr, status, body)
+			}
 		}
-		status, body = s.call(t, "GET", "/health", map[string]string{headerSandboxID: gone, headerAccessToken: "x"}, "")
+		status, body = s.call(t, "POST", "/filesystem.Filesystem/Stat", map[string]string{headerSandboxID: gone, headerAccessToken: goneToken}, `{"path":"/"}`)
+		if status != http.StatusServiceUnavailable || body["code"] != codeUnavailable || !strings.Contains(body["message"].(string), "removed at") {
+			t.Errorf("envd of a removed sandbox: %d %v", status, body)
+		}
+		status, body = s.call(t, "GET", "/health", map[string]string{headerSandboxID: gone, headerAccessToken: goneToken}, "")
 		wantError(t, "health of a removed sandbox", status, body, http.StatusBadGateway, "removed at")
-		status, body = s.call(t, "POST", "/filesystem.Filesystem/Stat", map[string]string{headerSandboxID: "000000000000"}, `{"path":"/"}`)
-		if status != http.StatusUnauthorized || body["code"] != codeUnauthenticated {
-			t.Errorf("envd of an unknown sandbox without a token: %d %v", status, body)
-		}
 	})
 
 	t.Run("envd token", func(t *testing.T) {

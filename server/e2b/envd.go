@@ -54,37 +54,23 @@ func (h *Handler) envdServeMux() *http.ServeMux {
 }
 
 // serveEnvd serves an envd request for sandbox id: it authenticates it by
-// the sandbox's access token before anything else, then checks the path,
-// the port and the body's size, and routes it. An unknown method is a 404
-// (what connect-go answers, and what Connect clients read as
-// unimplemented), a wrong HTTP method a 405.
+// the sandbox's access token before anything else (tokenSandbox), then
+// checks the path, the port and the body's size, and routes it. An
+// unknown method is a 404 (what connect-go answers, and what Connect
+// clients read as unimplemented), a wrong HTTP method a 405.
 func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
-	tok := r.Header.Get(headerAccessToken)
-	if tok == "" {
-		envdError(w, r, rpcErrorf(codeUnauthenticated, "missing envd access token (X-Access-Token)"))
+	r, sb, err := h.tokenSandbox(r, id, r.Header.Values(headerAccessToken), nil)
+	switch {
+	case errors.Is(err, errNoAccess):
+		envdError(w, r, rpcErrorf(codeUnauthenticated, "missing or invalid envd access token (X-Access-Token)"))
 		return
-	}
-	if err := names.Check(names.Sandbox, id); err != nil {
-		envdError(w, r, fmt.Errorf("%s: %w", headerSandboxID, err))
-		return
-	}
-	sb, err := h.m.Get(r.Context(), id)
-	if errors.Is(err, errdefs.ErrNotFound) {
+	case errors.Is(err, errdefs.ErrNotFound):
 		// E2B's proxy cannot reach a sandbox that is gone: 502, which the
 		// SDK reads as "not running" (isRunning is false after a kill).
 		err = errdefs.New(errdefs.ErrUnavailable, err.Error())
 	}
 	if err != nil {
 		envdError(w, r, err)
-		return
-	}
-	in, err := h.loadInfo(r.Context(), sb)
-	if err != nil {
-		envdError(w, r, err)
-		return
-	}
-	if !tokenEqual(tok, in.Token) {
-		envdError(w, r, rpcErrorf(codeUnauthenticated, "missing or invalid envd access token (X-Access-Token)"))
 		return
 	}
 	if err := httpguard.Path(r); err != nil {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/server/ports"
@@ -40,20 +41,17 @@ func (h *Handler) ServeHost(w http.ResponseWriter, r *http.Request) {
 }
 
 // servePort forwards r to port p of sandbox id. Any one of the sandbox's
-// traffic token, its envd token (X-Access-Token) or the API token opens
-// it; the one used is not passed on. Errors are E2B's proxy's: 502 for a
-// sandbox not running or a port nothing listens on.
+// traffic token, its envd token (X-Access-Token) or the API key opens it
+// (portSandbox); none of them is passed on. Errors are E2B's proxy's: 502
+// for a sandbox not running or a port nothing listens on.
 func (h *Handler) servePort(w http.ResponseWriter, r *http.Request, id, p string) {
-	traffic, envd := r.Header.Get(headerTrafficToken), r.Header.Get(headerAccessToken)
-	// With the API key, r acts as its tenant, who must own the sandbox;
-	// a sandbox's own tokens open only it.
-	r, apiKey := h.authorize(r)
-	if traffic == "" && envd == "" && !apiKey {
-		writeAPIError(w, http.StatusUnauthorized, fmt.Sprintf("missing access token: send %s (trafficAccessToken), %s or the API key", headerTrafficToken, headerAccessToken))
+	r, sb, err := h.portSandbox(r, id)
+	if errors.Is(err, errNoAccess) {
+		writeAPIError(w, http.StatusUnauthorized, fmt.Sprintf("missing or invalid access token: send %s (trafficAccessToken), %s or the API key", headerTrafficToken, headerAccessToken))
 		return
 	}
-	if err := names.Check(names.Sandbox, id); err != nil {
-		writeAPIError(w, http.StatusBadRequest, fmt.Sprintf("%s: %v", headerSandboxID, err))
+	if err != nil {
+		writeErr(w, err)
 		return
 	}
 	if err := names.Check(names.Port, p); err != nil {
@@ -61,28 +59,15 @@ func (h *Handler) servePort(w http.ResponseWriter, r *http.Request, id, p string
 		return
 	}
 	port, _ := strconv.Atoi(p)
-	sb, err := h.m.Get(r.Context(), id)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	in, err := h.loadInfo(r.Context(), sb)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	if !apiKey && !(traffic != "" && tokenEqual(traffic, trafficToken(in.Token))) && !(envd != "" && tokenEqual(envd, in.Token)) {
-		writeAPIError(w, http.StatusUnauthorized, fmt.Sprintf("invalid access token for sandbox %q", sb.ID))
-		return
-	}
 	if sb.State != sandbox.StateRunning {
 		writeAPIError(w, http.StatusBadGateway, notLive(sb))
 		return
 	}
-	// The sandbox's server gets none of the credentials that opened it.
+	// The sandbox's server gets none of the credentials that opened it;
+	// any API key left was checked (portSandbox refuses a wrong one).
 	r.Header.Del(headerTrafficToken)
 	r.Header.Del(headerAccessToken)
-	if apiKey {
+	if len(httpguard.APIKeys(r)) > 0 {
 		r.Header.Del("Authorization")
 		r.Header.Del("X-API-KEY")
 	}

@@ -33,11 +33,7 @@ type portFixture struct {
 func newPortFixture(t *testing.T) *portFixture {
 	s := smolvmServe(t)
 	f := &portFixture{t: t, s: s, base: strings.TrimSuffix(s.URL, "/e2b")}
-	u, _ := url.Parse(f.base)
-	var d net.Dialer
-	f.hc = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return d.DialContext(ctx, "tcp", u.Host)
-	}}}
+	f.hc = dialsOnly(f.base)
 	code, body := f.do("POST", s.URL+"/sandboxes", `{"templateID":"base","timeout":300}`, "X-API-KEY", s.Key)
 	if code != http.StatusCreated {
 		t.Fatalf("create: %d %s", code, body)
@@ -71,6 +67,16 @@ func newPortFixture(t *testing.T) *portFixture {
 	return f
 }
 
+// dialsOnly returns a client that sends every request to the server at
+// base, whatever its host: PORT-ID.testDomain resolves nowhere.
+func dialsOnly(base string) *http.Client {
+	u, _ := url.Parse(base)
+	var d net.Dialer
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return d.DialContext(ctx, "tcp", u.Host)
+	}}}
+}
+
 // do sends a request with header pairs hdr and returns status and body.
 func (f *portFixture) do(method, u, body string, hdr ...string) (int, []byte) {
 	f.t.Helper()
@@ -81,16 +87,23 @@ func (f *portFixture) do(method, u, body string, hdr ...string) (int, []byte) {
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	resp, err := f.hc.Do(req)
+	resp, b := exchange(f.t, f.hc, req)
+	return resp.StatusCode, b
+}
+
+// exchange sends req with hc and returns the response and its body.
+func exchange(t testing.TB, hc *http.Client, req *http.Request) (*http.Response, []byte) {
+	t.Helper()
+	resp, err := hc.Do(req)
 	if err != nil {
-		f.t.Fatal(err)
+		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		f.t.Fatal(err)
+		t.Fatal(err)
 	}
-	return resp.StatusCode, b
+	return resp, b
 }
 
 // hostName is E2B's getHost(port) for the fixture's sandbox.
@@ -256,11 +269,14 @@ func TestPorts(t *testing.T) {
 			want   string
 			send   func() (int, []byte)
 		}{
-			{"no token", 401, "missing access token", func() (int, []byte) { return f.host("8000", "GET", "/", "") }},
+			{"no token", 401, "missing or invalid access token", func() (int, []byte) { return f.host("8000", "GET", "/", "") }},
 			{"envd's token as the traffic token", 401, "invalid access token", func() (int, []byte) {
 				return f.host("8000", "GET", "/", "", "E2B-Traffic-Access-Token", envd)
 			}},
-			{"a wrong API key", 401, "missing access token", func() (int, []byte) { return f.host("8000", "GET", "/", "", "Authorization", "Bearer nope") }},
+			{"a wrong API key", 401, "missing or invalid access token", func() (int, []byte) { return f.host("8000", "GET", "/", "", "Authorization", "Bearer nope") }},
+			{"a wrong API key beside the traffic token", 401, "missing or invalid access token", func() (int, []byte) {
+				return f.host("8000", "GET", "/", "", "E2B-Traffic-Access-Token", traffic, "X-API-KEY", "nope")
+			}},
 			{"the path form with an E2B token", 401, "token", func() (int, []byte) {
 				return f.do("GET", f.base+"/v1/sandboxes/"+id+"/ports/8000/", "", tok...)
 			}},
@@ -278,7 +294,7 @@ func TestPorts(t *testing.T) {
 			{"a host without a port", 400, "PORT-SANDBOXID", func() (int, []byte) {
 				return f.do("GET", "http://"+id+"."+testDomain+"/", "", tok...)
 			}},
-			{"an unknown sandbox", 404, "no such sandbox", func() (int, []byte) {
+			{"another sandbox's token", 401, "missing or invalid access token", func() (int, []byte) {
 				return f.do("GET", "http://8000-abcdefabcdef."+testDomain+"/", "", tok...)
 			}},
 		} {

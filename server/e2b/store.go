@@ -19,12 +19,18 @@ var schema = []string{
 		metadata TEXT NOT NULL,
 		envd_token TEXT NOT NULL
 	)`,
+	// The key envd tokens are derived from (access.go). envd_token is
+	// no longer read: it holds the derived token, for an older smolvm.
+	`CREATE TABLE e2b_keys (
+		name TEXT PRIMARY KEY,
+		key BLOB NOT NULL
+	)`,
 }
 
-// info is what E2B adds to a smolvm sandbox.
+// info is what E2B adds to a smolvm sandbox (its envd token is derived
+// from its ID: envdToken).
 type info struct {
 	Metadata map[string]string
-	Token    string
 }
 
 func (h *Handler) saveInfo(ctx context.Context, id string, in info) error {
@@ -35,7 +41,7 @@ func (h *Handler) saveInfo(ctx context.Context, id string, in info) error {
 	_, err = h.st.DB().ExecContext(ctx,
 		`INSERT INTO e2b_sandboxes (id, metadata, envd_token) VALUES (?, ?, ?)
 		 ON CONFLICT (id) DO UPDATE SET metadata = excluded.metadata, envd_token = excluded.envd_token`,
-		id, string(md), in.Token)
+		id, string(md), h.envdToken(id))
 	if err != nil {
 		return fmt.Errorf("save e2b state of %s: %w", id, err)
 	}
@@ -48,10 +54,10 @@ func (h *Handler) saveInfo(ctx context.Context, id string, in info) error {
 // it too.
 func (h *Handler) loadInfo(ctx context.Context, sb *sandbox.Sandbox) (info, error) {
 	id := sb.ID
-	var md, tok string
-	err := h.st.DB().QueryRowContext(ctx, `SELECT metadata, envd_token FROM e2b_sandboxes WHERE id = ?`, id).Scan(&md, &tok)
+	var md string
+	err := h.st.DB().QueryRowContext(ctx, `SELECT metadata FROM e2b_sandboxes WHERE id = ?`, id).Scan(&md)
 	if errors.Is(err, sql.ErrNoRows) {
-		in := info{Metadata: maps.Clone(sb.Config.Labels), Token: newToken()}
+		in := info{Metadata: maps.Clone(sb.Config.Labels)}
 		if in.Metadata == nil {
 			in.Metadata = map[string]string{}
 		}
@@ -60,7 +66,7 @@ func (h *Handler) loadInfo(ctx context.Context, sb *sandbox.Sandbox) (info, erro
 	if err != nil {
 		return info{}, fmt.Errorf("load e2b state of %s: %w", id, err)
 	}
-	in := info{Token: tok}
+	var in info
 	if err := json.Unmarshal([]byte(md), &in.Metadata); err != nil {
 		return info{}, fmt.Errorf("e2b state of %s: metadata: %w", id, err)
 	}

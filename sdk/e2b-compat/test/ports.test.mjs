@@ -84,7 +84,7 @@ test('getHost(port) reaches a server inside the sandbox, HTTP and WebSocket', as
 
   const denied = await get(host, '/hello.txt')
   assert.equal(denied.status, 401)
-  assert.match(JSON.parse(denied.body).message, /missing access token/)
+  assert.match(JSON.parse(denied.body).message, /missing or invalid access token/)
   const closed = await get(sbx.getHost(8002), '/', auth)
   assert.equal(closed.status, 502)
   assert.match(JSON.parse(closed.body).message, /nothing answers on port 8002/)
