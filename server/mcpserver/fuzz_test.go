@@ -60,6 +60,8 @@ var fuzzSeeds = []string{
 	`{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}`,
 	`{"jsonrpc":"2.0","id":1.5,"method":"ping"}`,
 	`{"jsonrpc":"2.0","method":7}`,
+	`{"jsonrpc":"2.0","method":null}`,
+	`{"jsonrpc":"2.0","id":4,"method":""}`,
 	`{"jsonrpc":"1.0","id":3,"method":"ping"}`,
 	`{"id":3,"method":"ping"}`,
 	`{"jsonrpc":"2.0"}`,

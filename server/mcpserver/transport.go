@@ -26,8 +26,7 @@ const MaxLine = mcp.DefaultMaxLineLength
 func Transport(r io.Reader, w io.Writer) mcp.Transport {
 	out := &lineWriter{w: w}
 	in := &lineFilter{in: bufio.NewReader(r), out: out}
-	// The filter bounds lines itself and passes on only re-encoded
-	// messages, which never grow past what it read.
+	// The filter bounds lines itself.
 	return &mcp.IOTransport{Reader: io.NopCloser(in), Writer: out, MaxLineLength: -1}
 }
 
@@ -48,8 +47,8 @@ func (l *lineWriter) Write(p []byte) (int, error) {
 func (l *lineWriter) Close() error { return nil }
 
 // lineFilter reads lines from in and hands the SDK only those that are
-// JSON-RPC messages, one per line in the SDK's own encoding; it answers
-// the others on out.
+// JSON-RPC messages, as the SDK decodes them, trimmed; it answers the
+// others on out.
 type lineFilter struct {
 	in      *bufio.Reader
 	out     io.Writer
@@ -107,13 +106,13 @@ func (f *lineFilter) take(line []byte, tooLong bool) error {
 	case line[0] == '[':
 		why = "batches are not supported"
 	default:
-		msg, err := jsonrpc.DecodeMessage(line)
+		_, err := jsonrpc.DecodeMessage(line)
 		if err == nil {
-			var data []byte
-			if data, err = jsonrpc.EncodeMessage(msg); err == nil {
-				f.pending = append(data, '\n')
-				return nil
-			}
+			// As read, trimmed: the SDK decodes it with that very function.
+			// Re-encoded, a request whose method is "" or null lost its
+			// method, and the SDK ended the session at it.
+			f.pending = append(line, '\n')
+			return nil
 		}
 		why = "not a JSON-RPC 2.0 message: " + err.Error()
 	}
