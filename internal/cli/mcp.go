@@ -1,10 +1,8 @@
 package cli
 
 import (
-	"io"
 	"runtime/debug"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
 	"smolvm.dev/smolvm/runtime/manager"
@@ -27,19 +25,13 @@ func (a *app) mcpCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		t := &mcp.IOTransport{Reader: io.NopCloser(a.stdin), Writer: nopWriteCloser{a.stdout}}
 		var dial browser.Dialer
 		if m, ok := ops.(*manager.Manager); ok {
 			dial = m.DialPublished
 		}
-		return mcpserver.New(ops, buildVersion(), dial).Run(s.ctx, t)
+		return mcpserver.New(ops, buildVersion(), dial).Run(s.ctx, mcpserver.Transport(a.stdin, a.stdout))
 	})
 }
-
-// nopWriteCloser leaves the app's stdout open when the MCP session ends.
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }
 
 // buildVersion is the module version smolvm was built at ("(devel)" from
 // a work tree).

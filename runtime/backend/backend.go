@@ -56,6 +56,13 @@ type Backend interface {
 	// and works on a half-created sandbox, which is how crashes are
 	// cleaned up.
 	Delete(ctx context.Context, spec *Spec) error
+	// Sweep removes what the backend keeps outside sandbox directories
+	// (gVisor's host cgroups) for the sandboxes gone says are gone, and
+	// returns what it removed: a delete that failed half-way, or a crash,
+	// leaves such things with no directory to find them by. They may be
+	// shared by every smolvm on the host, so Sweep must still spare what
+	// is live, for another data dir or a create under way.
+	Sweep(ctx context.Context, gone func(id string) bool) ([]string, error)
 }
 
 // Snapshotter is implemented by backends that can save a running sandbox

@@ -13,8 +13,9 @@ import (
 
 // GC removes what crashes left behind: records of creates whose process
 // died, sandbox directories (with their processes, mounts and cgroups) that
-// no record owns, checkpoints of crashed snapshot operations, and stale
-// lock files. It returns what it removed.
+// no record owns, checkpoints of crashed snapshot operations, stale lock
+// files, and what backends keep outside sandbox directories (cgroups) of
+// sandboxes that are stopped or removed. It returns what it removed.
 func (m *Manager) GC(ctx context.Context) ([]string, error) {
 	rs, err := m.listRecords(ctx, "", true)
 	if err != nil {
@@ -92,26 +93,57 @@ func (m *Manager) GC(ctx context.Context) ([]string, error) {
 			m.removeLock(id)
 		}
 	}
+	swept, err := m.sweep(ctx)
+	return append(removed, swept...), errors.Join(append(errs, err)...)
+}
+
+// sweep removes what backends keep outside sandbox directories (cgroups)
+// of this data dir's sandboxes that are stopped or removed, and networks
+// that no record owns. It reads the records again, after GC's removals; a
+// create that began after that holds its lock (and has a lock file).
+func (m *Manager) sweep(ctx context.Context) ([]string, error) {
+	rs, err := listRecords(ctx, m.st, "", true)
+	if err != nil {
+		return nil, err
+	}
+	states := map[string]sandbox.State{}
+	for _, r := range rs {
+		states[r.ID] = r.State
+	}
+	creating := func(id string) bool {
+		p, err := m.lockPath(id)
+		if err == nil {
+			_, err = os.Stat(p)
+		}
+		return err == nil && m.locked(id)
+	}
+	// A stopped sandbox's exit (an OOM kill included, which its cgroup
+	// holds) was read when it was recorded as stopped, and a start makes
+	// its cgroups again. A sandbox this data dir never had is another
+	// one's, which may not have recorded its stop yet.
+	gone := func(id string) bool {
+		if creating(id) {
+			return false
+		}
+		if st, ok := states[id]; ok {
+			return st == sandbox.StateStopped || st == sandbox.StateExpired
+		}
+		return m.buried(ctx, id)
+	}
+	var removed []string
+	var errs []error
+	for _, be := range m.backends.All() {
+		swept, err := be.Sweep(ctx, gone)
+		removed = append(removed, swept...)
+		errs = append(errs, err)
+	}
 	if m.net != nil {
-		// Networks of records removed above went with them. Any other
-		// network without a record is a crash's leftover, unless a create
-		// that began after the list above holds its lock.
-		rs, err := listRecords(ctx, m.st, "", true)
-		if err != nil {
-			return removed, errors.Join(append(errs, err)...)
-		}
-		alive := map[string]bool{}
-		for _, r := range rs {
-			alive[r.ID] = true
-		}
-		creating := func(id string) bool {
-			p, err := m.lockPath(id)
-			if err == nil {
-				_, err = os.Stat(p)
-			}
-			return err == nil && m.locked(id)
-		}
-		nets, err := m.net.GC(ctx, func(id string) bool { return alive[id] || creating(id) })
+		// Networks of records removed by GC went with them. Any other
+		// network without a record is a crash's leftover.
+		nets, err := m.net.GC(ctx, func(id string) bool {
+			_, ok := states[id]
+			return ok || creating(id)
+		})
 		removed = append(removed, nets...)
 		errs = append(errs, err)
 	}

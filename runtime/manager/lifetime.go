@@ -192,6 +192,14 @@ func bury(ctx context.Context, db execer, r *record) error {
 	return err
 }
 
+// buried reports whether sandbox id was removed here: it has a tombstone.
+// An error reads as no.
+func (m *Manager) buried(ctx context.Context, id string) bool {
+	var n int
+	err := m.st.DB().QueryRowContext(ctx, `SELECT count(*) FROM sandbox_tombstones WHERE id=?`, id).Scan(&n)
+	return err == nil && n > 0
+}
+
 // notFound explains a failed lookup of ref: expired (and when), removed
 // (and when), or never existed. A scoped ctx reads only its tenant's
 // tombstones.

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -33,6 +34,9 @@ func Open(ctx context.Context, dir string) (*Store, error) {
 		return nil, fmt.Errorf("data dir %s: %w", dir, err)
 	}
 	path := filepath.Join(dir, FileName)
+	if err := private(path); err != nil {
+		return nil, err
+	}
 	// _txlock=immediate makes every transaction take the write lock up front,
 	// so two CLIs racing on the same row wait instead of failing with
 	// SQLITE_BUSY halfway through a read-modify-write.
@@ -47,6 +51,26 @@ func Open(ctx context.Context, dir string) (*Store, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// private makes the database file, and its -wal and -shm files if they
+// exist, readable by the owner only, creating the database file first if
+// it is missing. SQLite makes a new file 0644 (less the umask), and the
+// -wal and -shm files with the database file's mode, whenever it opens
+// them later: so a database created 0600 keeps them 0600, and one that an
+// older smolvm made is tightened here, with what it left beside it.
+func private(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	f.Close()
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.Chmod(p, 0o600); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("open %s: %w", path, err)
+		}
+	}
+	return nil
 }
 
 // Close closes the database.

@@ -63,8 +63,9 @@ const MetaClass = "smolvm.dev/class"
 func classify(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		res, err := next(ctx, method, req)
+		// A call the SDK refuses (an unknown tool) is a nil result.
 		tr, ok := res.(*mcp.CallToolResult)
-		if !ok || !tr.IsError {
+		if !ok || tr == nil || !tr.IsError {
 			return res, err
 		}
 		if class := errdefs.Name(tr.GetError()); class != "" {

@@ -170,6 +170,10 @@ func TestToolsOverStdio(t *testing.T) {
 			t.Errorf("%s %v: error %q does not mention %q", c.tool, c.args, msg, c.mention)
 		}
 	}
+	// An unknown tool is the SDK's JSON-RPC error (smolvm mcp once died of it).
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "no_such_tool"}); err == nil || !strings.Contains(err.Error(), "unknown tool") {
+		t.Errorf("an unknown tool: %v, want the SDK's unknown tool error", err)
+	}
 	// The server is still there after all that.
 	var list struct{ Sandboxes []sbInfo }
 	must(t, cs, "sandbox_list", nil, &list)

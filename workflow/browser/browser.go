@@ -53,7 +53,15 @@ var (
 	// ErrLoad is a page that did not load (refused by the network policy,
 	// unreachable, or an error page).
 	ErrLoad = errdefs.New(errdefs.ErrUnavailable, "page did not load")
+	// ErrNoBrowser is a sandbox that is not a browser, which Release
+	// answers as it answers one that does not exist.
+	ErrNoBrowser = errdefs.New(errdefs.ErrNotFound, "no such browser")
 )
+
+// Label marks a browser sandbox; its value is the golden's name. The golden
+// carries it and its copies keep it, so Release can tell a browser from a
+// plain sandbox, which it must not remove.
+const Label = "smolvm.browser"
 
 // flags are Chromium's flags inside gVisor: headless with no GPU, no
 // sandbox of its own (gVisor is the sandbox; its user namespaces would
@@ -140,7 +148,7 @@ func Start(ctx context.Context, svc sandbox.Service, o StartOptions) (*sandbox.S
 		// A hot pool of the golden asks each copy for /json/version before
 		// pausing it: the first answer after a restore took 0.35-2.5 s at
 		// load 25, against 0.04-0.75 s for a warmed copy's.
-		Labels: map[string]string{sandbox.LabelWarm: fmt.Sprintf("%d/json/version", CDPPort)},
+		Labels: map[string]string{sandbox.LabelWarm: fmt.Sprintf("%d/json/version", CDPPort), Label: o.Golden},
 	}
 	sb, err := svc.Create(ctx, sandbox.CreateOptions{Image: o.Image, Config: cfg, Start: true})
 	if err != nil {
@@ -268,12 +276,33 @@ func checkNames(golden, name, image string) error {
 	return nil
 }
 
-// Release removes a browser.
+// Release removes a browser. Any other sandbox is ErrNoBrowser, and stays.
 func Release(ctx context.Context, svc sandbox.Service, ref string) error {
-	if err := svc.Remove(ctx, ref, true); err != nil {
+	sb, err := browserOf(ctx, svc, ref)
+	if err == nil {
+		err = svc.Remove(ctx, sb.ID, true)
+	}
+	if err != nil {
 		return fmt.Errorf("browser release: %w", err)
 	}
 	return nil
+}
+
+// browserOf returns the sandbox ref names if it is a browser. An expired
+// one still is while it is listed: a Manager's ExpiredError carries its
+// record (a Client's does not, so the reaper removes it).
+func browserOf(ctx context.Context, svc sandbox.Service, ref string) (*sandbox.Sandbox, error) {
+	sb, err := svc.Get(ctx, ref)
+	if ee := (*sandbox.ExpiredError)(nil); errors.As(err, &ee) && ee.Sandbox != nil {
+		sb, err = ee.Sandbox, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := sb.Config.Labels[Label]; !ok {
+		return nil, fmt.Errorf("%w: %s", ErrNoBrowser, ref)
+	}
+	return sb, nil
 }
 
 type devtools struct{ http, ws string }

@@ -376,12 +376,17 @@ func (b *Backend) Delete(ctx context.Context, s *backend.Spec) error {
 		b.runsc(ctx, s, "delete", "--force", s.ID)
 	}
 	killStragglers(root)
-	removeCgroups(s.ID)
+	// A cgroup that outlives its wait is reported, but the rest goes:
+	// the next delete, or gc's Sweep, removes the cgroup alone.
+	cgErr := removeCgroups(ctx, s.ID)
 	if err := unmountUnder(s.Dir); err != nil {
 		return fmt.Errorf("delete %s: %w", s.ID, err)
 	}
 	if err := os.RemoveAll(s.Dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("delete %s: %w", s.ID, err)
+	}
+	if cgErr != nil {
+		return fmt.Errorf("delete %s: cgroups: %w", s.ID, cgErr)
 	}
 	return nil
 }

@@ -3,7 +3,9 @@ package gvisor
 import (
 	"bytes"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -12,36 +14,39 @@ import (
 // found by its --root argument. A runsc killed half-way through a create
 // leaves a gofer and sandbox that no state file records yet.
 func killStragglers(root string) {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return
-	}
-	self := os.Getpid()
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
-			continue
-		}
+	for _, pid := range others() {
 		if worksOn(pid, root) {
 			unix.Kill(pid, unix.SIGKILL)
 		}
 	}
 }
 
+// others lists the pids of every process but this one.
+func others() []int {
+	entries, _ := os.ReadDir("/proc")
+	self := os.Getpid()
+	var pids []int
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil && pid != self {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// args reads pid's command line; a zombie's is empty.
+func args(pid int) []string {
+	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return nil
+	}
+	return strings.Split(string(cmdline), "\x00")
+}
+
 // worksOn reports whether pid is a runsc process working on the runsc
 // root dir root, by its --root argument.
 func worksOn(pid int, root string) bool {
-	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-	if err != nil {
-		return false
-	}
-	want := []byte("--root=" + root)
-	for _, arg := range bytes.Split(cmdline, []byte{0}) {
-		if bytes.Equal(arg, want) {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(args(pid), "--root="+root)
 }
 
 // liveOn reports whether pid, read from the state file under the runsc
@@ -62,4 +67,22 @@ func processAlive(pid int) bool {
 	// The state follows the parenthesized command name.
 	i := bytes.LastIndexByte(p, ')')
 	return i > 0 && i+2 < len(p) && p[i+2] != 'Z' && p[i+2] != 'X'
+}
+
+// namedWords returns every argument of every other live process's
+// command line, and every path component of those arguments. runsc names
+// its sandbox's ID both ways (the container ID; --root and --bundle under
+// the sandbox's directory, named by the ID), from the first moment of a
+// create.
+func namedWords() map[string]bool {
+	words := map[string]bool{}
+	for _, pid := range others() {
+		for _, arg := range args(pid) {
+			words[arg] = true
+			for _, part := range strings.FieldsFunc(arg, func(r rune) bool { return r == '/' || r == '=' }) {
+				words[part] = true
+			}
+		}
+	}
+	return words
 }

@@ -108,7 +108,11 @@ func ociSpec(s *backend.Spec, root string) *specs.Spec {
 	}
 }
 
-func cgroupPath(id string) string { return "/smolvm/" + id }
+// cgroupParent holds every sandbox's cgroup, one level below each
+// hierarchy's root.
+const cgroupParent = "smolvm"
+
+func cgroupPath(id string) string { return "/" + cgroupParent + "/" + id }
 
 // agentConfig is what the agent reads at boot.
 func agentConfig(s *backend.Spec) guest.Config {
