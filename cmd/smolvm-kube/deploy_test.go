@@ -97,6 +97,8 @@ func TestDeploy(t *testing.T) {
 			{"patch", sm, "sandboxes", "", "team-a", true}, // spec.nodeName
 			{"patch", sm, "sandboxes", "status", "team-a", true},
 			{"watch", sm, "sandboxsnapshots", "", "", true},
+			{"patch", sm, "sandboxsnapshots", "", "team-a", true}, // spec.nodeName
+			{"patch", sm, "sandboxsnapshots", "status", "team-a", true},
 			{"get", sm, "sandboxtemplates", "", "team-a", true},
 			{"watch", co, "leases", "", "kube-node-lease", true},
 			{"update", co, "leases", "", "kube-node-lease", true}, // leader election
@@ -105,6 +107,7 @@ func TestDeploy(t *testing.T) {
 			{"watch", sm, "sandboxwarmpools", "", "", true},
 			{"update", sm, "sandboxwarmpools", "status", "team-a", true},
 			{"update", sm, "sandboxsnapshots", "status", "team-a", false},
+			{"delete", sm, "sandboxsnapshots", "", "team-a", false},
 			{"delete", sm, "sandboxwarmpools", "", "team-a", false},
 		},
 		"smolvm-gateway": {
