@@ -82,6 +82,7 @@ func TestWarmPool(t *testing.T) {
 	var out struct {
 		SandboxID       string `json:"sandboxID"`
 		EnvdAccessToken string `json:"envdAccessToken"`
+		TemplateID      string `json:"templateID"`
 	}
 	t0 = time.Now()
 	if code := call(t, "POST", c.URL+"/sandboxes", keyA, `{"templateID":"warm","timeout":300}`, &out); code != http.StatusCreated {
@@ -90,6 +91,10 @@ func TestWarmPool(t *testing.T) {
 	t.Logf("E2B claim: %v", time.Since(t0))
 	if _, ok := first[out.SandboxID]; !ok || out.SandboxID == sb.ID || out.EnvdAccessToken == "" {
 		t.Fatalf("E2B claim got %+v, not the pool's other sandbox of %v", out, first)
+	}
+	// The template asked for, as on a single serve; not the pool's image.
+	if out.TemplateID != "warm" {
+		t.Errorf("E2B claim reports template %q, want warm", out.TemplateID)
 	}
 	var claimed kubeapi.SandboxList
 	if err := c.k.Client.List(ctx, &claimed, kclient.InNamespace("team-a")); err != nil {

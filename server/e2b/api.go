@@ -117,22 +117,22 @@ type detailJSON struct {
 	Network             *networkJSON `json:"network,omitempty"`
 }
 
-func (h *Handler) newSandboxJSON(sb *sandbox.Sandbox, token string) sandboxJSON {
+func (h *Handler) newSandboxJSON(sb *sandbox.Sandbox, in info) sandboxJSON {
 	return sandboxJSON{
-		TemplateID: sb.Image, SandboxID: sb.ID, Alias: sb.Name, ClientID: "smolvm",
-		EnvdVersion: EnvdVersion, EnvdAccessToken: token,
-		Domain: h.domain, TrafficAccessToken: trafficToken(token),
+		TemplateID: in.templateID(sb), SandboxID: sb.ID, Alias: sb.Name, ClientID: "smolvm",
+		EnvdVersion: EnvdVersion, EnvdAccessToken: in.Token,
+		Domain: h.domain, TrafficAccessToken: trafficToken(in.Token),
 	}
 }
 
-func newDetailJSON(sb *sandbox.Sandbox, md map[string]string) detailJSON {
+func newDetailJSON(sb *sandbox.Sandbox, in info) detailJSON {
 	d := detailJSON{
-		TemplateID: sb.Image, SandboxID: sb.ID, Alias: sb.Name, ClientID: "smolvm",
+		TemplateID: in.templateID(sb), SandboxID: sb.ID, Alias: sb.Name, ClientID: "smolvm",
 		StartedAt: sb.CreatedAt, EndAt: noEnd,
 		CPUCount:   int(math.Ceil(sb.Config.Limits.CPUs)),
 		MemoryMB:   sb.Config.Limits.Memory >> 20,
 		DiskSizeMB: sb.Config.Limits.Disk >> 20,
-		Metadata:   md, State: string(sb.State), EnvdVersion: EnvdVersion,
+		Metadata:   in.Metadata, State: string(sb.State), EnvdVersion: EnvdVersion,
 	}
 	if sb.StartedAt != nil {
 		d.StartedAt = *sb.StartedAt
@@ -242,7 +242,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	in := info{Metadata: req.Metadata, Token: newToken()}
+	in := info{Metadata: req.Metadata, Token: newToken(), Template: req.TemplateID}
 	if in.Metadata == nil {
 		in.Metadata = map[string]string{}
 	}
@@ -251,7 +251,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, h.newSandboxJSON(sb, in.Token))
+	writeJSON(w, http.StatusCreated, h.newSandboxJSON(sb, in))
 }
 
 // lookup returns the live sandbox id names, or writes E2B's 404 (which
@@ -280,7 +280,7 @@ func (h *Handler) getInfo(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, newDetailJSON(sb, in.Metadata))
+	writeJSON(w, http.StatusOK, newDetailJSON(sb, in))
 }
 
 // list answers GET /v2/sandboxes: running and paused sandboxes, filtered
@@ -317,7 +317,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	// is gone (removed by the CLI, reaped after expiry) and can go too;
 	// but only in an unscoped list: a tenant's lacks every other tenant's
 	// sandboxes, whose envd tokens and metadata must stay.
-	mds, err := h.allInfo(r.Context())
+	infos, err := h.allInfo(r.Context())
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -329,17 +329,17 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	}
 	out := []detailJSON{}
 	for _, sb := range sbs {
-		md := mds[sb.ID]
-		delete(mds, sb.ID)
-		if !live(sb) || (len(states) > 0 && !states[string(sb.State)]) || !matches(md, want) {
+		in := infos[sb.ID]
+		delete(infos, sb.ID)
+		if !live(sb) || (len(states) > 0 && !states[string(sb.State)]) || !matches(in.Metadata, want) {
 			continue
 		}
-		if d := newDetailJSON(sb, md); (template == "" || d.TemplateID == template) && d.StartedAt.After(after) {
+		if d := newDetailJSON(sb, in); (template == "" || d.TemplateID == template) && d.StartedAt.After(after) {
 			out = append(out, d)
 		}
 	}
 	if _, scoped := tenant.Of(r.Context()); !scoped {
-		for id := range mds {
+		for id := range infos {
 			h.deleteInfo(r.Context(), id)
 		}
 	}
@@ -477,7 +477,7 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, status, h.newSandboxJSON(sb, in.Token))
+	writeJSON(w, status, h.newSandboxJSON(sb, in))
 }
 
 func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
@@ -543,7 +543,7 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
 		if kernelUp {
 			h.kernels.mark(f.ID)
 		}
-		in := info{Metadata: src.Metadata, Token: newToken()}
+		in := info{Metadata: src.Metadata, Token: newToken(), Template: src.Template}
 		err := h.saveInfo(r.Context(), f.ID, in)
 		if err == nil && req.Timeout != nil {
 			f, err = h.m.SetTTL(r.Context(), f.ID, time.Duration(*req.Timeout)*time.Second)
@@ -552,7 +552,7 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
 			out = append(out, forkResult{Error: &e2bapi.Error{Code: statusOf(err), Message: err.Error()}})
 			continue
 		}
-		sj := h.newSandboxJSON(f, in.Token)
+		sj := h.newSandboxJSON(f, in)
 		out = append(out, forkResult{Sandbox: &sj})
 	}
 	writeJSON(w, http.StatusCreated, out)
