@@ -54,22 +54,8 @@ func TestDeploy(t *testing.T) {
 		if strings.HasPrefix(f, "crds/") {
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join(dir, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		dec := k8syaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-		for {
-			var o unstructured.Unstructured
-			if err := dec.Decode(&o.Object); errors.Is(err, io.EOF) {
-				break
-			} else if err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-			if o.Object == nil {
-				continue
-			}
-			if err := cl.Client.Create(ctx, &o); err != nil {
+		for _, o := range manifest(t, filepath.Join(dir, f)) {
+			if err := cl.Client.Create(ctx, o); err != nil {
 				t.Fatalf("%s: create %s %s: %v", f, o.GetKind(), o.GetName(), err)
 			}
 		}
@@ -97,6 +83,8 @@ func TestDeploy(t *testing.T) {
 			{"patch", sm, "sandboxes", "", "team-a", true}, // spec.nodeName
 			{"patch", sm, "sandboxes", "status", "team-a", true},
 			{"watch", sm, "sandboxsnapshots", "", "", true},
+			{"patch", sm, "sandboxsnapshots", "", "team-a", true}, // spec.nodeName
+			{"patch", sm, "sandboxsnapshots", "status", "team-a", true},
 			{"get", sm, "sandboxtemplates", "", "team-a", true},
 			{"watch", co, "leases", "", "kube-node-lease", true},
 			{"update", co, "leases", "", "kube-node-lease", true}, // leader election
@@ -105,6 +93,7 @@ func TestDeploy(t *testing.T) {
 			{"watch", sm, "sandboxwarmpools", "", "", true},
 			{"update", sm, "sandboxwarmpools", "status", "team-a", true},
 			{"update", sm, "sandboxsnapshots", "status", "team-a", false},
+			{"delete", sm, "sandboxsnapshots", "", "team-a", false},
 			{"delete", sm, "sandboxwarmpools", "", "team-a", false},
 		},
 		"smolvm-gateway": {
@@ -136,5 +125,58 @@ func TestDeploy(t *testing.T) {
 				t.Errorf("%s %s %s/%s %s in %q: allowed %t, want %t (%s)", sa, c.verb, c.resource, c.sub, c.group, c.ns, r.Status.Allowed, c.allowed, r.Status.Reason)
 			}
 		}
+	}
+}
+
+// manifest decodes the objects of the YAML file at path.
+func manifest(t *testing.T, path string) []*unstructured.Unstructured {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*unstructured.Unstructured
+	dec := k8syaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		var o unstructured.Unstructured
+		if err := dec.Decode(&o.Object); errors.Is(err, io.EOF) {
+			return out
+		} else if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if o.Object != nil {
+			out = append(out, &o)
+		}
+	}
+}
+
+// TestDeployNeedsPrivileged applies the node DaemonSet to an API server
+// started without --allow-privileged=true (envtest sets it, and so do
+// most distributions): it is refused, with the message docs/kube.md
+// tells operators to expect.
+func TestDeployNeedsPrivileged(t *testing.T) {
+	const refused = "securityContext.privileged: Forbidden: disallowed by cluster policy"
+	doc, err := os.ReadFile(filepath.Join(testenv.Root(), "docs", "kube.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(strings.Fields(string(doc)), " "), refused) {
+		t.Errorf("docs/kube.md does not quote the API server's refusal %q", refused)
+	}
+	cl := kubetest.Start(t, "allow-privileged=false")
+	ctx := context.Background()
+	dir := filepath.Join(testenv.Root(), "deploy")
+	for _, o := range manifest(t, filepath.Join(dir, "namespace.yaml")) {
+		if err := cl.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	objs := manifest(t, filepath.Join(dir, "node.yaml"))
+	i := slices.IndexFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == "DaemonSet" })
+	if i < 0 {
+		t.Fatal("deploy/node.yaml holds no DaemonSet")
+	}
+	if err := cl.Client.Create(ctx, objs[i]); err == nil || !strings.Contains(err.Error(), refused) {
+		t.Errorf("the node DaemonSet without --allow-privileged: %v, want %q", err, refused)
 	}
 }

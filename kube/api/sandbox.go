@@ -98,12 +98,14 @@ const (
 	PhaseLost     SandboxPhase = "Lost"
 )
 
-// Condition types of a Sandbox.
+// Condition types of a Sandbox (and of a SandboxSnapshot: Ready once
+// saved, Scheduled once bound to its sandbox's node).
 const (
 	// ConditionReady is true while the sandbox runs and its agent answers.
 	ConditionReady = "Ready"
 	// ConditionScheduled is true once the controller bound the sandbox
-	// to a node; while false, its reason says why it waits.
+	// (or the snapshot) to a node; while false, its reason says why it
+	// waits.
 	ConditionScheduled = "Scheduled"
 )
 

@@ -1,6 +1,12 @@
 package api
 
-import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+import (
+	"cmp"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
 
 // SandboxSnapshot is a checkpoint of a Sandbox (memory, processes and
 // files), kept on the node that took it until copied elsewhere.
@@ -25,6 +31,8 @@ type SandboxSnapshotSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="sandboxRef cannot change"
 	SandboxRef LocalRef `json:"sandboxRef"`
 	// NodeName is the node that takes the checkpoint: the sandbox's.
+	// Left out, the controller sets it once the sandbox is bound (its
+	// Scheduled condition says why it waits, or fails).
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="size(oldSelf) == 0 || self == oldSelf",message="nodeName cannot change once set"
 	NodeName string `json:"nodeName,omitempty"`
@@ -80,6 +88,21 @@ type SandboxSnapshotStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// NotReady says where a snapshot that is not Ready is: its phase, and
+// the reason and message of the first condition that is not true, the
+// controller's Scheduled (its sandbox missing, not bound, lost) before
+// the node's Ready (the sandbox not running yet, a failed checkpoint).
+// Whatever waits on the snapshot repeats it, so that the wait says why.
+func (s *SandboxSnapshot) NotReady() string {
+	phase := cmp.Or(s.Status.Phase, SnapshotPending)
+	for _, typ := range []string{ConditionScheduled, ConditionReady} {
+		if c := meta.FindStatusCondition(s.Status.Conditions, typ); c != nil && c.Status != metav1.ConditionTrue {
+			return fmt.Sprintf("%s (%s: %s)", phase, c.Reason, c.Message)
+		}
+	}
+	return string(phase)
 }
 
 // SnapshotCopy is one node's copy of a snapshot, made from another's.

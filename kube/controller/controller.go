@@ -113,6 +113,12 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		Owns(&kubeapi.Sandbox{}).Complete(&pools{c: mgr.GetClient()}); err != nil {
 		return fmt.Errorf("controller: warm pools: %w", err)
 	}
+	// A Sandbox bound or lost decides its snapshots' node.
+	if err := ctrl.NewControllerManagedBy(mgr).Named(o.Name+"-snapshots").For(&kubeapi.SandboxSnapshot{}).
+		Watches(&kubeapi.Sandbox{}, handler.EnqueueRequestsFromMapFunc(b.snapshotsOf)).
+		Complete(&snapshots{b}); err != nil {
+		return fmt.Errorf("controller: snapshots: %w", err)
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(o.Name).
 		For(&kubeapi.Sandbox{}).
@@ -224,32 +230,39 @@ func (b *Binder) watchNode(ctx context.Context, sb *kubeapi.Sandbox, nodes map[s
 		fmt.Sprintf("node %s stopped renewing its lease; the sandbox's memory went with it", sb.Spec.NodeName))
 }
 
-// setStatus sets sb's phase (unless empty) and one condition. The write
-// holds sb's resourceVersion, and is redone over a fresh read when another
-// writer came first: the node daemon reports the sandbox's own Ready
-// condition (a failed create, say) the moment the bind reaches it, and a
-// plain merge patch would replace that list of conditions with this
-// stale one.
+// setStatus sets sb's phase (unless empty) and one condition.
 func (b *Binder) setStatus(ctx context.Context, sb *kubeapi.Sandbox, phase kubeapi.SandboxPhase, typ string, st metav1.ConditionStatus, reason, msg string) error {
-	err := kretry.RetryOnConflict(kretry.DefaultRetry, func() error {
-		base := sb.DeepCopy()
+	return b.patchStatus(ctx, sb, func() {
 		if phase != "" {
 			sb.Status.Phase = phase
 		}
 		meta.SetStatusCondition(&sb.Status.Conditions, metav1.Condition{Type: typ, Status: st, Reason: reason, Message: msg, ObservedGeneration: sb.Generation})
-		if equality.Semantic.DeepEqual(base.Status, sb.Status) {
+	})
+}
+
+// patchStatus writes the status change makes to o, if it changes
+// anything. The write holds o's resourceVersion, and is redone (change
+// over a fresh read) when another writer came first: the node daemon
+// reports an object's own Ready condition (a failed create, say) the
+// moment the bind reaches it, and a plain merge patch would replace that
+// list of conditions with this stale one.
+func (b *Binder) patchStatus(ctx context.Context, o client.Object, change func()) error {
+	err := kretry.RetryOnConflict(kretry.DefaultRetry, func() error {
+		base := o.DeepCopyObject().(client.Object)
+		change()
+		if equality.Semantic.DeepEqual(base, o) {
 			return nil
 		}
-		err := b.c.Status().Patch(ctx, sb, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+		err := b.c.Status().Patch(ctx, o, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
 		if apierrors.IsConflict(err) {
-			if rerr := b.direct.Get(ctx, client.ObjectKeyFromObject(sb), sb); rerr != nil {
+			if rerr := b.direct.Get(ctx, client.ObjectKeyFromObject(o), o); rerr != nil {
 				return rerr
 			}
 		}
 		return err
 	})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("status of %s/%s: %w", sb.Namespace, sb.Name, err)
+		return fmt.Errorf("status of %s/%s: %w", o.GetNamespace(), o.GetName(), err)
 	}
 	return nil
 }
@@ -271,28 +284,14 @@ func (b *Binder) nodes(ctx context.Context) (map[string]kubeapi.Node, error) {
 
 // choose picks sb's node, or says why there is none yet.
 func (b *Binder) choose(ctx context.Context, sb *kubeapi.Sandbox, nodes map[string]kubeapi.Node) (node, reason, msg string, err error) {
-	live := map[string]kubeapi.Node{}
-	for name, n := range nodes {
-		if time.Now().Before(n.Expires) {
-			live[name] = n
-		}
-	}
+	live := liveNodes(nodes)
 	if f := sb.Spec.ForkFrom; f != nil && f.Sandbox != "" {
 		// A fork goes where its source's memory is, or nowhere.
-		var src kubeapi.Sandbox
-		if err := b.c.Get(ctx, types.NamespacedName{Namespace: sb.Namespace, Name: f.Sandbox}, &src); err != nil {
-			if apierrors.IsNotFound(err) {
-				return "", ReasonSourceNotFound, fmt.Sprintf("sandbox %s not found", f.Sandbox), nil
-			}
-			return "", "", "", err
+		node, reason, msg, err := b.besideSandbox(ctx, sb.Namespace, f.Sandbox, live)
+		if node != "" {
+			msg = fmt.Sprintf("beside its source %s", f.Sandbox)
 		}
-		switch _, ok := live[src.Spec.NodeName]; {
-		case src.Spec.NodeName == "":
-			return "", ReasonSourcePending, fmt.Sprintf("sandbox %s is not on a node yet", f.Sandbox), nil
-		case !ok || src.Status.Phase == kubeapi.PhaseLost:
-			return "", ReasonSourceLost, fmt.Sprintf("sandbox %s was on node %s, which is gone", f.Sandbox, src.Spec.NodeName), nil
-		}
-		return src.Spec.NodeName, ReasonBound, fmt.Sprintf("beside its source %s", f.Sandbox), nil
+		return node, reason, msg, err
 	}
 	body, err := b.body(ctx, sb)
 	if err != nil {
@@ -311,7 +310,7 @@ func (b *Binder) choose(ctx context.Context, sb *kubeapi.Sandbox, nodes map[stri
 			return "", "", "", err
 		}
 		if snap.Status.Phase != kubeapi.SnapshotReady {
-			return "", ReasonSnapshotPending, fmt.Sprintf("snapshot %s is %q, not Ready", f.Snapshot, snap.Status.Phase), nil
+			return "", ReasonSnapshotPending, fmt.Sprintf("snapshot %s is not Ready: %s", f.Snapshot, snap.NotReady()), nil
 		}
 		candidates = map[string]kubeapi.Node{}
 		for _, name := range snap.Status.Nodes {
@@ -337,6 +336,38 @@ func (b *Binder) choose(ctx context.Context, sb *kubeapi.Sandbox, nodes map[stri
 		return "", ReasonNoNode, fmt.Sprintf("no live node offers backend %q with %d bytes free (%d nodes live)", backend, need, len(live)), nil
 	}
 	return best, ReasonBound, why, nil
+}
+
+// liveNodes are the nodes whose Lease has not lapsed.
+func liveNodes(nodes map[string]kubeapi.Node) map[string]kubeapi.Node {
+	live := map[string]kubeapi.Node{}
+	for name, n := range nodes {
+		if time.Now().Before(n.Expires) {
+			live[name] = n
+		}
+	}
+	return live
+}
+
+// besideSandbox is the node of sandbox name in ns, where a fork or a
+// snapshot of it must go (its memory is there and nowhere else), or,
+// with node "", the reason and message why there is none: it is missing,
+// not bound yet (both worth waiting for), or its node is gone (never).
+func (b *Binder) besideSandbox(ctx context.Context, ns, name string, live map[string]kubeapi.Node) (node, reason, msg string, err error) {
+	var src kubeapi.Sandbox
+	if err := b.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &src); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", ReasonSourceNotFound, fmt.Sprintf("sandbox %s not found", name), nil
+		}
+		return "", "", "", err
+	}
+	switch _, ok := live[src.Spec.NodeName]; {
+	case src.Spec.NodeName == "":
+		return "", ReasonSourcePending, fmt.Sprintf("sandbox %s is not on a node yet", name), nil
+	case !ok || src.Status.Phase == kubeapi.PhaseLost:
+		return "", ReasonSourceLost, fmt.Sprintf("sandbox %s was on node %s, which is gone", name, src.Spec.NodeName), nil
+	}
+	return src.Spec.NodeName, ReasonBound, "", nil
 }
 
 // pick is the candidate offering backend with the most memory free, at

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -173,8 +174,15 @@ func TestBinder(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		s.Status.Phase, s.Status.Nodes = phase, nodes
-		if err := w.c.Status().Update(ctx, s); err != nil {
+		// The binder binds it beside src meanwhile (TestSnapshotBinder).
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := w.c.Get(ctx, client.ObjectKeyFromObject(s), s); err != nil {
+				return err
+			}
+			s.Status.Phase, s.Status.Nodes = phase, nodes
+			return w.c.Status().Update(ctx, s)
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -309,5 +317,99 @@ func TestStatusRace(t *testing.T) {
 	}
 	if err := controller.SetStatus(ctx, cl.Client, &got, kubeapi.PhaseLost, kubeapi.ConditionReady, metav1.ConditionFalse, "NodeLost", "gone"); err != nil {
 		t.Fatalf("status of a deleted sandbox: %v", err)
+	}
+}
+
+// TestSnapshotBinder makes SandboxSnapshots that name only their
+// sandbox, as kubectl users write them: each is bound to its sandbox's
+// node, waits while the sandbox is missing or not bound (and so does a
+// restore of it, saying why), fails when the sandbox's node is gone, and
+// one that names its node is left alone.
+func TestSnapshotBinder(t *testing.T) {
+	w := start(t)
+	ctx := context.Background()
+	now := time.Now()
+	w.node("n1", 8, "gvisor", now)
+	w.node("n2", 8, "gvisor", now)
+	w.node("gone", 8, "gvisor", now.Add(-2*time.Hour))
+
+	snapshot := func(name, sandbox, node string) {
+		t.Helper()
+		s := &kubeapi.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: kubeapi.SandboxSnapshotSpec{SandboxRef: kubeapi.LocalRef{Name: sandbox}, NodeName: node}}
+		if err := w.c.Create(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait := func(name, what string, ok func(*kubeapi.SandboxSnapshot, *metav1.Condition) bool) *kubeapi.SandboxSnapshot {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		var s kubeapi.SandboxSnapshot
+		for {
+			err := w.c.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, &s)
+			if err == nil && ok(&s, meta.FindStatusCondition(s.Status.Conditions, kubeapi.ConditionScheduled)) {
+				return &s
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("snapshot %s: not %s within 30 s: %v; spec.nodeName %q, status %+v", name, what, err, s.Spec.NodeName, s.Status)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waiting := func(name, reason string, phase kubeapi.SnapshotPhase, mentions string) {
+		t.Helper()
+		s := wait(name, "waiting with "+reason, func(s *kubeapi.SandboxSnapshot, c *metav1.Condition) bool {
+			return c != nil && c.Status == metav1.ConditionFalse && c.Reason == reason && s.Status.Phase == phase
+		})
+		if c := meta.FindStatusCondition(s.Status.Conditions, kubeapi.ConditionScheduled); !strings.Contains(c.Message, mentions) || s.Spec.NodeName != "" {
+			t.Errorf("snapshot %s: %q on %q, want a message naming %s and no node", name, c.Message, s.Spec.NodeName, mentions)
+		}
+	}
+	bound := func(name, node string) {
+		t.Helper()
+		s := wait(name, "bound", func(s *kubeapi.SandboxSnapshot, c *metav1.Condition) bool {
+			return s.Spec.NodeName != "" && c != nil && c.Status == metav1.ConditionTrue
+		})
+		if c := meta.FindStatusCondition(s.Status.Conditions, kubeapi.ConditionScheduled); s.Spec.NodeName != node || c.Reason != controller.ReasonBound {
+			t.Errorf("snapshot %s: bound to %s (%s), want %s", name, s.Spec.NodeName, c.Reason, node)
+		}
+	}
+
+	// Beside its sandbox, on the node it was given.
+	w.create("a", kubeapi.SandboxSpec{NodeName: "n2"})
+	snapshot("a-snap", "a", "")
+	bound("a-snap", "n2")
+
+	// A missing sandbox: said, and a restore of the snapshot says it too.
+	snapshot("early", "later", "")
+	waiting("early", controller.ReasonSourceNotFound, kubeapi.SnapshotPending, "later not found")
+	w.create("restore-early", kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Snapshot: "early"}})
+	sb := w.wait("restore-early", "waiting for its snapshot", func(sb *kubeapi.Sandbox) bool {
+		c := meta.FindStatusCondition(sb.Status.Conditions, kubeapi.ConditionScheduled)
+		return c != nil && c.Reason == controller.ReasonSnapshotPending
+	})
+	if c := meta.FindStatusCondition(sb.Status.Conditions, kubeapi.ConditionScheduled); !strings.Contains(c.Message, "later not found") {
+		t.Errorf("a restore of a snapshot of a missing sandbox says %q", c.Message)
+	}
+	// Made, it waits for a node (none has 16 GiB), and the snapshot with it;
+	// bound, the snapshot follows.
+	w.create("later", kubeapi.SandboxSpec{SandboxBody: kubeapi.SandboxBody{Resources: gib(16)}})
+	waiting("early", controller.ReasonSourcePending, kubeapi.SnapshotPending, "later is not on a node yet")
+	w.node("big", 64, "gvisor", now)
+	if n := w.bound("later"); n != "big" {
+		t.Fatalf("a 16 GiB sandbox went to %s", n)
+	}
+	bound("early", "big")
+
+	// The memory went with its node: failed, never bound.
+	w.create("orphan", kubeapi.SandboxSpec{NodeName: "gone"})
+	snapshot("orphan-snap", "orphan", "")
+	waiting("orphan-snap", controller.ReasonSourceLost, kubeapi.SnapshotFailed, "node gone")
+
+	// One that names its node (the gateway's) is the node's alone.
+	snapshot("named", "a", "n2")
+	time.Sleep(time.Second)
+	var named kubeapi.SandboxSnapshot
+	if err := w.c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "named"}, &named); err != nil || len(named.Status.Conditions) != 0 {
+		t.Errorf("a snapshot bound at birth: %v %+v", err, named.Status)
 	}
 }

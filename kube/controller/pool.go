@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -55,7 +54,7 @@ func (p *pools) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 		if err != nil || snap.Status.Phase != kubeapi.SnapshotReady {
 			msg := fmt.Sprintf("snapshot %s is not there", ref.Name)
 			if err == nil {
-				msg = fmt.Sprintf("snapshot %s is %s", ref.Name, cmp.Or(snap.Status.Phase, "Pending"))
+				msg = fmt.Sprintf("snapshot %s is %s", ref.Name, snap.NotReady())
 			}
 			return ctrl.Result{RequeueAfter: 2 * time.Second}, p.setCondition(ctx, &pool, pool.Status.ReadyReplicas, metav1.ConditionFalse, ReasonWaitingForSnapshot, msg)
 		}

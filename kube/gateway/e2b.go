@@ -35,8 +35,9 @@ func (g *Gateway) e2bRoutes() *http.ServeMux {
 	mux.HandleFunc("POST /v2/sandboxes/{id}/connect", g.e2bConnect)
 	mux.HandleFunc("POST /sandboxes/{id}/resume", g.e2bConnect)
 	mux.HandleFunc("POST /sandboxes/{id}/pause", g.e2bPause)
+	mux.HandleFunc("GET /sandboxes/{id}", g.e2bInfo)
 	// The node answers these for the one sandbox it holds.
-	for _, p := range []string{"GET /sandboxes/{id}", "POST /sandboxes/{id}/timeout", "GET /sandboxes/{id}/metrics", "PUT /sandboxes/{id}/network"} {
+	for _, p := range []string{"POST /sandboxes/{id}/timeout", "GET /sandboxes/{id}/metrics", "PUT /sandboxes/{id}/network"} {
 		mux.HandleFunc(p, g.e2bForward)
 	}
 	mux.HandleFunc("POST /sandboxes/{id}/fork", g.e2bFork)
@@ -68,13 +69,14 @@ func (g *Gateway) e2bCreate(w http.ResponseWriter, r *http.Request) {
 		writeE2B(w, statusOf(err), err.Error())
 		return
 	}
+	template := map[string]string{AnnotationTemplate: req.TemplateID}
 	if pool != nil {
 		// A warm pool of that name: claim one of its sandboxes (the
 		// connect resumes a hot one), unless the request asks for what
 		// they were not made with (each is made before anyone asks);
 		// else make one as the pool does.
 		if len(req.EnvVars) == 0 && len(req.Metadata) == 0 && spec.Network == nil {
-			sb, err := g.claim(r.Context(), pool)
+			sb, err := g.claim(r.Context(), pool, template)
 			if err != nil {
 				writeE2B(w, statusOf(err), err.Error())
 				return
@@ -88,7 +90,7 @@ func (g *Gateway) e2bCreate(w http.ResponseWriter, r *http.Request) {
 		m := pool.Spec.Member()
 		spec.Image, spec.SandboxTemplateRef, spec.ForkFrom = "", m.SandboxTemplateRef, m.ForkFrom
 	}
-	sb, err := g.create(r.Context(), namespace(r), "", "e2b-", spec)
+	sb, err := g.create(r.Context(), namespace(r), "", "e2b-", spec, template)
 	if err != nil {
 		writeE2B(w, statusOf(err), err.Error())
 		return
@@ -165,10 +167,10 @@ func networkPolicy(p *sandbox.Network) *kubeapi.NetworkPolicy {
 }
 
 // create makes a Sandbox in ns, named name or else generated from
-// prefix, and waits until it runs; one that does not is deleted, so a
-// failed create leaves nothing behind.
-func (g *Gateway) create(ctx context.Context, ns, name, prefix string, spec kubeapi.SandboxSpec) (*kubeapi.Sandbox, error) {
-	sb := &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, GenerateName: prefix}, Spec: spec}
+// prefix, with annotations, and waits until it runs; one that does not is
+// deleted, so a failed create leaves nothing behind.
+func (g *Gateway) create(ctx context.Context, ns, name, prefix string, spec kubeapi.SandboxSpec, annotations map[string]string) (*kubeapi.Sandbox, error) {
+	sb := &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, GenerateName: prefix, Annotations: annotations}, Spec: spec}
 	done, err := g.admit(ctx, ns)
 	if err != nil {
 		return nil, err
@@ -212,7 +214,7 @@ func (g *Gateway) e2bConnectOnNode(w http.ResponseWriter, r *http.Request, sb *k
 }
 
 // connectOnNode calls the node's E2B connect for sandbox id with body, and
-// returns its answer with the gateway's domain in it.
+// returns its answer with the gateway's domain and sb's template in it.
 func (g *Gateway) connectOnNode(ctx context.Context, sb *kubeapi.Sandbox, id string, body []byte) (int, map[string]any, error) {
 	base, err := g.node(ctx, sb)
 	if err != nil {
@@ -228,8 +230,41 @@ func (g *Gateway) connectOnNode(ctx context.Context, sb *kubeapi.Sandbox, id str
 		if g.cfg.Domain != "" {
 			out["domain"] = g.cfg.Domain
 		}
+		setTemplate(sb, out)
 	}
 	return code, out, nil
+}
+
+// AnnotationTemplate records on a Sandbox made through E2B the templateID
+// its create named (its source's, for a fork's copy). E2B's answers
+// report it, as a single smolvm serve does: the node knows only the image
+// it maps to ("host" for "base"), or the pool's or snapshot's image.
+const AnnotationTemplate = "smolvm.dev/template"
+
+// setTemplate puts sb's recorded template in a node's E2B answer about
+// it; one made otherwise keeps the node's (its image).
+func setTemplate(sb *kubeapi.Sandbox, out map[string]any) {
+	if t, ok := sb.Annotations[AnnotationTemplate]; ok {
+		out["templateID"] = t
+	}
+}
+
+// e2bInfo answers getInfo: the node's, with sb's template.
+func (g *Gateway) e2bInfo(w http.ResponseWriter, r *http.Request) {
+	sb, id, base, ok := g.e2bOnNode(w, r)
+	if !ok {
+		return
+	}
+	var out map[string]any
+	code, err := g.fwd.call(r.Context(), "GET", base, e2bPrefix+"/sandboxes/"+url.PathEscape(id), nil, &out)
+	if err != nil {
+		writeE2B(w, http.StatusBadGateway, err.Error())
+		return
+	}
+	if code < 300 {
+		setTemplate(sb, out)
+	}
+	writeJSON(w, code, out)
 }
 
 // e2bFork answers E2B's fork: a copy per count, each an object of its own
@@ -260,7 +295,12 @@ func (g *Gateway) e2bFork(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	copies, errs, err := g.fork(r.Context(), src, n, "e2b-", ttl)
+	// Copies answer to their source's template, as on a single serve.
+	var template map[string]string
+	if t, ok := src.Annotations[AnnotationTemplate]; ok {
+		template = map[string]string{AnnotationTemplate: t}
+	}
+	copies, errs, err := g.fork(r.Context(), src, n, "e2b-", ttl, template)
 	if err != nil {
 		writeE2B(w, statusOf(err), err.Error())
 		return
@@ -368,16 +408,26 @@ func (g *Gateway) remove(ctx context.Context, sb *kubeapi.Sandbox) error {
 
 // e2bForward sends a request about one sandbox to its node.
 func (g *Gateway) e2bForward(w http.ResponseWriter, r *http.Request) {
-	sb, id, ok := g.e2bLookup(w, r)
+	_, id, base, ok := g.e2bOnNode(w, r)
 	if !ok {
 		return
+	}
+	g.fwd.forward(w, r, base, e2bPrefix+withID(r.URL.Path, r.PathValue("id"), id), true)
+}
+
+// e2bOnNode finds the sandbox the path's {id} names, its instance's ID
+// and its node's URL, or answers E2B's error.
+func (g *Gateway) e2bOnNode(w http.ResponseWriter, r *http.Request) (*kubeapi.Sandbox, string, *url.URL, bool) {
+	sb, id, ok := g.e2bLookup(w, r)
+	if !ok {
+		return nil, "", nil, false
 	}
 	base, err := g.node(r.Context(), sb)
 	if err != nil {
 		writeE2B(w, statusOf(err), err.Error())
-		return
+		return nil, "", nil, false
 	}
-	g.fwd.forward(w, r, base, e2bPrefix+withID(r.URL.Path, r.PathValue("id"), id), true)
+	return sb, id, base, true
 }
 
 // withID is path with its sandbox reference ref replaced by the ID id.
@@ -398,9 +448,21 @@ func (g *Gateway) e2bLookup(w http.ResponseWriter, r *http.Request) (*kubeapi.Sa
 }
 
 // e2bList asks each node holding the namespace's sandboxes for its E2B
-// list (with the caller's filters) and keeps the namespace's.
+// list (with the caller's filters) and keeps the namespace's. The
+// template filter is the gateway's: the nodes know images, not the
+// templates asked for (AnnotationTemplate).
 func (g *Gateway) e2bList(w http.ResponseWriter, r *http.Request) {
-	out, err := g.gather(r.Context(), namespace(r), e2bPrefix+"/v2/sandboxes?"+r.URL.RawQuery, "sandboxID")
+	q := r.URL.Query()
+	want := q.Get("template")
+	q.Del("template")
+	out, err := g.gather(r.Context(), namespace(r), e2bPrefix+"/v2/sandboxes?"+q.Encode(), "sandboxID", func(sb *kubeapi.Sandbox, item map[string]json.RawMessage) bool {
+		if t, ok := sb.Annotations[AnnotationTemplate]; ok {
+			item["templateID"], _ = json.Marshal(t)
+		}
+		var got string
+		json.Unmarshal(item["templateID"], &got)
+		return want == "" || got == want
+	})
 	if err != nil {
 		writeE2B(w, statusOf(err), err.Error())
 		return
@@ -409,10 +471,11 @@ func (g *Gateway) e2bList(w http.ResponseWriter, r *http.Request) {
 }
 
 // gather asks each node holding sandboxes of ns for the JSON list at
-// path, and keeps the items whose key field names one of them.
-func (g *Gateway) gather(ctx context.Context, ns, path, key string) ([]json.RawMessage, error) {
+// path, and keeps the items whose key field names one of them and that
+// keep (nil: all) keeps, as keep may have changed them.
+func (g *Gateway) gather(ctx context.Context, ns, path, key string, keep func(*kubeapi.Sandbox, map[string]json.RawMessage) bool) ([]json.RawMessage, error) {
 	out := []json.RawMessage{}
-	err := g.eachNode(ctx, ns, func(base *url.URL, ids map[string]bool) error {
+	err := g.eachNode(ctx, ns, func(base *url.URL, ids map[string]*kubeapi.Sandbox) error {
 		var got []map[string]json.RawMessage
 		code, err := g.fwd.call(ctx, "GET", base, path, nil, &got)
 		if err != nil {
@@ -423,7 +486,10 @@ func (g *Gateway) gather(ctx context.Context, ns, path, key string) ([]json.RawM
 		}
 		for _, item := range got {
 			var id string
-			if json.Unmarshal(item[key], &id) == nil && ids[id] {
+			if json.Unmarshal(item[key], &id) != nil || ids[id] == nil {
+				continue
+			}
+			if keep == nil || keep(ids[id], item) {
 				raw, err := json.Marshal(item)
 				if err != nil {
 					return err
@@ -437,16 +503,16 @@ func (g *Gateway) gather(ctx context.Context, ns, path, key string) ([]json.RawM
 }
 
 // eachNode calls fn for each live node holding sandboxes of ns, with the
-// IDs of those sandboxes. A node that is gone is skipped: its sandboxes
-// are Lost, which no list shows.
-func (g *Gateway) eachNode(ctx context.Context, ns string, fn func(base *url.URL, ids map[string]bool) error) error {
+// IDs of those sandboxes and the object of each. A node that is gone is
+// skipped: its sandboxes are Lost, which no list shows.
+func (g *Gateway) eachNode(ctx context.Context, ns string, fn func(base *url.URL, ids map[string]*kubeapi.Sandbox) error) error {
 	var list kubeapi.SandboxList
 	if err := g.cfg.Kube.List(ctx, &list, kclient.InNamespace(ns)); err != nil {
 		return fmt.Errorf("list sandboxes: %w", err)
 	}
 	type node struct {
 		base *url.URL
-		ids  map[string]bool
+		ids  map[string]*kubeapi.Sandbox
 	}
 	nodes := map[string]*node{}
 	for i := range list.Items {
@@ -460,11 +526,11 @@ func (g *Gateway) eachNode(ctx context.Context, ns string, fn func(base *url.URL
 			if err != nil {
 				continue
 			}
-			n = &node{base: base, ids: map[string]bool{}}
+			n = &node{base: base, ids: map[string]*kubeapi.Sandbox{}}
 			nodes[sb.Status.NodeName] = n
 		}
 		for _, in := range sb.Status.Instances {
-			n.ids[in.ID] = true
+			n.ids[in.ID] = sb
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(nodes)) {

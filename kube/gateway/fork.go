@@ -17,9 +17,9 @@ import (
 // of src (owned by it, so that it goes with it), then one Sandbox per copy
 // restoring it, which the binder places beside the snapshot. Each copy is
 // an object of its own, removed on its own. ttl is each copy's time to
-// live (0: none). It returns the copies in order; a copy that did not
-// start is an error in its place.
-func (g *Gateway) fork(ctx context.Context, src *kubeapi.Sandbox, n int, prefix string, ttl time.Duration) ([]*kubeapi.Sandbox, []error, error) {
+// live (0: none), and annotations each copy's. It returns the copies in
+// order; a copy that did not start is an error in its place.
+func (g *Gateway) fork(ctx context.Context, src *kubeapi.Sandbox, n int, prefix string, ttl time.Duration, annotations map[string]string) ([]*kubeapi.Sandbox, []error, error) {
 	if len(src.Status.Instances) != 1 || src.Status.Phase != kubeapi.PhaseRunning {
 		return nil, nil, &phaseError{409, fmt.Sprintf("sandbox %s is %s with %d sandboxes: a fork needs one running sandbox", src.Name, orPending(src.Status.Phase), len(src.Status.Instances))}
 	}
@@ -43,7 +43,7 @@ func (g *Gateway) fork(ctx context.Context, src *kubeapi.Sandbox, n int, prefix 
 	copies, errs := make([]*kubeapi.Sandbox, n), make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { copies[i], errs[i] = g.create(ctx, src.Namespace, "", prefix, spec) })
+		wg.Go(func() { copies[i], errs[i] = g.create(ctx, src.Namespace, "", prefix, spec, annotations) })
 	}
 	wg.Wait()
 	return copies, errs, nil

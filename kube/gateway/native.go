@@ -132,7 +132,7 @@ func (g *Gateway) nativeCreate(w http.ResponseWriter, r *http.Request) {
 		// A name is the object's own; Kubernetes refuses one in use.
 		prefix = ""
 	}
-	sb, err := g.create(r.Context(), namespace(r), req.Name, prefix, spec)
+	sb, err := g.create(r.Context(), namespace(r), req.Name, prefix, spec, nil)
 	if err != nil {
 		writeNativeErr(w, err)
 		return
@@ -161,7 +161,7 @@ func (g *Gateway) nativeClaim(w http.ResponseWriter, r *http.Request, req *api.C
 	if req.Timeout != nil {
 		ttl = time.Duration(*req.Timeout)
 	}
-	sb, err := g.claim(ctx, pool)
+	sb, err := g.claim(ctx, pool, nil)
 	if err != nil {
 		writeNativeErr(w, err)
 		return
@@ -169,7 +169,7 @@ func (g *Gateway) nativeClaim(w http.ResponseWriter, r *http.Request, req *api.C
 	if sb == nil {
 		spec := pool.Spec.Member()
 		spec.TTLSeconds = ptr.To(int64(ttl / time.Second))
-		if sb, err = g.create(ctx, ns, "", pool.Name+"-", spec); err != nil {
+		if sb, err = g.create(ctx, ns, "", pool.Name+"-", spec, nil); err != nil {
 			writeNativeErr(w, err)
 			return
 		}
@@ -220,7 +220,7 @@ func (g *Gateway) nativeGet(w http.ResponseWriter, r *http.Request, sb *kubeapi.
 }
 
 func (g *Gateway) nativeList(w http.ResponseWriter, r *http.Request) {
-	out, err := g.gather(r.Context(), namespace(r), "/v1/sandboxes", "id")
+	out, err := g.gather(r.Context(), namespace(r), "/v1/sandboxes", "id", nil)
 	if err != nil {
 		writeNativeErr(w, err)
 		return
@@ -252,7 +252,7 @@ func (g *Gateway) nativeFork(w http.ResponseWriter, r *http.Request) {
 	if req.NamePrefix != "" {
 		prefix = req.NamePrefix + "-"
 	}
-	copies, errs, err := g.fork(r.Context(), src, n, prefix, g.cfg.DefaultTTL)
+	copies, errs, err := g.fork(r.Context(), src, n, prefix, g.cfg.DefaultTTL, nil)
 	if err == nil {
 		err = errors.Join(errs...)
 	}

@@ -82,6 +82,7 @@ func TestWarmPool(t *testing.T) {
 	var out struct {
 		SandboxID       string `json:"sandboxID"`
 		EnvdAccessToken string `json:"envdAccessToken"`
+		TemplateID      string `json:"templateID"`
 	}
 	t0 = time.Now()
 	if code := call(t, "POST", c.URL+"/sandboxes", keyA, `{"templateID":"warm","timeout":300}`, &out); code != http.StatusCreated {
@@ -90,6 +91,10 @@ func TestWarmPool(t *testing.T) {
 	t.Logf("E2B claim: %v", time.Since(t0))
 	if _, ok := first[out.SandboxID]; !ok || out.SandboxID == sb.ID || out.EnvdAccessToken == "" {
 		t.Fatalf("E2B claim got %+v, not the pool's other sandbox of %v", out, first)
+	}
+	// The template asked for, as on a single serve; not the pool's image.
+	if out.TemplateID != "warm" {
+		t.Errorf("E2B claim reports template %q, want warm", out.TemplateID)
 	}
 	var claimed kubeapi.SandboxList
 	if err := c.k.Client.List(ctx, &claimed, kclient.InNamespace("team-a")); err != nil {
@@ -133,7 +138,8 @@ func TestWarmPool(t *testing.T) {
 }
 
 // TestHotPool keeps a hot pool of a snapshot: paused restores of a
-// sandbox's checkpoint, taken after its setup. A claim through either
+// sandbox's checkpoint, taken after its setup (the snapshot names no
+// node: the controller binds it beside the sandbox). A claim through either
 // API resumes one, which holds the setup's files and processes, and
 // stays running; the pool refills; a pool of a snapshot that is not
 // there waits for it and makes nothing.
@@ -145,8 +151,12 @@ func TestHotPool(t *testing.T) {
 	src := c.sandboxIn(t, "src", kubeapi.PhaseRunning)
 	sh := func(id, script string) string { return output(t, gw, id, "sh", "-c", script) }
 	sh(src.Status.Instances[0].ID, "echo set-up > /tmp/state; sleep 1000 & echo $! > /tmp/pid")
-	c.put(t, &kubeapi.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "setup"}, Spec: kubeapi.SandboxSnapshotSpec{SandboxRef: kubeapi.LocalRef{Name: "src"}, NodeName: "n1"}})
-	c.snapshotReady(t, "setup")
+	// Only sandboxRef, as kubectl users write it: the controller binds
+	// it to src's node, which takes it.
+	c.put(t, &kubeapi.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "setup"}, Spec: kubeapi.SandboxSnapshotSpec{SandboxRef: kubeapi.LocalRef{Name: "src"}}})
+	if snap := c.snapshotReady(t, "setup"); snap.Spec.NodeName != "n1" || !slices.Equal(snap.Status.Nodes, []string{"n1"}) {
+		t.Fatalf("a snapshot of a sandbox on n1: node %q, status %+v", snap.Spec.NodeName, snap.Status)
+	}
 
 	c.put(t, &kubeapi.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "hot"}, Spec: kubeapi.SandboxWarmPoolSpec{Replicas: 2, SandboxSnapshotRef: &kubeapi.LocalRef{Name: "setup"}, Hot: true}})
 	first := c.pooled(t, "hot", 2)

@@ -304,7 +304,7 @@ func (g *Gateway) nativeRestore(w http.ResponseWriter, r *http.Request) {
 	if req.Name != "" {
 		prefix = ""
 	}
-	sb, err := g.create(r.Context(), s.Namespace, req.Name, prefix, restoreSpec(s, req.Labels, time.Duration(req.TTL)))
+	sb, err := g.create(r.Context(), s.Namespace, req.Name, prefix, restoreSpec(s, req.Labels, time.Duration(req.TTL)), nil)
 	if err != nil {
 		writeNativeErr(w, err)
 		return

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,8 +31,9 @@ type Cluster struct {
 }
 
 // Start starts the API server for t and stops it when t ends; it skips t
-// where testenv.Kube does.
-func Start(t testing.TB) *Cluster {
+// where testenv.Kube does. apiserverFlags ("name=value") replace
+// envtest's own (it sets --allow-privileged=true, say).
+func Start(t testing.TB, apiserverFlags ...string) *Cluster {
 	t.Helper()
 	apiserver, etcd := testenv.Kube(t)
 	// controller-runtime logs through a process-wide logger, and prints
@@ -52,7 +54,12 @@ func Start(t testing.TB) *Cluster {
 		// several seconds under load, past envtest's default of 20 s.
 		ControlPlaneStartTimeout: 2 * time.Minute,
 	}
-	env.ControlPlane.GetAPIServer().Path = apiserver
+	api := env.ControlPlane.GetAPIServer()
+	api.Path = apiserver
+	for _, f := range apiserverFlags {
+		name, value, _ := strings.Cut(f, "=")
+		api.Configure().Set(name, value)
+	}
 	env.ControlPlane.Etcd = &envtest.Etcd{Path: etcd}
 	cfg, err := env.Start()
 	if err != nil {

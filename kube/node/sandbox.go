@@ -190,7 +190,7 @@ func (r *sandboxes) make(ctx context.Context, sb *kubeapi.Sandbox, missing []str
 			return nil, fmt.Errorf("snapshot %s: %w", from.Snapshot, err)
 		}
 		if snap.Status.Phase != kubeapi.SnapshotReady || snap.Status.ID == "" {
-			return nil, &waiting{"WaitingForSnapshot", fmt.Sprintf("snapshot %s is %s", from.Snapshot, orPending(snap.Status.Phase))}
+			return nil, &waiting{"WaitingForSnapshot", fmt.Sprintf("snapshot %s is %s", from.Snapshot, snap.NotReady())}
 		}
 		if !slices.Contains(snap.Status.Nodes, r.Node) {
 			// Bound here with no room on its holders: copy it first.

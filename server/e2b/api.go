@@ -117,23 +117,23 @@ type detailJSON struct {
 	Network             *networkJSON `json:"network,omitempty"`
 }
 
-func (h *Handler) newSandboxJSON(sb *sandbox.Sandbox) sandboxJSON {
+func (h *Handler) newSandboxJSON(sb *sandbox.Sandbox, in info) sandboxJSON {
 	token := h.envdToken(sb.ID)
 	return sandboxJSON{
-		TemplateID: sb.Image, SandboxID: sb.ID, Alias: sb.Name, ClientID: "smolvm",
+		TemplateID: in.templateID(sb), SandboxID: sb.ID, Alias: sb.Name, ClientID: "smolvm",
 		EnvdVersion: EnvdVersion, EnvdAccessToken: token,
 		Domain: h.domain, TrafficAccessToken: trafficToken(token),
 	}
 }
 
-func newDetailJSON(sb *sandbox.Sandbox, md map[string]string) detailJSON {
+func newDetailJSON(sb *sandbox.Sandbox, in info) detailJSON {
 	d := detailJSON{
-		TemplateID: sb.Image, SandboxID: sb.ID, Alias: sb.Name, ClientID: "smolvm",
+		TemplateID: in.templateID(sb), SandboxID: sb.ID, Alias: sb.Name, ClientID: "smolvm",
 		StartedAt: sb.CreatedAt, EndAt: noEnd,
 		CPUCount:   int(math.Ceil(sb.Config.Limits.CPUs)),
 		MemoryMB:   sb.Config.Limits.Memory >> 20,
 		DiskSizeMB: sb.Config.Limits.Disk >> 20,
-		Metadata:   md, State: string(sb.State), EnvdVersion: EnvdVersion,
+		Metadata:   in.Metadata, State: string(sb.State), EnvdVersion: EnvdVersion,
 	}
 	if sb.StartedAt != nil {
 		d.StartedAt = *sb.StartedAt
@@ -243,7 +243,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	in := info{Metadata: req.Metadata}
+	in := info{Metadata: req.Metadata, Template: req.TemplateID}
 	if in.Metadata == nil {
 		in.Metadata = map[string]string{}
 	}
@@ -252,7 +252,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, h.newSandboxJSON(sb))
+	writeJSON(w, http.StatusCreated, h.newSandboxJSON(sb, in))
 }
 
 // lookup returns the live sandbox id names, or writes E2B's 404 (which
@@ -281,7 +281,7 @@ func (h *Handler) getInfo(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, newDetailJSON(sb, in.Metadata))
+	writeJSON(w, http.StatusOK, newDetailJSON(sb, in))
 }
 
 // list answers GET /v2/sandboxes: running and paused sandboxes, filtered
@@ -318,7 +318,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	// is gone (removed by the CLI, reaped after expiry) and can go too;
 	// but only in an unscoped list: a tenant's lacks every other tenant's
 	// sandboxes, whose envd tokens and metadata must stay.
-	mds, err := h.allInfo(r.Context())
+	infos, err := h.allInfo(r.Context())
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -330,17 +330,17 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	}
 	out := []detailJSON{}
 	for _, sb := range sbs {
-		md := mds[sb.ID]
-		delete(mds, sb.ID)
-		if !live(sb) || (len(states) > 0 && !states[string(sb.State)]) || !matches(md, want) {
+		in := infos[sb.ID]
+		delete(infos, sb.ID)
+		if !live(sb) || (len(states) > 0 && !states[string(sb.State)]) || !matches(in.Metadata, want) {
 			continue
 		}
-		if d := newDetailJSON(sb, md); (template == "" || d.TemplateID == template) && d.StartedAt.After(after) {
+		if d := newDetailJSON(sb, in); (template == "" || d.TemplateID == template) && d.StartedAt.After(after) {
 			out = append(out, d)
 		}
 	}
 	if _, scoped := tenant.Of(r.Context()); !scoped {
-		for id := range mds {
+		for id := range infos {
 			h.deleteInfo(r.Context(), id)
 		}
 	}
@@ -474,11 +474,12 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	// A sandbox made outside the E2B API gets its E2B state now.
-	if _, err := h.loadInfo(r.Context(), sb); err != nil {
+	in, err := h.loadInfo(r.Context(), sb)
+	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, status, h.newSandboxJSON(sb))
+	writeJSON(w, status, h.newSandboxJSON(sb, in))
 }
 
 func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
@@ -544,7 +545,7 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
 		if kernelUp {
 			h.kernels.mark(f.ID)
 		}
-		in := info{Metadata: src.Metadata}
+		in := info{Metadata: src.Metadata, Template: src.Template}
 		err := h.saveInfo(r.Context(), f.ID, in)
 		if err == nil && req.Timeout != nil {
 			f, err = h.m.SetTTL(r.Context(), f.ID, time.Duration(*req.Timeout)*time.Second)
@@ -553,7 +554,7 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
 			out = append(out, forkResult{Error: &e2bapi.Error{Code: statusOf(err), Message: err.Error()}})
 			continue
 		}
-		sj := h.newSandboxJSON(f)
+		sj := h.newSandboxJSON(f, in)
 		out = append(out, forkResult{Sandbox: &sj})
 	}
 	writeJSON(w, http.StatusCreated, out)

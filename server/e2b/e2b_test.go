@@ -359,8 +359,8 @@ func FuzzDecoders(f *testing.F) {
 	})
 }
 
-// TestStateSurvives checks that E2B's own state (metadata, envd tokens)
-// outlives the handler, as it must a server restart, and follows the
+// TestStateSurvives checks that E2B's own state (metadata, envd tokens,
+// the template create named) outlives the handler, as it must a server restart, and follows the
 // sandboxes when they go by other paths than the E2B API.
 func TestStateSurvives(t *testing.T) {
 	s := newServer(t)
@@ -373,7 +373,8 @@ func TestStateSurvives(t *testing.T) {
 	// A second handler over the same store: what a restarted server is.
 	again := newServerOn(t, s.env)
 	status, body = again.call(t, "GET", "/sandboxes/"+id, apiKey, "")
-	if md, _ := body["metadata"].(map[string]any); status != http.StatusOK || md["owner"] != "ci" {
+	// "base" is the builtin image, "host": the template is what create named.
+	if md, _ := body["metadata"].(map[string]any); status != http.StatusOK || md["owner"] != "ci" || body["templateID"] != "base" {
 		t.Fatalf("after a restart: %d %v", status, body)
 	}
 	status, body = again.call(t, "POST", "/filesystem.Filesystem/Stat", map[string]string{headerSandboxID: id, headerAccessToken: token}, `{"path":"/"}`)
@@ -407,7 +408,7 @@ func TestTemplateFromPool(t *testing.T) {
 		t.Fatalf("fill: %d %v", n, err)
 	}
 	status, body := s.call(t, "POST", "/v2/sandboxes", apiKey, `{"templateID":"warm","metadata":{"k":"v"},"envVars":{"FROM":"pool"}}`)
-	if status != http.StatusCreated {
+	if status != http.StatusCreated || body["templateID"] != "warm" {
 		t.Fatalf("create from the pool: %d %v", status, body)
 	}
 	p, err := m.Pool(ctx, "warm")

@@ -57,6 +57,7 @@ test('create, getInfo, list, connect, kill', async () => {
 
   const info = await sbx.getInfo()
   assert.equal(info.sandboxId, sbx.sandboxId)
+  assert.equal(info.templateId, template, 'the template create named, not the image it maps to')
   assert.deepEqual(info.metadata, { suite: 'compat', tag })
   assert.equal(info.state, 'running')
   assert.ok(info.endAt > new Date(), 'endAt is in the future')
@@ -363,7 +364,8 @@ test('list filters by metadata, state, template and start time as the SDK sends 
   assert.deepEqual(await ids({ metadata: { tag }, state: ['running'] }), [one.sandboxId])
   assert.deepEqual(await ids({ metadata: { tag }, state: ['running', 'paused'] }), [one.sandboxId, two.sandboxId].sort())
   const { templateId, startedAt } = await one.getInfo()
-  assert.deepEqual(await ids({ metadata: { tag }, template: templateId }), [one.sandboxId, two.sandboxId].sort())
+  assert.equal(templateId, template)
+  assert.deepEqual(await ids({ metadata: { tag }, template }), [one.sandboxId, two.sandboxId].sort())
   assert.deepEqual(await ids({ metadata: { tag }, template: 'no-such-template' }), [])
   assert.ok((await ids({ metadata: { tag }, startedAfter: new Date(startedAt.getTime() - 1) })).includes(one.sandboxId))
   assert.deepEqual(await ids({ metadata: { tag }, startedAfter: new Date(Date.now() + 60_000) }), [])
@@ -398,7 +400,9 @@ test('fork copies a running sandbox', async () => {
     created.push(f)
     assert.notEqual(f.sandboxId, sbx.sandboxId)
     assert.equal(await f.files.read('/tmp/origin'), 'parent data')
-    assert.deepEqual((await f.getInfo()).metadata, { role: 'parent' })
+    const info = await f.getInfo()
+    assert.deepEqual(info.metadata, { role: 'parent' })
+    assert.equal(info.templateId, template, "a copy's template is its source's")
   }
   await forks[0].files.write('/tmp/origin', 'changed in fork')
   assert.equal(await sbx.files.read('/tmp/origin'), 'parent data', 'the source is untouched')
@@ -436,7 +440,9 @@ test('createSnapshot, then Sandbox.create from it', async () => {
 
   const copy = await newSandbox({ metadata: { from: 'snapshot' } }, snap.snapshotId)
   assert.equal(await copy.files.read('/tmp/snap'), 'saved')
-  assert.deepEqual((await copy.getInfo()).metadata, { from: 'snapshot' })
+  const info = await copy.getInfo()
+  assert.deepEqual(info.metadata, { from: 'snapshot' })
+  assert.equal(info.templateId, snap.snapshotId, 'the template create named: the snapshot')
 
   const listed = await sbx.listSnapshots().nextItems()
   assert.deepEqual(listed.map((s) => s.snapshotId), [snap.snapshotId])
