@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"smolvm.dev/smolvm/runtime/backend/vm/ramfd"
 	"smolvm.dev/smolvm/runtime/guest"
 )
 
@@ -22,6 +23,12 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) > 2 && os.Args[1] == "qemu" {
+		// On the host: a pre-launched QEMU, whose RAM file smolvm hands
+		// it at the restore (see ramfd).
+		fmt.Fprintln(os.Stderr, "smolvm-guest qemu:", ramfd.Exec(os.Args[2:]))
+		os.Exit(1)
+	}
 	if len(os.Args) == 4 && os.Args[1] == "forward" {
 		// Inside a sandbox, beside its main command: see guest.Forward.
 		if err := guest.ForwardMain(os.Args[2], os.Args[3]); err != nil {
@@ -31,7 +38,7 @@ func main() {
 		return
 	}
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: smolvm-guest CONFIG | smolvm-guest relay RUNDIR | smolvm-guest forward LISTEN TARGET")
+		fmt.Fprintln(os.Stderr, "usage: smolvm-guest CONFIG | smolvm-guest relay RUNDIR | smolvm-guest qemu QEMU ARGS... | smolvm-guest forward LISTEN TARGET")
 		os.Exit(2)
 	}
 	code, err := run(os.Args[1])
