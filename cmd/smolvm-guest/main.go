@@ -16,8 +16,9 @@ import (
 
 func main() {
 	if len(os.Args) == 3 && os.Args[1] == "relay" {
-		// On the host, beside a microVM: see guest.RelayFiles.
-		if err := guest.RelayFiles(os.NewFile(3, "serial"), os.NewFile(4, "agent"), os.Args[2]); err != nil {
+		// On the host, beside a microVM: see guest.RelayFiles. The run
+		// dir is open at fd 5; its path (the argument) names the relay.
+		if err := guest.RelayFiles(os.NewFile(3, "serial"), os.NewFile(4, "agent"), os.NewFile(5, os.Args[2])); err != nil {
 			fmt.Fprintln(os.Stderr, "smolvm-guest relay:", err)
 			os.Exit(1)
 		}
