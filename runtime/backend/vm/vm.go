@@ -473,9 +473,10 @@ func (b *Backend) qemuArgs(s *backend.Spec, ln launch, standby bool, uid int) []
 		"-device", "virtio-blk-device,drive=config,serial=smolvm-config",
 		// The monitor's socket is made here (see startQEMU): fd 3.
 		"-chardev", "socket,id=qmp,fd=3,server=on,wait=off", "-mon", "chardev=qmp,mode=control",
-		// The filter is installed before -runas drops root, and the drop
-		// is set*id calls: they must be allowed. Once dropped, no uid
-		// can be regained (real, effective and saved are all the new one).
+		// QEMU installs its seccomp filter (-sandbox) before -runas drops
+		// root, and the drop is set*id calls: they must be allowed. Once
+		// dropped, no uid can be regained (real, effective and saved are
+		// all the new one).
 		"-runas", fmt.Sprintf("%d:%d", uid, uid),
 		"-sandbox", "on,obsolete=deny,spawn=deny,resourcecontrol=deny,elevateprivileges=allow",
 	}
