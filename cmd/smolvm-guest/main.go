@@ -10,17 +10,25 @@ import (
 	"os"
 	"path/filepath"
 
+	"smolvm.dev/smolvm/runtime/backend/vm/ramfd"
 	"smolvm.dev/smolvm/runtime/guest"
 )
 
 func main() {
 	if len(os.Args) == 3 && os.Args[1] == "relay" {
-		// On the host, beside a microVM: see guest.RelayFiles.
-		if err := guest.RelayFiles(os.NewFile(3, "serial"), os.NewFile(4, "agent"), os.Args[2]); err != nil {
+		// On the host, beside a microVM: see guest.RelayFiles. The run
+		// dir is open at fd 5; its path (the argument) names the relay.
+		if err := guest.RelayFiles(os.NewFile(3, "serial"), os.NewFile(4, "agent"), os.NewFile(5, os.Args[2])); err != nil {
 			fmt.Fprintln(os.Stderr, "smolvm-guest relay:", err)
 			os.Exit(1)
 		}
 		return
+	}
+	if len(os.Args) > 2 && os.Args[1] == "qemu" {
+		// On the host: a pre-launched QEMU, whose RAM file smolvm hands
+		// it at the restore (see ramfd).
+		fmt.Fprintln(os.Stderr, "smolvm-guest qemu:", ramfd.Exec(os.Args[2:]))
+		os.Exit(1)
 	}
 	if len(os.Args) == 4 && os.Args[1] == "forward" {
 		// Inside a sandbox, beside its main command: see guest.Forward.
@@ -31,7 +39,7 @@ func main() {
 		return
 	}
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: smolvm-guest CONFIG | smolvm-guest relay RUNDIR | smolvm-guest forward LISTEN TARGET")
+		fmt.Fprintln(os.Stderr, "usage: smolvm-guest CONFIG | smolvm-guest relay RUNDIR | smolvm-guest qemu QEMU ARGS... | smolvm-guest forward LISTEN TARGET")
 		os.Exit(2)
 	}
 	code, err := run(os.Args[1])

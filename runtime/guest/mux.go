@@ -445,9 +445,17 @@ func trimNL(p []byte) []byte {
 // runDir, and sends the agent the identity the host leaves there (see
 // mirror.go). serial and agent are listening Unix sockets:
 // QEMU's virtio-serial chardev connects to serial once, and every host
-// client of the agent connects to agent and gets a stream of its own. It
-// returns once QEMU's connection ends, removing agent's socket file.
-func RelayFiles(serial, agent *os.File, runDir string) error {
+// client of the agent connects to agent and gets a stream of its own.
+// runDir is an open directory: the relay runs as its sandbox's uid,
+// which may not reach it by its path. It returns once QEMU's connection
+// ends; agent's socket file is left to the host, whose directory it is.
+func RelayFiles(serial, agent, runDir *os.File) error {
+	// Its QEMU runs as the same uid: keep it from tracing the relay.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("relay: not dumpable: %w", err)
+	}
+	// The open directory, by a path that needs no search of its parents.
+	dir := fmt.Sprintf("/proc/self/fd/%d", runDir.Fd())
 	sl, err := net.FileListener(serial)
 	if err != nil {
 		return fmt.Errorf("serial listener: %w", err)
@@ -459,10 +467,6 @@ func RelayFiles(serial, agent *os.File, runDir string) error {
 	}
 	agent.Close()
 	defer al.Close()
-	if ul, ok := al.(*net.UnixListener); ok {
-		// The file is removed when we close it, not before.
-		ul.SetUnlinkOnClose(true)
-	}
 	qemu, err := sl.Accept()
 	sl.Close()
 	if err != nil {
@@ -470,9 +474,9 @@ func RelayFiles(serial, agent *os.File, runDir string) error {
 	}
 	defer qemu.Close()
 	m := NewMux(qemu)
-	m.ReceiveFiles(runDir, mirroredOut)
+	m.ReceiveFiles(dir, mirroredOut)
 	go Relay(m, al)
-	if err := m.sendResume(runDir); err != nil {
+	if err := m.sendResume(dir); err != nil {
 		return err
 	}
 	if err := m.Run(); err != nil && !errors.Is(err, io.EOF) {

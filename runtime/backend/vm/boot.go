@@ -280,13 +280,20 @@ func (c *cpioWriter) pad(n int) {
 	}
 }
 
-func writeFileAtomic(path string, p []byte) error {
+func writeFileAtomic(path string, p []byte) error { return writeFileAs(path, p, -1) }
+
+// writeFileAs writes p to path atomically, the file owned by uid (and its
+// group) before it appears, or root's if uid < 0.
+func writeFileAs(path string, p []byte, uid int) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name())
 	_, err = tmp.Write(p)
+	if err == nil && uid >= 0 {
+		err = tmp.Chown(uid, uid)
+	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}

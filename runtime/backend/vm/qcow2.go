@@ -94,19 +94,50 @@ func virtualSize(path, format string) (int64, error) {
 		}
 		return fi.Size(), nil
 	case "qcow2":
-		f, err := os.Open(path)
+		f, h, err := openQcow(path, 32)
 		if err != nil {
 			return 0, err
 		}
-		defer f.Close()
-		var h [32]byte
-		if _, err := io.ReadFull(f, h[:]); err != nil {
-			return 0, fmt.Errorf("%s: %w", path, err)
-		}
-		if binary.BigEndian.Uint32(h[0:]) != qcowMagic {
-			return 0, fmt.Errorf("%s: not a qcow2 image", path)
-		}
+		f.Close()
 		return int64(binary.BigEndian.Uint64(h[24:])), nil
 	}
 	return 0, errors.New("unknown disk format " + format)
+}
+
+// backingName is the backing file a qcow2 header at path names, as
+// written (relative names are relative to path's directory).
+func backingName(path string) (string, error) {
+	f, h, err := openQcow(path, 20)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	off, n := binary.BigEndian.Uint64(h[8:]), binary.BigEndian.Uint32(h[16:])
+	if off == 0 || n == 0 || n > qcowCluster {
+		return "", fmt.Errorf("%s: no backing file", path)
+	}
+	name := make([]byte, n)
+	if _, err := f.ReadAt(name, int64(off)); err != nil {
+		return "", fmt.Errorf("%s: backing name: %w", path, err)
+	}
+	return string(name), nil
+}
+
+// openQcow opens the qcow2 image at path and reads the first n bytes of
+// its header.
+func openQcow(path string, n int) (*os.File, []byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	h := make([]byte, n)
+	if _, err := io.ReadFull(f, h); err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if binary.BigEndian.Uint32(h) != qcowMagic {
+		f.Close()
+		return nil, nil, fmt.Errorf("%s: not a qcow2 image", path)
+	}
+	return f, h, nil
 }

@@ -198,7 +198,7 @@ func (b *Backend) resume(ctx context.Context, s *backend.Spec) error {
 	if _, err := q.run(ctx, "cont", nil); err != nil {
 		return err
 	}
-	if err := writeIdentity(s, false); err != nil {
+	if err := b.writeIdentity(s, false); err != nil {
 		return err
 	}
 	l := layout{s.Dir}
@@ -209,14 +209,20 @@ func (b *Backend) resume(ctx context.Context, s *backend.Spec) error {
 }
 
 // writeIdentity leaves s's identity in its run dir, from where the relay
-// sends it to the quiesced agent.
-func writeIdentity(s *backend.Spec, restored bool) error {
+// sends it to the quiesced agent: the relay's, as it appears, for the
+// relay to read and remove.
+func (b *Backend) writeIdentity(s *backend.Spec, restored bool) error {
+	uid, err := sandboxUID(b.cfg.Cache, s.Dir)
+	if err != nil {
+		return err
+	}
 	id := guest.Identity{Env: s.Env, MachineID: s.MachineID, Deadline: s.Deadline, Hostname: s.Hostname, Restored: restored}
-	return writeJSON(filepath.Join(layout{s.Dir}.run(), "resume.json"), id)
+	return writeJSONAs(filepath.Join(layout{s.Dir}.run(), "resume.json"), id, uid)
 }
 
-// Restore implements backend.Snapshotter: a new QEMU on a copy of the
-// RAM file and an overlay of the frozen disk loads the device state.
+// Restore implements backend.Snapshotter: s's pre-launched QEMU (launched
+// now if it has none) maps the checkpoint's RAM file copy-on-write, over
+// an overlay of the frozen disk, and loads the device state.
 func (b *Backend) Restore(ctx context.Context, s *backend.Spec, dir string) error {
 	if err := b.restore(ctx, s, dir); err != nil {
 		return fmt.Errorf("restore %s: %w", s.ID, err)
@@ -240,7 +246,7 @@ func (b *Backend) restore(ctx context.Context, s *backend.Spec, dir string) erro
 		return err
 	}
 	if st, _ := b.State(ctx, s); st != backend.StatusCreated {
-		if err := b.create(s); err != nil {
+		if _, err := b.create(s); err != nil {
 			return err
 		}
 	}
@@ -284,24 +290,17 @@ func (b *Backend) restore(ctx context.Context, s *backend.Spec, dir string) erro
 	if err := backend.CopyFiles(dir, l.run(), logFiles); err != nil {
 		return err
 	}
-	if err := writeIdentity(s, true); err != nil {
+	if err := b.writeIdentity(s, true); err != nil {
 		return err
 	}
-	var build []qmpCommand
-	if standby {
-		build = standbyCommands(l, ln)
-	} else {
-		if err := b.startRelay(s); err != nil {
-			return err
-		}
-		if err := b.startQEMU(s, ln, false, "-incoming", "defer"); err != nil {
-			return err
-		}
+	// The logs copied in are the relay's to append to.
+	if err := b.giveRun(s); err != nil {
+		return err
 	}
-	if err := b.load(ctx, s, filepath.Join(dir, snapState), build); err != nil {
-		if pid, ok := b.qemu(s); ok {
-			killWait(b, s, pid)
-		}
+	if err := b.load(ctx, s, filepath.Join(dir, snapState), ln, standby); err != nil {
+		// Stopped, not created: a later restore launches afresh.
+		b.halt(s)
+		os.Remove(l.standby())
 		return err
 	}
 	// The standby is now the sandbox's VM.
@@ -309,9 +308,14 @@ func (b *Backend) restore(ctx context.Context, s *backend.Spec, dir string) erro
 	return b.waitAgent(ctx, s)
 }
 
-// load feeds a QEMU started with -incoming defer its device state, after
-// the commands that build a standby's machine.
-func (b *Backend) load(ctx context.Context, s *backend.Spec, state string, build []qmpCommand) error {
+// load builds the machine of s's standby for ln, launching the standby
+// first if s has none, and feeds it its device state.
+func (b *Backend) load(ctx context.Context, s *backend.Spec, state string, ln launch, standby bool) error {
+	if !standby {
+		if err := b.prelaunch(ctx, s, ln); err != nil {
+			return err
+		}
+	}
 	qctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	q, err := dialQMP(qctx, layout{s.Dir}.qmp())
@@ -319,10 +323,8 @@ func (b *Backend) load(ctx context.Context, s *backend.Spec, state string, build
 		return fmt.Errorf("%w%s", err, b.bootError(s))
 	}
 	defer q.Close()
-	for _, c := range build {
-		if _, err := q.run(qctx, c.name, c.args); err != nil {
-			return fmt.Errorf("pre-launched QEMU: %w%s", err, b.bootError(s))
-		}
+	if err := b.build(qctx, q, s, ln); err != nil {
+		return fmt.Errorf("pre-launched QEMU: %w%s", err, b.bootError(s))
 	}
 	if err := q.ignoreShared(qctx); err != nil {
 		return err

@@ -11,15 +11,19 @@ import (
 	"strings"
 )
 
-// A booted or restored QEMU drops root for a uid of its sandbox's own
-// (-runas UID:GID) once it has opened its files: its RAM, disks, console,
-// sockets and /dev/kvm. No file belongs to that uid, and the sandbox's
-// directory is root's (0700), so a QEMU its guest broke into reaches
-// nothing but what it holds open, and cannot signal another sandbox's
-// QEMU. Each uid is held by a file in <cache>/uids naming the sandbox's
-// directory, so two sandboxes never share one; a sandbox whose
-// directory is gone (a crash) gives its uid back to the next one hashed
-// onto it.
+// Every QEMU drops root for a uid of its sandbox's own (-runas UID:GID)
+// once it has opened its launch files: a booted one its RAM, disks,
+// console, sockets and /dev/kvm; a pre-launched one (every copy's,
+// standby.go) all but its RAM and writable disk, which it is handed at
+// the restore. The relay runs as that uid from its start. No file but
+// the run dir (and a copy's overlay) belongs to that uid, and the
+// sandbox's directory is root's (0700; 0710 to the uid for a copy, see
+// diskNode), so a QEMU its guest broke into reaches nothing but what it
+// holds open and its own disk chain, and cannot signal another
+// sandbox's QEMU. Each uid
+// is held by a file in <cache>/uids naming the sandbox's directory, so
+// two sandboxes never share one; a sandbox whose directory is gone (a
+// crash) gives its uid back to the next one hashed onto it.
 const (
 	uidBase  = 1 << 30
 	uidCount = 1 << 20

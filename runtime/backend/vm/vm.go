@@ -113,9 +113,12 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.Busybox == "" {
 		cfg.Busybox = "/bin/busybox"
 	}
-	if _, err := exec.LookPath(cfg.QEMU); err != nil {
+	// A path: a pre-launched QEMU is exec'd by ramfd.Exec.
+	qemu, err := exec.LookPath(cfg.QEMU)
+	if err != nil {
 		return nil, fmt.Errorf("vm backend: %w (install qemu-system-x86)", err)
 	}
+	cfg.QEMU = qemu
 	if cfg.Kernel == "" {
 		k, err := defaultKernel()
 		if err != nil {
@@ -127,7 +130,6 @@ func New(cfg Config) (*Backend, error) {
 		cfg.Modules = filepath.Join("/lib/modules", kernelVersion(cfg.Kernel))
 	}
 	b := &Backend{cfg: cfg, bootCPU: bootCPU, initrds: &initrds{built: map[initrdKey]string{}}}
-	var err error
 	if b.accel, b.cpu, err = chooseAccel(cfg.Accel, ProbeKVM()); err != nil {
 		return nil, fmt.Errorf("vm backend: %w", err)
 	}
@@ -153,6 +155,7 @@ func (l layout) run() string      { return filepath.Join(l.dir, "run") }
 func (l layout) launch() string   { return filepath.Join(l.dir, "vm.json") }
 func (l layout) config() string   { return filepath.Join(l.dir, "config.img") }
 func (l layout) disk() string     { return filepath.Join(l.dir, "disk.qcow2") }
+func (l layout) blank() string    { return filepath.Join(l.dir, "blank.raw") }
 func (l layout) ram() string      { return filepath.Join(l.dir, "ram") }
 func (l layout) qemuPid() string  { return filepath.Join(l.dir, "qemu.pid") }
 func (l layout) relayPid() string { return filepath.Join(l.dir, "relay.pid") }
@@ -192,28 +195,30 @@ const defaultMemory = 512 << 20
 // (see prelaunch), so that a restore into the sandbox (a restore target,
 // a fork's copy) only loads the checkpoint.
 func (b *Backend) Create(ctx context.Context, s *backend.Spec) error {
-	if err := b.create(s); err != nil {
+	ln, err := b.create(s)
+	if err != nil {
 		return fmt.Errorf("create %s: %w", s.ID, err)
 	}
-	if err := b.prelaunch(ctx, s); err != nil {
+	if err := b.prelaunch(ctx, s, ln); err != nil {
 		b.halt(s)
 		return fmt.Errorf("create %s: pre-launch QEMU: %w", s.ID, err)
 	}
 	return nil
 }
 
-func (b *Backend) create(s *backend.Spec) error {
+// create lays out s's dir and returns the launch it wrote.
+func (b *Backend) create(s *backend.Spec) (launch, error) {
 	l := layout{s.Dir}
 	if err := os.MkdirAll(l.run(), 0o700); err != nil {
-		return err
+		return launch{}, err
 	}
 	image, err := imageDisk(b.cfg.Cache, s.Rootfs)
 	if err != nil {
-		return err
+		return launch{}, err
 	}
 	initrd, err := b.initrd(s.GuestBinary)
 	if err != nil {
-		return err
+		return launch{}, err
 	}
 	size := s.Rootfs.WritableSize
 	if size <= 0 {
@@ -221,20 +226,21 @@ func (b *Backend) create(s *backend.Spec) error {
 	}
 	blank, err := blankDisk(b.cfg.Cache, size)
 	if err != nil {
-		return err
+		return launch{}, err
 	}
 	os.Remove(l.disk())
 	if err := overlay(l.disk(), blank, "raw"); err != nil {
-		return err
+		return launch{}, err
 	}
 	if err := writeConfigDisk(l.config(), agentConfig(s)); err != nil {
-		return err
+		return launch{}, err
 	}
 	mem := s.Limits.Memory
 	if mem <= 0 {
 		mem = defaultMemory
 	}
-	return writeJSON(l.launch(), launch{Kernel: b.kernel, Initrd: initrd, Image: image, Memory: mem, CPUs: max(1, int(math.Ceil(s.Limits.CPUs)))})
+	ln := launch{Kernel: b.kernel, Initrd: initrd, Image: image, Memory: mem, CPUs: max(1, int(math.Ceil(s.Limits.CPUs)))}
+	return ln, writeJSON(l.launch(), ln)
 }
 
 // writeConfigDisk writes v as JSON into a disk image (sectors, padded
@@ -273,7 +279,7 @@ func agentConfig(s *backend.Spec) guest.Config {
 
 // Run implements backend.Backend: a boot, with no QEMU pre-launched.
 func (b *Backend) Run(ctx context.Context, s *backend.Spec) error {
-	if err := b.create(s); err != nil {
+	if _, err := b.create(s); err != nil {
 		return fmt.Errorf("run %s: create: %w", s.ID, err)
 	}
 	return b.Start(ctx, s)
@@ -354,9 +360,16 @@ func (b *Backend) halt(s *backend.Spec) {
 }
 
 // startRelay starts the host side of the agent's port. Its sockets are
-// made here, before QEMU (which connects to one of them) starts.
+// made here, before QEMU (which connects to one of them) starts. It runs
+// as the sandbox's uid, with no groups, holding only what it serves: the
+// two sockets and its run dir (which it reaches through that open
+// directory: the sandbox's dir is root's), given to that uid.
 func (b *Backend) startRelay(s *backend.Spec) error {
 	l := layout{s.Dir}
+	uid, err := sandboxUID(b.cfg.Cache, s.Dir)
+	if err != nil {
+		return err
+	}
 	var files []*os.File
 	defer func() {
 		for _, f := range files {
@@ -370,22 +383,54 @@ func (b *Backend) startRelay(s *backend.Spec) error {
 		}
 		files = append(files, f)
 	}
+	if err := b.giveRun(s); err != nil {
+		return err
+	}
+	run, err := os.Open(l.run())
+	if err != nil {
+		return err
+	}
+	files = append(files, run)
 	logf, err := os.OpenFile(filepath.Join(s.Dir, "relay.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
+	// The run dir's path only names the relay (b.relay): it uses fd 5.
 	cmd := exec.Command(s.GuestBinary, "relay", l.run())
 	cmd.ExtraFiles = files
 	cmd.Stdout, cmd.Stderr = logf, logf
-	// The relay outlives this process, as the sandbox does.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		// The relay outlives this process, as the sandbox does.
+		Setsid:     true,
+		Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}},
+	}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("relay: %w", err)
+		return fmt.Errorf("relay, as uid %d (which must be able to run %s): %w", uid, s.GuestBinary, err)
 	}
 	pid := cmd.Process.Pid
 	cmd.Process.Release()
 	return os.WriteFile(l.relayPid(), []byte(strconv.Itoa(pid)), 0o600)
+}
+
+// giveRun gives s's run dir and the files in it to its uid, whose relay
+// writes the mirrored files there and removes the identity once sent.
+func (b *Backend) giveRun(s *backend.Spec) error {
+	uid, err := sandboxUID(b.cfg.Cache, s.Dir)
+	if err != nil {
+		return err
+	}
+	l := layout{s.Dir}
+	names, err := os.ReadDir(l.run())
+	if err != nil {
+		return err
+	}
+	for _, e := range names {
+		if err := os.Lchown(filepath.Join(l.run(), e.Name()), uid, uid); err != nil {
+			return err
+		}
+	}
+	return os.Chown(l.run(), uid, uid)
 }
 
 // listenFile makes a listening Unix socket at path, 0600, as a file for
@@ -404,9 +449,10 @@ func listenFile(path string) (*os.File, error) {
 	return ln.File()
 }
 
-// qemuArgs is QEMU's command line for s. A standby (see prelaunch) is
-// given its RAM and writable disk later, over QMP (standbyCommands): they are
-// a checkpoint's, unknown at launch.
+// qemuArgs is QEMU's command line for s, whose uid it drops to once it
+// has opened these files. A standby (see prelaunch) is given its RAM and
+// writable disk later, over QMP (standby.go): they are a checkpoint's,
+// unknown at launch.
 func (b *Backend) qemuArgs(s *backend.Spec, ln launch, standby bool, uid int) []string {
 	l := layout{s.Dir}
 	cmdline := "console=ttyS0 quiet panic=-1 reboot=t cryptomgr.notests mitigations=off nokaslr pci=off " +
@@ -427,41 +473,30 @@ func (b *Backend) qemuArgs(s *backend.Spec, ln launch, standby bool, uid int) []
 		"-device", "virtio-blk-device,drive=config,serial=smolvm-config",
 		// The monitor's socket is made here (see startQEMU): fd 3.
 		"-chardev", "socket,id=qmp,fd=3,server=on,wait=off", "-mon", "chardev=qmp,mode=control",
+		// QEMU installs its seccomp filter (-sandbox) before -runas drops
+		// root, and the drop is set*id calls: they must be allowed. Once
+		// dropped, no uid can be regained (real, effective and saved are
+		// all the new one).
+		"-runas", fmt.Sprintf("%d:%d", uid, uid),
+		"-sandbox", "on,obsolete=deny,spawn=deny,resourcecontrol=deny,elevateprivileges=allow",
 	}
-	if !standby && ln.CowRAM == "" {
-		// A QEMU that loads a checkpoint never reads the kernel (the
-		// guest's is in the RAM file): skipping it saves its reading.
-		args = append(args, "-kernel", ln.Kernel, "-initrd", ln.Initrd, "-append", cmdline)
-	}
-	const seccomp = "on,obsolete=deny,spawn=deny,resourcecontrol=deny,elevateprivileges="
 	if standby {
 		// Stopped before the machine is built (-preconfig), so that the
-		// RAM object and the disk can still be added. It opens them after
-		// its start, so it keeps root (see startQEMU), and may never
-		// change uid.
-		return append(args, "-M", "microvm", "-preconfig", "-incoming", "defer", "-sandbox", seccomp+"deny")
+		// RAM object and the disk can still be added. A QEMU that loads a
+		// checkpoint never reads the kernel (the guest's is in the RAM
+		// file): skipping it saves its reading.
+		return append(args, "-M", "microvm", "-preconfig", "-incoming", "defer")
 	}
 	return append(args,
-		// The filter is installed before -runas drops root, and the drop
-		// is set*id calls: they must be allowed. Once dropped, no uid
-		// can be regained (real, effective and saved are all the new one).
-		"-runas", fmt.Sprintf("%d:%d", uid, uid), "-sandbox", seccomp+"allow",
-		"-object", "memory-backend-file,id=mem,size="+mem+","+ramOptions(l, ln),
+		"-kernel", ln.Kernel, "-initrd", ln.Initrd, "-append", cmdline,
+		// Guest RAM in a file of the sandbox's, shared, so that a
+		// checkpoint is that file and a small device-state stream.
+		"-object", "memory-backend-file,id=mem,size="+mem+",mem-path="+l.ram()+",share=on",
 		"-M", "microvm,memory-backend=mem",
 		// Opened read-write at once: by default QEMU reopens the file
 		// read-only for a migration and read-write after, by its path,
 		// which it can no longer open once it has dropped root.
 		"-drive", "id=disk,file="+l.disk()+",format=qcow2,if=none,file.auto-read-only=off")
-}
-
-// ramOptions place guest RAM in a file of the sandbox's, shared, so that a
-// checkpoint is that file and a small device-state stream; a restored
-// copy maps its checkpoint's file copy-on-write instead.
-func ramOptions(l layout, ln launch) string {
-	if ln.CowRAM != "" {
-		return "mem-path=" + ln.CowRAM + ",share=off"
-	}
-	return "mem-path=" + l.ram() + ",share=on"
 }
 
 // tscFlags tell the guest the TSC's rate, which it otherwise calibrates,
@@ -486,21 +521,27 @@ func tscFlags() string {
 }
 
 // startQEMU starts QEMU, on its own: the VM outlives this process.
-// Whether it came up is for waitAgent to see.
-func (b *Backend) startQEMU(s *backend.Spec, ln launch, standby bool, extra ...string) error {
+// Whether it came up is for waitAgent to see. A standby starts through
+// ramfd.Exec, so that its checkpoint's RAM file can be handed to it at
+// the restore (standby.go).
+func (b *Backend) startQEMU(s *backend.Spec, ln launch, standby bool) error {
 	l := layout{s.Dir}
 	logf, err := os.OpenFile(l.qemuLog(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
-	uid := 0
+	uid, err := sandboxUID(b.cfg.Cache, s.Dir)
+	if err != nil {
+		return err
+	}
+	// QEMU would make these 0644 (its own mode, less the umask).
+	made := []string{l.console()}
 	if !standby {
-		// A standby opens its RAM and disk after its start (see
-		// standby.go), which a QEMU that dropped root could not: the
-		// checkpoint's RAM file is opened read-write even when mapped
-		// copy-on-write (QEMU 7.2), and no copy may write that file.
-		if uid, err = sandboxUID(b.cfg.Cache, s.Dir); err != nil {
+		made = append(made, l.ram())
+	}
+	for _, f := range made {
+		if err := private(f); err != nil {
 			return err
 		}
 	}
@@ -510,8 +551,20 @@ func (b *Backend) startQEMU(s *backend.Spec, ln launch, standby bool, extra ...s
 		return err
 	}
 	defer mon.Close()
-	cmd := exec.Command(b.cfg.QEMU, append(b.qemuArgs(s, ln, standby, uid), extra...)...)
-	cmd.ExtraFiles = []*os.File{mon}
+	files := []*os.File{mon}
+	args := append([]string{b.cfg.QEMU}, b.qemuArgs(s, ln, standby, uid)...)
+	if standby {
+		args = append([]string{s.GuestBinary, "qemu"}, args...)
+		// Its dir, by which it opens its disks at the restore (qemuDir).
+		dir, err := os.Open(s.Dir)
+		if err != nil {
+			return err
+		}
+		defer dir.Close()
+		files = append(files, dir)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.ExtraFiles = files
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -521,6 +574,19 @@ func (b *Backend) startQEMU(s *backend.Spec, ln launch, standby bool, extra ...s
 	// otherwise.
 	go cmd.Wait()
 	return os.WriteFile(l.qemuPid(), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600)
+}
+
+// private makes the file at path, if missing, and makes it root's alone.
+func private(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	err = f.Chmod(0o600)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // A boot's budget. Under TCG a boot takes 8–11 s of QEMU's CPU time here,
@@ -872,12 +938,16 @@ func (b *Backend) Delete(ctx context.Context, s *backend.Spec) error {
 // next sandbox that probes it (holdUID).
 func (b *Backend) Sweep(context.Context, func(string) bool) ([]string, error) { return nil, nil }
 
-func writeJSON(path string, v any) error {
+func writeJSON(path string, v any) error { return writeJSONAs(path, v, -1) }
+
+// writeJSONAs is writeJSON of a file owned by uid (and its group), or
+// root's if uid < 0.
+func writeJSONAs(path string, v any, uid int) error {
 	p, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(path, p)
+	return writeFileAs(path, p, uid)
 }
 
 func readJSON(path string, v any) error {

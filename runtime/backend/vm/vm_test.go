@@ -180,8 +180,9 @@ func TestKilledQEMU(t *testing.T) {
 func TestStalledBoot(t *testing.T) {
 	b := testBackend(t)
 	// The same file is the relay on the host and the "agent" in the
-	// guest, where it spins (the image's /bin/sh is busybox).
-	spin := filepath.Join(t.TempDir(), "spin")
+	// guest, where it spins (the image's /bin/sh is busybox). The relay
+	// runs as the sandbox's uid, which must reach it.
+	spin := filepath.Join(openDir(t), "spin")
 	script := "#!/bin/sh\n[ \"$1\" = relay ] && exec " + testenv.Guest(t) + " \"$@\"\nwhile :; do :; done\n"
 	if err := os.WriteFile(spin, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
@@ -219,10 +220,12 @@ func TestCPUTime(t *testing.T) {
 }
 
 // TestForkCopyOnWrite: two copies restored from one checkpoint map its
-// RAM file copy-on-write (share=off). What one copy writes to memory (a
-// guest tmpfs, which lives only in guest RAM) neither the other copy nor
-// the source sees, only the writer holds those pages, the checkpoint's
-// file never changes, and a copy outlives the checkpoint's files.
+// RAM file copy-on-write (share=off), held read-only, each as its own
+// uid, which can read neither the other copy's disk or memory nor any
+// RAM file. What one copy writes to memory (a guest tmpfs, which lives
+// only in guest RAM) neither the other copy nor the source sees, only
+// the writer holds those pages, the checkpoint's file never changes,
+// and a copy outlives the checkpoint's files.
 func TestForkCopyOnWrite(t *testing.T) {
 	b := testBackend(t)
 	ctx := context.Background()
@@ -252,22 +255,37 @@ func TestForkCopyOnWrite(t *testing.T) {
 	ram := filepath.Join(dir, snapRAM)
 	sum := fileSum(t, ram)
 	var copies []*backend.Spec
+	// Under a dir any uid may search: only the copies' own dirs and
+	// files keep one copy's uid from the other's.
+	parent := openDir(t)
 	for _, name := range []string{"c1", "c2"} {
 		c := spec(name)
+		c.Dir = filepath.Join(parent, name)
 		defer b.Delete(ctx, c)
 		start := time.Now()
 		if err := b.Restore(ctx, c, dir); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("%s restored in %v", name, time.Since(start))
+		unprivileged(t, b, c)
 		pid, _ := b.qemu(c)
-		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if !strings.Contains(string(cmdline), "mem-path="+ram+",share=off") {
-			t.Fatalf("%s does not map the checkpoint's RAM copy-on-write: %q", name, cmdline)
-		}
+		mapsReadOnly(t, pid, ram)
 		copies = append(copies, c)
 	}
 	c1, c2 := copies[0], copies[1]
+	// A copy's uid reads its own overlay, but not what another sandbox
+	// holds: the other copy's overlay and memory (its QEMU's), the
+	// source's RAM file, nor the checkpoint both copies map.
+	uid1, _ := sandboxUID(b.cfg.Cache, c1.Dir)
+	if out, err := readAs(uid1, filepath.Join(c1.Dir, "disk.qcow2")); err != nil {
+		t.Fatalf("c1's uid cannot read its own overlay: %v, %s", err, out)
+	}
+	pid2, _ := b.qemu(c2)
+	for _, p := range []string{filepath.Join(c2.Dir, "disk.qcow2"), fmt.Sprintf("/proc/%d/mem", pid2), filepath.Join(src.Dir, "ram"), ram} {
+		if out, err := readAs(uid1, p); err == nil || !strings.Contains(out, "Permission denied") {
+			t.Errorf("c1's uid reading %s: %v, %q; want permission denied", p, err, out)
+		}
+	}
 	before, err := b.Stats(ctx, c2)
 	if err != nil {
 		t.Fatal(err)
@@ -377,7 +395,9 @@ func TestIdleWatch(t *testing.T) {
 // TestStandby: a restore into a created sandbox loads the checkpoint into
 // the QEMU that Create pre-launched (the same process serves the copy),
 // and a restore into one whose pre-launched QEMU died while it waited
-// fails with ErrStandbyDied, leaving nothing running.
+// fails with ErrStandbyDied, leaving nothing running. Every QEMU and
+// relay, booted or pre-launched, runs as its sandbox's uid, and the copy
+// holds the checkpoint's RAM file read-only.
 func TestStandby(t *testing.T) {
 	b := testBackend(t)
 	ctx := context.Background()
@@ -391,11 +411,8 @@ func TestStandby(t *testing.T) {
 	if _, err := b.Exec(ctx, src, sandbox.Process{Args: []string{"sh", "-c", "echo kept > /dev/shm/m"}}, sandbox.Stdio{}); err != nil {
 		t.Fatal(err)
 	}
-	srcPid, _ := b.qemu(src)
-	if uid := procUID(t, srcPid); uid < uidBase || uid >= uidBase+uidCount {
-		t.Fatalf("a booted QEMU runs as uid %d, not a sandbox's own", uid)
-	}
-	for _, name := range []string{"qmp.sock", "serial.sock", "agent.sock"} {
+	unprivileged(t, b, src)
+	for _, name := range []string{"qmp.sock", "serial.sock", "agent.sock", "ram", "console.log"} {
 		fi, err := os.Stat(filepath.Join(src.Dir, name))
 		if err != nil {
 			t.Fatal(err)
@@ -421,6 +438,8 @@ func TestStandby(t *testing.T) {
 	if st, _ := b.State(ctx, target); st != backend.StatusCreated {
 		t.Fatalf("a created sandbox with its QEMU waiting reads %s", st)
 	}
+	// Dropped at its start, before the restore hands it anything.
+	unprivileged(t, b, target)
 	start := time.Now()
 	if err := b.Restore(ctx, target, dir); err != nil {
 		t.Fatal(err)
@@ -428,6 +447,13 @@ func TestStandby(t *testing.T) {
 	t.Logf("restored into the pre-launched QEMU in %v (load %s)", time.Since(start), loadAvg())
 	if now, _ := b.qemu(target); now != pid {
 		t.Fatalf("the copy runs in QEMU %d, not in the pre-launched %d", now, pid)
+	}
+	unprivileged(t, b, target)
+	mapsReadOnly(t, pid, filepath.Join(dir, snapRAM))
+	if fi, err := os.Stat(filepath.Join(dir, snapRAM)); err != nil {
+		t.Fatal(err)
+	} else if fi.Mode().Perm() != 0o600 {
+		t.Errorf("the checkpoint's RAM file is %v, want 0600", fi.Mode())
 	}
 	var out strings.Builder
 	if _, err := b.Exec(ctx, target, sandbox.Process{Args: []string{"cat", "/dev/shm/m"}}, sandbox.Stdio{Stdout: &out}); err != nil || out.String() != "kept\n" {
@@ -454,24 +480,118 @@ func TestStandby(t *testing.T) {
 	}
 }
 
-// procUID is the real uid process pid runs as.
-func procUID(t *testing.T, pid int) int {
+// unprivileged fails t unless s's QEMU and relay run as s's own uid.
+func unprivileged(t *testing.T, b *Backend, s *backend.Spec) {
+	t.Helper()
+	uid, err := sandboxUID(b.cfg.Cache, s.Dir)
+	if err != nil || uid < uidBase || uid >= uidBase+uidCount {
+		t.Fatalf("%s's uid: %d, %v", s.ID, uid, err)
+	}
+	qemu, qok := b.qemu(s)
+	relay, rok := b.relay(s)
+	if !qok || !rok {
+		t.Fatalf("%s: QEMU running %t, relay running %t", s.ID, qok, rok)
+	}
+	runsAs(t, s.ID+"'s QEMU", qemu, uid)
+	runsAs(t, s.ID+"'s relay", relay, uid)
+}
+
+// runsAs fails t unless process pid's uids and gids (real, effective,
+// saved, file system) are all id.
+func runsAs(t *testing.T, what string, pid, id int) {
 	t.Helper()
 	p, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
+	seen := 0
 	for _, line := range strings.Split(string(p), "\n") {
-		if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
-			uid, err := strconv.Atoi(f[1])
-			if err != nil {
-				t.Fatal(err)
+		f := strings.Fields(line)
+		if len(f) != 5 || (f[0] != "Uid:" && f[0] != "Gid:") {
+			continue
+		}
+		seen++
+		for _, v := range f[1:] {
+			if v != strconv.Itoa(id) {
+				t.Errorf("%s (pid %d) runs with %q, want %d throughout", what, pid, line, id)
+				break
 			}
-			return uid
 		}
 	}
-	t.Fatalf("no Uid in /proc/%d/status", pid)
-	return 0
+	if seen != 2 {
+		t.Fatalf("no Uid and Gid lines in /proc/%d/status", pid)
+	}
+}
+
+// mapsReadOnly fails t unless QEMU pid maps ram privately (copy-on-write)
+// through a file it holds read-only: it cannot write what other copies
+// map.
+func mapsReadOnly(t *testing.T, pid int, ram string) {
+	t.Helper()
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapped := false
+	for _, line := range strings.Split(string(maps), "\n") {
+		if f := strings.Fields(line); len(f) == 6 && f[5] == ram {
+			mapped = true
+			if f[1] != "rw-p" {
+				t.Errorf("QEMU %d maps %s %s, want rw-p (private)", pid, ram, f[1])
+			}
+		}
+	}
+	if !mapped {
+		t.Errorf("QEMU %d does not map %s", pid, ram)
+	}
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	fds, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := 0
+	for _, e := range fds {
+		if link, _ := os.Readlink(filepath.Join(dir, e.Name())); link != ram {
+			continue
+		}
+		held++
+		info, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", pid, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(info), "\n") {
+			if v, ok := strings.CutPrefix(line, "flags:"); ok {
+				if fl, _ := strconv.ParseInt(strings.TrimSpace(v), 8, 64); fl&syscall.O_ACCMODE != syscall.O_RDONLY {
+					t.Errorf("QEMU %d holds %s with flags %s: not read-only", pid, ram, strings.TrimSpace(v))
+				}
+			}
+		}
+	}
+	if held == 0 {
+		t.Errorf("QEMU %d holds no file of %s", pid, ram)
+	}
+}
+
+// readAs reads the first byte of path as uid (its own group, no other),
+// and returns what head said.
+func readAs(uid int, path string) (string, error) {
+	cmd := exec.Command("/bin/busybox", "head", "-c", "1", path)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// openDir is a temporary dir any uid may search (a t.TempDir is 0700).
+func openDir(t testing.TB) string {
+	dir, err := os.MkdirTemp("", "smolvm-open-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // TestSandboxUID: each sandbox gets a uid of its own, kept until it is
@@ -515,7 +635,8 @@ func TestSandboxUID(t *testing.T) {
 
 // TestOverlay: the overlays written without qemu-img are what qemu-img
 // reads as such (backing name and format, size), with consistent
-// refcounts, over a raw base and over a qcow2 one named relatively.
+// refcounts, over a raw base and over a qcow2 one named relatively; and
+// backingName reads back the name each holds.
 func TestOverlay(t *testing.T) {
 	if _, err := exec.LookPath("qemu-img"); err != nil {
 		t.Skip("qemu-utils not installed")
@@ -553,6 +674,10 @@ func TestOverlay(t *testing.T) {
 		}
 		if info.Format != "qcow2" || info.VirtualSize != 3<<30+4096 || info.BackingFilename != tc.base || info.BackingFilenameFmt != tc.format {
 			t.Fatalf("%s reads as %+v", tc.path, info)
+		}
+		// What a restore hands QEMU the chain by (diskNode).
+		if name, err := backingName(tc.path); name != tc.base || err != nil {
+			t.Fatalf("backingName(%s) = %q, %v", tc.path, name, err)
 		}
 	}
 	if err := overlay(filepath.Join(dir, "x.qcow2"), "missing.qcow2", "qcow2"); err == nil {
