@@ -14,6 +14,7 @@ import (
 
 	"smolvm.dev/smolvm/api/e2bapi"
 	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/internal/jsondup"
 	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/runtime/tenant"
@@ -62,7 +63,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // decodeBody decodes a JSON request body into v; an empty body leaves v
-// as it is. The error names the field at fault.
+// as it is. The error names the field at fault (a key given twice too).
 func decodeBody(r *http.Request, v any) error {
 	b, err := io.ReadAll(io.LimitReader(r.Body, maxRequest+1))
 	if err != nil {
@@ -79,6 +80,9 @@ func decodeBody(r *http.Request, v any) error {
 	}
 	if err := json.Unmarshal(b, v); err != nil {
 		return fmt.Errorf("malformed JSON body: %s", describeJSONError(err))
+	}
+	if err := jsondup.Check(b, v); err != nil {
+		return fmt.Errorf("malformed JSON body: %w", err)
 	}
 	return nil
 }

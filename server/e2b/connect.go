@@ -23,6 +23,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"smolvm.dev/smolvm/internal/jsondup"
 )
 
 // Connect error codes, as they appear on the wire.
@@ -137,6 +139,9 @@ func decodeMessage(body []byte, v any) *rpcError {
 	}
 	if err := json.Unmarshal(body, v); err != nil {
 		return rpcErrorf(codeInvalidArgument, "malformed request: %s", describeJSONError(err))
+	}
+	if err := jsondup.Check(body, v); err != nil {
+		return rpcErrorf(codeInvalidArgument, "malformed request: %v", err)
 	}
 	return nil
 }

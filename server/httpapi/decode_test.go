@@ -60,6 +60,10 @@ func TestBadRequestsNameTheField(t *testing.T) {
 		{"/v1/sandboxes/x/timeout", `{}`, "timeout", `required`},
 		{"/v1/sandboxes/x/stop", `{"timeout": true}`, "timeout", `want a duration`},
 		{"/v1/sandboxes/x/fork", `{"n": "two"}`, "n", `want a number`},
+		{"/v1/tenants", `{"name": "a", "name": "b"}`, "name", `"name": given twice`},
+		{"/v1/tenants", `{"name": "a", "Name": "b"}`, "Name", `"Name": given twice`},
+		{"/v1/sandboxes", `{"labels": {"k": "1", "k": "2"}}`, "labels.k", `"labels.k": given twice`},
+		{"/v1/sandboxes", `{"network": {"mode": "none", "MODE": "open"}}`, "network.MODE", `given twice`},
 	} {
 		w, e := call(t, s, http.MethodPost, c.path, c.body, auth)
 		if w.Code != http.StatusBadRequest || e.Code != api.CodeInvalid || e.Field != c.field || !strings.Contains(e.Message, c.msg) {
