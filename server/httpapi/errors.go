@@ -55,12 +55,15 @@ func errorFor(err error) *api.Error {
 		ee *sandbox.ExpiredError
 		se *sandbox.StartError
 		pe *httpguard.ParamError
+		qe *sandbox.QuotaError
 	)
 	switch {
 	case httpguard.IsTooLarge(err):
 		e.Status, e.Code = http.StatusRequestEntityTooLarge, api.CodeTooLarge
 	case errors.As(err, &pe):
 		e.Status, e.Code, e.Field = http.StatusBadRequest, api.CodeInvalid, pe.Param
+	case errors.As(err, &qe):
+		e.Field = qe.Field
 	case errors.As(err, &se):
 		exit := se.Exit
 		e.Status, e.Code, e.Exit = http.StatusUnprocessableEntity, api.CodeCannotStart, &exit

@@ -227,6 +227,18 @@ func TestTenantQuota(t *testing.T) {
 		_, err := b.Create(ctx, sandbox.CreateOptions{Name: name, Start: true, Config: sandbox.Config{TTL: time.Hour, Limits: sandbox.Limits{Memory: 256 << 20}}})
 		return err
 	}
+	// Values out of range are refused with the field's name, on add too.
+	for _, c := range []struct{ method, path, body, field string }{
+		{"PUT", "/v1/tenants/b/quota", `{"cpus":1e308}`, "cpus"},
+		{"PUT", "/v1/tenants/b/quota", `{"memory":-1}`, "memory"},
+		{"PUT", "/v1/tenants/b/quota", `{"sandboxes":1000001}`, "sandboxes"},
+		{"POST", "/v1/tenants", `{"name":"c","quota":{"snapshot_bytes":1e18}}`, "snapshot_bytes"},
+	} {
+		code, body, _ := tf.do(c.method, c.path, c.body)
+		if e := apiError(t, body); code != http.StatusBadRequest || e.Field != c.field || !strings.Contains(e.Message, "out of range") {
+			t.Errorf("%s %s %s: %d %s, want 400 naming %q", c.method, c.path, c.body, code, body, c.field)
+		}
+	}
 	setQuota(`{"sandboxes":1}`)
 	if err := run("q1"); err != nil {
 		t.Fatal(err)
