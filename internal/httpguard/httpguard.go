@@ -161,6 +161,34 @@ func Declared(r *http.Request, limit int64) error {
 	return nil
 }
 
+// NoBodyError is a body sent to a route that takes none.
+type NoBodyError struct{ Route string }
+
+func (e *NoBodyError) Error() string {
+	return fmt.Sprintf("%s takes no request body; send none", e.Route)
+}
+
+// NoBody returns a *NoBodyError if r carries a body: a declared length,
+// or a chunked one with a byte in it (an empty chunked body is none).
+// route names the route in the message.
+func NoBody(r *http.Request, route string) error {
+	if r.ContentLength > 0 {
+		return &NoBodyError{Route: route}
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	var one [1]byte
+	n, err := io.ReadFull(r.Body, one[:])
+	switch {
+	case n > 0:
+		return &NoBodyError{Route: route}
+	case errors.Is(err, io.EOF):
+		return nil
+	}
+	return fmt.Errorf("reading the request body: %w", err)
+}
+
 // Buffer reads r's whole body, up to limit bytes, and puts it back in
 // memory, so that no handler reads past the limit. A longer body is a
 // *TooLargeError (and stays unread, for Drain); a body that cannot be read
@@ -249,12 +277,13 @@ func Routed(w http.ResponseWriter, r *http.Request, mux *http.ServeMux, fail Fai
 	return false
 }
 
-// RefuseBody answers err from Declared or Buffer with fail: 413 over the
-// limit (after Refuse: the connection closes), 400 if the body could not
-// be read.
+// RefuseBody answers err from Declared, Buffer or NoBody with fail: 413
+// over the limit, 400 for a body where none belongs or one that could not
+// be read. The body is left unread or broken: Refuse first, so the
+// connection closes after the answer.
 func RefuseBody(w http.ResponseWriter, err error, fail Fail) {
+	Refuse(w)
 	if IsTooLarge(err) {
-		Refuse(w)
 		fail(w, http.StatusRequestEntityTooLarge, err.Error())
 		return
 	}

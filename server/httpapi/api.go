@@ -119,10 +119,11 @@ func (m *mount) takes(r *http.Request) bool {
 
 // body says how a route takes its request body: up to limit bytes (0: the
 // handler's business, for mounts), read whole before the handler runs
-// unless stream.
+// unless stream; or none at all, when a body is a 400.
 type body struct {
 	limit  int64
 	stream bool
+	none   bool
 }
 
 // New returns a Server for o.
@@ -275,11 +276,16 @@ func (s *Server) guard(pattern string, limited bool, b body, h http.Handler) htt
 			writeError(rec, err)
 			return
 		}
-		if b.limit > 0 {
-			if err := httpguard.Declared(r, b.limit); err != nil {
-				httpguard.RefuseBody(rec, err, fail)
-				return
-			}
+		var err error
+		switch {
+		case b.none:
+			err = httpguard.NoBody(r, pattern)
+		case b.limit > 0:
+			err = httpguard.Declared(r, b.limit)
+		}
+		if err != nil {
+			httpguard.RefuseBody(rec, err, fail)
+			return
 		}
 		if limited {
 			release, err := s.limit.acquire(r.Context())
