@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/internal/units"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/server/e2b"
@@ -34,10 +35,10 @@ const E2BPrefix = "/e2b"
 
 func (a *app) serveCmd() *cobra.Command {
 	var (
-		listen, certFile, keyFile, maxUpload, domain string
-		insecure, noAuth                             bool
-		inFlight, queue                              int
-		defaultTTL, grace                            time.Duration
+		listen, certFile, keyFile, maxUpload, domain, bodyRate string
+		insecure, noAuth                                       bool
+		inFlight, queue                                        int
+		defaultTTL, grace, bodyTimeout                         time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -68,6 +69,10 @@ X-Access-Token). The sandbox needs no network for either.`,
 			limit, err := units.ParseBytes(maxUpload)
 			if err != nil {
 				return fmt.Errorf("--max-upload: %w", err)
+			}
+			pace, err := bodyPace(bodyTimeout, bodyRate)
+			if err != nil {
+				return err
 			}
 			if listen == "" {
 				listen = "unix://" + filepath.Join(a.dataDir, SocketName)
@@ -134,7 +139,7 @@ X-Access-Token). The sandbox needs no network for either.`,
 			}
 			srv := httpapi.New(httpapi.Options{
 				Manager: e.mgr, Images: e.images, Snapshots: e.snaps, Token: token, TempDir: tmp,
-				MaxUpload: limit, MaxInFlight: inFlight, MaxQueue: queue,
+				MaxUpload: limit, MaxInFlight: inFlight, MaxQueue: queue, BodyTimeout: pace.Timeout, MinBodyRate: pace.MinRate,
 				DefaultTTL: defaultTTL, ExpiredGrace: grace, Logger: logger, Ports: proxy,
 				Mounts: []httpapi.Mount{
 					// Ports by name come first: their paths are the sandbox's.
@@ -168,6 +173,8 @@ X-Access-Token). The sandbox needs no network for either.`,
 	f.StringVar(&domain, "domain", "", "serve sandbox ports at PORT-ID.DOMAIN (E2B's getHost); needs wildcard DNS for *.DOMAIN")
 	f.IntVar(&inFlight, "max-in-flight", 128, "requests served at once; more wait in a queue")
 	f.IntVar(&queue, "max-queue", 1024, "requests waiting for a slot; more get 429")
+	f.DurationVar(&bodyTimeout, "body-timeout", httpguard.DefaultBodyTimeout, "a request body must arrive within this, plus 1s per --min-body-rate bytes (else 408)")
+	f.StringVar(&bodyRate, "min-body-rate", units.FormatBytes(httpguard.DefaultMinBodyRate), "the slowest a long request body (an upload) may arrive, per second, after --body-timeout")
 	f.DurationVar(&defaultTTL, "default-timeout", sandbox.DefaultTTL, "time to live of sandboxes created without one")
 	f.DurationVar(&grace, "expired-grace", sandbox.DefaultExpiredGrace, "how long expired sandboxes stay listed")
 	cmd.AddCommand(&cobra.Command{
@@ -184,6 +191,18 @@ X-Access-Token). The sandbox needs no network for either.`,
 		},
 	})
 	return cmd
+}
+
+// bodyPace checks --body-timeout and --min-body-rate.
+func bodyPace(timeout time.Duration, rate string) (httpguard.Pace, error) {
+	if timeout <= 0 {
+		return httpguard.Pace{}, fmt.Errorf("--body-timeout %s: must be positive", timeout)
+	}
+	n, err := units.ParseBytes(rate)
+	if err != nil || n <= 0 {
+		return httpguard.Pace{}, fmt.Errorf("--min-body-rate %q: want a positive size per second (e.g. 16k)", rate)
+	}
+	return httpguard.Pace{Timeout: timeout, MinRate: n}, nil
 }
 
 // listenAPI opens the listener --listen names. TCP off loopback needs TLS

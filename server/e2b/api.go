@@ -14,6 +14,7 @@ import (
 
 	"smolvm.dev/smolvm/api/e2bapi"
 	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/internal/jsondup"
 	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/runtime/image"
@@ -56,11 +57,7 @@ func writeAPIError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, e2bapi.Error{Code: status, Message: msg})
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { httpguard.WriteJSON(w, status, v) }
 
 // decodeBody decodes a JSON request body into v; an empty body leaves v
 // as it is. The error names the field at fault (a key given twice too).

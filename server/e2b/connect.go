@@ -24,6 +24,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/internal/jsondup"
 )
 
@@ -167,9 +168,7 @@ func writeUnary(w http.ResponseWriter, v any, rerr *rpcError) {
 
 // writeRPCError sends a Connect error with status.
 func writeRPCError(w http.ResponseWriter, status int, rerr *rpcError) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(rerr)
+	httpguard.WriteJSON(w, status, rerr)
 }
 
 const (

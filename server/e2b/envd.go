@@ -557,6 +557,9 @@ func (h *Handler) upload(ctx context.Context, ac *guest.Client, p string, body i
 	if lr.over {
 		return fi, http.StatusRequestEntityTooLarge, fmt.Errorf("%s: upload larger than %d bytes", p, h.maxUpload)
 	}
+	if httpguard.IsSlow(lr.err) {
+		return fi, http.StatusRequestTimeout, fmt.Errorf("%s: %w", p, lr.err)
+	}
 	if err != nil {
 		rerr := fsError("write", p, err)
 		return fi, rerr.fileStatus(), errors.New(rerr.Message)
@@ -564,11 +567,13 @@ func (h *Handler) upload(ctx context.Context, ac *guest.Client, p string, body i
 	return fi, http.StatusOK, nil
 }
 
-// limitReader fails once more than n bytes come.
+// limitReader fails once more than n bytes come; err keeps the body's
+// own error, if reading it failed.
 type limitReader struct {
 	r    io.Reader
 	n    int64
 	over bool
+	err  error
 }
 
 func (l *limitReader) Read(p []byte) (int, error) {
@@ -579,6 +584,9 @@ func (l *limitReader) Read(p []byte) (int, error) {
 		p = p[:l.n+1]
 	}
 	n, err := l.r.Read(p)
+	if err != nil && err != io.EOF {
+		l.err = err
+	}
 	l.n -= int64(n)
 	if l.n < 0 {
 		l.over = true

@@ -51,6 +51,12 @@ type Options struct {
 	// MaxInFlight requests run at once (default 128); up to MaxQueue more
 	// wait for a slot (default 1024), and the rest get 429.
 	MaxInFlight, MaxQueue int
+	// BodyTimeout and MinBodyRate pace every request body (httpguard.Pace:
+	// whole within BodyTimeout plus a second per MinRate bytes, or 408);
+	// 0 is httpguard's default. BodyTimeout also bounds the wait for an
+	// exec WebSocket's first message.
+	BodyTimeout time.Duration
+	MinBodyRate int64
 	// DefaultTTL is the time to live of a sandbox created without one
 	// (default sandbox.DefaultTTL); ExpiredGrace how long an expired one
 	// stays listed (default sandbox.DefaultExpiredGrace).
@@ -140,6 +146,12 @@ func New(o Options) *Server {
 	if o.MaxQueue == 0 {
 		o.MaxQueue = 1024
 	}
+	if o.BodyTimeout == 0 {
+		o.BodyTimeout = httpguard.DefaultBodyTimeout
+	}
+	if o.MinBodyRate == 0 {
+		o.MinBodyRate = httpguard.DefaultMinBodyRate
+	}
 	if o.DefaultTTL == 0 {
 		o.DefaultTTL = sandbox.DefaultTTL
 	}
@@ -170,9 +182,11 @@ func New(o Options) *Server {
 // 401), then the path, then routes. Mounts get their whole prefix; a
 // Public one checks tokens and paths itself, in its own error shape, as
 // Root does for what nothing else claims.
+// Every body is paced from the start, whoever reads it (Options.BodyTimeout).
 // Whatever the answer, the rest of an unread body is drained (bounded), so
 // a client still sending gets the answer, not a reset.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w, r = httpguard.Pace{Timeout: s.o.BodyTimeout, MinRate: s.o.MinBodyRate}.Hold(w, r)
 	defer httpguard.Drain(w, r)
 	for _, m := range s.mounts {
 		if m.takes(r) {
@@ -208,7 +222,7 @@ func (s *Server) unclaimed(r *http.Request) bool {
 // fail writes an error the guards found, with the code for its status.
 func fail(w http.ResponseWriter, status int, msg string) {
 	code := map[int]string{http.StatusNotFound: api.CodeNotFound, http.StatusMethodNotAllowed: api.CodeMethod,
-		http.StatusRequestEntityTooLarge: api.CodeTooLarge}[status]
+		http.StatusRequestEntityTooLarge: api.CodeTooLarge, http.StatusRequestTimeout: api.CodeTimeout}[status]
 	if code == "" {
 		code = api.CodeInvalid
 	}

@@ -60,6 +60,8 @@ func errorFor(err error) *api.Error {
 	switch {
 	case httpguard.IsTooLarge(err):
 		e.Status, e.Code = http.StatusRequestEntityTooLarge, api.CodeTooLarge
+	case httpguard.IsSlow(err):
+		e.Status, e.Code = http.StatusRequestTimeout, api.CodeTimeout
 	case errors.As(err, &pe):
 		e.Status, e.Code, e.Field = http.StatusBadRequest, api.CodeInvalid, pe.Param
 	case errors.As(err, &qe):
@@ -81,11 +83,7 @@ func writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, e.Status, e)
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { httpguard.WriteJSON(w, status, v) }
 
 // maxBody bounds JSON request bodies; uploads have their own limit.
 const maxBody = 1 << 20
