@@ -232,7 +232,7 @@ func TestTenantQuota(t *testing.T) {
 		{"PUT", "/v1/tenants/b/quota", `{"cpus":1e308}`, "cpus"},
 		{"PUT", "/v1/tenants/b/quota", `{"memory":-1}`, "memory"},
 		{"PUT", "/v1/tenants/b/quota", `{"sandboxes":1000001}`, "sandboxes"},
-		{"POST", "/v1/tenants", `{"name":"c","quota":{"snapshot_bytes":1e18}}`, "snapshot_bytes"},
+		{"POST", "/v1/tenants", `{"name":"c","quota":{"snapshot_bytes":1000000000000000000}}`, "snapshot_bytes"},
 	} {
 		code, body, _ := tf.do(c.method, c.path, c.body)
 		if e := apiError(t, body); code != http.StatusBadRequest || e.Field != c.field || !strings.Contains(e.Message, "out of range") {
