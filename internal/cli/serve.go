@@ -37,7 +37,7 @@ func (a *app) serveCmd() *cobra.Command {
 	var (
 		listen, certFile, keyFile, maxUpload, domain, bodyRate string
 		insecure, noAuth                                       bool
-		inFlight, queue                                        int
+		inFlight, queue, perTenant                             int
 		defaultTTL, grace, bodyTimeout                         time.Duration
 	)
 	cmd := &cobra.Command{
@@ -112,6 +112,9 @@ X-Access-Token). The sandbox needs no network for either.`,
 			if err != nil {
 				logger.Warn("recovery after a crash", "err", err)
 			}
+			// One limiter for both APIs: E2B's takes its slots once it
+			// knows the request's tenant.
+			limiter := httpguard.NewLimiter(inFlight, queue, perTenant)
 			proxy := ports.New(e.mgr.DialPort)
 			defer proxy.Close()
 			// E2B's API under /e2b/, and at the root around /v1/ (its
@@ -122,7 +125,7 @@ X-Access-Token). The sandbox needs no network for either.`,
 			e2bAPI, err := e2b.New(ctx, e2b.Options{
 				Manager: e.mgr, Store: e.st, Snapshots: e.snaps, MaxUpload: limit, DefaultTTL: defaultTTL,
 				Authorize: func(r *http.Request) (*http.Request, bool) { return httpapi.Authenticate(r, token, e.mgr.Tenants()) },
-				Ports:     proxy, Domain: domain,
+				Ports:     proxy, Domain: domain, Limiter: limiter,
 				Where: "smolvm serves E2B's API at the root and under " + E2BPrefix + ", and its own under /v1",
 			})
 			if err != nil {
@@ -139,7 +142,7 @@ X-Access-Token). The sandbox needs no network for either.`,
 			}
 			srv := httpapi.New(httpapi.Options{
 				Manager: e.mgr, Images: e.images, Snapshots: e.snaps, Token: token, TempDir: tmp,
-				MaxUpload: limit, MaxInFlight: inFlight, MaxQueue: queue, BodyTimeout: pace.Timeout, MinBodyRate: pace.MinRate,
+				MaxUpload: limit, Limiter: limiter, BodyTimeout: pace.Timeout, MinBodyRate: pace.MinRate,
 				DefaultTTL: defaultTTL, ExpiredGrace: grace, Logger: logger, Ports: proxy,
 				Mounts: []httpapi.Mount{
 					// Ports by name come first: their paths are the sandbox's.
@@ -173,6 +176,7 @@ X-Access-Token). The sandbox needs no network for either.`,
 	f.StringVar(&domain, "domain", "", "serve sandbox ports at PORT-ID.DOMAIN (E2B's getHost); needs wildcard DNS for *.DOMAIN")
 	f.IntVar(&inFlight, "max-in-flight", 128, "requests served at once; more wait in a queue")
 	f.IntVar(&queue, "max-queue", 1024, "requests waiting for a slot; more get 429")
+	f.IntVar(&perTenant, "max-in-flight-per-tenant", 0, "requests of one tenant (the admin counts as one) served at once, and its share of the queue (default: half of --max-in-flight)")
 	f.DurationVar(&bodyTimeout, "body-timeout", httpguard.DefaultBodyTimeout, "a request body must arrive within this, plus 1s per --min-body-rate bytes (else 408)")
 	f.StringVar(&bodyRate, "min-body-rate", units.FormatBytes(httpguard.DefaultMinBodyRate), "the slowest a long request body (an upload) may arrive, per second, after --body-timeout")
 	f.DurationVar(&defaultTTL, "default-timeout", sandbox.DefaultTTL, "time to live of sandboxes created without one")

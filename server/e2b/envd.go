@@ -98,23 +98,33 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 			return
 		}
 	}
+	// The guards' answers: Connect has no codes for a body too large or
+	// a server busy: keep the status.
+	fail := func(w http.ResponseWriter, status int, msg string) {
+		if isEnvdHTTP(r) {
+			writeAPIError(w, status, msg)
+			return
+		}
+		code := codeInvalidArgument
+		switch status {
+		case http.StatusRequestEntityTooLarge, http.StatusTooManyRequests, http.StatusServiceUnavailable:
+			code = codeResourceExhausted
+		case http.StatusRequestTimeout:
+			code = codeDeadlineExceeded
+		}
+		writeRPCError(w, status, &rpcError{Code: code, Message: msg})
+	}
+	release, err := h.acquire(r, sb.Tenant)
+	if err != nil {
+		httpguard.RefuseBusy(w, err, fail)
+		return
+	}
+	defer release()
 	// Uploads stream, with a limit per file (writeFiles); every other
 	// request is one small message.
 	if r.Method != http.MethodPost || r.URL.Path != "/files" {
 		if err := httpguard.Buffer(r, maxRequest); err != nil {
-			httpguard.RefuseBody(w, err, func(w http.ResponseWriter, status int, msg string) {
-				if isEnvdHTTP(r) {
-					writeAPIError(w, status, msg)
-					return
-				}
-				// Connect has no code of its own for a body too large: keep
-				// the status.
-				code := codeInvalidArgument
-				if status == http.StatusRequestEntityTooLarge {
-					code = codeResourceExhausted
-				}
-				writeRPCError(w, status, &rpcError{Code: code, Message: msg})
-			})
+			httpguard.RefuseBody(w, err, fail)
 			return
 		}
 	}

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -220,38 +219,5 @@ func TestLoadToken(t *testing.T) {
 		if x == "" || x != toks[0] {
 			t.Fatalf("concurrent first loads: %q", toks)
 		}
-	}
-}
-
-func TestLimiterQueuesThenRefuses(t *testing.T) {
-	l := newLimiter(1, 1)
-	release, err := l.acquire(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan error, 1)
-	go func() {
-		r, err := l.acquire(t.Context())
-		if err == nil {
-			r()
-		}
-		got <- err
-	}()
-	// Wait until the second request is queued, then a third is refused.
-	for len(l.queue) == 0 {
-		select {
-		case err := <-got:
-			t.Fatalf("second request did not queue: %v", err)
-		default:
-		}
-	}
-	_, err = l.acquire(t.Context())
-	var ae *api.Error
-	if !errors.As(err, &ae) || ae.Status != http.StatusTooManyRequests {
-		t.Fatalf("third request: %v, want 429", err)
-	}
-	release()
-	if err := <-got; err != nil {
-		t.Fatalf("queued request: %v", err)
 	}
 }

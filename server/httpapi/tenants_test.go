@@ -17,6 +17,7 @@ import (
 	"smolvm.dev/smolvm/internal/testdeps"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/server/httpapi"
 )
 
 // tenantFixture is a server with tenants a and b, each with a key and a
@@ -28,8 +29,12 @@ type tenantFixture struct {
 	clients map[string]*client.Client
 }
 
-func newTenantFixture(t *testing.T) *tenantFixture {
-	f := newFixture(t, nil)
+func newTenantFixture(t *testing.T, tune ...func(*httpapi.Options)) *tenantFixture {
+	f := newFixture(t, func(o *httpapi.Options) {
+		for _, fn := range tune {
+			fn(o)
+		}
+	})
 	tf := &tenantFixture{fixture: f, keys: map[string]string{}, keyIDs: map[string]string{}, clients: map[string]*client.Client{}}
 	for _, name := range []string{"a", "b"} {
 		if code, body, _ := f.do("POST", "/v1/tenants", `{"name":"`+name+`"}`); code != http.StatusCreated {
