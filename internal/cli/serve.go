@@ -163,7 +163,7 @@ X-Access-Token). The sandbox needs no network for either.`,
 				where = "unix://" + ln.Addr().String()
 			}
 			logger.Info("serving", "at", where, "auth", token != "")
-			return srv.Run(ctx, hs, func() error { return hs.Serve(ln) })
+			return srv.Run(ctx, hs, func() error { return hs.Serve(httpapi.Listener(ln, hs.ErrorLog)) })
 		},
 	}
 	f := cmd.Flags()

@@ -5,8 +5,11 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"log"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -232,13 +235,31 @@ func (s *Server) unclaimed(r *http.Request) bool {
 
 // fail writes an error the guards found, with the code for its status.
 func fail(w http.ResponseWriter, status int, msg string) {
+	writeError(w, &api.Error{Status: status, Code: codeFor(status), Message: msg})
+}
+
+// codeFor is the code of an error the guards (or net/http) found.
+func codeFor(status int) string {
 	code := map[int]string{http.StatusNotFound: api.CodeNotFound, http.StatusMethodNotAllowed: api.CodeMethod,
-		http.StatusRequestEntityTooLarge: api.CodeTooLarge, http.StatusRequestTimeout: api.CodeTimeout,
-		http.StatusTooManyRequests: api.CodeBusy, http.StatusServiceUnavailable: api.CodeBusy}[status]
+		http.StatusRequestEntityTooLarge: api.CodeTooLarge, http.StatusRequestHeaderFieldsTooLarge: api.CodeTooLarge,
+		http.StatusRequestTimeout: api.CodeTimeout, http.StatusTooManyRequests: api.CodeBusy, http.StatusServiceUnavailable: api.CodeBusy,
+		http.StatusNotImplemented: api.CodeUnsupported, http.StatusHTTPVersionNotSupported: api.CodeUnsupported}[status]
 	if code == "" {
 		code = api.CodeInvalid
 	}
-	writeError(w, &api.Error{Status: status, Code: code, Message: msg})
+	return code
+}
+
+// Listener wraps ln, the listener srv is to serve on, so that net/http's
+// own answers to requests it cannot parse (a malformed request line or
+// header, headers too large, an unknown transfer encoding or HTTP
+// version) are in the API's error shape (httpguard.Listener); errorLog
+// gets TLS handshake failures.
+func Listener(ln net.Listener, errorLog *log.Logger) net.Listener {
+	return &httpguard.Listener{Listener: ln, Log: errorLog, Body: func(status int, msg string) []byte {
+		b, _ := json.Marshal(&api.Error{Code: codeFor(status), Message: msg})
+		return b
+	}}
 }
 
 // admit checks the key (unless pattern is public) and the path,
