@@ -153,14 +153,20 @@ func TestMountSharesAuthAndMetrics(t *testing.T) {
 }
 
 // TestRootServesTheRest: Root gets every path outside /v1/ that no route
-// serves, with any method, and nothing the native API serves.
+// serves, with any method, and nothing the native API serves; it holds
+// no slot of the limiter (it takes one itself once it has authenticated
+// the request).
 func TestRootServesTheRest(t *testing.T) {
 	var seen []string
+	var s *Server
 	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seen = append(seen, r.Method+" "+r.URL.Path)
+		if n := s.limit.InFlight(); n != 0 {
+			t.Errorf("root called holding %d slots", n)
+		}
 		w.WriteHeader(http.StatusTeapot)
 	})
-	s := New(Options{Token: "t0ken", Root: root, Mounts: []Mount{{Prefix: "/e2b/", Handler: http.NotFoundHandler(), Public: true}}})
+	s = New(Options{Token: "t0ken", Root: root, Mounts: []Mount{{Prefix: "/e2b/", Handler: http.NotFoundHandler(), Public: true}}})
 	for _, tc := range []struct {
 		method, path string
 		status       int

@@ -1,11 +1,8 @@
 package httpapi_test
 
 import (
-	"bufio"
 	"encoding/json"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,77 +10,27 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/api"
+	"smolvm.dev/smolvm/internal/testserve"
 	"smolvm.dev/smolvm/server/httpapi"
 )
 
-// slowAnswer is what a client trickling its body got back.
+// slowAnswer is what a client trickling its body got back, its error
+// decoded.
 type slowAnswer struct {
-	status int
-	err    api.Error
-	close  bool          // Connection: close
-	after  time.Duration // from the request's start
+	testserve.Answer
+	err api.Error
 }
 
-// trickle sends a request on a connection of its own, its head at once
-// and then its body (of length n, or chunked for -1) one byte per every,
-// reading the answer meanwhile, as curl does. It returns the answer, or
-// an error if none came within limit or before stop closed.
+// trickle is testserve.Trickle with key as the bearer token ("" none).
 func trickle(addr, method, path, key string, n int, every, limit time.Duration, stop <-chan struct{}) (slowAnswer, error) {
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		return slowAnswer{}, err
-	}
-	defer c.Close()
-	finished := make(chan struct{})
-	defer close(finished)
-	go func() {
-		select {
-		case <-stop:
-			c.Close()
-		case <-finished:
-		}
-	}()
-	start := time.Now()
-	c.SetDeadline(start.Add(limit))
-	head := fmt.Sprintf("%s %s HTTP/1.1\r\nHost: smolvm\r\nContent-Type: application/json\r\n", method, path)
+	hdr := http.Header{}
 	if key != "" {
-		head += "Authorization: Bearer " + key + "\r\n"
+		hdr.Set("Authorization", "Bearer "+key)
 	}
-	if n >= 0 {
-		head += fmt.Sprintf("Content-Length: %d\r\n\r\n", n)
-	} else {
-		head += "Transfer-Encoding: chunked\r\n\r\n"
-	}
-	if _, err := io.WriteString(c, head); err != nil {
-		return slowAnswer{}, err
-	}
-	go func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for i := 0; n < 0 || i < n; i++ {
-			b := "x"
-			if n < 0 {
-				b = "1\r\nx\r\n"
-			}
-			if _, err := io.WriteString(c, b); err != nil {
-				return
-			}
-			select {
-			case <-finished:
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		return slowAnswer{}, fmt.Errorf("no answer after %v: %w", time.Since(start), err)
-	}
-	defer resp.Body.Close()
-	a := slowAnswer{status: resp.StatusCode, close: resp.Close, after: time.Since(start)}
-	b, _ := io.ReadAll(resp.Body)
-	json.Unmarshal(b, &a.err)
-	return a, nil
+	a, err := testserve.Trickle(addr, method, path, hdr, n, every, limit, stop)
+	sa := slowAnswer{Answer: a}
+	json.Unmarshal(a.Body, &sa.err)
+	return sa, err
 }
 
 // TestSlowBodyCut: a body that trickles in (2 bytes a second) is cut at
@@ -100,19 +47,19 @@ func TestSlowBodyCut(t *testing.T) {
 		if err != nil {
 			t.Fatalf("length %d: %v", n, err)
 		}
-		if a.status != http.StatusRequestTimeout || a.err.Code != api.CodeTimeout || !strings.Contains(a.err.Message, "too slow") || !a.close {
+		if a.Status != http.StatusRequestTimeout || a.err.Code != api.CodeTimeout || !strings.Contains(a.err.Message, "too slow") || !a.Close {
 			t.Errorf("length %d: %+v, want a JSON 408 and the connection closed", n, a)
 		}
 		// 1 s, and 10 ms per byte (100 B/s) of the few that came.
-		if a.after < time.Second || a.after > 5*time.Second {
-			t.Errorf("length %d: cut after %v, want about 1s", n, a.after)
+		if a.After < time.Second || a.After > 5*time.Second {
+			t.Errorf("length %d: cut after %v, want about 1s", n, a.After)
 		}
 	}
 	a, err := trickle(addr, "POST", "/v1/sandboxes", "", 1000, 500*time.Millisecond, 20*time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.status != http.StatusUnauthorized || a.err.Code != api.CodeUnauthorized || a.after > 500*time.Millisecond {
+	if a.Status != http.StatusUnauthorized || a.err.Code != api.CodeUnauthorized || a.After > 500*time.Millisecond {
 		t.Errorf("without a token: %+v, want a 401 at once", a)
 	}
 }
@@ -154,7 +101,7 @@ func TestSlowBodiesFair(t *testing.T) {
 	for range 4 {
 		select {
 		case a := <-answers:
-			if a.status != http.StatusTooManyRequests || a.err.Code != api.CodeBusy || !strings.Contains(a.err.Message, "for this tenant") {
+			if a.Status != http.StatusTooManyRequests || a.err.Code != api.CodeBusy || !strings.Contains(a.err.Message, "for this tenant") {
 				t.Fatalf("a's slow body past its share: %+v, want 429 naming the tenant's share", a)
 			}
 		case <-time.After(20 * time.Second):
@@ -188,7 +135,7 @@ func TestSlowBodiesFair(t *testing.T) {
 		}
 	}
 	a, err := trickle(addr, "POST", "/v1/sandboxes", "", 1000, time.Second, 20*time.Second, nil)
-	if err != nil || a.status != http.StatusUnauthorized || a.after > 2*time.Second {
+	if err != nil || a.Status != http.StatusUnauthorized || a.After > 2*time.Second {
 		t.Errorf("a slow body without a key: %+v %v, want a 401 at once", a, err)
 	}
 	select {
