@@ -153,7 +153,9 @@ X-Access-Token). The sandbox needs no network for either.`,
 				Runner:  &runner.Runner{Service: e.mgr, Log: runLog, Ledger: ledger},
 				RunsDir: a.runsDir(), Getenv: os.Getenv,
 			})
-			hs := &http.Server{ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+			// Headers within 10 s (bodies are paced: --body-timeout); a
+			// kept-alive connection idle for 2 minutes is closed.
+			hs := &http.Server{ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 			scheme := "http"
 			if tlsOn {
 				scheme = "https"
