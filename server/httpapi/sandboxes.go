@@ -23,15 +23,15 @@ import (
 func (s *Server) registerRoutes() {
 	// A route takes one JSON object, but GET, HEAD and DELETE take no body,
 	// nor does a POST registered with bare.
-	jsonBody := func(pattern string) body {
+	bodyOf := func(pattern string) body {
 		if m, _, _ := strings.Cut(pattern, " "); m == http.MethodGet || m == http.MethodHead || m == http.MethodDelete {
 			return body{none: true}
 		}
 		return body{limit: maxBody}
 	}
-	public := func(pattern string, h http.HandlerFunc) { s.handle(pattern, false, false, jsonBody(pattern), h) }
-	unlimited := func(pattern string, h http.HandlerFunc) { s.handle(pattern, true, false, jsonBody(pattern), h) }
-	route := func(pattern string, h http.HandlerFunc) { s.handle(pattern, true, true, jsonBody(pattern), h) }
+	public := func(pattern string, h http.HandlerFunc) { s.handle(pattern, false, false, bodyOf(pattern), h) }
+	unlimited := func(pattern string, h http.HandlerFunc) { s.handle(pattern, true, false, bodyOf(pattern), h) }
+	route := func(pattern string, h http.HandlerFunc) { s.handle(pattern, true, true, bodyOf(pattern), h) }
 	bare := func(pattern string, h http.HandlerFunc) { s.handle(pattern, true, true, body{none: true}, h) }
 	// Uploads stream to a spool file, up to their own, larger limit.
 	upload := func(pattern string, h http.HandlerFunc) {
