@@ -74,6 +74,9 @@ X-Access-Token). The sandbox needs no network for either.`,
 			if err != nil {
 				return err
 			}
+			if inFlight < 1 || queue < 1 || perTenant < 0 {
+				return errors.New("--max-in-flight and --max-queue must be at least 1, --max-in-flight-per-tenant not negative")
+			}
 			if listen == "" {
 				listen = "unix://" + filepath.Join(a.dataDir, SocketName)
 			}
