@@ -312,7 +312,7 @@ const (
 	CodeInternal     = "internal"     // 500
 	CodeUnsupported  = "unsupported"  // 501: not supported by the backend
 	CodeUnavailable  = "unavailable"  // 503: the sandbox's agent cannot be reached now
-	CodeTimeout      = "timeout"      // 504
+	CodeTimeout      = "timeout"      // 504; 408: the request body came too slowly (serve --body-timeout)
 )
 
 // Error is the JSON body of every error response.

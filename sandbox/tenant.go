@@ -1,6 +1,12 @@
 package sandbox
 
-import "time"
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"smolvm.dev/smolvm/errdefs"
+)
 
 // Quota bounds what a tenant's sandboxes may hold at once, and how fast it
 // may create them. Zero is no limit.
@@ -17,6 +23,48 @@ type Quota struct {
 	// CreatesPerMinute bounds creates, restores and fork copies in any
 	// minute.
 	CreatesPerMinute int `json:"creates_per_minute,omitempty"`
+}
+
+// The largest quota limits: far above what one server holds, and small
+// enough that sums over a tenant's sandboxes stay exact.
+const (
+	MaxQuotaCount = 1_000_000 // sandboxes, vCPUs, pools, creates per minute
+	MaxQuotaBytes = 1 << 50   // memory, snapshot bytes: 1 PiB
+)
+
+// QuotaError is a quota limit out of range; Field is its JSON name. It is
+// of class invalid.
+type QuotaError struct {
+	Field, Value string
+	Max          int64
+}
+
+func (e *QuotaError) Error() string {
+	return fmt.Sprintf("quota %q: %s is out of range: want 0 (no limit) to %d", e.Field, e.Value, e.Max)
+}
+
+func (e *QuotaError) Is(target error) bool { return target == errdefs.ErrInvalid }
+
+// Check returns a *QuotaError for the first limit of q that is negative,
+// over its maximum or not a number.
+func (q Quota) Check() error {
+	for _, l := range []struct {
+		field string
+		value int64
+		max   int64
+	}{
+		{"sandboxes", int64(q.Sandboxes), MaxQuotaCount}, {"memory", q.Memory, MaxQuotaBytes},
+		{"snapshot_bytes", q.SnapshotBytes, MaxQuotaBytes}, {"pools", int64(q.Pools), MaxQuotaCount},
+		{"creates_per_minute", int64(q.CreatesPerMinute), MaxQuotaCount},
+	} {
+		if l.value < 0 || l.value > l.max {
+			return &QuotaError{Field: l.field, Value: strconv.FormatInt(l.value, 10), Max: l.max}
+		}
+	}
+	if !(q.CPUs >= 0 && q.CPUs <= MaxQuotaCount) { // NaN too
+		return &QuotaError{Field: "cpus", Value: strconv.FormatFloat(q.CPUs, 'g', -1, 64), Max: MaxQuotaCount}
+	}
+	return nil
 }
 
 // Tenant is one tenant and its keys (never the keys' secrets).

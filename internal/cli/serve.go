@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/internal/units"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/server/e2b"
@@ -34,10 +35,10 @@ const E2BPrefix = "/e2b"
 
 func (a *app) serveCmd() *cobra.Command {
 	var (
-		listen, certFile, keyFile, maxUpload, domain string
-		insecure, noAuth                             bool
-		inFlight, queue                              int
-		defaultTTL, grace                            time.Duration
+		listen, certFile, keyFile, maxUpload, domain, bodyRate string
+		insecure, noAuth                                       bool
+		inFlight, queue, perTenant                             int
+		defaultTTL, grace, bodyTimeout                         time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -68,6 +69,13 @@ X-Access-Token). The sandbox needs no network for either.`,
 			limit, err := units.ParseBytes(maxUpload)
 			if err != nil {
 				return fmt.Errorf("--max-upload: %w", err)
+			}
+			pace, err := bodyPace(bodyTimeout, bodyRate)
+			if err != nil {
+				return err
+			}
+			if inFlight < 1 || queue < 1 || perTenant < 0 {
+				return errors.New("--max-in-flight and --max-queue must be at least 1, --max-in-flight-per-tenant not negative")
 			}
 			if listen == "" {
 				listen = "unix://" + filepath.Join(a.dataDir, SocketName)
@@ -107,6 +115,9 @@ X-Access-Token). The sandbox needs no network for either.`,
 			if err != nil {
 				logger.Warn("recovery after a crash", "err", err)
 			}
+			// One limiter for both APIs: E2B's takes its slots once it
+			// knows the request's tenant.
+			limiter := httpguard.NewLimiter(inFlight, queue, perTenant)
 			proxy := ports.New(e.mgr.DialPort)
 			defer proxy.Close()
 			// E2B's API under /e2b/, and at the root around /v1/ (its
@@ -117,7 +128,7 @@ X-Access-Token). The sandbox needs no network for either.`,
 			e2bAPI, err := e2b.New(ctx, e2b.Options{
 				Manager: e.mgr, Store: e.st, Snapshots: e.snaps, MaxUpload: limit, DefaultTTL: defaultTTL,
 				Authorize: func(r *http.Request) (*http.Request, bool) { return httpapi.Authenticate(r, token, e.mgr.Tenants()) },
-				Ports:     proxy, Domain: domain,
+				Ports:     proxy, Domain: domain, Limiter: limiter,
 				Where: "smolvm serves E2B's API at the root and under " + E2BPrefix + ", and its own under /v1",
 			})
 			if err != nil {
@@ -134,7 +145,7 @@ X-Access-Token). The sandbox needs no network for either.`,
 			}
 			srv := httpapi.New(httpapi.Options{
 				Manager: e.mgr, Images: e.images, Snapshots: e.snaps, Token: token, TempDir: tmp,
-				MaxUpload: limit, MaxInFlight: inFlight, MaxQueue: queue,
+				MaxUpload: limit, Limiter: limiter, BodyTimeout: pace.Timeout, MinBodyRate: pace.MinRate,
 				DefaultTTL: defaultTTL, ExpiredGrace: grace, Logger: logger, Ports: proxy,
 				Mounts: []httpapi.Mount{
 					// Ports by name come first: their paths are the sandbox's.
@@ -145,7 +156,9 @@ X-Access-Token). The sandbox needs no network for either.`,
 				Runner:  &runner.Runner{Service: e.mgr, Log: runLog, Ledger: ledger},
 				RunsDir: a.runsDir(), Getenv: os.Getenv,
 			})
-			hs := &http.Server{ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+			// Headers within 10 s (bodies are paced: --body-timeout); a
+			// kept-alive connection idle for 2 minutes is closed.
+			hs := &http.Server{ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 			scheme := "http"
 			if tlsOn {
 				scheme = "https"
@@ -155,7 +168,7 @@ X-Access-Token). The sandbox needs no network for either.`,
 				where = "unix://" + ln.Addr().String()
 			}
 			logger.Info("serving", "at", where, "auth", token != "")
-			return srv.Run(ctx, hs, func() error { return hs.Serve(ln) })
+			return srv.Run(ctx, hs, func() error { return hs.Serve(httpapi.Listener(ln, hs.ErrorLog)) })
 		},
 	}
 	f := cmd.Flags()
@@ -168,6 +181,9 @@ X-Access-Token). The sandbox needs no network for either.`,
 	f.StringVar(&domain, "domain", "", "serve sandbox ports at PORT-ID.DOMAIN (E2B's getHost); needs wildcard DNS for *.DOMAIN")
 	f.IntVar(&inFlight, "max-in-flight", 128, "requests served at once; more wait in a queue")
 	f.IntVar(&queue, "max-queue", 1024, "requests waiting for a slot; more get 429")
+	f.IntVar(&perTenant, "max-in-flight-per-tenant", 0, "requests of one tenant (the admin counts as one) served at once, and its share of the queue (default: half of --max-in-flight)")
+	f.DurationVar(&bodyTimeout, "body-timeout", httpguard.DefaultBodyTimeout, "a request body must arrive within this, plus 1s per --min-body-rate bytes (else 408)")
+	f.StringVar(&bodyRate, "min-body-rate", units.FormatBytes(httpguard.DefaultMinBodyRate), "the slowest a long request body (an upload) may arrive, per second, after --body-timeout")
 	f.DurationVar(&defaultTTL, "default-timeout", sandbox.DefaultTTL, "time to live of sandboxes created without one")
 	f.DurationVar(&grace, "expired-grace", sandbox.DefaultExpiredGrace, "how long expired sandboxes stay listed")
 	cmd.AddCommand(&cobra.Command{
@@ -184,6 +200,18 @@ X-Access-Token). The sandbox needs no network for either.`,
 		},
 	})
 	return cmd
+}
+
+// bodyPace checks --body-timeout and --min-body-rate.
+func bodyPace(timeout time.Duration, rate string) (httpguard.Pace, error) {
+	if timeout <= 0 {
+		return httpguard.Pace{}, fmt.Errorf("--body-timeout %s: must be positive", timeout)
+	}
+	n, err := units.ParseBytes(rate)
+	if err != nil || n <= 0 {
+		return httpguard.Pace{}, fmt.Errorf("--min-body-rate %q: want a positive size per second (e.g. 16k)", rate)
+	}
+	return httpguard.Pace{Timeout: timeout, MinRate: n}, nil
 }
 
 // listenAPI opens the listener --listen names. TCP off loopback needs TLS

@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"bufio"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -16,6 +18,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"smolvm.dev/smolvm/server/httpapi"
 )
 
 func TestListenAPI(t *testing.T) {
@@ -89,8 +93,14 @@ func TestListenAPITLS(t *testing.T) {
 	if err != nil || !tlsOn {
 		t.Fatalf("TLS listener: %v %v", tlsOn, err)
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })}
-	go srv.Serve(ln)
+	// As serve does: net/http's own answers in the API's shape.
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS == nil || !r.TLS.HandshakeComplete {
+			w.WriteHeader(http.StatusTeapot) // the request's TLS state was lost
+		}
+		w.Write([]byte("ok"))
+	})}
+	go srv.Serve(httpapi.Listener(ln, nil))
 	defer srv.Close()
 	pool := x509.NewCertPool()
 	cert, _ := x509.ParseCertificate(der)
@@ -105,11 +115,29 @@ func TestListenAPITLS(t *testing.T) {
 	if resp.StatusCode != 200 || resp.TLS == nil {
 		t.Fatalf("over TLS: %d %v", resp.StatusCode, resp.TLS)
 	}
-	// Plain HTTP to the TLS port never reaches the handler.
-	if r, err := http.Get("http://127.0.0.1:" + strconv.Itoa(port) + "/"); err == nil {
-		r.Body.Close()
-		if r.StatusCode == 200 {
-			t.Fatal("plain HTTP served on the TLS listener")
-		}
+	// Plain HTTP to the TLS port never reaches the handler: a JSON 400.
+	r, err := http.Get("http://127.0.0.1:" + strconv.Itoa(port) + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if r.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), `"code":"invalid"`) || !strings.Contains(string(b), "HTTP request to an HTTPS server") {
+		t.Fatalf("plain HTTP on the TLS listener: %d %s", r.StatusCode, b)
+	}
+	// A request net/http cannot parse, over TLS: a JSON 400 too.
+	c, err := tls.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port), &tls.Config{RootCAs: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "GARBAGE\r\n\r\n")
+	r, err = http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(r.Body)
+	if r.StatusCode != http.StatusBadRequest || r.Header.Get("Content-Type") != "application/json" || !strings.Contains(string(b), "malformed HTTP request") {
+		t.Fatalf("a malformed request over TLS: %d %v %s", r.StatusCode, r.Header, b)
 	}
 }

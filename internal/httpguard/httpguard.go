@@ -9,12 +9,14 @@ package httpguard
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -162,6 +164,34 @@ func Declared(r *http.Request, limit int64) error {
 	return nil
 }
 
+// NoBodyError is a body sent to a route that takes none.
+type NoBodyError struct{ Route string }
+
+func (e *NoBodyError) Error() string {
+	return fmt.Sprintf("%s takes no request body; send none", e.Route)
+}
+
+// NoBody returns a *NoBodyError if r carries a body: a declared length,
+// or a chunked one with a byte in it (an empty chunked body is none).
+// route names the route in the message.
+func NoBody(r *http.Request, route string) error {
+	if r.ContentLength > 0 {
+		return &NoBodyError{Route: route}
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	var one [1]byte
+	n, err := io.ReadFull(r.Body, one[:])
+	switch {
+	case n > 0:
+		return &NoBodyError{Route: route}
+	case errors.Is(err, io.EOF):
+		return nil
+	}
+	return fmt.Errorf("reading the request body: %w", err)
+}
+
 // Buffer reads r's whole body, up to limit bytes, and puts it back in
 // memory, so that no handler reads past the limit. A longer body is a
 // *TooLargeError (and stays unread, for Drain); a body that cannot be read
@@ -198,30 +228,45 @@ const (
 // body, and a client still sending then gets a reset instead of the
 // answer. (A client that waits for 100 Continue sends nothing once it has
 // a final answer: Drain gives up after DrainIdle.) Upgraded connections
-// are left alone.
+// are left alone. A body held to a Pace gets these bounds instead of its
+// own, and if it is not all read by then, the connection's reads fail
+// from then on: net/http would otherwise wait, unbounded, for up to
+// 256 KB more of it before closing the connection.
 func Drain(w http.ResponseWriter, r *http.Request) {
 	if r.Body == nil || r.Body == http.NoBody || r.Header.Get("Upgrade") != "" {
 		return
 	}
+	paced, _ := r.Body.(*pacedBody)
+	if paced != nil && paced.done.Load() {
+		return
+	}
 	rc := http.NewResponseController(w)
+	setDeadline := rc.SetReadDeadline
+	if paced != nil {
+		setDeadline = func(t time.Time) error { paced.drainUntil(t); return nil }
+	}
 	rc.Flush()
-	defer rc.SetReadDeadline(time.Time{})
 	end := time.Now().Add(DrainTime)
 	buf := make([]byte, 32<<10)
-	for n := 0; n < DrainMax; {
+	var err error
+	for n := 0; n < DrainMax && err == nil; {
 		deadline := time.Now().Add(DrainIdle)
 		if deadline.After(end) {
 			deadline = end
 		}
-		if rc.SetReadDeadline(deadline) != nil {
+		if setDeadline(deadline) != nil {
 			return
 		}
-		m, err := r.Body.Read(buf)
+		var m int
+		m, err = r.Body.Read(buf)
 		n += m
-		if err != nil {
-			return
-		}
 	}
+	if paced != nil && !errors.Is(err, io.EOF) {
+		// Its answer said Connection: close (pacedWriter).
+		rc.SetReadDeadline(time.Now())
+		return
+	}
+	rc.SetReadDeadline(time.Time{})
 }
 
 // Refuse prepares w for an answer that leaves the body unread: reads may
@@ -229,6 +274,21 @@ func Drain(w http.ResponseWriter, r *http.Request) {
 func Refuse(w http.ResponseWriter) {
 	http.NewResponseController(w).EnableFullDuplex()
 	w.Header().Set("Connection", "close")
+}
+
+// WriteJSON answers status with v as JSON, its length declared: the
+// answer is complete once flushed, even while Drain still reads the
+// request's body (chunked, its end would wait for Drain).
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":"encoding the answer: `+strings.ReplaceAll(err.Error(), `"`, `'`)+`"}`)
+	}
+	b = append(b, '\n')
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	w.Write(b)
 }
 
 // Fail writes an error with status and msg in one API's shape.
@@ -250,16 +310,21 @@ func Routed(w http.ResponseWriter, r *http.Request, mux *http.ServeMux, fail Fai
 	return false
 }
 
-// RefuseBody answers err from Declared or Buffer with fail: 413 over the
-// limit (after Refuse: the connection closes), 400 if the body could not
-// be read.
+// RefuseBody answers err from Declared, Buffer or NoBody, or from reading
+// a body held to a Pace, with fail: 413 over the limit, 408 too slow, 400
+// for a body where none belongs or one that could not be read. The body
+// is left unread or broken: Refuse first, so the connection closes after
+// the answer.
 func RefuseBody(w http.ResponseWriter, err error, fail Fail) {
-	if IsTooLarge(err) {
-		Refuse(w)
+	Refuse(w)
+	switch {
+	case IsTooLarge(err):
 		fail(w, http.StatusRequestEntityTooLarge, err.Error())
-		return
+	case IsSlow(err):
+		fail(w, http.StatusRequestTimeout, err.Error())
+	default:
+		fail(w, http.StatusBadRequest, err.Error())
 	}
-	fail(w, http.StatusBadRequest, err.Error())
 }
 
 // Allowed returns the methods mux serves r's path with, for a 405's Allow

@@ -113,10 +113,11 @@ func checkName(name string) error {
 	return nil
 }
 
-// checkQuota refuses a negative limit.
+// checkQuota refuses a limit out of range (sandbox.Quota.Check), the
+// error naming it.
 func checkQuota(q sandbox.Quota) error {
-	if q.Sandboxes < 0 || q.Memory < 0 || q.CPUs < 0 || q.SnapshotBytes < 0 || q.Pools < 0 || q.CreatesPerMinute < 0 {
-		return fmt.Errorf("%w: quota limits must not be negative", ErrInvalid)
+	if err := q.Check(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
 }

@@ -44,6 +44,10 @@ func TestTenantKeys(t *testing.T) {
 	if _, err := ts.Add(ctx, "neg", sandbox.Quota{Memory: -1}); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Errorf("negative quota: %v, want invalid", err)
 	}
+	var qe *sandbox.QuotaError
+	if _, err := ts.SetQuota(ctx, "team-a", sandbox.Quota{CPUs: 1e308}); !errors.Is(err, errdefs.ErrInvalid) || !errors.As(err, &qe) || qe.Field != "cpus" {
+		t.Errorf("a quota of 1e308 vCPUs: %v, want invalid naming cpus", err)
+	}
 	k, secret, err := ts.AddKey(ctx, "team-a")
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,8 @@ import (
 
 	"smolvm.dev/smolvm/api/e2bapi"
 	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/internal/httpguard"
+	"smolvm.dev/smolvm/internal/jsondup"
 	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/runtime/tenant"
@@ -55,14 +57,10 @@ func writeAPIError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, e2bapi.Error{Code: status, Message: msg})
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { httpguard.WriteJSON(w, status, v) }
 
 // decodeBody decodes a JSON request body into v; an empty body leaves v
-// as it is. The error names the field at fault.
+// as it is. The error names the field at fault (a key given twice too).
 func decodeBody(r *http.Request, v any) error {
 	b, err := io.ReadAll(io.LimitReader(r.Body, maxRequest+1))
 	if err != nil {
@@ -79,6 +77,9 @@ func decodeBody(r *http.Request, v any) error {
 	}
 	if err := json.Unmarshal(b, v); err != nil {
 		return fmt.Errorf("malformed JSON body: %s", describeJSONError(err))
+	}
+	if err := jsondup.Check(b, v); err != nil {
+		return fmt.Errorf("malformed JSON body: %w", err)
 	}
 	return nil
 }

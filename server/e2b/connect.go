@@ -23,6 +23,9 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"smolvm.dev/smolvm/internal/httpguard"
+	"smolvm.dev/smolvm/internal/jsondup"
 )
 
 // Connect error codes, as they appear on the wire.
@@ -138,6 +141,9 @@ func decodeMessage(body []byte, v any) *rpcError {
 	if err := json.Unmarshal(body, v); err != nil {
 		return rpcErrorf(codeInvalidArgument, "malformed request: %s", describeJSONError(err))
 	}
+	if err := jsondup.Check(body, v); err != nil {
+		return rpcErrorf(codeInvalidArgument, "malformed request: %v", err)
+	}
 	return nil
 }
 
@@ -162,9 +168,7 @@ func writeUnary(w http.ResponseWriter, v any, rerr *rpcError) {
 
 // writeRPCError sends a Connect error with status.
 func writeRPCError(w http.ResponseWriter, status int, rerr *rpcError) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(rerr)
+	httpguard.WriteJSON(w, status, rerr)
 }
 
 const (

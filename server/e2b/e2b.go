@@ -18,6 +18,7 @@ import (
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/server/ports"
 )
@@ -69,6 +70,11 @@ type Options struct {
 	// port, returned to the SDK at create and connect (getHost(port));
 	// empty leaves the SDK's default.
 	Domain string
+	// Limiter, when set, bounds the requests served at once: control
+	// plane and envd requests take a slot once authenticated, of the
+	// key's tenant or the sandbox's (httpapi.Options.Limiter shares it).
+	// Port traffic takes none, as on the native API.
+	Limiter *httpguard.Limiter
 }
 
 // Handler serves both E2B APIs: requests with an E2b-Sandbox-Id header
@@ -87,6 +93,7 @@ type Handler struct {
 	where     string
 	ports     *ports.Proxy
 	domain    string
+	limit     *httpguard.Limiter
 	procs     *procTable
 	watches   *watchSet
 	kernels   *kernels
@@ -113,7 +120,7 @@ func New(ctx context.Context, o Options) (*Handler, error) {
 	}
 	h := &Handler{
 		m: o.Manager, st: o.Store, snaps: o.Snapshots, authorize: o.Authorize, key: key, maxUpload: o.MaxUpload, ttl: o.DefaultTTL, where: o.Where,
-		ports: o.Ports, domain: o.Domain, procs: newProcTable(), watches: newWatchSet(), kernels: newKernels(),
+		ports: o.Ports, domain: o.Domain, limit: o.Limiter, procs: newProcTable(), watches: newWatchSet(), kernels: newKernels(),
 	}
 	if h.maxUpload <= 0 {
 		h.maxUpload = 1 << 30
@@ -151,6 +158,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	release, err := h.acquire(r, tenant.Owner(r.Context()))
+	if err != nil {
+		httpguard.RefuseBusy(w, err, writeAPIError)
+		return
+	}
+	defer release()
 	if err := httpguard.Buffer(r, maxRequest); err != nil {
 		httpguard.RefuseBody(w, err, writeAPIError)
 		return
@@ -158,6 +171,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if httpguard.Routed(w, r, h.api, h.noRoute(r)) {
 		h.api.ServeHTTP(w, r)
 	}
+}
+
+// acquire takes a slot for r, of class (a tenant, "" the admin), from the
+// limiter if there is one.
+func (h *Handler) acquire(r *http.Request, class string) (func(), error) {
+	if h.limit == nil {
+		return func() {}, nil
+	}
+	return h.limit.Acquire(r.Context(), class)
 }
 
 // unrouted answers a request that no control-plane route serves, saying

@@ -338,11 +338,40 @@ func TestBadInput(t *testing.T) {
 	})
 }
 
+// TestDecodersRefuseDuplicateKeys: a key given twice, at any depth or in
+// another case for a field, is refused by both decoders with its name
+// (encoding/json would take the last).
+func TestDecodersRefuseDuplicateKeys(t *testing.T) {
+	for _, c := range []struct{ body, key string }{
+		{`{"templateID":"a","templateID":"b"}`, "templateID"},
+		{`{"templateID":"a","TemplateID":"b"}`, "TemplateID"},
+		{`{"templateID":"a","metadata":{"k":"1","k":"2"}}`, "metadata.k"},
+	} {
+		r := httptest.NewRequest("POST", "/", strings.NewReader(c.body))
+		if err := decodeBody(r, &e2bapi.CreateRequest{}); err == nil || !strings.Contains(err.Error(), `"`+c.key+`" given twice`) {
+			t.Errorf("API %s: %v, want %q refused", c.body, err, c.key)
+		}
+	}
+	for _, c := range []struct{ body, key string }{
+		{`{"process":{"cmd":"a","cmd":"b"}}`, "process.cmd"},
+		{`{"process":{"cmd":"a","envs":{"A":"1","A":"2"}}}`, "process.envs.A"},
+		{`{"stdin":true,"Stdin":false}`, "Stdin"},
+	} {
+		rerr := decodeMessage([]byte(c.body), &startRequest{})
+		if rerr == nil || rerr.Code != codeInvalidArgument || !strings.Contains(rerr.Message, `"`+c.key+`" given twice`) {
+			t.Errorf("envd %s: %v, want %q refused", c.body, rerr, c.key)
+		}
+	}
+	if rerr := decodeMessage([]byte(`{"process":{"cmd":"a","envs":{"A":"1","a":"2"}}}`), &startRequest{}); rerr != nil {
+		t.Errorf("keys of a map that differ in case: %v", rerr)
+	}
+}
+
 // FuzzDecoders feeds arbitrary bodies to every request decoder: they must
 // fail with an error, never panic.
 func FuzzDecoders(f *testing.F) {
 	for _, s := range []string{`{"templateID":"base","timeout":5,"metadata":{"a":"b"}}`, `{"process":{"cmd":"/bin/bash","args":["-c","x"],"envs":{"A":"1"}},"stdin":true}`,
-		`{"process":{"pid":1},"signal":"SIGNAL_SIGKILL"}`, `{"path":"/a/../b","depth":3}`, `{"count":2}`, `[`, `null`} {
+		`{"process":{"pid":1},"signal":"SIGNAL_SIGKILL"}`, `{"path":"/a/../b","depth":3}`, `{"count":2}`, `[`, `null`, `{"templateID":"a","TemplateID":"b"}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {

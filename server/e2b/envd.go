@@ -84,23 +84,33 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 			return
 		}
 	}
+	// The guards' answers: Connect has no codes for a body too large or
+	// a server busy: keep the status.
+	fail := func(w http.ResponseWriter, status int, msg string) {
+		if isEnvdHTTP(r) {
+			writeAPIError(w, status, msg)
+			return
+		}
+		code := codeInvalidArgument
+		switch status {
+		case http.StatusRequestEntityTooLarge, http.StatusTooManyRequests, http.StatusServiceUnavailable:
+			code = codeResourceExhausted
+		case http.StatusRequestTimeout:
+			code = codeDeadlineExceeded
+		}
+		writeRPCError(w, status, &rpcError{Code: code, Message: msg})
+	}
+	release, err := h.acquire(r, sb.Tenant)
+	if err != nil {
+		httpguard.RefuseBusy(w, err, fail)
+		return
+	}
+	defer release()
 	// Uploads stream, with a limit per file (writeFiles); every other
 	// request is one small message.
 	if r.Method != http.MethodPost || r.URL.Path != "/files" {
 		if err := httpguard.Buffer(r, maxRequest); err != nil {
-			httpguard.RefuseBody(w, err, func(w http.ResponseWriter, status int, msg string) {
-				if isEnvdHTTP(r) {
-					writeAPIError(w, status, msg)
-					return
-				}
-				// Connect has no code of its own for a body too large: keep
-				// the status.
-				code := codeInvalidArgument
-				if status == http.StatusRequestEntityTooLarge {
-					code = codeResourceExhausted
-				}
-				writeRPCError(w, status, &rpcError{Code: code, Message: msg})
-			})
+			httpguard.RefuseBody(w, err, fail)
 			return
 		}
 	}
@@ -543,6 +553,9 @@ func (h *Handler) upload(ctx context.Context, ac *guest.Client, p string, body i
 	if lr.over {
 		return fi, http.StatusRequestEntityTooLarge, fmt.Errorf("%s: upload larger than %d bytes", p, h.maxUpload)
 	}
+	if httpguard.IsSlow(lr.err) {
+		return fi, http.StatusRequestTimeout, fmt.Errorf("%s: %w", p, lr.err)
+	}
 	if err != nil {
 		rerr := fsError("write", p, err)
 		return fi, rerr.fileStatus(), errors.New(rerr.Message)
@@ -550,11 +563,13 @@ func (h *Handler) upload(ctx context.Context, ac *guest.Client, p string, body i
 	return fi, http.StatusOK, nil
 }
 
-// limitReader fails once more than n bytes come.
+// limitReader fails once more than n bytes come; err keeps the body's
+// own error, if reading it failed.
 type limitReader struct {
 	r    io.Reader
 	n    int64
 	over bool
+	err  error
 }
 
 func (l *limitReader) Read(p []byte) (int, error) {
@@ -565,6 +580,9 @@ func (l *limitReader) Read(p []byte) (int, error) {
 		p = p[:l.n+1]
 	}
 	n, err := l.r.Read(p)
+	if err != nil && err != io.EOF {
+		l.err = err
+	}
 	l.n -= int64(n)
 	if l.n < 0 {
 		l.over = true

@@ -37,9 +37,9 @@ var errNoRunner = errdefs.New(errdefs.ErrUnsupported, "this server runs no agent
 
 // registerAgentRoutes registers the agent runner's routes. They are the
 // admin's: a run reads a path on the server's host.
-func (s *Server) registerAgentRoutes(route func(string, http.HandlerFunc)) {
-	admin := func(pattern string, h http.HandlerFunc) {
-		route(pattern, func(w http.ResponseWriter, r *http.Request) {
+func (s *Server) registerAgentRoutes(route, bare func(string, http.HandlerFunc)) {
+	only := func(h http.HandlerFunc) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
 			if _, scoped := tenant.Of(r.Context()); scoped {
 				writeError(w, tenant.ErrAdminOnly)
 				return
@@ -49,12 +49,12 @@ func (s *Server) registerAgentRoutes(route func(string, http.HandlerFunc)) {
 				return
 			}
 			h(w, r)
-		})
+		}
 	}
-	admin("POST /v1/agent/runs", s.startRun)
-	admin("GET /v1/agent/runs", s.listRuns)
-	admin("GET /v1/agent/runs/{id}", s.getRun)
-	admin("POST /v1/agent/runs/{id}/stop", s.stopRun)
+	route("POST /v1/agent/runs", only(s.startRun))
+	route("GET /v1/agent/runs", only(s.listRuns))
+	route("GET /v1/agent/runs/{id}", only(s.getRun))
+	bare("POST /v1/agent/runs/{id}/stop", only(s.stopRun))
 }
 
 // startRun starts a run in the background and answers 202 with it; its

@@ -5,8 +5,11 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"log"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -39,8 +42,8 @@ type Options struct {
 	Mounts []Mount
 	// Root, when set, serves what nothing else claims: a path outside
 	// /v1/ that no route or mount serves, with any method. It is public
-	// as a Public mount is (it checks tokens and paths itself), behind
-	// the limiter and metrics. smolvm serve gives it E2B's API, whose
+	// as a Public mount is (it checks tokens and paths itself, and takes
+	// its slots), behind metrics. smolvm serve gives it E2B's API, whose
 	// SDKs then work with the server's root as their base URL.
 	Root http.Handler
 	// TempDir is where uploads are spooled until complete.
@@ -49,8 +52,20 @@ type Options struct {
 	// download's (default sandbox.MaxCopyOut).
 	MaxUpload, MaxDownload int64
 	// MaxInFlight requests run at once (default 128); up to MaxQueue more
-	// wait for a slot (default 1024), and the rest get 429.
-	MaxInFlight, MaxQueue int
+	// wait for a slot (default 1024), and the rest get 429. One tenant
+	// (the admin is one too) holds at most MaxInFlightPerTenant (default
+	// half of MaxInFlight) and waits in the same share of the queue.
+	MaxInFlight, MaxQueue, MaxInFlightPerTenant int
+	// Limiter, when set, is the limiter instead, shared with the handlers
+	// of Public mounts and Root (E2B's API), which take their slots
+	// themselves once they know who is asking.
+	Limiter *httpguard.Limiter
+	// BodyTimeout and MinBodyRate pace every request body (httpguard.Pace:
+	// whole within BodyTimeout plus a second per MinRate bytes, or 408);
+	// 0 is httpguard's default. BodyTimeout also bounds the wait for an
+	// exec WebSocket's first message.
+	BodyTimeout time.Duration
+	MinBodyRate int64
 	// DefaultTTL is the time to live of a sandbox created without one
 	// (default sandbox.DefaultTTL); ExpiredGrace how long an expired one
 	// stays listed (default sandbox.DefaultExpiredGrace).
@@ -77,10 +92,12 @@ type Mount struct {
 	// whose connections may live long.
 	Host    func(host string) bool
 	Handler http.Handler
-	// Public skips the server's token and path checks, for handlers that
-	// authenticate requests themselves (with CheckToken) and answer in
-	// their own error shape: they must check paths (httpguard.Path) and
-	// names too. A mount gets every path under Prefix, ".." and all.
+	// Public skips the server's token and path checks and the limiter,
+	// for handlers that authenticate requests themselves (with CheckToken)
+	// and answer in their own error shape: they must check paths
+	// (httpguard.Path) and names too, and take a slot from
+	// Options.Limiter once a request is authenticated. A mount gets every
+	// path under Prefix, ".." and all.
 	Public bool
 }
 
@@ -88,7 +105,7 @@ type Mount struct {
 type Server struct {
 	o       Options
 	mux     *http.ServeMux
-	limit   *limiter
+	limit   *httpguard.Limiter
 	metrics *metrics
 	// routes lists every registered "METHOD /path" pattern, for the
 	// OpenAPI test.
@@ -119,10 +136,11 @@ func (m *mount) takes(r *http.Request) bool {
 
 // body says how a route takes its request body: up to limit bytes (0: the
 // handler's business, for mounts), read whole before the handler runs
-// unless stream.
+// unless stream; or none at all, when a body is a 400.
 type body struct {
 	limit  int64
 	stream bool
+	none   bool
 }
 
 // New returns a Server for o.
@@ -139,6 +157,12 @@ func New(o Options) *Server {
 	if o.MaxQueue == 0 {
 		o.MaxQueue = 1024
 	}
+	if o.BodyTimeout == 0 {
+		o.BodyTimeout = httpguard.DefaultBodyTimeout
+	}
+	if o.MinBodyRate == 0 {
+		o.MinBodyRate = httpguard.DefaultMinBodyRate
+	}
 	if o.DefaultTTL == 0 {
 		o.DefaultTTL = sandbox.DefaultTTL
 	}
@@ -148,7 +172,10 @@ func New(o Options) *Server {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{o: o, mux: http.NewServeMux(), limit: newLimiter(o.MaxInFlight, o.MaxQueue), metrics: newMetrics(), public: map[string]bool{}, proxied: map[string]bool{}}
+	if o.Limiter == nil {
+		o.Limiter = httpguard.NewLimiter(o.MaxInFlight, o.MaxQueue, o.MaxInFlightPerTenant)
+	}
+	s := &Server{o: o, mux: http.NewServeMux(), limit: o.Limiter, metrics: newMetrics(), public: map[string]bool{}, proxied: map[string]bool{}}
 	s.registerRoutes()
 	for _, m := range o.Mounts {
 		if m.Host != nil {
@@ -156,10 +183,10 @@ func New(o Options) *Server {
 			continue
 		}
 		s.routes = append(s.routes, m.Prefix)
-		s.mounts = append(s.mounts, mount{prefix: m.Prefix, public: m.Public, h: s.guard(m.Prefix, true, body{}, m.Handler)})
+		s.mounts = append(s.mounts, mount{prefix: m.Prefix, public: m.Public, h: s.guard(m.Prefix, !m.Public, body{}, m.Handler)})
 	}
 	if o.Root != nil {
-		s.root = s.guard("/", true, body{}, o.Root)
+		s.root = s.guard("/", false, body{}, o.Root)
 	}
 	return s
 }
@@ -169,9 +196,11 @@ func New(o Options) *Server {
 // 401), then the path, then routes. Mounts get their whole prefix; a
 // Public one checks tokens and paths itself, in its own error shape, as
 // Root does for what nothing else claims.
+// Every body is paced from the start, whoever reads it (Options.BodyTimeout).
 // Whatever the answer, the rest of an unread body is drained (bounded), so
 // a client still sending gets the answer, not a reset.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w, r = httpguard.Pace{Timeout: s.o.BodyTimeout, MinRate: s.o.MinBodyRate}.Hold(w, r)
 	defer httpguard.Drain(w, r)
 	for _, m := range s.mounts {
 		if m.takes(r) {
@@ -206,12 +235,31 @@ func (s *Server) unclaimed(r *http.Request) bool {
 
 // fail writes an error the guards found, with the code for its status.
 func fail(w http.ResponseWriter, status int, msg string) {
+	writeError(w, &api.Error{Status: status, Code: codeFor(status), Message: msg})
+}
+
+// codeFor is the code of an error the guards (or net/http) found.
+func codeFor(status int) string {
 	code := map[int]string{http.StatusNotFound: api.CodeNotFound, http.StatusMethodNotAllowed: api.CodeMethod,
-		http.StatusRequestEntityTooLarge: api.CodeTooLarge}[status]
+		http.StatusRequestEntityTooLarge: api.CodeTooLarge, http.StatusRequestHeaderFieldsTooLarge: api.CodeTooLarge,
+		http.StatusRequestTimeout: api.CodeTimeout, http.StatusTooManyRequests: api.CodeBusy, http.StatusServiceUnavailable: api.CodeBusy,
+		http.StatusNotImplemented: api.CodeUnsupported, http.StatusHTTPVersionNotSupported: api.CodeUnsupported}[status]
 	if code == "" {
 		code = api.CodeInvalid
 	}
-	writeError(w, &api.Error{Status: status, Code: code, Message: msg})
+	return code
+}
+
+// Listener wraps ln, the listener srv is to serve on, so that net/http's
+// own answers to requests it cannot parse (a malformed request line or
+// header, headers too large, an unknown transfer encoding or HTTP
+// version) are in the API's error shape (httpguard.Listener); errorLog
+// gets TLS handshake failures.
+func Listener(ln net.Listener, errorLog *log.Logger) net.Listener {
+	return &httpguard.Listener{Listener: ln, Log: errorLog, Body: func(status int, msg string) []byte {
+		b, _ := json.Marshal(&api.Error{Code: codeFor(status), Message: msg})
+		return b
+	}}
 }
 
 // admit checks the key (unless pattern is public) and the path,
@@ -275,17 +323,21 @@ func (s *Server) guard(pattern string, limited bool, b body, h http.Handler) htt
 			writeError(rec, err)
 			return
 		}
-		if b.limit > 0 {
-			if err := httpguard.Declared(r, b.limit); err != nil {
-				httpguard.RefuseBody(rec, err, fail)
-				return
-			}
+		var err error
+		switch {
+		case b.none:
+			err = httpguard.NoBody(r, pattern)
+		case b.limit > 0:
+			err = httpguard.Declared(r, b.limit)
+		}
+		if err != nil {
+			httpguard.RefuseBody(rec, err, fail)
+			return
 		}
 		if limited {
-			release, err := s.limit.acquire(r.Context())
+			release, err := s.limit.Acquire(r.Context(), tenant.Owner(r.Context()))
 			if err != nil {
-				rec.Header().Set("Retry-After", "1")
-				writeError(rec, err)
+				httpguard.RefuseBusy(rec, err, fail)
 				return
 			}
 			defer release()
@@ -378,34 +430,3 @@ func (r *statusRecorder) Write(p []byte) (int, error) {
 }
 
 func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
-
-// limiter bounds requests in flight, queueing a bounded number more.
-type limiter struct {
-	slots chan struct{}
-	queue chan struct{}
-}
-
-func newLimiter(inFlight, queue int) *limiter {
-	return &limiter{slots: make(chan struct{}, inFlight), queue: make(chan struct{}, queue)}
-}
-
-func (l *limiter) acquire(ctx context.Context) (func(), error) {
-	release := func() { <-l.slots }
-	select {
-	case l.slots <- struct{}{}:
-		return release, nil
-	default:
-	}
-	select {
-	case l.queue <- struct{}{}:
-	default:
-		return nil, &api.Error{Status: http.StatusTooManyRequests, Code: api.CodeBusy, Message: "too many requests in flight; retry"}
-	}
-	defer func() { <-l.queue }()
-	select {
-	case l.slots <- struct{}{}:
-		return release, nil
-	case <-ctx.Done():
-		return nil, &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeBusy, Message: "gave up waiting for a free slot"}
-	}
-}

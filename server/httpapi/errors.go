@@ -15,6 +15,7 @@ import (
 	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/internal/httpguard"
+	"smolvm.dev/smolvm/internal/jsondup"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -54,12 +55,17 @@ func errorFor(err error) *api.Error {
 		ee *sandbox.ExpiredError
 		se *sandbox.StartError
 		pe *httpguard.ParamError
+		qe *sandbox.QuotaError
 	)
 	switch {
 	case httpguard.IsTooLarge(err):
 		e.Status, e.Code = http.StatusRequestEntityTooLarge, api.CodeTooLarge
+	case httpguard.IsSlow(err):
+		e.Status, e.Code = http.StatusRequestTimeout, api.CodeTimeout
 	case errors.As(err, &pe):
 		e.Status, e.Code, e.Field = http.StatusBadRequest, api.CodeInvalid, pe.Param
+	case errors.As(err, &qe):
+		e.Field = qe.Field
 	case errors.As(err, &se):
 		exit := se.Exit
 		e.Status, e.Code, e.Exit = http.StatusUnprocessableEntity, api.CodeCannotStart, &exit
@@ -77,18 +83,14 @@ func writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, e.Status, e)
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { httpguard.WriteJSON(w, status, v) }
 
 // maxBody bounds JSON request bodies; uploads have their own limit.
 const maxBody = 1 << 20
 
 // decode reads one JSON object from r into v, strictly: unknown fields,
-// wrong types, trailing data and oversized bodies are 400s that name the
-// field at fault.
+// keys given twice, wrong types, trailing data and oversized bodies are
+// 400s that name the field at fault.
 func decode(r io.Reader, v any) error {
 	body, err := io.ReadAll(io.LimitReader(r, maxBody+1))
 	if err != nil {
@@ -111,7 +113,7 @@ func decode(r io.Reader, v any) error {
 		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 			return invalid("", "request body: unexpected data after the JSON object")
 		}
-		return nil
+		return duplicates(body, v)
 	}
 	var (
 		typeErr   *json.UnmarshalTypeError
@@ -135,6 +137,20 @@ func decode(r io.Reader, v any) error {
 		return invalid("", "request body: truncated JSON")
 	}
 	return invalid("", "request body: "+err.Error())
+}
+
+// duplicates refuses a body that gives a key twice (encoding/json would
+// take the last), naming it.
+func duplicates(body []byte, v any) error {
+	err := jsondup.Check(body, v)
+	var de *jsondup.Error
+	if !errors.As(err, &de) {
+		return nil // v decoded from body: there is nothing else to find
+	}
+	if de.Deep {
+		return invalid("", "request body: "+de.Error())
+	}
+	return invalid(de.Path, fmt.Sprintf("field %q: given twice", de.Path))
 }
 
 func typeName(e *json.UnmarshalTypeError) string {

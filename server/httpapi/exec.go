@@ -92,7 +92,11 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 		c.Close(websocket.StatusPolicyViolation, truncate(e.Message, 120))
 	}
 
-	typ, first, err := c.Read(ctx)
+	// The request comes at once or not at all: a connection that sends
+	// nothing must not hold its slot (the WebSocket's body is not paced).
+	firstCtx, cancelFirst := context.WithTimeout(ctx, s.o.BodyTimeout)
+	typ, first, err := c.Read(firstCtx)
+	cancelFirst()
 	if err != nil {
 		return
 	}

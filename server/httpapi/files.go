@@ -88,7 +88,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 	defer spool.Close()
 	n, err := io.Copy(spool, io.LimitReader(r.Body, s.o.MaxUpload+1))
 	if err != nil {
-		writeError(w, invalid("", "reading the upload: "+err.Error()))
+		httpguard.RefuseBody(w, fmt.Errorf("reading the upload: %w", err), fail)
 		return
 	}
 	if n > s.o.MaxUpload {

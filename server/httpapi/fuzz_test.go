@@ -30,7 +30,7 @@ func FuzzDecode(f *testing.F) {
 		`{"timeout":0}`, `{"timeout":"1h"}`, `{"n":3,"name_prefix":"f"}`, `{"name":"snap","stop":true}`,
 		`{"memory":1e300}`, `{"timeout":1e300}`, `{"memory":-1}`, `{"memory":1.5}`,
 		`{"env":["=x"]}`, `{"args":[""]}`, `{"resize":{"rows":1,"cols":2}}`,
-		``, `{`, `[]`, `null`, `"x"`, `{"a":1}`, `{} x`, "\xff", `{"name":"\u0000"}`,
+		``, `{`, `[]`, `null`, `"x"`, `{"a":1}`, `{} x`, "\xff", `{"name":"\u0000"}`, `{"name":"a","Name":"b"}`,
 	} {
 		f.Add([]byte(seed))
 	}

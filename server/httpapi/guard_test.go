@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"smolvm.dev/smolvm/api"
+	"smolvm.dev/smolvm/internal/httpguard"
 )
 
 // TestAuthBeforeRouting: without the token every path and method is a
@@ -66,7 +67,7 @@ func TestBodyLimit(t *testing.T) {
 		{"declared", "/v1/sandboxes/x/exec", bytes.NewReader(big), true, false, http.StatusRequestEntityTooLarge, "1048576 bytes"},
 		{"chunked", "/v1/sandboxes/x/exec", io.MultiReader(bytes.NewReader(big)), true, false, http.StatusRequestEntityTooLarge, "1048576 bytes"},
 		{"100-continue", "/v1/sandboxes/x/exec", bytes.NewReader(big), true, true, http.StatusRequestEntityTooLarge, "1048576 bytes"},
-		{"a route that reads no body", "/v1/sandboxes", bytes.NewReader(big), true, false, http.StatusRequestEntityTooLarge, "limit"},
+		{"a route that reads no body", "/v1/sandboxes", bytes.NewReader(big), true, false, http.StatusBadRequest, "takes no request body"},
 		{"unknown route", "/v1/nope", bytes.NewReader(big), true, false, http.StatusNotFound, "no such route"},
 		{"no token", "/v1/sandboxes/x/exec", bytes.NewReader(big), false, false, http.StatusUnauthorized, "token"},
 	} {
@@ -113,5 +114,53 @@ func TestBodyLimit(t *testing.T) {
 	s.ServeHTTP(w, r)
 	if w.Code != http.StatusRequestEntityTooLarge || !strings.Contains(w.Body.String(), "4194304 bytes") {
 		t.Errorf("upload over its limit: %d %s", w.Code, w.Body)
+	}
+}
+
+// TestBodylessRoutes: every route that openapi.json gives no request body
+// refuses one, declared or chunked, with a JSON 400 naming the route,
+// before its handler runs (this server has no Manager to reach).
+func TestBodylessRoutes(t *testing.T) {
+	var doc openapiDoc
+	if err := json.Unmarshal(openapiJSON, &doc); err != nil {
+		t.Fatal(err)
+	}
+	s := New(Options{Token: "t0ken"})
+	n := 0
+	for _, pattern := range s.Routes() {
+		method, path, _ := strings.Cut(pattern, " ")
+		var op struct {
+			RequestBody json.RawMessage `json:"requestBody"`
+		}
+		json.Unmarshal(doc.Paths[path][strings.ToLower(method)], &op)
+		if op.RequestBody != nil || s.proxied[pattern] {
+			continue
+		}
+		n++
+		for _, w := range httpguard.Wildcards(path) {
+			v := "x"
+			if w == "key" {
+				v = "ab" // key IDs are hex
+			}
+			path = strings.Replace(path, "{"+w+"}", v, 1)
+		}
+		for _, chunked := range []bool{false, true} {
+			var b io.Reader = strings.NewReader("{}")
+			if chunked {
+				b = io.MultiReader(b) // no length: sent chunked
+			}
+			r := httptest.NewRequest(method, path, b)
+			r.Header.Set("Authorization", "Bearer t0ken")
+			w := httptest.NewRecorder()
+			s.ServeHTTP(w, r)
+			var e api.Error
+			json.Unmarshal(w.Body.Bytes(), &e)
+			if w.Code != http.StatusBadRequest || e.Code != api.CodeInvalid || !strings.Contains(e.Message, pattern+" takes no request body") {
+				t.Errorf("%s with a body (chunked %v): %d %s", pattern, chunked, w.Code, w.Body)
+			}
+		}
+	}
+	if n < 30 {
+		t.Fatalf("only %d routes without a body: is openapi.json read right?", n)
 	}
 }

@@ -143,7 +143,7 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	s.metrics.write(w, states, len(s.limit.slots))
+	s.metrics.write(w, states, s.limit.InFlight())
 	writeUsage(w, usage)
 }
 

@@ -9,11 +9,11 @@ import (
 	"smolvm.dev/smolvm/sandbox"
 )
 
-func (s *Server) registerPoolRoutes(route func(string, http.HandlerFunc)) {
+func (s *Server) registerPoolRoutes(route, bare func(string, http.HandlerFunc)) {
 	route("GET /v1/pools", s.listPools)
 	route("POST /v1/pools", s.createPool)
 	route("DELETE /v1/pools/{pool}", s.removePool)
-	route("POST /v1/pools/{pool}/fill", s.fillPool)
+	bare("POST /v1/pools/{pool}/fill", s.fillPool)
 }
 
 func (s *Server) listPools(w http.ResponseWriter, r *http.Request) {

@@ -21,10 +21,18 @@ import (
 // registerRoutes registers every route; openapi.json must list each one
 // (TestOpenAPIMatchesRoutes checks both ways).
 func (s *Server) registerRoutes() {
-	jsonBody := body{limit: maxBody}
-	public := func(pattern string, h http.HandlerFunc) { s.handle(pattern, false, false, jsonBody, h) }
-	unlimited := func(pattern string, h http.HandlerFunc) { s.handle(pattern, true, false, jsonBody, h) }
-	route := func(pattern string, h http.HandlerFunc) { s.handle(pattern, true, true, jsonBody, h) }
+	// A route takes one JSON object, but GET, HEAD and DELETE take no body,
+	// nor does a POST registered with bare.
+	bodyOf := func(pattern string) body {
+		if m, _, _ := strings.Cut(pattern, " "); m == http.MethodGet || m == http.MethodHead || m == http.MethodDelete {
+			return body{none: true}
+		}
+		return body{limit: maxBody}
+	}
+	public := func(pattern string, h http.HandlerFunc) { s.handle(pattern, false, false, bodyOf(pattern), h) }
+	unlimited := func(pattern string, h http.HandlerFunc) { s.handle(pattern, true, false, bodyOf(pattern), h) }
+	route := func(pattern string, h http.HandlerFunc) { s.handle(pattern, true, true, bodyOf(pattern), h) }
+	bare := func(pattern string, h http.HandlerFunc) { s.handle(pattern, true, true, body{none: true}, h) }
 	// Uploads stream to a spool file, up to their own, larger limit.
 	upload := func(pattern string, h http.HandlerFunc) {
 		s.handle(pattern, true, true, body{limit: s.o.MaxUpload, stream: true}, h)
@@ -46,7 +54,7 @@ func (s *Server) registerRoutes() {
 	route("POST /v1/sandboxes", s.create)
 	route("GET /v1/sandboxes/{id}", s.get)
 	route("DELETE /v1/sandboxes/{id}", s.remove)
-	route("POST /v1/sandboxes/{id}/start", s.start)
+	bare("POST /v1/sandboxes/{id}/start", s.start)
 	route("POST /v1/sandboxes/{id}/stop", s.stop)
 	route("POST /v1/sandboxes/{id}/timeout", s.setTimeout)
 	route("POST /v1/sandboxes/{id}/exec", s.exec)
@@ -57,14 +65,14 @@ func (s *Server) registerRoutes() {
 	route("GET /v1/sandboxes/{id}/stats", s.stats)
 	route("GET /v1/images", s.images)
 	route("POST /v1/images", s.pull)
-	s.registerSnapshotRoutes(route, func(pattern string, h http.HandlerFunc) {
+	s.registerSnapshotRoutes(route, bare, func(pattern string, h http.HandlerFunc) {
 		s.handle(pattern, true, true, body{limit: maxSnapshotImport, stream: true}, h)
 	})
-	s.registerPoolRoutes(route)
-	s.registerTenantRoutes(route)
+	s.registerPoolRoutes(route, bare)
+	s.registerTenantRoutes(route, bare)
 	s.registerNetworkRoutes(route)
 	s.registerBrowserRoutes(route)
-	s.registerAgentRoutes(route)
+	s.registerAgentRoutes(route, bare)
 	s.registerPortRoutes()
 }
 

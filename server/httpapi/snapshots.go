@@ -15,13 +15,14 @@ import (
 // its memory image is most of it.
 const maxSnapshotImport = 256 << 30
 
-// registerSnapshotRoutes registers the snapshot routes; transfer is how a
-// route whose body is a whole snapshot is registered (streamed).
-func (s *Server) registerSnapshotRoutes(route, transfer func(string, http.HandlerFunc)) {
+// registerSnapshotRoutes registers the snapshot routes; bare is how a
+// POST without a body is registered, transfer how a route whose body is a
+// whole snapshot is (streamed).
+func (s *Server) registerSnapshotRoutes(route, bare, transfer func(string, http.HandlerFunc)) {
 	route("POST /v1/sandboxes/{id}/checkpoint", s.checkpoint)
 	route("POST /v1/sandboxes/{id}/fork", s.fork)
-	route("POST /v1/sandboxes/{id}/pause", s.pause)
-	route("POST /v1/sandboxes/{id}/resume", s.resume)
+	bare("POST /v1/sandboxes/{id}/pause", s.pause)
+	bare("POST /v1/sandboxes/{id}/resume", s.resume)
 	route("GET /v1/snapshots", s.listSnapshots)
 	route("GET /v1/snapshots/{snapshot}", s.getSnapshot)
 	route("DELETE /v1/snapshots/{snapshot}", s.removeSnapshot)

@@ -13,17 +13,20 @@ import (
 
 // registerTenantRoutes registers the admin's routes over tenants and
 // their keys; a tenant's key gets 403 from each.
-func (s *Server) registerTenantRoutes(route func(string, http.HandlerFunc)) {
+func (s *Server) registerTenantRoutes(route, bare func(string, http.HandlerFunc)) {
 	// Usage is every tenant's for the admin, one's own for a tenant.
 	route("GET /v1/usage", s.usage)
-	admin := func(pattern string, h func(*tenant.Store, http.ResponseWriter, *http.Request)) {
-		route(pattern, func(w http.ResponseWriter, r *http.Request) {
+	only := func(h func(*tenant.Store, http.ResponseWriter, *http.Request)) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
 			if _, scoped := tenant.Of(r.Context()); scoped {
 				writeError(w, tenant.ErrAdminOnly)
 				return
 			}
 			h(s.tenants(), w, r)
-		})
+		}
+	}
+	admin := func(pattern string, h func(*tenant.Store, http.ResponseWriter, *http.Request)) {
+		route(pattern, only(h))
 	}
 	admin("GET /v1/tenants", func(ts *tenant.Store, w http.ResponseWriter, r *http.Request) {
 		list, err := ts.List(r.Context())
@@ -62,7 +65,7 @@ func (s *Server) registerTenantRoutes(route func(string, http.HandlerFunc)) {
 		t, err := ts.SetQuota(r.Context(), r.PathValue("tenant"), q)
 		reply(w, t, err)
 	})
-	admin("POST /v1/tenants/{tenant}/keys", func(ts *tenant.Store, w http.ResponseWriter, r *http.Request) {
+	bare("POST /v1/tenants/{tenant}/keys", only(func(ts *tenant.Store, w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("tenant")
 		k, secret, err := ts.AddKey(r.Context(), name)
 		if err != nil {
@@ -70,7 +73,7 @@ func (s *Server) registerTenantRoutes(route func(string, http.HandlerFunc)) {
 			return
 		}
 		created(w, api.NewKey{TenantKey: k, Tenant: name, Key: secret}, nil)
-	})
+	}))
 	admin("DELETE /v1/tenants/{tenant}/keys/{key}", func(ts *tenant.Store, w http.ResponseWriter, r *http.Request) {
 		if err := ts.RemoveKey(r.Context(), r.PathValue("tenant"), r.PathValue("key")); err != nil {
 			writeError(w, err)

@@ -18,6 +18,7 @@ import (
 	"smolvm.dev/smolvm/internal/testdeps"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/server/httpapi"
 )
 
 // tenantFixture is a server with tenants a and b, each with a key and a
@@ -29,8 +30,12 @@ type tenantFixture struct {
 	clients map[string]*client.Client
 }
 
-func newTenantFixture(t *testing.T) *tenantFixture {
-	f := newFixture(t, nil)
+func newTenantFixture(t *testing.T, tune ...func(*httpapi.Options)) *tenantFixture {
+	f := newFixture(t, func(o *httpapi.Options) {
+		for _, fn := range tune {
+			fn(o)
+		}
+	})
 	tf := &tenantFixture{fixture: f, keys: map[string]string{}, keyIDs: map[string]string{}, clients: map[string]*client.Client{}}
 	for _, name := range []string{"a", "b"} {
 		if code, body, _ := f.do("POST", "/v1/tenants", `{"name":"`+name+`"}`); code != http.StatusCreated {
@@ -227,6 +232,18 @@ func TestTenantQuota(t *testing.T) {
 	run := func(name string) error {
 		_, err := b.Create(ctx, sandbox.CreateOptions{Name: name, Start: true, Config: sandbox.Config{TTL: time.Hour, Limits: sandbox.Limits{Memory: 256 << 20}}})
 		return err
+	}
+	// Values out of range are refused with the field's name, on add too.
+	for _, c := range []struct{ method, path, body, field string }{
+		{"PUT", "/v1/tenants/b/quota", `{"cpus":1e308}`, "cpus"},
+		{"PUT", "/v1/tenants/b/quota", `{"memory":-1}`, "memory"},
+		{"PUT", "/v1/tenants/b/quota", `{"sandboxes":1000001}`, "sandboxes"},
+		{"POST", "/v1/tenants", `{"name":"c","quota":{"snapshot_bytes":1000000000000000000}}`, "snapshot_bytes"},
+	} {
+		code, body, _ := tf.do(c.method, c.path, c.body)
+		if e := apiError(t, body); code != http.StatusBadRequest || e.Field != c.field || !strings.Contains(e.Message, "out of range") {
+			t.Errorf("%s %s %s: %d %s, want 400 naming %q", c.method, c.path, c.body, code, body, c.field)
+		}
 	}
 	setQuota(`{"sandboxes":1}`)
 	if err := run("q1"); err != nil {
