@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -22,81 +23,119 @@ import (
 	"smolvm.dev/smolvm/internal/testserve"
 )
 
-// Bounds of the hostile run: it stops after this many requests or this
+// Bounds of the hostile run: it stops after this many requests (and the
+// twins of those that name what their credentials do not open) or this
 // long, whichever comes first, and must have sent at least hostileMin.
 const (
-	hostileCount   = 2400
-	hostileMin     = 2000
-	hostileTime    = 4 * time.Minute
+	hostileCount   = 6000
+	hostileMin     = 4800
+	hostileTime    = 6 * time.Minute
 	hostileWorkers = 8
+	// hostileDomain is serve's --domain: ports by Host are
+	// PORT-ID.hostileDomain, sent to the loopback address all the same.
+	hostileDomain = "hostile.test"
+	// hostileStream is how long an answer's body is read: streams (exec
+	// output, events) are cut there.
+	hostileStream = 2 * time.Second
+	// hostileKeep is how much of a body is kept, to compare twins'.
+	hostileKeep = 64 << 10
 )
 
 // TestServeHostile sends a seeded stream of randomized and malformed
-// requests to a real `smolvm serve` on loopback: traversal and over-long
-// names, bodies over the limit, wrong methods, bad JSON, bad UTF-8, wrong
-// types, unknown routes, with and without the token, to the native API,
-// E2B's control plane and envd. It logs the histogram of statuses, and
-// fails on any 5xx but 503 (busy, documented) and on any request that got
-// no answer (a reset, an EOF, a timeout).
+// requests to a real `smolvm serve` on loopback with two tenants, a and
+// b: every route of its OpenAPI document (read from GET /openapi.json),
+// E2B's control plane (under /e2b and at the root), envd, and sandboxes'
+// ports by Host and by E2B's headers. Requests carry a's key, b's, the
+// admin token, no key, a junk one, or credentials that disagree (which
+// must get a 401); they name the admin's, a's and b's running sandboxes
+// (only on routes that cannot hurt them), a's removed sandbox, a member of
+// a's warm pool and a's pool, by ID, 4-digit prefix and name, or bad and
+// unknown names; with traversal and over-long names, bodies over the
+// limit, wrong methods, bad JSON, bad UTF-8, wrong types, unknown routes,
+// request lines and headers no client sends. A request naming what its
+// credentials do not open (another tenant's, or any sandbox's envd or
+// ports without its token) must get exactly the answer of its twin, the
+// same request naming a missing object of the same shape, sent right
+// after it. It logs the histogram of statuses, and fails on any 5xx but
+// 503 (busy, documented), 502 (envd, or a port, of a sandbox it cannot
+// reach) and net/http's own 501 and 505 (hostileTexts), on any request
+// that got no answer (a reset, an EOF, a timeout), on twins that differ,
+// and on anything of the sandboxes left on the host once they are
+// removed.
 func TestServeHostile(t *testing.T) {
 	env := testmgr.New(t)
-	srv := testserve.Start(t, env.Dir, env.GuestBinary)
-	// One real sandbox for the requests that need one, with its envd token.
-	if code, body := apiCall(srv, http.MethodPost, "/v1/sandboxes", `{"name":"box"}`); code != http.StatusCreated {
-		t.Fatalf("create: %d %s", code, body)
-	}
-	code, body := apiCall(srv, http.MethodGet, "/v1/sandboxes/box", "")
-	var sb struct{ ID string }
-	if code != http.StatusOK || json.Unmarshal(body, &sb) != nil {
-		t.Fatalf("get: %d %s", code, body)
-	}
-	code, body = apiCall(srv, http.MethodPost, "/e2b/sandboxes/"+sb.ID+"/connect", `{}`)
-	var conn struct{ EnvdAccessToken string }
-	if code/100 != 2 || json.Unmarshal(body, &conn) != nil {
-		t.Fatalf("connect: %d %s", code, body)
-	}
-
-	g := hostileGen{rng: rand.New(rand.NewPCG(20, 2026)), id: sb.ID, envdToken: conn.EnvdAccessToken, token: srv.Token}
+	leaks := watchLeaks(t, env.Dir)
+	srv := testserve.Start(t, env.Dir, env.GuestBinary, "--domain", hostileDomain)
+	w := newHostileWorld(t, srv, env)
+	g := hostileGen{rng: rand.New(rand.NewPCG(20, 2026)), w: w, routes: hostileRoutes(t, srv), hit: map[string]int{}}
 	reqs := make([]hostileReq, hostileCount)
 	for i := range reqs {
 		reqs[i] = g.next()
 	}
+	for _, route := range g.routes {
+		if g.hit[route] == 0 {
+			t.Errorf("the run sends nothing to %s", route)
+		}
+	}
 
+	began := time.Now()
+	tally := runHostile(srv.URL, reqs)
+	tally.report(t, time.Since(began))
+	if tally.sent < hostileMin {
+		t.Errorf("only %d requests in %v; want at least %d", tally.sent, hostileTime, hostileMin)
+	}
+	// The server still serves, and the sandboxes still work.
+	for _, b := range []struct {
+		box *hostileBox
+		key string
+	}{{&w.box, w.token}, {&w.boxA, w.keyA}, {&w.boxB, w.keyB}} {
+		if code, body := keyCall(t, srv, b.key, http.MethodPost, "/v1/sandboxes/"+b.box.name+"/exec", `{"args":["true"]}`); code != http.StatusOK || !strings.Contains(body, `"code":0`) {
+			t.Errorf("after the run, exec in %s: %d %s", b.box.name, code, body)
+		}
+	}
+	removeAll(t, srv)
+	leaks.check(t, nil)
+}
+
+// hostileTally is what a run saw.
+type hostileTally struct {
+	mu             sync.Mutex
+	sent           int
+	statuses       map[int]int
+	byKind         map[string]map[int]int
+	failures       []string
+	twins, skipped int
+	// required counts the requests that had one status to get.
+	required int
+}
+
+// runHostile sends reqs to base from hostileWorkers goroutines, each
+// request's twin right after it, until they are all sent or hostileTime
+// is up.
+func runHostile(base string, reqs []hostileReq) *hostileTally {
 	ctx, cancel := context.WithTimeout(context.Background(), hostileTime)
 	defer cancel()
 	hc := &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: hostileWorkers}}
-	var (
-		mu       sync.Mutex
-		statuses = map[int]int{}
-		byKind   = map[string]map[int]int{}
-		failures []string
-		sent     int
-	)
+	tally := &hostileTally{statuses: map[int]int{}, byKind: map[string]map[int]int{}}
 	work := make(chan hostileReq)
 	var wg sync.WaitGroup
 	for range hostileWorkers {
 		wg.Go(func() {
 			for r := range work {
-				status, err := r.send(ctx, hc, srv.URL)
-				mu.Lock()
-				if ctx.Err() == nil || err == nil {
-					sent++
-					if err != nil && status < 500 {
-						status = 0 // no answer, or a reset
-					}
-					statuses[status]++
-					if byKind[r.kind] == nil {
-						byKind[r.kind] = map[int]int{}
-					}
-					byKind[r.kind][status]++
-					switch {
-					case err != nil && status >= 500:
-						failures = append(failures, fmt.Sprintf("%s %s (%s): %v", r.method, r.path, r.kind, err))
-					case err != nil:
-						failures = append(failures, fmt.Sprintf("%s %s (%s): no answer: %v", r.method, r.path, r.kind, err))
-					}
+				a, err := r.send(ctx, hc, base)
+				var twin hostileAnswer
+				var twinErr error
+				if r.twin != nil && err == nil {
+					twin, twinErr = r.twin.send(ctx, hc, base)
 				}
-				mu.Unlock()
+				if ctx.Err() != nil && (err != nil || twinErr != nil) {
+					continue // cut short by the run's end
+				}
+				tally.add(r, a, err)
+				if r.twin != nil && err == nil {
+					tally.add(*r.twin, twin, twinErr)
+					tally.compare(r, a, twin, twinErr)
+				}
 			}
 		})
 	}
@@ -110,29 +149,93 @@ func TestServeHostile(t *testing.T) {
 	}
 	close(work)
 	wg.Wait()
+	return tally
+}
 
-	t.Logf("hostile run: %d requests; statuses (0: no answer, or a reset):\n%s", sent, histogram(statuses))
-	kinds := make([]string, 0, len(byKind))
-	for k := range byKind {
-		kinds = append(kinds, k)
+// add counts r's answer a (err: none came), and its faults.
+func (tl *hostileTally) add(r hostileReq, a hostileAnswer, err error) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	tl.sent++
+	status := a.status
+	if err != nil {
+		status = 0 // no answer, or a reset
 	}
-	slices.Sort(kinds)
+	tl.statuses[status]++
+	if tl.byKind[r.kind] == nil {
+		tl.byKind[r.kind] = map[int]int{}
+	}
+	tl.byKind[r.kind][status]++
+	if r.want != 0 {
+		tl.required++
+	}
+	switch {
+	case err != nil:
+		tl.failures = append(tl.failures, fmt.Sprintf("%s: no answer: %v", r, err))
+	case r.fault(a) != "":
+		tl.failures = append(tl.failures, fmt.Sprintf("%s: %s", r, r.fault(a)))
+	}
+}
+
+// compare fails the run if r, naming what its credentials do not open,
+// got another answer than its twin, naming nothing. A busy answer (503,
+// 429) of either says nothing: it is skipped.
+func (tl *hostileTally) compare(r hostileReq, got, want hostileAnswer, err error) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	busy := func(s int) bool { return s == http.StatusServiceUnavailable || s == http.StatusTooManyRequests }
+	switch {
+	case err != nil:
+		return // counted by add
+	case busy(got.status) || busy(want.status):
+		tl.skipped++
+		return
+	}
+	tl.twins++
+	// The name sent may come back; nothing else may differ. (The missing
+	// name is the one replaced: "box" is in every "sandbox".)
+	alike := strings.ReplaceAll(want.body, r.twin.ref, r.ref)
+	if got.status != want.status || got.header != want.header || (got.body != want.body && got.body != alike) {
+		tl.failures = append(tl.failures, fmt.Sprintf("%s: %d %s\n%s\nwhile naming nothing (%s) gets %d %s\n%s",
+			r, got.status, head(got.body), got.header, r.twin.ref, want.status, head(want.body), want.header))
+	}
+}
+
+// report logs the histograms and fails t for each fault.
+func (tl *hostileTally) report(t *testing.T, took time.Duration) {
+	t.Helper()
+	t.Logf("hostile run: %d requests in %s, %d twins compared (%d skipped: busy), %d with one status to get; statuses (0: no answer, or a reset):\n%s",
+		tl.sent, took.Round(time.Second), tl.twins, tl.skipped, tl.required, histogram(tl.statuses))
+	kinds := slices.Sorted(maps.Keys(tl.byKind))
 	for _, k := range kinds {
-		t.Logf("  %-16s %s", k, strings.ReplaceAll(histogram(byKind[k]), "\n", " "))
+		t.Logf("  %-12s %s", k, strings.ReplaceAll(histogram(tl.byKind[k]), "\n", " "))
 	}
-	for i, f := range failures {
-		if i == 30 {
-			t.Errorf("… and %d more", len(failures)-i)
+	for i, f := range tl.failures {
+		if i == 40 {
+			t.Errorf("… and %d more", len(tl.failures)-i)
 			break
 		}
 		t.Error(f)
 	}
-	if sent < hostileMin {
-		t.Errorf("only %d requests in %v; want at least %d", sent, hostileTime, hostileMin)
+}
+
+// removeAll removes every pool and sandbox of srv, as the admin.
+func removeAll(t *testing.T, srv *testserve.Server) {
+	t.Helper()
+	code, body := apiCall(srv, http.MethodGet, "/v1/pools", "")
+	var pools []struct{ Name string }
+	if code != http.StatusOK || json.Unmarshal(body, &pools) != nil {
+		t.Fatalf("pools: %d %s", code, body)
 	}
-	// The server still serves, and the sandbox still works.
-	if code, body := apiCall(srv, http.MethodPost, "/v1/sandboxes/box/exec", `{"args":["true"]}`); code != http.StatusOK || !bytes.Contains(body, []byte(`"code":0`)) {
-		t.Errorf("after the run, exec: %d %s", code, body)
+	for _, p := range pools {
+		if code, body := apiCall(srv, http.MethodDelete, "/v1/pools/"+p.Name, ""); code != http.StatusNoContent {
+			t.Errorf("rm pool %s: %d %s", p.Name, code, body)
+		}
+	}
+	for _, id := range listIDs(t, srv) {
+		if code, body := apiCall(srv, http.MethodDelete, "/v1/sandboxes/"+id+"?force=true", ""); code != http.StatusNoContent {
+			t.Errorf("rm %s: %d %s", id, code, body)
+		}
 	}
 }
 
@@ -152,8 +255,13 @@ func histogram(m map[int]int) string {
 // hostileReq is one request of the run.
 type hostileReq struct {
 	kind, method, path string
-	header             http.Header
-	body               []byte
+	// host, if set, is the Host header (ports by Host); the request still
+	// goes to the server's loopback address.
+	host   string
+	header http.Header
+	// who says what credentials header carries, for messages.
+	who  string
+	body []byte
 	// large, if set, is the size of a body of 'x's sent instead of body,
 	// with its length declared unless chunked.
 	large   int64
@@ -163,58 +271,111 @@ type hostileReq struct {
 	// curl does: wait a second for 100 Continue, then send the body unless
 	// an answer came.
 	raw, expect bool
+	// text, if set, is the whole request, written as is on a connection
+	// of its own: request lines and headers no client would send.
+	text string
+	// proxied is set for envd and ports, whose 502 is E2B's proxy's
+	// answer for a sandbox it cannot reach (not running, or not there),
+	// which the SDK reads as "not running", and for a port of the sandbox
+	// that nothing listens on.
+	proxied bool
+	// want, if set, is the only status the request may get, for why.
+	want int
+	why  string
+	// ref is what the request names; twin, if set, is the same request
+	// naming a missing object of ref's shape, whose answer this one's
+	// must equal (but for the name): ref is what its credentials do not
+	// open.
+	ref  string
+	twin *hostileReq
 }
 
-func (r hostileReq) send(ctx context.Context, hc *http.Client, base string) (int, error) {
-	if r.raw {
-		return r.sendRaw(ctx, base)
+func (r hostileReq) String() string {
+	s := r.method + " " + r.path
+	if r.host != "" {
+		s += " Host: " + r.host
 	}
+	for _, k := range []string{"E2b-Sandbox-Id", "E2b-Sandbox-Port"} {
+		if v := r.header.Get(k); v != "" {
+			s += " " + k + ": " + v
+		}
+	}
+	if len(r.body) > 0 {
+		s += " " + head(string(r.body))
+	}
+	return s + " (" + r.kind + "; " + r.who + ")"
+}
+
+// fault says what is wrong with a, r's answer ("" if nothing).
+func (r hostileReq) fault(a hostileAnswer) string {
+	unreachable := a.status == http.StatusBadGateway && r.proxied
+	switch {
+	case a.status >= 500 && a.status != http.StatusServiceUnavailable && !unreachable && a.status != r.want:
+		return fmt.Sprintf("%d %s", a.status, head(a.body))
+	case r.want != 0 && a.status != r.want:
+		return fmt.Sprintf("%d %s; want %d: %s", a.status, head(a.body), r.want, r.why)
+	}
+	return ""
+}
+
+// hostileAnswer is what a request got: its status, its headers but the
+// date, and the first hostileKeep bytes of its body.
+type hostileAnswer struct {
+	status       int
+	header, body string
+}
+
+// errStreamCut ends the read of a body at hostileStream.
+var errStreamCut = errors.New("stream cut")
+
+func (r hostileReq) send(ctx context.Context, hc *http.Client, base string) (hostileAnswer, error) {
+	switch {
+	case r.raw:
+		return r.sendRaw(ctx, base)
+	case r.text != "":
+		return r.sendText(ctx, base)
+	}
+	ctx, cut := context.WithCancelCause(ctx)
+	defer cut(nil)
 	var body io.Reader = bytes.NewReader(r.body)
 	if r.large > 0 {
 		body = io.LimitReader(xs{}, r.large)
 	}
 	req, err := http.NewRequestWithContext(ctx, r.method, base+r.path, body)
 	if err != nil {
-		return 0, fmt.Errorf("building the request: %w", err)
+		return hostileAnswer{}, fmt.Errorf("building the request: %w", err)
 	}
 	if r.large > 0 && !r.chunked {
 		req.ContentLength = r.large
 	}
+	req.Host = r.host
 	for k, v := range r.header {
 		req.Header[k] = v
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return 0, err
+		return hostileAnswer{}, err
 	}
 	defer resp.Body.Close()
-	// Streams (exec output, events) end with the request's bounds.
-	var head bytes.Buffer
-	_, err = io.Copy(io.MultiWriter(limitedWriter{&head, 300}, io.Discard), io.LimitReader(resp.Body, 8<<20))
-	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return resp.StatusCode, fmt.Errorf("reading the answer (%d): %w", resp.StatusCode, err)
+	stop := time.AfterFunc(hostileStream, func() { cut(errStreamCut) })
+	defer stop.Stop()
+	var kept bytes.Buffer
+	_, err = io.Copy(io.MultiWriter(limitedWriter{&kept, hostileKeep}, io.Discard), io.LimitReader(resp.Body, 8<<20))
+	if err != nil && !errors.Is(context.Cause(ctx), errStreamCut) && !errors.Is(err, context.DeadlineExceeded) {
+		return hostileAnswer{status: resp.StatusCode}, fmt.Errorf("reading the answer (%d): %w", resp.StatusCode, err)
 	}
-	// 502 is E2B's proxy's answer for envd of a sandbox it cannot reach
-	// (not running, or not there), which the SDK reads as "not running",
-	// and for a port of the sandbox (E2b-Sandbox-Port but envd's) that
-	// nothing listens on.
-	unreachable := resp.StatusCode == http.StatusBadGateway && r.header.Get("E2b-Sandbox-Id") != ""
-	if resp.StatusCode >= 500 && resp.StatusCode != http.StatusServiceUnavailable && !unreachable {
-		return resp.StatusCode, fmt.Errorf("%d %s", resp.StatusCode, head.Bytes())
-	}
-	return resp.StatusCode, nil
+	resp.Header.Del("Date")
+	var h bytes.Buffer
+	resp.Header.Write(&h)
+	return hostileAnswer{resp.StatusCode, h.String(), kept.String()}, nil
 }
 
-func (r hostileReq) sendRaw(ctx context.Context, base string) (int, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", strings.TrimPrefix(base, "http://"))
+func (r hostileReq) sendRaw(ctx context.Context, base string) (hostileAnswer, error) {
+	c, err := dialRun(ctx, base)
 	if err != nil {
-		return 0, err
+		return hostileAnswer{}, err
 	}
 	defer c.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		c.SetDeadline(dl)
-	}
 	var hdr bytes.Buffer
 	fmt.Fprintf(&hdr, "%s %s HTTP/1.1\r\nHost: smolvm\r\nContent-Length: %d\r\nConnection: close\r\n", r.method, r.path, r.large)
 	if r.expect {
@@ -223,7 +384,7 @@ func (r hostileReq) sendRaw(ctx context.Context, base string) (int, error) {
 	r.header.Write(&hdr)
 	hdr.WriteString("\r\n")
 	if _, err := c.Write(hdr.Bytes()); err != nil {
-		return 0, err
+		return hostileAnswer{}, err
 	}
 	br := bufio.NewReader(c)
 	if r.expect {
@@ -233,26 +394,73 @@ func (r hostileReq) sendRaw(ctx context.Context, base string) (int, error) {
 		switch {
 		case err == nil && resp.StatusCode != http.StatusContinue:
 			resp.Body.Close()
-			return resp.StatusCode, nil // answered: the body is not sent
+			return hostileAnswer{status: resp.StatusCode}, nil // answered: the body is not sent
 		case err != nil && !errors.Is(err, os.ErrDeadlineExceeded):
-			return 0, fmt.Errorf("waiting for 100 Continue: %w", err)
+			return hostileAnswer{}, fmt.Errorf("waiting for 100 Continue: %w", err)
 		}
 	}
 	_, werr := io.Copy(c, io.LimitReader(xs{}, r.large))
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
-		return 0, fmt.Errorf("no answer (writing the body: %v): %w", werr, err)
+		return hostileAnswer{}, fmt.Errorf("no answer (writing the body: %v): %w", werr, err)
 	}
-	defer resp.Body.Close()
-	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-		return resp.StatusCode, fmt.Errorf("reading the answer (%d): %w", resp.StatusCode, err)
+	a, err := readAnswer(resp)
+	if err != nil {
+		return a, err
 	}
 	// curl and Python's http.client give up when the body cannot be sent,
 	// answer or not: a reset mid-body is a failure.
 	if werr != nil {
-		return resp.StatusCode, fmt.Errorf("the connection broke while sending the body (the answer was %d): %w", resp.StatusCode, werr)
+		return a, fmt.Errorf("the connection broke while sending the body (the answer was %d): %w", resp.StatusCode, werr)
 	}
-	return resp.StatusCode, nil
+	return a, nil
+}
+
+func (r hostileReq) sendText(ctx context.Context, base string) (hostileAnswer, error) {
+	c, err := dialRun(ctx, base)
+	if err != nil {
+		return hostileAnswer{}, err
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, r.text); err != nil {
+		return hostileAnswer{}, fmt.Errorf("writing the request: %w", err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return hostileAnswer{}, fmt.Errorf("no answer: %w", err)
+	}
+	return readAnswer(resp)
+}
+
+// dialRun opens a connection of its own to base, which ends with the run.
+func dialRun(ctx context.Context, base string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		return nil, err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetDeadline(dl)
+	}
+	return c, nil
+}
+
+// readAnswer reads resp, read on a connection of its own, whole.
+func readAnswer(resp *http.Response) (hostileAnswer, error) {
+	defer resp.Body.Close()
+	var kept bytes.Buffer
+	if _, err := io.Copy(limitedWriter{&kept, hostileKeep}, resp.Body); err != nil {
+		return hostileAnswer{status: resp.StatusCode}, fmt.Errorf("reading the answer (%d): %w", resp.StatusCode, err)
+	}
+	return hostileAnswer{status: resp.StatusCode, body: kept.String()}, nil
+}
+
+// head is the start of a body, for messages.
+func head(body string) string {
+	if len(body) > 300 {
+		return body[:300] + "…"
+	}
+	return body
 }
 
 // limitedWriter keeps the first n bytes written to it.
@@ -276,137 +484,4 @@ func (xs) Read(p []byte) (int, error) {
 		p[i] = 'x'
 	}
 	return len(p), nil
-}
-
-// hostileGen makes the run's requests from a seeded source, so that runs
-// (before and after a fix) send the same ones.
-type hostileGen struct {
-	rng                  *rand.Rand
-	id, envdToken, token string
-}
-
-// Routes the generator aims at, "{}" standing for a name. Lifecycle
-// routes that would stop, fork or remove the one real sandbox only ever
-// get names that are bad or unknown.
-var (
-	hostileNative = []string{
-		"GET /v1/sandboxes/{}", "DELETE /v1/sandboxes/{}", "POST /v1/sandboxes/{}/start", "POST /v1/sandboxes/{}/stop",
-		"POST /v1/sandboxes/{}/timeout", "POST /v1/sandboxes/{}/exec", "PUT /v1/sandboxes/{}/files", "GET /v1/sandboxes/{}/files",
-		"GET /v1/sandboxes/{}/logs", "GET /v1/sandboxes/{}/stats", "POST /v1/sandboxes/{}/checkpoint", "POST /v1/sandboxes/{}/fork",
-		"POST /v1/sandboxes/{}/pause", "POST /v1/sandboxes/{}/resume", "GET /v1/snapshots/{}", "DELETE /v1/snapshots/{}",
-		"POST /v1/snapshots/{}/restore", "DELETE /v1/pools/{}", "POST /v1/pools/{}/fill", "GET /v1/sandboxes/{}/network",
-		"PUT /v1/sandboxes/{}/network", "GET /v1/sandboxes/{}/network/events",
-	}
-	hostileE2B = []string{
-		"GET /e2b/sandboxes/{}", "DELETE /e2b/sandboxes/{}", "POST /e2b/sandboxes/{}/timeout", "POST /e2b/sandboxes/{}/connect",
-		"POST /e2b/v2/sandboxes/{}/connect", "POST /e2b/sandboxes/{}/pause", "PUT /e2b/sandboxes/{}/network", "POST /e2b/sandboxes/{}/fork",
-		"GET /e2b/sandboxes/{}/metrics", "POST /e2b/sandboxes/{}/snapshots", "DELETE /e2b/templates/{}",
-	}
-	// Safe with the real sandbox's name.
-	hostileSafe = []string{"GET /v1/sandboxes/{}", "GET /v1/sandboxes/{}/stats", "GET /v1/sandboxes/{}/logs", "GET /v1/sandboxes/{}/network",
-		"GET /e2b/sandboxes/{}", "GET /e2b/sandboxes/{}/metrics"}
-	hostileEnvd = []string{"/e2b/filesystem.Filesystem/Stat", "/e2b/filesystem.Filesystem/ListDir", "/e2b/filesystem.Filesystem/MakeDir",
-		"/e2b/filesystem.Filesystem/Remove", "/e2b/filesystem.Filesystem/Move", "/e2b/process.Process/List", "/e2b/process.Process/SendSignal",
-		"/e2b/process.Process/SendInput", "/e2b/process.Process/Update", "/e2b/process.Process/CloseStdin", "/e2b/files", "/e2b/health"}
-	hostileSegments = []string{"..", "%2e%2e", "..%2F..%2F..%2F..%2Fsome%2Fdir%2Fname", "..%2Fx", strings.Repeat("a", 300), "",
-		"%00", "%ff", "a%2Fb", "nosuch", "sha256:00", "%2F", "..%252F", "a%20b", "-x", "box%00"}
-	hostileMethods = []string{"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "TRACE", "PROPFIND"}
-	hostileBodies  = []string{"", "{", "[]", "null", `"x"`, "{} {}", `{"name":5}`, `{"args":"ls"}`, `{"args":[1]}`, `{"timeout":"soon"}`,
-		`{"memory":"lots"}`, `{"n":"two"}`, `{"nmae":"x"}`, `{"name":"\u0000"}`, "{\"name\":\"\xff\"}", "\xff\xfe", `{"templateID":5}`,
-		`{"templateID":"../../x"}`, `{"path":"../../etc/passwd"}`, `{"path":3}`, `{"args":["true"],"env":["NOEQ"]}`, `{"timeout":-1}`,
-		`{"count":0}`, `{"allowOut":"x"}`, `{"name":"` + strings.Repeat("n", 300) + `"}`, `{"name":"../x"}`, `{"name_prefix":"../x"}`,
-		`{"image":"a//b"}`, `{"pool":"../p"}`, `{"name":"x","size":0}`, `{"process":{"pid":"x"}}`, `{"signal":"SIGNAL_NOPE"}`}
-)
-
-func (g *hostileGen) pick(s []string) string { return s[g.rng.IntN(len(s))] }
-
-func (g *hostileGen) next() hostileReq {
-	r := hostileReq{header: http.Header{}}
-	auth := g.rng.IntN(10)
-	switch {
-	case auth < 7:
-		r.header.Set("Authorization", "Bearer "+g.token)
-	case auth < 8:
-		r.header.Set("X-API-KEY", g.token)
-	case auth < 9:
-		r.header.Set("Authorization", "Bearer wrong")
-	}
-	body := g.pick(hostileBodies)
-	switch k := g.rng.IntN(100); {
-	case k < 30: // a bad or unknown name in a route's parameter
-		r.kind = "name"
-		route := g.pick(append(hostileNative, hostileE2B...))
-		r.method, r.path, _ = strings.Cut(route, " ")
-		r.path = strings.ReplaceAll(r.path, "{}", g.pick(hostileSegments))
-	case k < 38: // the real sandbox on routes that cannot hurt it
-		r.kind = "real"
-		r.method, r.path, _ = strings.Cut(g.pick(hostileSafe), " ")
-		r.path = strings.ReplaceAll(r.path, "{}", g.pick([]string{"box", g.id}))
-	case k < 48: // exec and files on the real sandbox, bodies good and bad
-		r.kind = "exec/files"
-		switch g.rng.IntN(3) {
-		case 0:
-			r.method, r.path = "POST", "/v1/sandboxes/box/exec"
-			body = g.pick([]string{body, `{"args":["true"]}`, `{"args":["sh","-c","echo hi"]}`, `{"args":["no-such-cmd"]}`})
-		case 1:
-			r.method, r.path = "GET", "/v1/sandboxes/box/files?path="+g.pick([]string{"/etc/hostname", "../x", "/tmp/../..", "%00", "%ff", "", "/nope", "rel"})
-		default:
-			r.method, r.path = "PUT", "/v1/sandboxes/box/files?path="+g.pick([]string{"/tmp/h", "../x", "/tmp/%ff", "/", "/proc/x"})
-		}
-	case k < 58: // wrong methods on known paths
-		r.kind = "method"
-		route := g.pick(append(append(hostileNative, hostileE2B...), "GET /v1/sandboxes", "POST /e2b/v2/sandboxes", "GET /healthz", "GET /e2b/snapshots"))
-		_, r.path, _ = strings.Cut(route, " ")
-		r.path = strings.ReplaceAll(r.path, "{}", "nosuch")
-		r.method = g.pick(hostileMethods)
-	case k < 66: // unknown routes
-		r.kind = "unknown"
-		r.method = g.pick(hostileMethods[:5])
-		r.path = g.pick([]string{"/", "/v2", "/v1/nope", "/e2b/nope", "/e2b/", "/v1/sandboxes/x/y/z", "/../etc/passwd", "/v1/%ff", "/e2b/v3/sandboxes", "//", "/v1/sandboxes//start"})
-	case k < 74: // bad bodies to the create routes (never a valid create)
-		r.kind = "create"
-		r.method = "POST"
-		r.path = g.pick([]string{"/v1/sandboxes", "/v1/pools", "/e2b/sandboxes", "/e2b/v2/sandboxes"})
-	case k < 90: // envd, with the real sandbox's token or not
-		r.kind = "envd"
-		r.method = g.pick([]string{"POST", "POST", "POST", "GET", "PUT"})
-		r.path = g.pick(hostileEnvd)
-		if r.path == "/e2b/files" {
-			r.path += "?path=" + g.pick([]string{"/tmp/e", "../x", "%00", "%ff", strings.Repeat("a", 300)})
-		}
-		r.header.Set("E2b-Sandbox-Id", g.pick([]string{g.id, g.id, "nosuch", "..", "../x", strings.Repeat("a", 300), "\xff"}))
-		switch g.rng.IntN(4) {
-		case 0, 1:
-			r.header.Set("X-Access-Token", g.envdToken)
-		case 2:
-			r.header.Set("X-Access-Token", "wrong")
-		}
-		if g.rng.IntN(5) == 0 {
-			r.header.Set("E2b-Sandbox-Port", g.pick([]string{"49983", "8080", "0", "99999", "x"}))
-		}
-		r.header.Set("Content-Type", "application/json")
-		body = g.pick([]string{body, `{"path":"/tmp"}`, `{"path":"/etc/hostname"}`, `{"source":"/tmp/a","destination":"/tmp/../.."}`})
-	default: // bodies over the limit, declared or chunked
-		r.kind = "large"
-		r.method, r.path = "POST", g.pick([]string{"/v1/sandboxes/box/exec", "/v1/sandboxes", "/e2b/v2/sandboxes", "/v1/pools/nosuch/fill", "/e2b/filesystem.Filesystem/Stat"})
-		if strings.Contains(r.path, "filesystem") {
-			r.header.Set("E2b-Sandbox-Id", g.id)
-			r.header.Set("X-Access-Token", g.envdToken)
-		}
-		r.large = 2 << 20
-		if g.rng.IntN(4) == 0 {
-			r.large = 20 << 20
-		}
-		switch g.rng.IntN(4) {
-		case 0:
-			r.chunked = true
-		case 1:
-			r.raw = true
-		case 2:
-			r.raw, r.expect = true, true
-		}
-		return r
-	}
-	r.body = []byte(body)
-	return r
 }

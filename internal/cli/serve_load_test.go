@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,8 +18,8 @@ import (
 
 // TestServeLoad makes SMOLVM_LOAD_N (default 200) sandboxes through a
 // real smolvm serve, at most 20 alive at once, each running `true` and
-// removed; then checks the host for leaks: no runsc process, mount or
-// sandbox directory of the data dir left. It logs create and exec
+// removed; then checks the host for leaks (leakWatch): no sandbox or
+// network directory, process, mount or cgroup of them left. It logs create and exec
 // p50/p99 under that load.
 func TestServeLoad(t *testing.T) {
 	n := 200
@@ -32,6 +31,7 @@ func TestServeLoad(t *testing.T) {
 	}
 	const workers = 20
 	env := testmgr.New(t)
+	leaks := watchLeaks(t, env.Dir)
 	srv := testserve.Start(t, env.Dir, env.GuestBinary)
 	var (
 		mu             sync.Mutex
@@ -91,16 +91,5 @@ func TestServeLoad(t *testing.T) {
 	if ids := listIDs(t, srv); len(ids) != 0 {
 		t.Errorf("sandboxes left: %v", ids)
 	}
-	if strays := runscStrays(env.Dir, nil); len(strays) != 0 {
-		t.Errorf("runsc processes left: %v", strays)
-	}
-	mounts, _ := os.ReadFile("/proc/self/mountinfo")
-	for _, line := range strings.Split(string(mounts), "\n") {
-		if strings.Contains(line, filepath.Join(env.Dir, "sandboxes")) {
-			t.Errorf("mount left: %s", line)
-		}
-	}
-	if left, _ := os.ReadDir(filepath.Join(env.Dir, "sandboxes")); len(left) != 0 {
-		t.Errorf("%d sandbox directories left", len(left))
-	}
+	leaks.check(t, nil)
 }

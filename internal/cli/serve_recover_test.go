@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,14 +18,17 @@ import (
 )
 
 // TestServeRecoversCrashedCreates kills a real `smolvm serve` with SIGKILL
-// while it serves six creates at once, restarts it, and checks that it
-// recovered before serving: no record left creating, no runsc process of
-// the data dir that no running sandbox owns, every create answered 2xx
-// running, and every other create either rolled back (its name free
-// again) or completed (running). Each round kills at a later moment.
+// while it serves eight creates at once, restarts it, and checks that it
+// recovered before serving: no record left creating, nothing half-made on
+// the host (no sandbox or network directory, process, mount or cgroup of
+// the data dir that no running sandbox owns: leakWatch), every create
+// answered 2xx running, and every other create either rolled back (its
+// name free again) or completed (running); and once every sandbox is
+// removed, nothing of them left. Each round kills at a later moment.
 func TestServeRecoversCrashedCreates(t *testing.T) {
 	env := testmgr.New(t) // registered first: it cleans up after the servers stop
-	const n = 6
+	leaks := watchLeaks(t, env.Dir)
+	const n = 8
 	var completed, rolledBack int
 	for round, delay := range []time.Duration{150, 600, 1200, 2500} {
 		delay *= time.Millisecond
@@ -61,6 +62,7 @@ func TestServeRecoversCrashedCreates(t *testing.T) {
 		if strays := runscStrays(env.Dir, running); len(strays) > 0 {
 			t.Errorf("round %d (killed at %v): runsc processes of no running sandbox: %v\n%s", round, delay, strays, srv.Log())
 		}
+		leaks.check(t, running)
 		for i, st := range status {
 			name := fmt.Sprintf("r%d-%d", round, i)
 			_, listed := byName[name]
@@ -88,9 +90,7 @@ func TestServeRecoversCrashedCreates(t *testing.T) {
 				t.Fatalf("rm %s: %d %s", id, code, body)
 			}
 		}
-		if strays := runscStrays(env.Dir, nil); len(strays) > 0 {
-			t.Errorf("round %d: runsc processes left after removing every sandbox: %v", round, strays)
-		}
+		leaks.check(t, nil)
 		srv.Stop()
 	}
 	t.Logf("%d creates cut short by the crashes were rolled back, %d completed", rolledBack, completed)
@@ -135,23 +135,12 @@ func listIDs(t *testing.T, srv *testserve.Server) []string {
 // running.
 func runscStrays(dataDir string, running map[string]bool) []string {
 	marker := filepath.Join(dataDir, "sandboxes") + "/"
-	entries, _ := os.ReadDir("/proc")
 	var strays []string
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil || !bytes.Contains(cmdline, []byte("runsc")) {
-			continue
-		}
-		_, rest, ok := strings.Cut(string(cmdline), marker)
-		if !ok {
-			continue
-		}
-		id, _, _ := strings.Cut(rest, "/")
-		if !running[id] {
-			strays = append(strays, e.Name()+":"+id)
+	for pid, args := range cmdlines(marker) {
+		cmdline := strings.Join(args, " ")
+		_, rest, _ := strings.Cut(cmdline, marker)
+		if id, _, _ := strings.Cut(rest, "/"); strings.Contains(cmdline, "runsc") && !running[id] {
+			strays = append(strays, pid+":"+id)
 		}
 	}
 	return strays
