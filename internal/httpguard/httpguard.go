@@ -164,6 +164,13 @@ func Declared(r *http.Request, limit int64) error {
 	return nil
 }
 
+// Bodiless reports whether the method of pattern ("METHOD /path") takes
+// no request body: GET, HEAD and DELETE, which no client sends one with.
+func Bodiless(pattern string) bool {
+	m, _, _ := strings.Cut(pattern, " ")
+	return m == http.MethodGet || m == http.MethodHead || m == http.MethodDelete
+}
+
 // NoBodyError is a body sent to a route that takes none.
 type NoBodyError struct{ Route string }
 

@@ -202,6 +202,12 @@ func checkParams(pattern string, fn http.HandlerFunc, fail httpguard.Fail) http.
 			fail(w, http.StatusBadRequest, err.Error())
 			return
 		}
+		if httpguard.Bodiless(pattern) {
+			if err := httpguard.NoBody(r, pattern); err != nil {
+				httpguard.RefuseBody(w, err, fail)
+				return
+			}
+		}
 		fn(w, r)
 	}
 }

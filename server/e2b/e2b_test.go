@@ -8,11 +8,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"smolvm.dev/smolvm/api/e2bapi"
+	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -99,6 +101,28 @@ func TestBadInput(t *testing.T) {
 			if body["code"] != float64(401) {
 				t.Errorf("error body %v lacks E2B's numeric code", body)
 			}
+		}
+	})
+
+	t.Run("bodies where none belongs", func(t *testing.T) {
+		api, envdRoutes := s.h.Routes()
+		n := 0
+		for _, pattern := range append(api, envdRoutes...) {
+			if !httpguard.Bodiless(pattern) {
+				continue
+			}
+			n++
+			method, path, _ := strings.Cut(pattern, " ")
+			path = strings.NewReplacer("{id}", id, "{template}", "nosuch").Replace(path)
+			hdr := map[string]string{"X-API-KEY": testKey}
+			if slices.Contains(envdRoutes, pattern) {
+				hdr = envd
+			}
+			status, body := s.call(t, method, path, hdr, "{}")
+			wantError(t, pattern, status, body, http.StatusBadRequest, pattern+" takes no request body")
+		}
+		if n < 5 {
+			t.Errorf("only %d routes take no body", n)
 		}
 	})
 

@@ -106,13 +106,18 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	defer release()
-	// Uploads stream, with a limit per file (writeFiles); every other
-	// request is one small message.
-	if r.Method != http.MethodPost || r.URL.Path != "/files" {
-		if err := httpguard.Buffer(r, maxRequest); err != nil {
-			httpguard.RefuseBody(w, err, fail)
-			return
-		}
+	// A GET takes no body; uploads stream, with a limit per file
+	// (writeFiles); every other request is one small message.
+	route := r.Method + " " + r.URL.Path
+	switch {
+	case httpguard.Bodiless(route):
+		err = httpguard.NoBody(r, route)
+	case route != "POST /files":
+		err = httpguard.Buffer(r, maxRequest)
+	}
+	if err != nil {
+		httpguard.RefuseBody(w, err, fail)
+		return
 	}
 	unknown := func(w http.ResponseWriter, status int, msg string) {
 		if isEnvdHTTP(r) {

@@ -12,6 +12,7 @@ import (
 
 	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/runtime/tenant"
@@ -24,7 +25,7 @@ func (s *Server) registerRoutes() {
 	// A route takes one JSON object, but GET, HEAD and DELETE take no body,
 	// nor does a POST registered with bare.
 	bodyOf := func(pattern string) body {
-		if m, _, _ := strings.Cut(pattern, " "); m == http.MethodGet || m == http.MethodHead || m == http.MethodDelete {
+		if httpguard.Bodiless(pattern) {
 			return body{none: true}
 		}
 		return body{limit: maxBody}
