@@ -84,6 +84,9 @@ func (r *run) evidence(ctx context.Context, sb string, best Iteration, v testpar
 	}
 	if r.rec.State != Resolved {
 		e.Reason = "the pristine tests are not green"
+		if best.N == 0 {
+			e.Reason = "no change: the base stayed the best iteration"
+		}
 		e.Elapsed = time.Since(t0)
 		return e, nil
 	}
@@ -125,13 +128,14 @@ func judgeEvidence(e *Evidence, pinningOff bool) (string, string) {
 		why = append(why, "regressions: "+strings.Join(e.PassToFail, ", "))
 	}
 	switch {
-	case pinningOff:
-		why = append(why, "hunks not pinned (pinning off)")
 	case !code:
 		why = append(why, "the change has no code hunk")
-	}
-	for _, h := range e.Unpinned() {
-		why = append(why, fmt.Sprintf("%s %s is not pinned by any test", h.File, h.Header))
+	case pinningOff:
+		why = append(why, "hunks not pinned (pinning off)")
+	default:
+		for _, h := range e.Unpinned() {
+			why = append(why, fmt.Sprintf("%s %s is not pinned by any test", h.File, h.Header))
+		}
 	}
 	if len(why) > 0 {
 		return NeedsReview, strings.Join(why, "; ")
