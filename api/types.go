@@ -443,9 +443,53 @@ type AgentRun struct {
 	Best         int         `json:"best"`
 	BaseSnapshot string      `json:"base_snapshot,omitempty"`
 	Verdict      *AgentTests `json:"verdict,omitempty"`
-	Flaky        []string    `json:"flaky,omitempty"`
-	Usage        AgentUsage  `json:"usage"`
-	Elapsed      float64     `json:"elapsed"`
+	// Evidence is the review evidence of the change (once ended with a
+	// verdict).
+	Evidence *AgentEvidence `json:"evidence,omitempty"`
+	Flaky    []string       `json:"flaky,omitempty"`
+	Usage    AgentUsage     `json:"usage"`
+	Elapsed  float64        `json:"elapsed"`
+}
+
+// AgentEvidence is what a reviewer reads of a run's change: Verdict is
+// proven (every code hunk pinned by a test, no regressions), needs
+// review (Reason names the unpinned hunks) or unresolved; the
+// fail-to-pass and pass-to-pass tests (SWE-bench's), regressions, added
+// tests that pass on the base already, each hunk's pin and the diff
+// coverage. Elapsed is what gathering it took, in seconds.
+type AgentEvidence struct {
+	Verdict      string        `json:"verdict"`
+	Reason       string        `json:"reason,omitempty"`
+	FailToPass   []string      `json:"fail_to_pass"`
+	PassToPass   []string      `json:"pass_to_pass"`
+	PassToFail   []string      `json:"pass_to_fail,omitempty"`
+	ProveNothing []string      `json:"prove_nothing,omitempty"`
+	Hunks        []AgentHunk   `json:"hunks,omitempty"`
+	Coverage     AgentCoverage `json:"coverage"`
+	Elapsed      float64       `json:"elapsed"`
+}
+
+// AgentHunk is one hunk of the final diff: Pinned when the tests fail
+// with only it reverted (By: those tests); Test for a test file's hunk,
+// which pinning does not judge.
+type AgentHunk struct {
+	File   string   `json:"file"`
+	Header string   `json:"header"`
+	Test   bool     `json:"test,omitempty"`
+	Pinned bool     `json:"pinned"`
+	By     []string `json:"by,omitempty"`
+	Note   string   `json:"note,omitempty"`
+}
+
+// AgentCoverage is which changed lines the tests executed: Tool is
+// "node-v8", or empty when nothing was measured (Note says why).
+type AgentCoverage struct {
+	Tool        string   `json:"tool,omitempty"`
+	Changed     int      `json:"changed"`
+	Executed    int      `json:"executed"`
+	Missed      []string `json:"missed,omitempty"`
+	NotMeasured int      `json:"not_measured,omitempty"`
+	Note        string   `json:"note,omitempty"`
 }
 
 // AgentViolation is a guard's reason to reject a change.

@@ -238,6 +238,9 @@ func (a *app) agentLogCmd() *cobra.Command {
 			return writeJSON(a.stdout, map[string]any{"run": run, "iterations": its})
 		}
 		a.printRun(run, false)
+		if run.Evidence != nil {
+			fmt.Fprintln(a.stdout, indent(run.Evidence.Markdown(), "    "))
+		}
 		for _, it := range its {
 			line := fmt.Sprintf("#%d (from %d)", it.N, it.Parent)
 			switch {
@@ -353,6 +356,10 @@ func (a *app) printRun(run *runner.Run, asJSON bool) {
 		run.ID, run.State, run.Reason, run.Best, verdict, run.Usage.Tokens(), run.Usage.CostUSD, run.Elapsed.Round(time.Second))
 	if len(run.Flaky) > 0 {
 		fmt.Fprintf(a.stdout, "  flaky: %s\n", strings.Join(run.Flaky, ", "))
+	}
+	if e := run.Evidence; e != nil {
+		fmt.Fprintf(a.stdout, "  evidence: %s (%s); %d fail-to-pass, %d pass-to-pass, %d hunk(s), %d not pinned\n",
+			e.Verdict, e.Reason, len(e.FailToPass), len(e.PassToPass), len(e.Hunks), len(e.Unpinned()))
 	}
 }
 

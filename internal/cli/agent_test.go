@@ -7,7 +7,17 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
+
+func mustDuration(t *testing.T, s string) time.Duration {
+	t.Helper()
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
 
 // TestCLIAgent drives smolvm agent fix, log, resume and run --issue with
 // an external agent CLI (a shell script) in real sandboxes.
@@ -46,12 +56,24 @@ esac
 		t.Errorf("status lines:\n%s", errOut)
 	}
 	id := regexp.MustCompile(`run (run-[0-9a-f]+)`).FindStringSubmatch(out)[1]
+	// The done line's elapsed is the summary's (it was twice it).
+	done := regexp.MustCompile(`done .* · ([0-9a-z.]+) · `).FindStringSubmatch(errOut)
+	sum := regexp.MustCompile(`cost \$[0-9.]+, ([0-9a-z.]+)\n`).FindStringSubmatch(out)
+	if done == nil || sum == nil {
+		t.Fatalf("no elapsed in the done line or the summary:\n%s\n%s", errOut, out)
+	}
+	if d1, d2 := mustDuration(t, done[1]), mustDuration(t, sum[1]); d1-d2 > time.Second || d2-d1 > time.Second {
+		t.Errorf("done line says %s, the summary %s", d1, d2)
+	}
+	if !strings.Contains(errOut, "#2 verdict  1 passed, 0 failed") || !strings.Contains(out, "evidence: proven") {
+		t.Errorf("verdict line or evidence:\n%s\n%s", errOut, out)
+	}
 
 	if out := c.must("agent", "log"); !strings.Contains(out, id) || !strings.Contains(out, "resolved") {
 		t.Errorf("log: %s", out)
 	}
 	out = c.must("agent", "log", id, "--diff")
-	for _, want := range []string{"#0 (from 0)  tests: 0 passed, 1 failed", "#1 (from 0)  rejected", "test add was removed", "#2 (from 0)  tests: 1 passed", "+exports.add = (a, b) => a + b;"} {
+	for _, want := range []string{"**proven**", "fail-to-pass (1): add", "| `calc.js` `@@ -1 +1 @@` | add |", "#0 (from 0)  tests: 0 passed, 1 failed", "#1 (from 0)  rejected", "test add was removed", "#2 (from 0)  tests: 1 passed", "+exports.add = (a, b) => a + b;"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("log %s lacks %q:\n%s", id, want, out)
 		}

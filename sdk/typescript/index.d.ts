@@ -226,10 +226,51 @@ export interface AgentRun {
   best: number
   base_snapshot?: string
   verdict?: AgentTests
+  /** review evidence of the change, once the run ended with a verdict */
+  evidence?: AgentEvidence
   flaky?: string[]
   usage: AgentUsage
   /** seconds */
   elapsed: number
+}
+
+/** What a reviewer reads of a run's change (docs/agent.md, Review evidence). */
+export interface AgentEvidence {
+  verdict: 'proven' | 'needs review' | 'unresolved'
+  reason?: string
+  /** failing on the base, passing after (SWE-bench's FAIL_TO_PASS) */
+  fail_to_pass: string[]
+  /** passing on the base and after */
+  pass_to_pass: string[]
+  /** regressions */
+  pass_to_fail?: string[]
+  /** tests the agent added that pass on the base code already */
+  prove_nothing?: string[]
+  hunks?: AgentHunk[]
+  coverage: AgentCoverage
+  /** seconds the evidence added */
+  elapsed: number
+}
+
+/** A hunk of the final diff; pinned when the tests fail with only it reverted. */
+export interface AgentHunk {
+  file: string
+  header: string
+  /** a test file's hunk: not judged by pinning */
+  test?: boolean
+  pinned: boolean
+  by?: string[]
+  note?: string
+}
+
+/** Which changed lines the tests executed; tool is empty when not measured. */
+export interface AgentCoverage {
+  tool?: 'node-v8'
+  changed: number
+  executed: number
+  missed?: string[]
+  not_measured?: number
+  note?: string
 }
 
 export interface AgentIteration {

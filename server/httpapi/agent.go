@@ -256,8 +256,23 @@ func wireRun(run *runner.Run) api.AgentRun {
 	return api.AgentRun{
 		ID: run.ID, Created: run.Created, Repo: run.Repo, Task: run.Task, Test: run.Test, Agent: run.Agent,
 		State: string(run.State), Reason: run.Reason, Best: run.Best, BaseSnapshot: run.BaseSnapshot,
-		Verdict: wireTests(run.Verdict), Flaky: run.Flaky, Usage: wireUsage(run.Usage), Elapsed: run.Elapsed.Seconds(),
+		Verdict: wireTests(run.Verdict), Evidence: wireEvidence(run.Evidence), Flaky: run.Flaky, Usage: wireUsage(run.Usage),
+		Elapsed: run.Elapsed.Seconds(),
 	}
+}
+
+func wireEvidence(e *runner.Evidence) *api.AgentEvidence {
+	if e == nil {
+		return nil
+	}
+	c := e.Coverage
+	w := &api.AgentEvidence{Verdict: e.Verdict, Reason: e.Reason, FailToPass: e.FailToPass, PassToPass: e.PassToPass,
+		PassToFail: e.PassToFail, ProveNothing: e.ProveNothing, Elapsed: e.Elapsed.Seconds(),
+		Coverage: api.AgentCoverage{Tool: c.Tool, Changed: c.Changed, Executed: c.Executed, Missed: c.Missed, NotMeasured: c.NotMeasured, Note: c.Note}}
+	for _, h := range e.Hunks {
+		w.Hunks = append(w.Hunks, api.AgentHunk{File: h.File, Header: h.Header, Test: h.Test, Pinned: h.Pinned, By: h.By, Note: h.Note})
+	}
+	return w
 }
 
 func wireTests(r *testparse.Result) *api.AgentTests {

@@ -122,6 +122,10 @@ func TestAgentRuns(t *testing.T) {
 		len(l.Iterations) != 2 || l.Iterations[1].Tests == nil || !strings.Contains(l.Iterations[1].Diff, "+exports.add = (a, b) => a + b;") {
 		t.Fatalf("run log = %+v", l)
 	}
+	if e := l.Run.Evidence; e == nil || e.Verdict != "proven" || !slices.Equal(e.FailToPass, []string{"add"}) ||
+		len(e.Hunks) != 1 || !e.Hunks[0].Pinned || e.Coverage.Tool != "node-v8" {
+		t.Fatalf("evidence = %+v", l.Run.Evidence)
+	}
 	var phases []string
 	for _, p := range progress {
 		phases = append(phases, p.Phase)
@@ -129,6 +133,10 @@ func TestAgentRuns(t *testing.T) {
 	last := progress[len(progress)-1]
 	if !slices.Contains(phases, "tests") || last.Phase != "done" || last.Passed != 1 || last.Tokens != 220 || last.CostUSD == 0 || last.Elapsed <= 0 {
 		t.Fatalf("progress = %+v", progress)
+	}
+	// agent.done's elapsed is the run's, not twice it.
+	if d := last.Elapsed - l.Run.Elapsed; d < -1 || d > 1 {
+		t.Errorf("agent.done says %.1fs elapsed, the run %.1fs", last.Elapsed, l.Run.Elapsed)
 	}
 	runs, err := f.c.AgentRuns(ctx)
 	if err != nil || len(runs) != 1 || runs[0].ID != run.ID {

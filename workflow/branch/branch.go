@@ -90,8 +90,12 @@ type Branch struct {
 	Reason string `json:"reason,omitempty"`
 	// AgentRun is the runner's run (smolvm agent log shows it).
 	AgentRun string `json:"agent_run,omitempty"`
-	Commit   string `json:"commit,omitempty"` // the best iteration, in the run's repository
-	// Result is CI on the best iteration with the base's test files.
+	// Commit is the best iteration, in the run's repository; when the
+	// unchanged base stayed the best, the agent's last change, which
+	// failed CI.
+	Commit string `json:"commit,omitempty"`
+	// Result is CI on the best iteration with the base's test files (on
+	// that last change, when it failed).
 	Result        *testparse.Result `json:"result,omitempty"`
 	Flaky         []string          `json:"flaky,omitempty"`
 	DiffLines     int               `json:"diff_lines"`
@@ -413,7 +417,8 @@ func (c *Coordinator) runBranch(ctx context.Context, r *Run, o Options, b *Branc
 	mu.Lock()
 	b.AgentRun, b.Usage, b.Flaky, b.Result = rec.ID, rec.Usage, rec.Flaky, rec.Verdict
 	mu.Unlock()
-	if rerr := c.record(ctx, r, b); rerr != nil && err == nil {
+	failed, rerr := c.record(ctx, r, b)
+	if rerr != nil && err == nil {
 		err = rerr
 	}
 	// The agent's own timeout is the wall budget: a hung agent is killed
@@ -424,6 +429,9 @@ func (c *Coordinator) runBranch(ctx context.Context, r *Run, o Options, b *Branc
 		finish(Killed, fmt.Sprintf("over its wall budget of %s: killed (%s)", o.Budget.Wall, cmp(rec.Reason, errText(err))))
 	case err != nil:
 		finish(Failed, err.Error())
+	case failed != nil:
+		finish(Red, fmt.Sprintf("its change failed CI: %s (iteration %d; the unchanged base stayed the best: smolvm agent log %s)",
+			resultLine(failed.Result), failed.N, rec.ID))
 	case b.DiffLines == 0:
 		finish(Red, fmt.Sprintf("made no change (%s: %s; %d interventions)", rec.State, rec.Reason, b.Interventions))
 	case rec.Verdict != nil && rec.Verdict.Green():
@@ -434,12 +442,16 @@ func (c *Coordinator) runBranch(ctx context.Context, r *Run, o Options, b *Branc
 }
 
 // record brings the best iteration of b's agent run into the run's
-// repository as branch b.Name, with its size and interventions.
-func (c *Coordinator) record(ctx context.Context, r *Run, b *Branch) error {
+// repository as branch b.Name, with its size and interventions. When the
+// unchanged base is the best (every change the agent made failed CI),
+// the branch holds the agent's last tested change instead, with its CI
+// result, and record returns that iteration: the change is the branch's
+// to show, not only the agent log's.
+func (c *Coordinator) record(ctx context.Context, r *Run, b *Branch) (*runner.Iteration, error) {
 	ctx = context.WithoutCancel(ctx)
 	its, err := c.Runner.Log.Iterations(ctx, b.AgentRun)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	b.Iterations = max(len(its)-1, 0)
 	b.Interventions = 0
@@ -450,26 +462,43 @@ func (c *Coordinator) record(ctx context.Context, r *Run, b *Branch) error {
 	}
 	best, err := c.Runner.Best(ctx, b.AgentRun)
 	if err != nil || best.Commit == "" {
-		return nil // no iteration was judged: nothing to keep
+		return nil, nil // no iteration was judged: nothing to keep
+	}
+	var failed *runner.Iteration
+	if best.N == 0 {
+		if failed = lastChange(its); failed != nil {
+			best, b.Result = *failed, failed.Result
+		}
 	}
 	g := gitDir(r.Git)
 	if err := g.fetch(ctx, filepath.Join(c.RunsDir, b.AgentRun, "git"), best.Commit, "refs/heads/"+b.Name); err != nil {
-		return err
+		return nil, err
 	}
 	// The runner's commits sit on HEAD when the tree is clean; put the
 	// tree on the run's base in any case, so every branch shares it.
 	tree, err := g.run(ctx, "rev-parse", best.Commit+"^{tree}")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if b.Commit, err = g.commit(ctx, tree, fmt.Sprintf("smolvm branch %s/%d: %s", r.ID, b.K, firstLine(b.Task)), r.Base); err != nil {
-		return err
+		return nil, err
 	}
 	if err := g.setRef(ctx, "refs/heads/"+b.Name, b.Commit); err != nil {
-		return err
+		return nil, err
 	}
 	b.DiffLines, err = g.diffLines(ctx, r.Base, b.Commit)
-	return err
+	return failed, err
+}
+
+// lastChange is the latest iteration whose change was tested (accepted
+// by the checks), or nil.
+func lastChange(its []runner.Iteration) *runner.Iteration {
+	for i := len(its) - 1; i > 0; i-- {
+		if its[i].Result != nil && its[i].Commit != "" && its[i].Diff != "" {
+			return &its[i]
+		}
+	}
+	return nil
 }
 
 // Get returns a run and its branches; a run still marked as going whose

@@ -105,9 +105,11 @@ func fanout(t testing.TB, c *Coordinator, o Options) (*Run, []*Branch) {
 	return r, bs
 }
 
-// Best of three: one agent breaks add differently, one fixes it, one
-// hangs until its budget kills it. The passing one wins; set-up ran once,
-// before the checkpoint every branch forked from.
+// Best of three: one agent breaks add differently (and VERSION: its
+// change fails more checks than the base, which stays the best), one
+// fixes it, one hangs until its budget kills it. The passing one wins;
+// set-up ran once, before the checkpoint every branch forked from. The
+// failed change is the red branch's, not "no change".
 func TestBestOfThree(t *testing.T) {
 	c := newCoordinator(t)
 	repo := gitRepo(t, repoFiles(strings.Replace(goodLib, "$1 + $2", "$1 - $2", 1)))
@@ -115,10 +117,13 @@ func TestBestOfThree(t *testing.T) {
 	o.Task, o.N = "Fix add.", 3
 	o.Budget.Wall = 25 * time.Second
 	seen := "cp /tmp/setup-count seen-setup && "
-	o.Agent = agents(seen+"sed -i 's/\\$1 - \\$2/$1 * $2/' lib.sh", seen+"sed -i 's/\\$1 - \\$2/$1 + $2/' lib.sh", "sleep 600")
+	o.Agent = agents(seen+"sed -i 's/\\$1 - \\$2/$1 * $2/; s/VERSION=1/VERSION=0/' lib.sh", seen+"sed -i 's/\\$1 - \\$2/$1 + $2/' lib.sh", "sleep 600")
 	r, bs := fanout(t, c, o)
 	if bs[0].State != Red || bs[1].State != Passed || bs[2].State != Killed {
 		t.Fatalf("states %s %s %s", bs[0].State, bs[1].State, bs[2].State)
+	}
+	if !strings.Contains(bs[0].Reason, "its change failed CI: 1 passed, 2 failed") || bs[0].DiffLines == 0 || bs[0].Result == nil || bs[0].Result.Passed != 1 {
+		t.Errorf("red branch: %s, %d lines, CI %s", bs[0].Reason, bs[0].DiffLines, resultLine(bs[0].Result))
 	}
 	if !strings.Contains(bs[2].Reason, "wall budget") || bs[2].Elapsed > o.Budget.Wall+Grace {
 		t.Errorf("hung branch: %s after %s", bs[2].Reason, bs[2].Elapsed)

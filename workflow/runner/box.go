@@ -7,7 +7,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strings"
 	"sync"
 
 	"smolvm.dev/smolvm/sandbox"
@@ -33,10 +32,15 @@ func (r *run) runTests(ctx context.Context, sb string) (testparse.Result, error)
 
 // runCommand runs a test command in sb and parses its output.
 func (r *run) runCommand(ctx context.Context, sb, test string) (testparse.Result, error) {
+	return r.runEnv(ctx, sb, test, nil)
+}
+
+// runEnv is runCommand with env added to the command's environment.
+func (r *run) runEnv(ctx context.Context, sb, test string, env []string) (testparse.Result, error) {
 	var stdout, stderr capped
 	stdout.max, stderr.max = MaxOutput, MaxOutput
 	exit, err := r.svc.Exec(ctx, sb, sandbox.Process{
-		Args: []string{"sh", "-c", test}, Dir: Dir, Env: []string{noBytecode},
+		Args: []string{"sh", "-c", test}, Dir: Dir, Env: append([]string{noBytecode}, env...),
 		TimeoutMS: r.o.TestTimeout.Milliseconds(),
 	}, sandbox.Stdio{Stdout: &stdout, Stderr: &stderr})
 	if err != nil {
@@ -160,10 +164,7 @@ func (r *run) pristine(ctx context.Context, sb, commit string) error {
 		}
 	}
 	if len(added) > 0 {
-		exit, err := r.svc.Exec(ctx, sb, sandbox.Process{Args: append([]string{"rm", "-f", "--"}, added...)}, sandbox.Stdio{})
-		if err != nil || exit.Code != 0 {
-			return fmt.Errorf("remove added test files %s: %v %s", strings.Join(added, " "), err, exit.Error)
-		}
+		return r.rm(ctx, sb, added)
 	}
 	return nil
 }

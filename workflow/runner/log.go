@@ -36,9 +36,11 @@ type Run struct {
 	// Verdict is the best iteration's tests re-run against the base
 	// commit's pristine test files.
 	Verdict *testparse.Result `json:"verdict,omitempty"`
-	Flaky   []string          `json:"flaky,omitempty"`
-	Usage   Usage             `json:"usage"`
-	Elapsed time.Duration     `json:"elapsed"`
+	// Evidence is what a reviewer reads of the change (Evidence).
+	Evidence *Evidence     `json:"evidence,omitempty"`
+	Flaky    []string      `json:"flaky,omitempty"`
+	Usage    Usage         `json:"usage"`
+	Elapsed  time.Duration `json:"elapsed"`
 	// Owner is the smolvm process running it: a run left running by an
 	// owner that is gone reads as stopped (interrupted).
 	proc.Owner
@@ -76,9 +78,12 @@ type Iteration struct {
 	Diff       string            `json:"diff,omitempty"`
 	Result     *testparse.Result `json:"result,omitempty"` // nil when the guard rejected the change
 	Violations []guard.Violation `json:"violations,omitempty"`
-	Flaky      []string          `json:"flaky,omitempty"`
-	Usage      Usage             `json:"usage"`
-	Note       string            `json:"note,omitempty"`
+	// Tests is the agent's test files run on the base code, when the
+	// change touches test files (TestCheck).
+	Tests *TestCheck `json:"test_check,omitempty"`
+	Flaky []string   `json:"flaky,omitempty"`
+	Usage Usage      `json:"usage"`
+	Note  string     `json:"note,omitempty"`
 }
 
 // Passed is the number of tests that passed, -1 for a rejected change.

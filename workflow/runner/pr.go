@@ -170,6 +170,9 @@ func (rn *Runner) MakePR(ctx context.Context, runsDir, id string, is forge.Issue
 	fmt.Fprintf(&b, "## Problem\n\n%s\n\n%s\n\n", title, quote(is.Body))
 	fmt.Fprintf(&b, "## Change\n\n```\n%s\n```\n\n", stat)
 	fmt.Fprintf(&b, "## Test evidence\n\n`%s`, re-run on the base commit's own test files: **%s**\n\n", rec.Test, rec.Verdict.Summary())
+	if rec.Evidence != nil {
+		fmt.Fprintf(&b, "## Review evidence\n\n%s\n", rec.Evidence.Markdown())
+	}
 	fmt.Fprintf(&b, "## Run\n\n- iterations: %d (best: %d; %d rejected by the guard)\n- tokens: %d in, %d out; cost $%.4f\n- agent: %s\n",
 		len(its)-1, rec.Best, rejected, rec.Usage.InputTokens, rec.Usage.OutputTokens, rec.Usage.CostUSD, rec.Agent)
 	if len(rec.Flaky) > 0 {

@@ -70,7 +70,9 @@ func TestIssueToPR(t *testing.T) {
 	if pr.Head != "smolvm/issue-12-add-subtracts-mul-adds" || !pr.Draft || pr.Title != "Fix #12: add() subtracts; mul() adds" {
 		t.Fatalf("pr = %+v", pr.PullRequest)
 	}
-	for _, want := range []string{"## Problem", "calc.js is wrong", "## Change", "calc.js | 4", "## Test evidence", "3 passed, 0 failed", "iterations: 1", "tokens: 100 in", "flaky tests seen: none"} {
+	for _, want := range []string{"## Problem", "calc.js is wrong", "## Change", "calc.js | 4", "## Test evidence", "3 passed, 0 failed", "iterations: 1", "tokens: 100 in", "flaky tests seen: none",
+		"## Review evidence", "**proven**", "fail-to-pass (2): add, mul", "pass-to-pass (1): zero", "| `calc.js` `@@ -1,2 +1,2 @@` | add, mul |",
+		"Diff coverage (node-v8): 2 of 2 changed lines executed"} {
 		if !strings.Contains(pr.Body, want) {
 			t.Errorf("body lacks %q:\n%s", want, pr.Body)
 		}

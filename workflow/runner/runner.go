@@ -102,8 +102,11 @@ type Options struct {
 	// StuckAfter stops the loop when the same failure comes back that
 	// many times in a row without more tests passing.
 	StuckAfter int
-	Image      string
-	Limits     sandbox.Limits
+	// PinParallel bounds the copies that test one reverted hunk each for
+	// the evidence (DefaultPinParallel); -1 turns hunk pinning off.
+	PinParallel int
+	Image       string
+	Limits      sandbox.Limits
 	// From, if set, is a checkpoint the run's first sandbox is restored
 	// from instead of created fresh from Image (with Limits): a warmed
 	// build cache, installed tools. The repository is copied into it at
@@ -154,6 +157,7 @@ type run struct {
 	scr    *scratch
 	policy *trust.Policy
 	start  time.Time
+	prior  time.Duration // Elapsed before this session (a resumed run)
 
 	baseSnap   string
 	baseResult testparse.Result
@@ -183,6 +187,7 @@ func (o *Options) defaults() error {
 	o.TestTimeout = cmp0(o.TestTimeout, DefaultTestTimeout)
 	o.FlakyReruns = cmp0(o.FlakyReruns, DefaultFlakyReruns)
 	o.StuckAfter = cmp0(o.StuckAfter, DefaultStuckAfter)
+	o.PinParallel = min(cmp0(o.PinParallel, DefaultPinParallel), sandbox.MaxFork)
 	if o.FlakyReruns > sandbox.MaxFork {
 		return errdefs.New(errdefs.ErrInvalid, fmt.Sprintf("at most %d flaky reruns", sandbox.MaxFork))
 	}
@@ -298,7 +303,7 @@ func (rn *Runner) Resume(ctx context.Context, id string, from int, o Options) (*
 		return nil, err
 	}
 	r := &run{svc: rn.Service, log: rn.Log, ledger: rn.Ledger, o: o, id: id, rec: rec, its: its, start: time.Now(),
-		flaky: map[string]bool{}, baseSnap: rec.BaseSnapshot}
+		flaky: map[string]bool{}, baseSnap: rec.BaseSnapshot, prior: rec.Elapsed}
 	for _, f := range rec.Flaky {
 		r.flaky[f] = true
 	}
@@ -309,7 +314,7 @@ func (rn *Runner) Resume(ctx context.Context, id string, from int, o Options) (*
 		return nil, err
 	}
 	defer r.closeScratch()
-	rec.State, rec.Reason, rec.Verdict, rec.Owner = Running, "", nil, proc.Self()
+	rec.State, rec.Reason, rec.Verdict, rec.Evidence, rec.Owner = Running, "", nil, nil, proc.Self()
 	sb, err := r.restore(ctx, its[i].Snapshot)
 	if err != nil {
 		return r.fail(ctx, err)
@@ -355,7 +360,7 @@ func (r *run) fail(ctx context.Context, err error) (*Run, error) {
 		// Cancelled before anything was checkpointed.
 		r.rec.State, r.rec.Reason = Stopped, "stopped: cancelled ("+err.Error()+")"
 	}
-	r.rec.Elapsed += time.Since(r.start)
+	r.rec.Elapsed = r.elapsed()
 	r.log.Save(context.WithoutCancel(ctx), r.rec)
 	r.emit(r.rec.Best, "done", nil, string(r.rec.State)+": "+r.rec.Reason)
 	return r.rec, err
@@ -462,21 +467,27 @@ func (r *run) iterate(ctx context.Context, sb *string, cur Iteration, n int, u U
 		return it, err
 	}
 	if vs := guard.Check(it.Diff, guard.Options{Policy: r.policy, AllowWeaken: r.o.AllowWeaken}); len(vs) > 0 {
-		it.Violations = vs
-		it.Note = "rejected: rolled back to iteration " + fmt.Sprint(cur.N)
-		old := *sb
-		*sb = ""
-		r.remove(ctx, old)
-		if *sb, err = r.restore(ctx, cur.Snapshot); err != nil {
-			return it, err
-		}
-		return it, nil
+		return it, r.reject(ctx, sb, cur, &it, vs)
 	}
-	it.Commit = commit
+	// The agent's test files run on the base code beside the change's
+	// own test run: each in its sandbox.
+	checked := make(chan error, 1)
+	go func() {
+		var err error
+		it.Tests, err = r.testsOnBase(ctx, commit)
+		checked <- err
+	}()
 	res, err := r.runTests(ctx, *sb)
+	if cerr := <-checked; err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return it, err
 	}
+	if it.Tests != nil && !r.o.AllowWeaken && len(it.Tests.Weakened) > 0 {
+		return it, r.reject(ctx, sb, cur, &it, it.Tests.violations())
+	}
+	it.Commit = commit
 	if err := r.classify(ctx, r.newFailures(res)); err != nil {
 		return it, err
 	}
@@ -485,6 +496,19 @@ func (r *run) iterate(ctx context.Context, sb *string, cur Iteration, n int, u U
 		return it, err
 	}
 	return it, nil
+}
+
+// reject refuses it (violations vs) and rolls *sb back by restoring
+// cur's checkpoint into a new sandbox.
+func (r *run) reject(ctx context.Context, sb *string, cur Iteration, it *Iteration, vs []guard.Violation) error {
+	it.Violations = vs
+	it.Note = "rejected: rolled back to iteration " + fmt.Sprint(cur.N)
+	old := *sb
+	*sb = ""
+	r.remove(ctx, old)
+	var err error
+	*sb, err = r.restore(ctx, cur.Snapshot)
+	return err
 }
 
 // finish re-runs the best iteration's tests against the pristine test
@@ -497,14 +521,13 @@ func (r *run) finish(ctx context.Context, reason string) (*Run, error) {
 		// would run the tests again.
 		r.rec.Flaky = r.flakyList()
 		r.rec.State, r.rec.Reason = Stopped, "stopped: "+reason
-		r.rec.Elapsed += time.Since(r.start)
+		r.rec.Elapsed = r.elapsed()
 		if err := r.log.Save(context.WithoutCancel(ctx), r.rec); err != nil {
 			return r.rec, err
 		}
 		r.emit(best.N, "done", best.Result, string(r.rec.State)+": "+reason)
 		return r.rec, nil
 	}
-	r.emit(best.N, "verdict", best.Result, reason)
 	sb, err := r.restore(ctx, best.Snapshot)
 	if err != nil {
 		return r.fail(ctx, err)
@@ -513,21 +536,25 @@ func (r *run) finish(ctx context.Context, reason string) (*Run, error) {
 	if err := r.pristine(ctx, sb, best.Commit); err != nil {
 		return r.fail(ctx, err)
 	}
-	v, err := r.runTests(ctx, sb)
+	v, err := r.runEnv(ctx, sb, r.o.Test, covEnv)
 	if err != nil {
 		return r.fail(ctx, err)
 	}
 	r.rec.Verdict = &v
+	r.emit(best.N, "verdict", &v, reason)
 	r.rec.Flaky = r.flakyList()
 	r.rec.State, r.rec.Reason = Stopped, reason
 	if r.green(v) && best.N > 0 {
 		r.rec.State = Resolved
 	}
-	r.rec.Elapsed += time.Since(r.start)
+	if r.rec.Evidence, err = r.evidence(ctx, sb, best, v, r.collectCoverage(ctx, sb)); err != nil {
+		return r.fail(ctx, fmt.Errorf("review evidence: %w", err))
+	}
+	r.rec.Elapsed = r.elapsed()
 	if err := r.log.Save(context.WithoutCancel(ctx), r.rec); err != nil {
 		return r.rec, err
 	}
-	r.emit(best.N, "done", &v, string(r.rec.State)+": "+reason)
+	r.emit(best.N, "done", &v, string(r.rec.State)+": "+reason+"; evidence: "+r.rec.Evidence.Verdict)
 	return r.rec, nil
 }
 
@@ -715,12 +742,16 @@ func (r *run) diffOf(ctx context.Context, sb, parent string, n int) (string, err
 	return r.scr.diff(ctx, r.scr.base, c)
 }
 
+// elapsed is the run's time so far: this session's, plus what the run
+// took before a resume.
+func (r *run) elapsed() time.Duration { return r.prior + time.Since(r.start) }
+
 func (r *run) emit(n int, phase string, res *testparse.Result, note string) {
 	if r.o.Progress == nil {
 		return
 	}
 	e := Event{Run: r.id, Iteration: n, Phase: phase, Tokens: r.rec.Usage.Tokens(), CostUSD: r.rec.Usage.CostUSD,
-		Elapsed: r.rec.Elapsed + time.Since(r.start), Note: note}
+		Elapsed: r.elapsed(), Note: note}
 	if res != nil {
 		e.Passed, e.Failed, e.Flaky = res.Passed, len(r.realFailing(*res)), len(r.flakyOf(*res))
 	}

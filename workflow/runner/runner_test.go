@@ -105,6 +105,13 @@ func newRunner(t testing.TB) *Runner {
 
 func fix(t *testing.T, rn *Runner, repo string, agent Agent, mod func(*Options)) *Run {
 	t.Helper()
+	run, _ := fixEvents(t, rn, repo, agent, mod)
+	return run
+}
+
+// fixEvents is fix that returns the progress events too.
+func fixEvents(t *testing.T, rn *Runner, repo string, agent Agent, mod func(*Options)) (*Run, []Event) {
+	t.Helper()
 	o := Options{Repo: repo, Test: jsTest, Task: "make the tests pass", Agent: agent, AgentName: "script",
 		RunsDir: t.TempDir(), FlakyReruns: 2, Budget: Budget{Iterations: 4}}
 	if mod != nil {
@@ -121,7 +128,7 @@ func fix(t *testing.T, rn *Runner, repo string, agent Agent, mod func(*Options))
 	if len(events) == 0 || events[len(events)-1].Phase != "done" {
 		t.Errorf("events = %+v", events)
 	}
-	return run
+	return run, events
 }
 
 const fixedCalc = "exports.add = (a, b) => a + b;\nexports.mul = (a, b) => a * b;\n"
@@ -261,5 +268,131 @@ func TestEditWithinTheSecond(t *testing.T) {
 	})
 	if run.State != Resolved || run.Best != 1 {
 		t.Fatalf("run = %+v, want resolved by iteration 1", run)
+	}
+}
+
+// testsWritable lets the agent write test files, so only the checks of
+// the change itself stand between a weakened test and a green run.
+func testsWritable(t *testing.T, repo string) *trust.Policy {
+	t.Helper()
+	p, err := trust.Parse(repo, "policy.toml", []byte("default = \"allow\"\n[tests]\nallow = [\"**\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// weaken rewrites calc.test.js's assertion on add (and mul's, if given).
+func weaken(add, mul string) func(ctx context.Context, s Step) error {
+	src := strings.Replace(jsRepo["calc.test.js"], "assert.strictEqual(add(2, 3), 5)", add, 1)
+	if mul != "" {
+		src = strings.Replace(src, "assert.strictEqual(mul(2, 3), 6)", mul, 1)
+	}
+	return write("calc.test.js", src)
+}
+
+// TestWeakenedOnBase: with test files writable, node:assert rewrites
+// that no pattern of the guard knows are refused because the agent's test
+// file passes on the base code where the pristine one failed. Then a real
+// fix with an added test that passes on the base already: resolved,
+// proven, the added test reported as proving nothing. The verdict line
+// shows the pristine verdict, and done's elapsed is the run's.
+func TestWeakenedOnBase(t *testing.T) {
+	rn := newRunner(t)
+	repo := gitRepo(t, jsRepo)
+	agent := &script{steps: []func(context.Context, Step) error{
+		weaken("assert.ok(true)", "assert(true)"),
+		weaken("assert.ok(add(2, 3))", ""),
+		func(ctx context.Context, s Step) error {
+			if got, err := read(ctx, s, "calc.test.js"); err != nil || got != jsRepo["calc.test.js"] {
+				return fmt.Errorf("not rolled back: %q %v", got, err)
+			}
+			if err := write("extra.test.js", "const test = require('node:test');\nconst assert = require('node:assert');\nconst { add } = require('./calc.js');\ntest('extra zero', () => { assert.strictEqual(add(1, 0), 1); });\n")(ctx, s); err != nil {
+				return err
+			}
+			return write("calc.js", fixedCalc)(ctx, s)
+		},
+	}}
+	run, events := fixEvents(t, rn, repo, agent, func(o *Options) { o.Policy = testsWritable(t, repo) })
+	if run.State != Resolved || run.Best != 3 {
+		t.Fatalf("run = %+v", run)
+	}
+	its, err := rn.Log.Iterations(context.Background(), run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{1, 2} {
+		it := its[n]
+		if it.Result != nil || len(it.Violations) == 0 || it.Violations[0].Rule != guard.PassesOnBase || it.Tests == nil {
+			t.Fatalf("iteration %d accepted: %+v", n, it)
+		}
+	}
+	if w := its[1].Tests.Weakened; !slices.Equal(w, []string{"add", "mul"}) {
+		t.Errorf("iteration 1 weakened %q, want add, mul", w)
+	}
+	if !strings.Contains(agent.feedback[1], "passes-on-base") || !strings.Contains(agent.feedback[1], "test add fails on the unchanged code") {
+		t.Errorf("the refusal was not fed back:\n%s", agent.feedback[1])
+	}
+	if c := its[3].Tests; c == nil || len(c.Weakened) != 0 || !slices.Equal(c.ProveNothing, []string{"extra zero"}) {
+		t.Errorf("iteration 3's test check: %+v", c)
+	}
+
+	var verdict, done *Event
+	for i := range events {
+		switch events[i].Phase {
+		case "verdict":
+			verdict = &events[i]
+		case "done":
+			done = &events[i]
+		}
+	}
+	// The best iteration ran 4 tests (extra zero too); the pristine
+	// verdict runs the base's 3.
+	if verdict == nil || verdict.Passed != run.Verdict.Passed || verdict.Passed != 3 {
+		t.Errorf("verdict event %+v, pristine verdict %s", verdict, run.Verdict.Summary())
+	}
+	if d := done.Elapsed - run.Elapsed; d < -time.Second || d > time.Second {
+		t.Errorf("done says %s elapsed, the run %s", done.Elapsed, run.Elapsed)
+	}
+
+	e := run.Evidence
+	if e == nil || e.Verdict != Proven || !slices.Equal(e.FailToPass, []string{"add", "mul"}) || !slices.Equal(e.PassToPass, []string{"zero"}) ||
+		!slices.Equal(e.ProveNothing, []string{"extra zero"}) {
+		t.Fatalf("evidence = %+v", e)
+	}
+	if len(e.Hunks) != 2 || e.Hunks[0].File != "calc.js" || !e.Hunks[0].Pinned || !slices.Equal(e.Hunks[0].By, []string{"add", "mul"}) ||
+		e.Hunks[1].File != "extra.test.js" || !e.Hunks[1].Test || e.Hunks[1].Pinned {
+		t.Errorf("hunks = %+v", e.Hunks)
+	}
+	if c := e.Coverage; c.Tool != "node-v8" || c.Changed != 2 || c.Executed != 2 {
+		t.Errorf("coverage = %+v", c)
+	}
+}
+
+// TestEvidenceNeedsReview: a fix plus a hunk no test needs (a function
+// in a file no test loads) resolves, but needs review, naming the hunk;
+// its line is not executed.
+func TestEvidenceNeedsReview(t *testing.T) {
+	rn := newRunner(t)
+	repo := gitRepo(t, jsRepo)
+	agent := &script{steps: []func(context.Context, Step) error{func(ctx context.Context, s Step) error {
+		if err := write("util.js", "exports.unused = () => 42;\n")(ctx, s); err != nil {
+			return err
+		}
+		return write("calc.js", fixedCalc)(ctx, s)
+	}}}
+	run := fix(t, rn, repo, agent, func(o *Options) { o.FlakyReruns = -1 })
+	e := run.Evidence
+	if run.State != Resolved || e == nil || e.Verdict != NeedsReview || !strings.Contains(e.Reason, "util.js") {
+		t.Fatalf("run = %+v, evidence %+v", run, e)
+	}
+	if u := e.Unpinned(); len(u) != 1 || u[0].File != "util.js" {
+		t.Errorf("unpinned = %+v", u)
+	}
+	if c := e.Coverage; c.Changed != 3 || c.Executed != 2 || !slices.Equal(c.Missed, []string{"util.js:1"}) {
+		t.Errorf("coverage = %+v", c)
+	}
+	if md := e.Markdown(); !strings.Contains(md, "not pinned by any test") || !strings.Contains(md, "**needs review**") {
+		t.Errorf("markdown:\n%s", md)
 	}
 }

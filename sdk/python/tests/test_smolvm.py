@@ -228,6 +228,8 @@ class SDKTest(unittest.TestCase):
         log = self.c.agent_run(run["id"])
         self.assertEqual((log["run"]["state"], log["run"]["best"], log["run"]["verdict"]["passed"]), ("resolved", 1, 1))
         self.assertIn("+exports.add = (a, b) => a + b;", log["iterations"][1]["diff"])
+        ev = log["run"]["evidence"]
+        self.assertEqual((ev["verdict"], ev["fail_to_pass"], ev["hunks"][0]["pinned"]), ("proven", ["add"], True))
         self.assertIn(run["id"], [r["id"] for r in self.c.agent_runs()])
 
         hang = self.c.agent_run_start("wait", repo, test=test, agent="sleep 600", flaky_reruns=-1)

@@ -182,6 +182,8 @@ test('agent runs: start, watch, log, stop', { skip, timeout: 300_000 }, async ()
     const log = await c.agentRun(run.id)
     assert.deepEqual([log.run.state, log.run.best, log.run.verdict.passed], ['resolved', 1, 1])
     assert.ok(log.iterations[1].diff.includes('+exports.add = (a, b) => a + b;'))
+    const ev = log.run.evidence
+    assert.deepEqual([ev.verdict, ev.fail_to_pass, ev.hunks[0].pinned], ['proven', ['add'], true])
     assert.ok((await c.agentRuns()).some((r) => r.id === run.id))
 
     const hang = await c.agentRunStart('wait', repo, { test: testCmd, agent: 'sleep 600', flakyReruns: -1 })

@@ -22,6 +22,10 @@ const (
 	Weakened    Rule = "weakened-assertion"  // assertions removed or loosened
 	Snapshot    Rule = "snapshot-edited"     // a snapshot or golden file changed
 	IgnoreFile  Rule = "ignore-file-edited"  // .gitignore/.gitattributes decide what a diff shows
+	// PassesOnBase is the runner's semantic check, not a pattern: a test
+	// that fails on the base code with the original test files passes
+	// there with the agent's, whatever the language.
+	PassesOnBase Rule = "passes-on-base"
 )
 
 // Violation is one reason a diff is refused.

@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -187,5 +188,50 @@ func TestParseDiffRename(t *testing.T) {
 	// A pure rename removes no test.
 	if vs := Check(diff, Options{Policy: testsAllowed(t)}); len(vs) != 0 {
 		t.Fatalf("rename: %v", vs)
+	}
+}
+
+// TestHunkRevert reverts each hunk of a real git diff alone, and all of
+// them from the last up, which gives back the old file.
+func TestHunkRevert(t *testing.T) {
+	var old, now []string
+	for i := range 50 {
+		old = append(old, fmt.Sprintf("line %d", i))
+	}
+	now = slices.Clone(old)
+	now[2] = "changed 2"
+	now = slices.Insert(now, 20, "added after 19")
+	now = slices.Delete(now, 41, 43)                                          // old lines 40 and 41
+	oldText, newText := strings.Join(old, "\n")+"\n", strings.Join(now, "\n") // no newline at the end now
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a"), []byte(oldText), 0o644)
+	os.WriteFile(filepath.Join(dir, "b"), []byte(newText), 0o644)
+	out, _ := exec.Command("git", "diff", "--no-index", "--no-color", filepath.Join(dir, "a"), filepath.Join(dir, "b")).Output()
+	files := ParseDiff(string(out))
+	if len(files) != 1 || len(files[0].Hunks) != 4 {
+		t.Fatalf("parsed %+v from\n%s", files, out)
+	}
+	hs := files[0].Hunks
+	if got := hs[1].Added(); !slices.Equal(got, []int{21}) {
+		t.Errorf("hunk 2 adds lines %v, want [21]", got)
+	}
+	one, err := hs[1].Revert(newText)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.Replace(newText, "added after 19\n", "", 1); one != want {
+		t.Errorf("hunk 2 reverted:\n%s\nwant\n%s", one, want)
+	}
+	all := newText
+	for i := len(hs) - 1; i >= 0; i-- {
+		if all, err = hs[i].Revert(all); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if all != oldText {
+		t.Errorf("every hunk reverted:\n%q\nwant\n%q", all, oldText)
+	}
+	if _, err := hs[0].Revert("something else\n"); err == nil {
+		t.Error("a hunk reverted out of a file it does not match")
 	}
 }

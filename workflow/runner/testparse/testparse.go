@@ -1,6 +1,6 @@
 // Package testparse turns the output of a test command (go test -json,
-// pytest, JUnit XML, TAP from node --test, jest --json, or a bare exit
-// status) into one Result.
+// pytest, python3 -m unittest, JUnit XML, TAP from node --test, jest
+// --json, or a bare exit status) into one Result.
 package testparse
 
 import (
@@ -95,7 +95,12 @@ func Parse(stdout, stderr []byte, exit int) Result {
 		}
 	}
 	if !ok {
-		r = Result{Format: "exit"}
+		// python3 -m unittest reports on stderr.
+		if r, ok = parseUnittest(stderr); ok {
+			r.Format = "unittest"
+		} else {
+			r = Result{Format: "exit"}
+		}
 	}
 	r.Exit = exit
 	r.count()
@@ -129,11 +134,13 @@ var parsers = []parser{
 	{"jest-json", parseJestJSON},
 	{"junit", parseJUnit},
 	{"tap", parseTAP},
+	{"unittest", parseUnittest}, // before pytest: "FAILED (failures=1)" is no pytest summary
 	{"pytest", parsePytest},
 }
 
+// count adds the named tests to what the parser counted without names
+// (unittest's default output names only the failures).
 func (r *Result) count() {
-	r.Passed, r.Failed, r.Skipped = 0, 0, 0
 	for i, t := range r.Tests {
 		r.Tests[i].Output = head(t.Output, MaxTestOutput)
 		switch t.Status {

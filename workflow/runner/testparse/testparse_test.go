@@ -153,3 +153,26 @@ func TestFailureBounded(t *testing.T) {
 		t.Fatalf("failure text is %d bytes", len(r.Failure))
 	}
 }
+
+// TestUnittest reads python3 -m unittest (the system python3), verbose
+// and default: the default output names only the failures, and counts
+// the rest.
+func TestUnittest(t *testing.T) {
+	failing := []string{"test_unit.TestCalc.test_error", "test_unit.TestCalc.test_fail", "test_unit.TestCalc.test_sub (i=1)"}
+	verbose := run(t, "testdata/unittestsample", "/usr/bin/python3", "-m", "unittest", "-v")
+	check(t, verbose, want{format: "unittest", passed: 2, failed: 3, skipped: 1, failing: failing,
+		failure: []string{"arithmetic", "ValueError: boom", "1 != 0"}})
+	if verbose.Status("test_unit.TestCalc.test_doc") != Pass || verbose.Status("test_unit.TestCalc.test_pass") != Pass {
+		t.Errorf("passing tests not named: %+v", verbose.Tests)
+	}
+	plain := run(t, "testdata/unittestsample", "/usr/bin/python3", "-m", "unittest")
+	check(t, plain, want{format: "unittest", passed: 2, failed: 3, skipped: 1, failing: failing,
+		failure: []string{"arithmetic", "ValueError: boom"}})
+	// The same output on stdout (2>&1, as CI scripts print it), where
+	// pytest's parser would take "FAILED (failures=2, …)" for a test.
+	merged := run(t, "testdata/unittestsample", "sh", "-c", "/usr/bin/python3 -m unittest 2>&1")
+	check(t, merged, want{format: "unittest", passed: 2, failed: 3, skipped: 1, failing: failing})
+	if green := run(t, "testdata/unittestsample", "/usr/bin/python3", "-m", "unittest", "-k", "test_pass"); !green.Green() || green.Passed != 1 {
+		t.Errorf("a green unittest run: %s", green.Summary())
+	}
+}
