@@ -73,7 +73,7 @@ func (r *Registry) Push(t testing.TB, repo string, files map[string]string) (ref
 	if err := tw.Close(); err != nil {
 		t.Fatal(err)
 	}
-	layer, err := tarball.LayerFromReader(bytes.NewReader(buf.Bytes()))
+	layer, err := tarball.LayerFromOpener(Opener(buf.Bytes()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,4 +119,9 @@ func Idle(t testing.TB) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// Opener opens b, a layer's tar, for tarball.LayerFromOpener.
+func Opener(b []byte) tarball.Opener {
+	return func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
 }

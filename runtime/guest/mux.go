@@ -114,8 +114,8 @@ func (m *Mux) RunPort(ctx context.Context) {
 	}
 }
 
-// Run reads frames until the underlying stream fails, and returns why.
-// Every open stream is closed then.
+// Run reads frames until the underlying stream fails, and returns why
+// (never nil). Every open stream is closed then.
 func (m *Mux) Run() error {
 	err := m.read()
 	m.mu.Lock()
@@ -479,7 +479,8 @@ func RelayFiles(serial, agent, runDir *os.File) error {
 	if err := m.sendResume(dir); err != nil {
 		return err
 	}
-	if err := m.Run(); err != nil && !errors.Is(err, io.EOF) {
+	// Run returns only when the stream fails; EOF is QEMU closing it.
+	if err := m.Run(); !errors.Is(err, io.EOF) {
 		return err
 	}
 	return nil

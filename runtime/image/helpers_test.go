@@ -251,7 +251,7 @@ func storeEntries(t *testing.T, s *Store) []string {
 	for _, d := range des {
 		out = append(out, "layer "+d.Name())
 	}
-	ids, err := queryStrings(context.Background(), s.st.DB(), `SELECT id FROM images`)
+	ids, err := store.Strings(context.Background(), s.st.DB(), `SELECT id FROM images`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -215,10 +215,10 @@ func (s *Store) load(ctx context.Context, id string) (*sandbox.Image, error) {
 	if err := json.Unmarshal([]byte(cfg), &img.Config); err != nil {
 		return nil, fmt.Errorf("load image %s config: %w", id, err)
 	}
-	if img.Layers, err = queryStrings(ctx, db, `SELECT diff_id FROM image_layers WHERE image_id = ? ORDER BY position`, id); err != nil {
+	if img.Layers, err = store.Strings(ctx, db, `SELECT diff_id FROM image_layers WHERE image_id = ? ORDER BY position`, id); err != nil {
 		return nil, fmt.Errorf("load image %s layers: %w", id, err)
 	}
-	if img.Refs, err = queryStrings(ctx, db, `SELECT ref FROM image_refs WHERE image_id = ? ORDER BY ref`, id); err != nil {
+	if img.Refs, err = store.Strings(ctx, db, `SELECT ref FROM image_refs WHERE image_id = ? ORDER BY ref`, id); err != nil {
 		return nil, fmt.Errorf("load image %s refs: %w", id, err)
 	}
 	if img.Layers == nil {
@@ -230,29 +230,6 @@ func (s *Store) load(ctx context.Context, id string) (*sandbox.Image, error) {
 	return img, nil
 }
 
-// querier is a *sql.DB or a *sql.Tx.
-type querier interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
-func queryStrings(ctx context.Context, q querier, query string, args ...any) ([]string, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var v string
-		if err := rows.Scan(&v); err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
-}
-
 // List returns the builtin host image followed by all stored images, newest
 // first.
 func (s *Store) List(ctx context.Context) ([]sandbox.Image, error) {
@@ -260,7 +237,7 @@ func (s *Store) List(ctx context.Context) ([]sandbox.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	ids, err := queryStrings(ctx, s.st.DB(), `SELECT id FROM images ORDER BY created DESC, id`)
+	ids, err := store.Strings(ctx, s.st.DB(), `SELECT id FROM images ORDER BY created DESC, id`)
 	if err != nil {
 		return nil, fmt.Errorf("list images: %w", err)
 	}
@@ -348,7 +325,7 @@ func (s *Store) Remove(ctx context.Context, nameOrID string, inUse func(id strin
 }
 
 // unusedLayers returns those of diffIDs that no stored image references.
-func unusedLayers(ctx context.Context, q querier, diffIDs []string) ([]string, error) {
+func unusedLayers(ctx context.Context, q store.Querier, diffIDs []string) ([]string, error) {
 	var out []string
 	seen := map[string]bool{}
 	for _, d := range diffIDs {

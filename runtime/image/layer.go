@@ -19,6 +19,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sys/unix"
+	"smolvm.dev/smolvm/internal/flock"
 )
 
 // tempPrefix starts the names of directories being built or deleted. The
@@ -33,21 +34,11 @@ func (s *Store) layerDir(diffID string) string {
 // deleting layers, so a removal never deletes a layer an import is about to
 // reference. flock is per open file, so it also excludes other goroutines.
 func (s *Store) lock() (unlock func(), err error) {
-	f, err := os.OpenFile(filepath.Join(s.layers, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	unlock, err = flock.Lock(filepath.Join(s.layers, ".lock"))
 	if err != nil {
 		return nil, fmt.Errorf("lock layers: %w", err)
 	}
-	for {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
-		if !errors.Is(err, unix.EINTR) {
-			break
-		}
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lock layers: %w", err)
-	}
-	return func() { f.Close() }, nil
+	return unlock, nil
 }
 
 // budget is what an image may still unpack to.

@@ -20,6 +20,7 @@ import (
 
 	"smolvm.dev/smolvm/internal/testdeps"
 	"smolvm.dev/smolvm/internal/testenv"
+	"smolvm.dev/smolvm/internal/testimage"
 	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/workflow/trust"
@@ -108,7 +109,7 @@ func layer(t *testing.T, files ...file) v1.Layer {
 		tw.Write(f.body)
 	}
 	tw.Close()
-	l, err := tarball.LayerFromReader(bytes.NewReader(buf.Bytes()))
+	l, err := tarball.LayerFromOpener(testimage.Opener(buf.Bytes()))
 	if err != nil {
 		t.Fatal(err)
 	}

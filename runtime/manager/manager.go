@@ -18,8 +18,7 @@ import (
 	"regexp"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"smolvm.dev/smolvm/internal/flock"
 	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/internal/units"
 	"smolvm.dev/smolvm/runtime/backend"
@@ -375,25 +374,20 @@ func firstNonEmpty(s ...string) string {
 // lock takes the sandbox's lifecycle lock. It is an flock, so a crashed
 // holder releases it, which is how GC tells an orphan from a slow create.
 func (m *Manager) lock(id string) (func(), error) {
-	f, err := m.openLock(id)
-	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", id, err)
+	p, err := m.lockPath(id)
+	if err == nil {
+		var unlock func()
+		if unlock, err = flock.Lock(p); err == nil {
+			return unlock, nil
+		}
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lock %s: %w", id, err)
-	}
-	return func() { f.Close() }, nil
+	return nil, fmt.Errorf("lock %s: %w", id, err)
 }
 
 // locked reports whether another process holds id's lock right now.
 func (m *Manager) locked(id string) bool {
-	f, err := m.openLock(id)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	return unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil
+	p, err := m.lockPath(id)
+	return err == nil && flock.Held(p)
 }
 
 // openLock opens (creating) the lock file named id in the data dir's

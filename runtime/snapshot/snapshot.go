@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/internal/flock"
 	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/runtime/tenant"
@@ -125,21 +126,11 @@ func scratchDir(dir string) string {
 // is released by the kernel when a process dies, so a crash never leaves
 // the store locked.
 func (s *Store) lock() (unlock func(), err error) {
-	f, err := os.OpenFile(filepath.Join(s.dir, lockName), os.O_CREATE|os.O_RDWR, 0o600)
+	unlock, err = flock.Lock(filepath.Join(s.dir, lockName))
 	if err != nil {
 		return nil, fmt.Errorf("lock snapshots: %w", err)
 	}
-	for {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
-		if !errors.Is(err, unix.EINTR) {
-			break
-		}
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lock snapshots: %w", err)
-	}
-	return func() { f.Close() }, nil
+	return unlock, nil
 }
 
 // path is the directory of a committed snapshot; it is always inside the
@@ -211,7 +202,7 @@ func (s *Store) resolve(ctx context.Context, nameOrID string) (string, error) {
 	// IDs are hex; those of snapshots made before digests were separate
 	// are "sha256:" and their digest.
 	h := strings.TrimPrefix(nameOrID, "sha256:")
-	ids, err := queryStrings(ctx, db, `SELECT id FROM snapshots WHERE (substr(id, 1, ?) = ? OR substr(id, 1, ?) = ?) AND (NOT ? OR tenant = ?) LIMIT 2`,
+	ids, err := store.Strings(ctx, db, `SELECT id FROM snapshots WHERE (substr(id, 1, ?) = ? OR substr(id, 1, ?) = ?) AND (NOT ? OR tenant = ?) LIMIT 2`,
 		len(h), h, len(h)+7, "sha256:"+h, scoped, owner)
 	if err != nil {
 		return "", fmt.Errorf("get snapshot %s: %w", nameOrID, err)
@@ -267,7 +258,7 @@ func (s *Store) load(ctx context.Context, id string) (*sandbox.Snapshot, error) 
 	if meta != "" {
 		snap.Meta = json.RawMessage(meta)
 	}
-	if snap.Names, err = queryStrings(ctx, db, `SELECT name FROM snapshot_names WHERE snapshot_id = ? ORDER BY created, name`, id); err != nil {
+	if snap.Names, err = store.Strings(ctx, db, `SELECT name FROM snapshot_names WHERE snapshot_id = ? ORDER BY created, name`, id); err != nil {
 		return nil, fmt.Errorf("load snapshot %s names: %w", id, err)
 	}
 	if len(snap.Names) > 0 {
@@ -276,28 +267,11 @@ func (s *Store) load(ctx context.Context, id string) (*sandbox.Snapshot, error) 
 	return snap, nil
 }
 
-func queryStrings(ctx context.Context, db *sql.DB, query string, args ...any) ([]string, error) {
-	rows, err := db.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var v string
-		if err := rows.Scan(&v); err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
-}
-
 // List returns the snapshots of ctx's tenant (all, unscoped), newest
 // first.
 func (s *Store) List(ctx context.Context) ([]sandbox.Snapshot, error) {
 	owner, scoped := tenant.Of(ctx)
-	ids, err := queryStrings(ctx, s.st.DB(), `SELECT id FROM snapshots WHERE NOT ? OR tenant = ? ORDER BY created DESC, id`, scoped, owner)
+	ids, err := store.Strings(ctx, s.st.DB(), `SELECT id FROM snapshots WHERE NOT ? OR tenant = ? ORDER BY created DESC, id`, scoped, owner)
 	if err != nil {
 		return nil, fmt.Errorf("list snapshots: %w", err)
 	}
@@ -435,7 +409,7 @@ func (s *Store) GC(ctx context.Context) ([]string, error) {
 			return nil, fmt.Errorf("snapshot gc: %w", err)
 		}
 	}
-	ids, err := queryStrings(ctx, s.st.DB(), `SELECT id FROM snapshots`)
+	ids, err := store.Strings(ctx, s.st.DB(), `SELECT id FROM snapshots`)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot gc: %w", err)
 	}

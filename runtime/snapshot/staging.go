@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"smolvm.dev/smolvm/internal/flock"
 	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
@@ -140,12 +141,7 @@ func abandoned(dir string, now time.Time) bool {
 // row names it. Its pid file was in place before the row was written, so
 // a missing one means the sealer is gone.
 func (s *Store) sealing(root string) bool {
-	f, err := os.Open(filepath.Join(s.dir, root, pidName))
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	return unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil
+	return flock.Held(filepath.Join(s.dir, root, pidName))
 }
 
 // Dir is where the checkpoint files go.

@@ -27,12 +27,13 @@ func TestTransfer(t *testing.T) {
 
 	dstDir := t.TempDir()
 	dst := openStore(t, dstDir)
-	got, copied, err := dst.Import(t.Context(), bytes.NewReader(stream.Bytes()), "copy")
+	_, copied, err := dst.Import(t.Context(), bytes.NewReader(stream.Bytes()), "copy")
 	if err != nil || !copied {
 		t.Fatalf("import: %v (copied %t)", err, copied)
 	}
 	dst.Wait()
-	if got, err = dst.Get(t.Context(), snap.ID); err != nil {
+	got, err := dst.Get(t.Context(), snap.ID)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if got.ID != snap.ID || got.Digest != snap.Digest || !got.Durable || got.ImageID != snap.ImageID || got.Lineage != snap.Lineage || got.Name != "copy" {

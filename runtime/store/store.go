@@ -160,3 +160,28 @@ func Docs[T any](ctx context.Context, db *sql.DB, q string, args ...any) ([]*T, 
 	}
 	return out, rows.Err()
 }
+
+// Querier is a *sql.DB or a *sql.Tx.
+type Querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// Strings runs q, which selects one text column, and returns every row's
+// value.
+func Strings(ctx context.Context, db Querier, q string, args ...any) ([]string, error) {
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}

@@ -269,8 +269,3 @@ func boolParam(r *http.Request, name string) (bool, error) {
 	}
 	return b, nil
 }
-
-// errMissing is a required query parameter that is absent.
-func errMissing(name string) error {
-	return invalid(name, "query parameter "+strconv.Quote(name)+": required")
-}

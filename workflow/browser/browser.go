@@ -479,7 +479,7 @@ func warmUp(ctx context.Context, cdpURL string, o ScreenshotOptions) error {
 		return err
 	}
 	if len(pages) != 1 {
-		return fmt.Errorf("Chromium started with %d pages, want one: %+v", len(pages), pages)
+		return fmt.Errorf("chromium started with %d pages, want one: %+v", len(pages), pages)
 	}
 	s, err := c.attach(ctx, pages[0].TargetID)
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"smolvm.dev/smolvm/errdefs"
@@ -262,28 +261,6 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		return Config{}, err
 	}
 	return cfg, nil
-}
-
-// Meter accumulates usage across calls; it is safe for concurrent use.
-type Meter struct {
-	mu    sync.Mutex
-	total Usage
-	calls int
-}
-
-// Add counts one call's usage.
-func (m *Meter) Add(u Usage) {
-	m.mu.Lock()
-	m.total = m.total.Add(u)
-	m.calls++
-	m.mu.Unlock()
-}
-
-// Total returns the usage so far and the number of calls counted.
-func (m *Meter) Total() (Usage, int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.total, m.calls
 }
 
 // arguments makes a tool call's argument text valid JSON (see ToolCall).

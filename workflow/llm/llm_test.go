@@ -400,26 +400,6 @@ func TestConfig(t *testing.T) {
 	}
 }
 
-// TestMeter adds up calls from several goroutines.
-func TestMeter(t *testing.T) {
-	var m llm.Meter
-	done := make(chan bool)
-	for range 4 {
-		go func() {
-			for range 100 {
-				m.Add(llm.Usage{InputTokens: 2, OutputTokens: 1, CostUSD: 0.5})
-			}
-			done <- true
-		}()
-	}
-	for range 4 {
-		<-done
-	}
-	if u, n := m.Total(); n != 400 || u.InputTokens != 800 || u.OutputTokens != 400 || u.CostUSD != 200 {
-		t.Fatalf("%+v over %d calls", u, n)
-	}
-}
-
 // TestRetryRules: the server's x-should-retry overrides the status's rule
 // both ways; 408 and 409 are retried as the providers' SDKs do;
 // Retry-After-Ms is honoured; an attempt past Timeout is retried.
