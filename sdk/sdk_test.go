@@ -38,6 +38,7 @@ func noChromium(t *testing.T) bool {
 // runSuite runs a suite and fails if it failed or skipped anything: here,
 // with root and the binaries given, every test must run.
 func runSuite(t *testing.T, tool string, allRan func(out string) bool, args ...string) {
+	testenv.Integration(t)
 	path, err := exec.LookPath(tool)
 	if err != nil {
 		if os.Getenv("CI") != "" {

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 
+	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -35,6 +36,7 @@ func imageLayout(t *testing.T) string {
 }
 
 func TestImageImportLsJSON(t *testing.T) {
+	testenv.NeedRoot(t)
 	dataDir := t.TempDir()
 	c := newCLI(t, dataDir)
 	out, errOut, code := c.run("image", "import", imageLayout(t), "--name", "smolvm.local/test:1", "--json")
@@ -102,6 +104,7 @@ func TestImageImportLsJSON(t *testing.T) {
 }
 
 func TestImageBadInput(t *testing.T) {
+	testenv.NeedRoot(t)
 	dataDir := t.TempDir()
 	c := newCLI(t, dataDir)
 	for _, tc := range []struct {

@@ -13,10 +13,36 @@ import (
 	"testing"
 )
 
+// Integration skips t in the fast tier (go test -short), which needs no
+// root, runsc, QEMU, kube-apiserver, node or Chromium: every test that
+// needs one of them calls it (Runsc and Kube do), so the fast tier is
+// what is left.
+func Integration(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: not in the fast tier (-short)")
+	}
+}
+
+// NeedRoot skips t when not run as root (it fails in CI, which runs as
+// root): tests of what only root can do, such as giving unpacked files an
+// image's owners, are left out of an unprivileged fast-tier run.
+func NeedRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("CI runs as root")
+	}
+	t.Skip("needs root")
+}
+
 // Runsc returns the runsc to test with, skipping the test when there is
 // none (unit-only runs). CI always has one: .ci/run builds it.
 func Runsc(t testing.TB) string {
 	t.Helper()
+	Integration(t)
 	if os.Geteuid() != 0 {
 		t.Skip("sandbox tests need root")
 	}
@@ -40,6 +66,7 @@ func Runsc(t testing.TB) string {
 // builds them (scripts/test.sh).
 func Kube(t testing.TB) (apiserver, etcd string) {
 	t.Helper()
+	Integration(t)
 	apiserver, etcd = os.Getenv("TEST_ASSET_KUBE_APISERVER"), os.Getenv("TEST_ASSET_ETCD")
 	if apiserver == "" || etcd == "" {
 		mod, err := os.ReadFile(filepath.Join(Root(), "tools", "kube", "go.mod"))

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"smolvm.dev/smolvm/internal/testenv"
 )
 
 // FuzzExtract feeds arbitrary archives to the extractor: whatever it
@@ -50,6 +51,7 @@ func FuzzExtract(f *testing.F) {
 }
 
 func TestExtractReplacesEntries(t *testing.T) {
+	testenv.NeedRoot(t)
 	dir := t.TempDir()
 	data := tarOf(t, file("x", "first"), file("x", "second"), file("d/.wh.y", ""), file("d/y", "restored"))
 	sum := sha256.Sum256(data)

@@ -23,6 +23,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/runtime/store"
 )
 
@@ -111,6 +112,7 @@ func newStore(t *testing.T) (*Store, string) {
 // separate smolvm process would.
 func openStore(t *testing.T, dataDir string) *Store {
 	t.Helper()
+	testenv.NeedRoot(t) // the host image and layers are owned as in the image
 	ctx := context.Background()
 	st, err := store.Open(ctx, dataDir)
 	if err != nil {

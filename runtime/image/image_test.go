@@ -16,6 +16,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"golang.org/x/sys/unix"
+	"smolvm.dev/smolvm/internal/testenv"
 )
 
 func TestImportLayout(t *testing.T) {
@@ -688,6 +689,7 @@ func TestHostImage(t *testing.T) {
 }
 
 func TestHostRootNonMergedUsr(t *testing.T) {
+	testenv.NeedRoot(t)
 	fake := t.TempDir()
 	for _, d := range []string{"usr/bin", "usr/lib", "bin", "lib", "etc"} {
 		if err := os.MkdirAll(filepath.Join(fake, d), 0o755); err != nil {

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 
+	"smolvm.dev/smolvm/internal/testenv"
+
 	"smolvm.dev/smolvm/api/e2bapi"
 	"smolvm.dev/smolvm/internal/testmgr"
 	"smolvm.dev/smolvm/internal/testserve"
@@ -77,6 +79,7 @@ func compatDir() string {
 // nodeTools returns node and npm, skipping without them outside CI.
 func nodeTools(t testing.TB) (node, npm string) {
 	t.Helper()
+	testenv.Integration(t)
 	node, nerr := exec.LookPath("node")
 	npm, merr := exec.LookPath("npm")
 	if nerr != nil || merr != nil {

@@ -31,6 +31,7 @@ import (
 // every test (the kernel is uncompressed and images built once).
 func testBackend(t testing.TB) *Backend {
 	t.Helper()
+	testenv.Integration(t)
 	if os.Geteuid() != 0 {
 		t.Skip("VM tests need root")
 	}
