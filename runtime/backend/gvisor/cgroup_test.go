@@ -190,6 +190,7 @@ func plant(t *testing.T, what string) string {
 // TestRemoveCgroupsWaits: removeCgroups waits for tasks to leave a cgroup
 // (rmdir is EBUSY until then), for a bounded time.
 func TestRemoveCgroupsWaits(t *testing.T) {
+	testenv.NeedRoot(t) // it makes cgroups
 	name := plant(t, "busy")
 	sleeper := exec.Command("sleep", "60")
 	if err := sleeper.Start(); err != nil {
