@@ -1,19 +1,17 @@
 package client
 
 import (
-	"os/exec"
 	"strings"
 	"testing"
+
+	"smolvm.dev/smolvm/internal/testenv"
 )
 
 // TestClientLinksNoRuntime keeps the Go client small: a program that uses
 // it must not link the runtime, the servers or the workflow layer, nor what
 // only they need (SQLite, nftables, netlink, image registries).
 func TestClientLinksNoRuntime(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "smolvm.dev/smolvm/client").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
+	out := testenv.GoList(t, "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "smolvm.dev/smolvm/client")
 	forbidden := []string{
 		"smolvm.dev/smolvm/runtime/", "smolvm.dev/smolvm/server/", "smolvm.dev/smolvm/workflow/",
 		"modernc.org/sqlite", "github.com/google/nftables", "github.com/vishvananda/netlink",

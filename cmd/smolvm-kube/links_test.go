@@ -1,9 +1,10 @@
 package main
 
 import (
-	"os/exec"
 	"strings"
 	"testing"
+
+	"smolvm.dev/smolvm/internal/testenv"
 )
 
 // TestLinks keeps Kubernetes and smolvm's runtime apart: smolvm-kube
@@ -17,10 +18,7 @@ func TestLinks(t *testing.T) {
 		{"smolvm-kube", []string{"smolvm.dev/smolvm/runtime/", "smolvm.dev/smolvm/server/", "smolvm.dev/smolvm/workflow/", "smolvm.dev/smolvm/internal/cli"}},
 		{"smolvm", []string{"k8s.io/", "sigs.k8s.io/"}},
 	} {
-		out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "smolvm.dev/smolvm/cmd/"+tc.cmd).Output()
-		if err != nil {
-			t.Fatalf("go list %s: %v", tc.cmd, err)
-		}
+		out := testenv.GoList(t, "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "smolvm.dev/smolvm/cmd/"+tc.cmd)
 		for _, p := range strings.Fields(string(out)) {
 			for _, f := range tc.forbidden {
 				if strings.HasPrefix(p, f) {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -36,6 +37,23 @@ func NeedRoot(t testing.TB) {
 		t.Fatal("CI runs as root")
 	}
 	t.Skip("needs root")
+}
+
+// GoList runs `go list ARGS` in the module's root and returns what it
+// printed. Another user than root cannot read root's module cache, so
+// there a failure skips the test (NeedRoot) rather than failing it.
+func GoList(t testing.TB, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"list"}, args...)...)
+	cmd.Dir = Root()
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		NeedRoot(t)
+		t.Fatalf("go list %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return string(out)
 }
 
 // Runsc returns the runsc to test with, skipping the test when there is

@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -69,14 +68,9 @@ type pkg struct {
 // packages lists smolvm's packages (without tests' imports).
 func packages(t *testing.T) []pkg {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-json=ImportPath,Imports,Dir", "./...")
-	cmd.Dir = testenv.Root()
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
+	out := testenv.GoList(t, "-json=ImportPath,Imports,Dir", "./...")
 	var pkgs []pkg
-	for dec := json.NewDecoder(bytes.NewReader(out)); dec.More(); {
+	for dec := json.NewDecoder(strings.NewReader(out)); dec.More(); {
 		var p pkg
 		if err := dec.Decode(&p); err != nil {
 			t.Fatal(err)

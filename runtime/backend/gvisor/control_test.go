@@ -31,11 +31,10 @@ import (
 
 // gvisorDir is the source of the gVisor module smolvm's go.mod pins.
 func gvisorDir(t *testing.T) string {
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", gvisorModule).Output()
-	dir := strings.TrimSpace(string(out))
-	if err != nil || dir == "" {
+	dir := strings.TrimSpace(testenv.GoList(t, "-m", "-f", "{{.Dir}}", gvisorModule))
+	if dir == "" {
 		testenv.NeedRoot(t) // another user cannot read root's module cache
-		t.Fatalf("go list -m %s: no source directory (%v)", gvisorModule, err)
+		t.Fatalf("go list -m %s: no source directory", gvisorModule)
 	}
 	return dir
 }
