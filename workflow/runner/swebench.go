@@ -286,18 +286,19 @@ func (rn *Runner) Grade(ctx context.Context, inst Instance, repo, patch string, 
 }
 
 // gradeTests is the harness's get_eval_tests_report and
-// get_resolution_status: a FAIL_TO_PASS test succeeds when it passed (an
-// xfail is a skip here, see docs/agent.md), a PASS_TO_PASS test when it
-// passed or was skipped; a test the run did not report failed. Resolved
-// is every test of both lists succeeding.
+// get_resolution_status: a FAIL_TO_PASS test succeeds when it passed or
+// xfailed, a PASS_TO_PASS test when it passed, xfailed or was skipped; a
+// test the run did not report failed. Resolved is every test of both
+// lists succeeding.
 func gradeTests(inst Instance, res testparse.Result) (TestsStatus, bool) {
 	st := TestsStatus{FailToPass: outcome(), PassToPass: outcome(), FailToFail: outcome(), PassToFail: outcome()}
 	for _, name := range inst.FailToPass {
-		judge(&st.FailToPass, name, statusOf(res, name) == testparse.Pass)
+		s := statusOf(res, name)
+		judge(&st.FailToPass, name, s == testparse.Pass || s == testparse.XFail)
 	}
 	for _, name := range inst.PassToPass {
 		s := statusOf(res, name)
-		judge(&st.PassToPass, name, s == testparse.Pass || s == testparse.Skip)
+		judge(&st.PassToPass, name, s == testparse.Pass || s == testparse.XFail || s == testparse.Skip)
 	}
 	return st, len(st.FailToPass.Failure) == 0 && len(st.PassToPass.Failure) == 0
 }

@@ -100,6 +100,10 @@ func TestGradeTests(t *testing.T) {
 		{Name: "example.com/calc.TestClamp/high", Status: testparse.Fail},
 		{Name: "example.com/calc.TestSkip", Status: testparse.Skip},
 	}}
+	xfail := testparse.Result{Format: "pytest", Tests: []testparse.Test{{Name: "t.py::test_x", Status: testparse.XFail}}}
+	if _, ok := gradeTests(Instance{FailToPass: []string{"t.py::test_x"}, PassToPass: []string{"t.py::test_x"}}, xfail); !ok {
+		t.Error("an xfail passes, for FAIL_TO_PASS and PASS_TO_PASS alike (grading.py's test_passed)")
+	}
 	for name, want := range map[string]testparse.Status{
 		"TestAdd": testparse.Pass, "example.com/calc.TestAdd": testparse.Pass, "TestClamp/low": testparse.Pass,
 		"TestClamp": testparse.Fail, "TestSkip": testparse.Skip, "TestGone": "", "TestAd": "",
