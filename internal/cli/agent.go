@@ -93,8 +93,9 @@ func (a *app) agentRunCmd() *cobra.Command {
 	cmd := a.withSession(&cobra.Command{
 		Use:   "run (--task TEXT | --issue FILE|URL)",
 		Short: "Work on a task or an issue until its tests pass; from an issue, make the PR",
-		Long: `run is fix with a task. With --issue (a Markdown file, or a GitHub or
-GitLab issue URL) it skips closed and locked issues and issues a commit
+		Long: `run is fix with a task. With --issue (a Markdown file, or a GitHub,
+GitLab, Gitea or Forgejo issue URL; SMOLVM_FORGE names the forge of a host
+that does not say) it skips closed and locked issues and issues a commit
 already references, and once resolved makes a PR: one commit on branch
 smolvm/issue-N-slug with a body giving the problem, the change, the test
 evidence, iterations, tokens and flaky tests. --dry-run DIR writes it as
@@ -133,7 +134,7 @@ git-push) and opens a draft PR through the forge.`,
 		return a.agentPR(s, run, is, fg, baseBranch, remote, dryRun, openPR)
 	})
 	cmd.Flags().StringVar(&f.task, "task", "", "what to do")
-	cmd.Flags().StringVar(&issue, "issue", "", "an issue: a Markdown file or a GitHub/GitLab issue URL")
+	cmd.Flags().StringVar(&issue, "issue", "", "an issue: a Markdown file or a GitHub, GitLab, Gitea or Forgejo issue URL")
 	cmd.Flags().StringVar(&dryRun, "dry-run", "", "write the PR into this directory (pr.md, pr.diff, pr.json) instead of opening it")
 	cmd.Flags().BoolVar(&openPR, "open-pr", false, "create and push the branch and open a draft PR through the forge, as the trust policy allows")
 	cmd.Flags().StringVar(&baseBranch, "base", "main", "the branch the PR targets")
