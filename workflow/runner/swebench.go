@@ -7,7 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/workflow/runner/testparse"
 )
 
@@ -231,14 +232,16 @@ func runReport(insts []Instance, results map[string]EvalResult) RunReport {
 	return rep
 }
 
-// Grade judges patch on inst as SWE-bench's harness does: on a checkout of
-// the base commit it applies patch (git apply, else patch --fuzz=5), puts
-// the files the test patch modifies back to the base commit's, applies the
-// test patch, runs the test command in a fresh sandbox (o.From, o.Image,
-// o.Limits, o.TestTimeout) and grades the result (gradeTests). A patch
-// that does not apply, a test run that fails to run or times out is an
-// error: the harness writes no report for those. repo is the instance's
-// repository on the host (RepoDir).
+// Grade judges patch on inst as SWE-bench's harness does: in a fresh
+// sandbox (o.From, o.Image, o.Limits) holding the base commit's tree, it
+// applies patch (git apply, else patch --batch --fuzz=5), puts the files
+// the test patch modifies back to the base commit's, applies the test
+// patch, runs the test command (o.TestTimeout) and grades the result
+// (gradeTests). The patches are applied inside the sandbox, as the
+// harness applies them in its container: a model's patch never writes on
+// the host. A patch that does not apply, a test run that fails to run or
+// times out is an error: the harness writes no report for those. repo is
+// the instance's repository on the host (RepoDir).
 func (rn *Runner) Grade(ctx context.Context, inst Instance, repo, patch string, o Options) (InstanceReport, testparse.Result, error) {
 	rep := InstanceReport{PatchExists: true}
 	tmp, err := os.MkdirTemp("", "smolvm-grade-")
@@ -250,16 +253,6 @@ func (rn *Runner) Grade(ctx context.Context, inst Instance, repo, patch string, 
 	if err != nil {
 		return rep, testparse.Result{}, err
 	}
-	if err := w.apply(ctx, "model patch", patch, true); err != nil {
-		return rep, testparse.Result{}, err
-	}
-	if err := w.resetTests(ctx, inst.TestPatch); err != nil {
-		return rep, testparse.Result{}, err
-	}
-	if err := w.apply(ctx, "test patch", inst.TestPatch, false); err != nil {
-		return rep, testparse.Result{}, err
-	}
-	rep.PatchApplied = true
 	test := cmp0(inst.TestCmd, DetectTest(w.dir))
 	if test == "" {
 		return rep, testparse.Result{}, errdefs.New(errdefs.ErrInvalid, fmt.Sprintf("%s: no test_cmd and none detected", inst.InstanceID))
@@ -273,6 +266,16 @@ func (rn *Runner) Grade(ctx context.Context, inst Instance, repo, patch string, 
 		return rep, testparse.Result{}, err
 	}
 	defer rn.Service.Remove(context.WithoutCancel(ctx), sb, true)
+	if err := applyIn(ctx, rn.Service, sb, "model patch", patch, true); err != nil {
+		return rep, testparse.Result{}, err
+	}
+	if err := w.resetTests(ctx, rn.Service, sb, inst.TestPatch); err != nil {
+		return rep, testparse.Result{}, err
+	}
+	if err := applyIn(ctx, rn.Service, sb, "test patch", inst.TestPatch, false); err != nil {
+		return rep, testparse.Result{}, err
+	}
+	rep.PatchApplied = true
 	res, err := RunTests(ctx, rn.Service, sb, test, o.TestTimeout)
 	if err != nil {
 		return rep, res, err
@@ -346,8 +349,8 @@ func statusOf(res testparse.Result, name string) testparse.Status {
 }
 
 // work is a clone of a repository checked out at its base commit, on
-// the host: patches are applied here, and export copies the tree without
-// .git for a sandbox.
+// the host: export copies its tree without .git for a sandbox, and the
+// base commit's files are read from it.
 type work struct {
 	dir, base string
 }
@@ -374,27 +377,30 @@ func (w *work) export() (string, error) {
 	return tree, nil
 }
 
-// apply applies patch to the tree: git apply, else (as the harness
-// falls back) patch --batch --fuzz=5. An empty patch is nothing to do.
-func (w *work) apply(ctx context.Context, what, patch string, fuzz bool) error {
+// applyIn applies patch to Dir in sb: git apply (outside any repository:
+// Dir has no .git), else, with fuzz, patch --batch --fuzz=5 as the harness
+// falls back to. An empty patch is nothing to do.
+func applyIn(ctx context.Context, svc sandbox.Service, sb, what, patch string, fuzz bool) error {
 	if strings.TrimSpace(patch) == "" {
 		return nil
 	}
-	f := w.dir + "-" + strings.ReplaceAll(what, " ", "-") + ".diff"
-	if err := os.WriteFile(f, []byte(patch), 0o600); err != nil {
-		return err
+	f := "/tmp/smolvm-" + strings.ReplaceAll(what, " ", "-") + ".diff"
+	if err := svc.WriteFile(ctx, sb, f, strings.NewReader(patch)); err != nil {
+		return fmt.Errorf("write the %s: %w", what, err)
 	}
-	_, err := gitOut(ctx, w.dir, nil, "apply", "--whitespace=nowarn", f)
-	if err == nil || !fuzz {
-		if err != nil {
-			return errdefs.New(errdefs.ErrInvalid, fmt.Sprintf("the %s does not apply: %v", what, err))
-		}
-		return nil
+	script := "git apply --whitespace=nowarn " + f
+	if fuzz {
+		script += " || patch --batch --fuzz=5 -p1 -i " + f
 	}
-	cmd := exec.CommandContext(ctx, "patch", "--batch", "--fuzz=5", "-p1", "-i", f)
-	cmd.Dir = w.dir
-	if out, perr := cmd.CombinedOutput(); perr != nil {
-		return errdefs.New(errdefs.ErrInvalid, fmt.Sprintf("the %s does not apply: %v; patch --fuzz=5: %v: %s", what, err, perr, head(string(out), 2<<10)))
+	var out capped
+	out.max = 16 << 10
+	exit, err := svc.Exec(ctx, sb, sandbox.Process{Args: []string{"sh", "-c", script}, Dir: Dir,
+		Env: []string{"GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1"}}, sandbox.Stdio{Stdout: &out, Stderr: &out})
+	if err != nil {
+		return fmt.Errorf("apply the %s: %w", what, err)
+	}
+	if exit.Code != 0 || exit.Error != "" {
+		return errdefs.New(errdefs.ErrInvalid, fmt.Sprintf("the %s does not apply (exit %d %s): %s", what, exit.Code, exit.Error, head(out.String(), 2<<10)))
 	}
 	return nil
 }
@@ -403,18 +409,19 @@ func (w *work) apply(ctx context.Context, what, patch string, fuzz bool) error {
 // harness's DIFF_MODIFIED_FILE_REGEX does.
 var modified = regexp.MustCompile(`(?m)^--- a/(.*)$`)
 
-// resetTests puts the files testPatch modifies back to the base commit,
-// so the model's edits to them do not stand in the way of the test patch.
-func (w *work) resetTests(ctx context.Context, testPatch string) error {
-	var files []string
+// resetTests puts the files testPatch modifies back in sb as the base
+// commit has them, so the model's edits to them do not stand in the way of
+// the test patch (the harness's git checkout BASE -- FILES).
+func (w *work) resetTests(ctx context.Context, svc sandbox.Service, sb, testPatch string) error {
 	for _, m := range modified.FindAllStringSubmatch(testPatch, -1) {
-		files = append(files, strings.TrimRight(m[1], "\r\t "))
-	}
-	if len(files) == 0 {
-		return nil
-	}
-	if _, err := gitOut(ctx, w.dir, nil, append([]string{"checkout", "-q", w.base, "--"}, files...)...); err != nil {
-		return fmt.Errorf("reset the test patch's files: %w", err)
+		f := strings.TrimRight(m[1], "\r\t ")
+		data, err := gitBytes(ctx, w.dir, nil, "cat-file", "blob", w.base+":"+f)
+		if err != nil {
+			return fmt.Errorf("reset %s: %w", f, err)
+		}
+		if err := svc.WriteFile(ctx, sb, path.Join(Dir, f), bytes.NewReader(data)); err != nil {
+			return fmt.Errorf("reset %s: %w", f, err)
+		}
 	}
 	return nil
 }

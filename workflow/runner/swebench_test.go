@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/workflow/runner/testparse"
 )
@@ -157,6 +159,25 @@ func TestRunReport(t *testing.T) {
 	}
 }
 
+// editDiff is the diff that replaces old with new in file of repo.
+func editDiff(t *testing.T, repo, file, old, new string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "edit")
+	if _, err := gitOut(context.Background(), "", nil, "clone", "-q", repo, dir); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil || !strings.Contains(string(data), old) {
+		t.Fatalf("%s: %v", file, err)
+	}
+	os.WriteFile(filepath.Join(dir, file), []byte(strings.Replace(string(data), old, new, 1)), 0o644)
+	d, err := gitBytes(context.Background(), dir, nil, "diff")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(d)
+}
+
 // patcher is a scripted agent that applies a patch in its sandbox with
 // patch(1) on its first turn; an empty one does nothing.
 type patcher struct{ patch string }
@@ -240,8 +261,28 @@ func TestSWEBenchInstances(t *testing.T) {
 			}
 		}()
 	}
+	// A model patch that also edits a file the test patch modifies: the
+	// file is put back first, so the test patch applies and judges the fix.
+	py := insts[2]
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		edited := py.Patch + editDiff(t, filepath.Join(repos, py.Repo), "tests/test_slug.py", `"Hello World") == "hello-world"`, `"Hello World")`)
+		rep, res, err := rn.Grade(ctx, py, filepath.Join(repos, py.Repo), edited, o)
+		if err != nil || !rep.Resolved {
+			t.Errorf("gold + test edit on %s: %+v %v (tests %+v)", py.InstanceID, rep, err, res)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		js := insts[1]
+		_, _, err := rn.Grade(ctx, js, filepath.Join(repos, js.Repo), strings.ReplaceAll(js.Patch, "i + n <= list.length", "i + n <= list.size"), o)
+		if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "model patch does not apply") {
+			t.Errorf("a patch that does not apply: %v", err)
+		}
+	}()
 	wg.Wait()
-	t.Logf("empty patches: %s", time.Since(start).Round(time.Second))
+	t.Logf("empty and other patches: %s", time.Since(start).Round(time.Second))
 
 	start = time.Now()
 	agents := map[string]Agent{"smolvm__go-calc-1": patcher{insts[0].Patch}, "smolvm__js-chunk-1": patcher{insts[1].Patch}, "smolvm__py-slug-1": patcher{}}
