@@ -490,26 +490,27 @@ func (a *app) agentEvalSWEBench(s *session, f *agentFlags, sf sweFlags, path str
 			model = cmp.Or(p.Model, model)
 		}
 	}
-	// The harness's names: logs/run_evaluation/RUN_ID/MODEL/ID, MODEL.RUN_ID.json.
-	model = strings.ReplaceAll(model, "/", "__")
-	so.LogDir = filepath.Join(a.dataDir, "agent", "swebench", sf.runID, model)
+	var agentFor func(runner.Instance) (runner.Agent, error)
 	if so.Predictions == nil {
 		// The agent's name, for the report; NewAgent refuses a bad spec here.
 		if _, o.AgentName, err = runner.NewAgent(s.ctx, f.agent, o.Repo, os.Getenv, a.stderr); err != nil {
 			return runner.EvalReport{}, err
 		}
 		model = o.AgentName
-	}
-	// One agent per instance, with its repository's context: the built-in
-	// one carries its conversation from turn to turn.
-	agentFor := func(in runner.Instance) (runner.Agent, error) {
-		repo, err := runner.RepoDir(s.ctx, so.Repos, in.Repo)
-		if err != nil {
-			return nil, err
+		// One agent per instance, with its repository's context: the
+		// built-in one carries its conversation from turn to turn.
+		agentFor = func(in runner.Instance) (runner.Agent, error) {
+			repo, err := runner.RepoDir(s.ctx, so.Repos, in.Repo)
+			if err != nil {
+				return nil, err
+			}
+			ag, _, err := runner.NewAgent(s.ctx, f.agent, repo, os.Getenv, a.stderr)
+			return ag, err
 		}
-		ag, _, err := runner.NewAgent(s.ctx, f.agent, repo, os.Getenv, a.stderr)
-		return ag, err
 	}
+	// The harness's names: logs/run_evaluation/RUN_ID/MODEL/ID, MODEL.RUN_ID.json.
+	model = strings.ReplaceAll(model, "/", "__")
+	so.LogDir = filepath.Join(a.dataDir, "agent", "swebench", sf.runID, model)
 	rep, err := rn.EvalSWEBench(s.ctx, insts, so, agentFor, o)
 	out := cmp.Or(sf.report, model+"."+sf.runID+".json")
 	data, jerr := json.MarshalIndent(rep.SWEBench, "", "    ")

@@ -432,7 +432,8 @@ type SWEBenchOptions struct {
 	Repos string
 	// Predictions are graded as given, by instance ID; the other
 	// instances get an agent run whose best iteration's diff is the
-	// model patch.
+	// model patch, or, without an agent, stay incomplete (as the harness
+	// leaves an instance with no prediction).
 	Predictions map[string]Prediction
 	// Parallel is how many instances run at once, each in its own
 	// sandboxes (default 1).
@@ -443,15 +444,21 @@ type SWEBenchOptions struct {
 }
 
 // EvalSWEBench evaluates insts: each instance's patch (a prediction, or
-// what an agent from agentFor made on its base commit) is graded as
-// SWE-bench's harness grades it, so.Parallel instances at a time. The
-// report carries the harness's run report; Rate is resolved over total,
-// the harness's resolved rate. Instances not started when ctx ends are
-// incomplete.
+// what an agent from agentFor, when not nil, made on its base commit) is
+// graded as SWE-bench's harness grades it, so.Parallel instances at a
+// time. The report carries the harness's run report; Rate is resolved
+// over all instances, the harness's resolved rate. Instances not started
+// when ctx ends are incomplete.
 func (rn *Runner) EvalSWEBench(ctx context.Context, insts []Instance, so SWEBenchOptions, agentFor func(Instance) (Agent, error), o Options) (EvalReport, error) {
-	results := make([]EvalResult, len(insts))
-	ran := each(ctx, len(insts), so.Parallel, func(i int) {
-		results[i] = rn.sweOne(ctx, insts[i], so, agentFor, o)
+	var todo []Instance
+	for _, in := range insts {
+		if _, ok := so.Predictions[in.InstanceID]; ok || agentFor != nil {
+			todo = append(todo, in)
+		}
+	}
+	results := make([]EvalResult, len(todo))
+	ran := each(ctx, len(todo), so.Parallel, func(i int) {
+		results[i] = rn.sweOne(ctx, todo[i], so, agentFor, o)
 	})
 	var rep EvalReport
 	byID := map[string]EvalResult{}

@@ -159,6 +159,27 @@ func TestRunReport(t *testing.T) {
 	}
 }
 
+// TestSWEBenchPredictions: without an agent, an instance with no
+// prediction stays incomplete, and empty or null patches are never graded
+// (no sandbox is needed for any of it).
+func TestSWEBenchPredictions(t *testing.T) {
+	insts, err := ReadInstances(filepath.Join(sweDir, "instances.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	empty := ""
+	preds := map[string]Prediction{insts[0].InstanceID: {ModelPatch: &empty}, insts[1].InstanceID: {}}
+	rep, err := (&Runner{}).EvalSWEBench(context.Background(), insts, SWEBenchOptions{Repos: sweRepos(t, insts), Predictions: preds}, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := rep.SWEBench
+	if !slices.Equal(g.EmptyPatchIDs, []string{"smolvm__go-calc-1", "smolvm__js-chunk-1"}) || !slices.Equal(g.IncompleteIDs, []string{"smolvm__py-slug-1"}) ||
+		g.Submitted != 2 || g.Completed != 0 || rep.Total != 2 || rep.Rate != 0 {
+		t.Fatalf("%+v", g)
+	}
+}
+
 // editDiff is the diff that replaces old with new in file of repo.
 func editDiff(t *testing.T, repo, file, old, new string) string {
 	t.Helper()
