@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -112,11 +113,11 @@ func NewGitea(t testing.TB) *Gitea {
 	dir := t.TempDir()
 	port := freePort(t)
 	g := &Gitea{URL: fmt.Sprintf("http://127.0.0.1:%d", port), User: "smolvm", Dir: dir, bin: bin, config: filepath.Join(dir, "app.ini")}
-	who := os.Getenv("USER")
-	if out, err := exec.Command("id", "-un").Output(); err == nil {
-		who = strings.TrimSpace(string(out))
+	who, err := user.Current()
+	if err != nil {
+		t.Fatal(err)
 	}
-	ini := fmt.Sprintf(appINI, who, dir, port, filepath.Dir(bin), secret(t), secret(t))
+	ini := fmt.Sprintf(appINI, who.Username, dir, port, filepath.Dir(bin), secret(t), secret(t))
 	if err := os.WriteFile(g.config, []byte(ini), 0o600); err != nil {
 		t.Fatal(err)
 	}
