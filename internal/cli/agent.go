@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -508,8 +509,10 @@ func (a *app) agentEvalSWEBench(s *session, f *agentFlags, sf sweFlags, path str
 			return ag, err
 		}
 	}
-	// The harness's names: logs/run_evaluation/RUN_ID/MODEL/ID, MODEL.RUN_ID.json.
-	model = strings.ReplaceAll(model, "/", "__")
+	// The harness's names: logs/run_evaluation/RUN_ID/MODEL/ID and
+	// MODEL.RUN_ID.json, "/" in MODEL as "__"; an agent's command line
+	// loses its other odd characters too.
+	model = unsafeName.ReplaceAllString(strings.ReplaceAll(model, "/", "__"), "_")
 	so.LogDir = filepath.Join(a.dataDir, "agent", "swebench", sf.runID, model)
 	rep, err := rn.EvalSWEBench(s.ctx, insts, so, agentFor, o)
 	out := cmp.Or(sf.report, model+"."+sf.runID+".json")
@@ -523,6 +526,9 @@ func (a *app) agentEvalSWEBench(s *session, f *agentFlags, sf sweFlags, path str
 	fmt.Fprintf(a.stderr, "report written to %s; instance logs under %s\n", out, so.LogDir)
 	return rep, err
 }
+
+// unsafeName matches what a file name is better without.
+var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._:@-]+`)
 
 func (a *app) printEval(rep runner.EvalReport) {
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)

@@ -575,6 +575,11 @@ func (rn *Runner) sweAgent(ctx context.Context, inst Instance, repo string, agen
 	if err != nil {
 		return "", err
 	}
+	// The log keeps diffs trimmed: a patch whose last line is an added one
+	// wants its newline back, or git apply and patch call it corrupt.
+	if best.Diff != "" && !strings.HasSuffix(best.Diff, "\n") {
+		return best.Diff + "\n", nil
+	}
 	return best.Diff, nil
 }
 
