@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"cmp"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -91,8 +94,9 @@ func (a *app) agentRunCmd() *cobra.Command {
 	cmd := a.withSession(&cobra.Command{
 		Use:   "run (--task TEXT | --issue FILE|URL)",
 		Short: "Work on a task or an issue until its tests pass; from an issue, make the PR",
-		Long: `run is fix with a task. With --issue (a Markdown file, or a GitHub or
-GitLab issue URL) it skips closed and locked issues and issues a commit
+		Long: `run is fix with a task. With --issue (a Markdown file, or a GitHub,
+GitLab, Gitea or Forgejo issue URL; SMOLVM_FORGE names the forge of a host
+that does not say) it skips closed and locked issues and issues a commit
 already references, and once resolved makes a PR: one commit on branch
 smolvm/issue-N-slug with a body giving the problem, the change, the test
 evidence, iterations, tokens and flaky tests. --dry-run DIR writes it as
@@ -131,7 +135,7 @@ git-push) and opens a draft PR through the forge.`,
 		return a.agentPR(s, run, is, fg, baseBranch, remote, dryRun, openPR)
 	})
 	cmd.Flags().StringVar(&f.task, "task", "", "what to do")
-	cmd.Flags().StringVar(&issue, "issue", "", "an issue: a Markdown file or a GitHub/GitLab issue URL")
+	cmd.Flags().StringVar(&issue, "issue", "", "an issue: a Markdown file or a GitHub, GitLab, Gitea or Forgejo issue URL")
 	cmd.Flags().StringVar(&dryRun, "dry-run", "", "write the PR into this directory (pr.md, pr.diff, pr.json) instead of opening it")
 	cmd.Flags().BoolVar(&openPR, "open-pr", false, "create and push the branch and open a draft PR through the forge, as the trust policy allows")
 	cmd.Flags().StringVar(&baseBranch, "base", "main", "the branch the PR targets")
@@ -327,20 +331,25 @@ func (a *app) agentSetup(s *session, f *agentFlags) (*runner.Runner, runner.Opti
 }
 
 func (a *app) agentOptions(s *session, f *agentFlags) (runner.Options, error) {
+	o, err := a.runOptions(f)
+	if err != nil {
+		return o, err
+	}
+	o.Agent, o.AgentName, err = runner.NewAgent(s.ctx, f.agent, o.Repo, os.Getenv, a.stderr)
+	return o, err
+}
+
+// runOptions are the options the flags give, but the agent.
+func (a *app) runOptions(f *agentFlags) (runner.Options, error) {
 	repo, err := filepath.Abs(f.repo)
 	if err != nil {
 		return runner.Options{}, err
 	}
-	o := runner.Options{
+	return runner.Options{
 		Repo: repo, Test: f.test, Task: f.task, AgentName: f.agent, Budget: f.budget,
 		TestTimeout: f.testTimeout, FlakyReruns: f.flakyReruns, StuckAfter: f.stuckAfter,
 		AllowWeaken: f.allowWeaken, RunsDir: a.runsDir(), Progress: newStatus(a.stderr).show,
-	}
-	o.Agent, o.AgentName, err = runner.NewAgent(s.ctx, f.agent, repo, os.Getenv, a.stderr)
-	if err != nil {
-		return o, err
-	}
-	return o, nil
+	}, nil
 }
 
 func (a *app) printRun(run *runner.Run, asJSON bool) {
@@ -404,39 +413,155 @@ func compact(n int) string {
 
 func (a *app) agentEvalCmd() *cobra.Command {
 	f := &agentFlags{}
+	var sf sweFlags
 	cmd := a.withSession(&cobra.Command{
-		Use:   "eval DIR",
-		Short: "Run task fixtures (repo + issue + hidden tests) with an agent; report resolved rate, iterations, cost, guardrail interventions",
-		Args:  cobra.ExactArgs(1),
+		Use:   "eval DIR | INSTANCES.jsonl",
+		Short: "Run task fixtures (repo + issue + hidden tests) or SWE-bench instances with an agent; report resolved rate, iterations, cost, guardrail interventions",
+		Long: `eval DIR runs each fixture DIR/NAME (fixture.json, issue.md, repo/, hidden/)
+with the agent. eval FILE reads SWE-bench instances (a JSON array or JSON
+Lines: instance_id, repo, base_commit, problem_statement, patch, test_patch,
+FAIL_TO_PASS, PASS_TO_PASS) whose repositories are local (--repos), runs the
+agent on each base commit, --parallel at once, and grades the model patches
+as SWE-bench's harness does; --predictions grades given patches (or the gold
+ones) instead. The harness's run report is written to MODEL.RUN_ID.json and
+each instance's report.json under the data dir. See docs/agent.md.`,
+		Example: `  smolvm agent eval workflow/runner/testdata/eval --agent "claude -p"
+  smolvm agent eval instances.jsonl --repos ~/src --parallel 4 --agent builtin
+  smolvm agent eval instances.jsonl --repos ~/src --predictions gold`,
+		Args: cobra.ExactArgs(1),
 	}, func(s *session, args []string) error {
-		rn, o, err := a.agentSetup(s, f)
-		if err != nil {
-			return err
-		}
-		agent := o.Agent
-		rep, err := rn.Eval(s.ctx, args[0], func(runner.Fixture) runner.Agent { return agent }, o)
-		if err != nil {
-			return err
-		}
-		if f.asJSON {
-			return writeJSON(a.stdout, rep)
-		}
-		tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "FIXTURE\tRESOLVED\tITERATIONS\tINTERVENTIONS\tTOKENS\tCOST\tFLAKY\tNOTE")
-		for _, r := range rep.Results {
-			note := r.Reason
-			if r.Error != "" {
-				note = "error: " + r.Error
-			} else if r.Hidden != nil && !r.Resolved {
-				note = "hidden tests: " + r.Hidden.Summary()
+		var rep runner.EvalReport
+		var err error
+		if st, serr := os.Stat(args[0]); serr == nil && !st.IsDir() {
+			rep, err = a.agentEvalSWEBench(s, f, sf, args[0])
+		} else {
+			rn, o, serr := a.agentSetup(s, f)
+			if serr != nil {
+				return serr
 			}
-			fmt.Fprintf(tw, "%s\t%v\t%d\t%d\t%d\t$%.4f\t%s\t%s\n", r.Fixture, r.Resolved, r.Iterations, r.Interventions, r.Usage.Tokens(), r.Usage.CostUSD, strings.Join(r.Flaky, ","), note)
+			agent := o.Agent
+			rep, err = rn.Eval(s.ctx, args[0], func(runner.Fixture) runner.Agent { return agent }, o)
 		}
-		tw.Flush()
-		fmt.Fprintf(a.stdout, "resolved %d/%d (%.0f%%), %d iterations, %d guardrail interventions, %d tokens, $%.4f\n",
-			rep.Resolved, rep.Total, 100*rep.Rate, rep.Iterations, rep.Interventions, rep.Usage.Tokens(), rep.Usage.CostUSD)
-		return nil
+		if rep.Total == 0 && rep.SWEBench == nil {
+			return err
+		}
+		// A cancelled evaluation still shows what it did.
+		if f.asJSON {
+			writeJSON(a.stdout, rep)
+		} else {
+			a.printEval(rep)
+		}
+		return err
 	})
 	f.register(cmd)
+	cmd.Flags().StringVar(&sf.repos, "repos", "", "SWE-bench: where each instance's repo is (DIR/OWNER/NAME, DIR/OWNER__NAME, DIR/NAME, or DIR itself); default: the instances file's directory")
+	cmd.Flags().StringVar(&sf.predictions, "predictions", "", `SWE-bench: grade these patches (JSON or JSON Lines: instance_id, model_name_or_path, model_patch), or "gold", instead of running the agent`)
+	cmd.Flags().IntVar(&sf.parallel, "parallel", 2, "SWE-bench: instances at once, each in its own sandboxes")
+	cmd.Flags().StringVar(&sf.runID, "run-id", "smolvm", "SWE-bench: the run's ID, in the report's name (MODEL.RUN_ID.json) and its logs' directory")
+	cmd.Flags().StringVar(&sf.report, "report", "", "SWE-bench: where the harness's run report goes (default MODEL.RUN_ID.json here)")
 	return cmd
+}
+
+// sweFlags are eval's SWE-bench flags.
+type sweFlags struct {
+	repos, predictions, runID, report string
+	parallel                          int
+}
+
+// agentEvalSWEBench evaluates the SWE-bench instances in path and writes
+// the harness's run report.
+func (a *app) agentEvalSWEBench(s *session, f *agentFlags, sf sweFlags, path string) (runner.EvalReport, error) {
+	insts, err := runner.ReadInstances(path)
+	if err != nil {
+		return runner.EvalReport{}, err
+	}
+	rn, err := a.agentRunner(s)
+	if err != nil {
+		return runner.EvalReport{}, err
+	}
+	// Graded predictions need no agent (and no model configured).
+	o, err := a.runOptions(f)
+	if err != nil {
+		return runner.EvalReport{}, err
+	}
+	so := runner.SWEBenchOptions{Repos: cmp.Or(sf.repos, filepath.Dir(path)), Parallel: sf.parallel}
+	model := ""
+	switch sf.predictions {
+	case "":
+	case "gold":
+		so.Predictions, model = runner.GoldPredictions(insts), "gold"
+	default:
+		if so.Predictions, err = runner.ReadPredictions(sf.predictions); err != nil {
+			return runner.EvalReport{}, err
+		}
+		for _, p := range so.Predictions {
+			model = cmp.Or(p.Model, model)
+		}
+	}
+	var agentFor func(runner.Instance) (runner.Agent, error)
+	if so.Predictions == nil {
+		// The agent's name, for the report; NewAgent refuses a bad spec here.
+		if _, o.AgentName, err = runner.NewAgent(s.ctx, f.agent, o.Repo, os.Getenv, a.stderr); err != nil {
+			return runner.EvalReport{}, err
+		}
+		model = o.AgentName
+		// One agent per instance, with its repository's context: the
+		// built-in one carries its conversation from turn to turn.
+		agentFor = func(in runner.Instance) (runner.Agent, error) {
+			repo, err := runner.RepoDir(s.ctx, so.Repos, in.Repo)
+			if err != nil {
+				return nil, err
+			}
+			ag, _, err := runner.NewAgent(s.ctx, f.agent, repo, os.Getenv, a.stderr)
+			return ag, err
+		}
+	}
+	// The harness's names: logs/run_evaluation/RUN_ID/MODEL/ID and
+	// MODEL.RUN_ID.json, "/" in MODEL as "__"; an agent's command line
+	// loses its other odd characters too.
+	model = unsafeName.ReplaceAllString(strings.ReplaceAll(model, "/", "__"), "_")
+	so.LogDir = filepath.Join(a.dataDir, "agent", "swebench", sf.runID, model)
+	rep, err := rn.EvalSWEBench(s.ctx, insts, so, agentFor, o)
+	out := cmp.Or(sf.report, model+"."+sf.runID+".json")
+	data, jerr := json.MarshalIndent(rep.SWEBench, "", "    ")
+	if jerr == nil {
+		jerr = os.WriteFile(out, append(data, '\n'), 0o644)
+	}
+	if jerr != nil {
+		return rep, fmt.Errorf("swe-bench report: %w", jerr)
+	}
+	fmt.Fprintf(a.stderr, "report written to %s; instance logs under %s\n", out, so.LogDir)
+	return rep, err
+}
+
+// unsafeName matches what a file name is better without.
+var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._:@-]+`)
+
+func (a *app) printEval(rep runner.EvalReport) {
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "FIXTURE\tRESOLVED\tITERATIONS\tINTERVENTIONS\tTOKENS\tCOST\tFLAKY\tNOTE")
+	for _, r := range rep.Results {
+		note := r.Reason
+		switch {
+		case r.Error != "":
+			note = "error: " + r.Error
+		case r.SWEBench != nil && !r.Resolved:
+			st := r.SWEBench.TestsStatus
+			note = fmt.Sprintf("FAIL_TO_PASS failing: %s; PASS_TO_PASS failing: %s", orDash(strings.Join(st.FailToPass.Failure, " ")), orDash(strings.Join(st.PassToPass.Failure, " ")))
+		case r.SWEBench == nil && r.Patch != nil && *r.Patch == "":
+			note = "empty patch"
+		case r.Hidden != nil && !r.Resolved:
+			note = "hidden tests: " + r.Hidden.Summary()
+		}
+		fmt.Fprintf(tw, "%s\t%v\t%d\t%d\t%d\t$%.4f\t%s\t%s\n", r.Fixture, r.Resolved, r.Iterations, r.Interventions, r.Usage.Tokens(), r.Usage.CostUSD, strings.Join(r.Flaky, ","), note)
+	}
+	tw.Flush()
+	total := rep.Total
+	if g := rep.SWEBench; g != nil {
+		total = g.Total
+		fmt.Fprintf(a.stdout, "SWE-bench: %d instances, %d completed, %d resolved, %d unresolved, %d empty patches, %d errors, %d incomplete\n",
+			g.Total, g.Completed, g.Resolved, g.Unresolved, g.EmptyPatch, g.Errors, len(g.IncompleteIDs))
+	}
+	fmt.Fprintf(a.stdout, "resolved %d/%d (%.0f%%), %d iterations, %d guardrail interventions, %d tokens, $%.4f\n",
+		rep.Resolved, total, 100*rep.Rate, rep.Iterations, rep.Interventions, rep.Usage.Tokens(), rep.Usage.CostUSD)
 }

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,5 +107,68 @@ esac
 	}
 	if _, errOut, code := c.run("agent", "fix", "--repo", repo, "--test", "true", "--agent", "true", "--max-iterations", "-2"); code != 125 || !strings.Contains(errOut, "bad budget") {
 		t.Errorf("bad budget: %d %q", code, errOut)
+	}
+}
+
+// TestCLIAgentEvalSWEBench: smolvm agent eval FILE on a SWE-bench instance
+// made here (its repository under DIR/acme/calc, found through the
+// instances file's directory): the gold patch graded without an agent,
+// then an agent CLI's patch; both resolve it, and the run reports and the
+// instance's report.json have the harness's keys.
+func TestCLIAgentEvalSWEBench(t *testing.T) {
+	c := newSandboxCLI(t)
+	dir := t.TempDir()
+	repo := filepath.Join(dir, "acme", "calc")
+	os.MkdirAll(repo, 0o755)
+	git := func(args ...string) string {
+		out, err := exec.Command("git", append([]string{"-C", repo, "-c", "user.name=t", "-c", "user.email=t@t"}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %s", args, out)
+		}
+		return string(out)
+	}
+	os.WriteFile(filepath.Join(repo, "calc.js"), []byte("exports.add = (a, b) => a - b;\n"), 0o644)
+	head := "const test = require('node:test');\nconst assert = require('node:assert');\nconst { add } = require('./calc.js');\n" +
+		"test('zero', () => { assert.strictEqual(add(0, 0), 0); });\n"
+	os.WriteFile(filepath.Join(repo, "calc.test.js"), []byte(head), 0o644)
+	git("init", "-q")
+	git("add", "-A")
+	git("commit", "-qm", "base")
+	base := strings.TrimSpace(git("rev-parse", "HEAD"))
+	os.WriteFile(filepath.Join(repo, "calc.js"), []byte("exports.add = (a, b) => a + b;\n"), 0o644)
+	gold := git("diff")
+	git("checkout", "-q", ".")
+	os.WriteFile(filepath.Join(repo, "calc.test.js"), []byte(head+"test('add', () => { assert.strictEqual(add(2, 3), 5); });\n"), 0o644)
+	testPatch := git("diff")
+	git("checkout", "-q", ".")
+	inst, _ := json.Marshal(map[string]any{"instance_id": "acme__calc-1", "repo": "acme/calc", "base_commit": base,
+		"problem_statement": "add() subtracts", "patch": gold, "test_patch": testPatch,
+		"FAIL_TO_PASS": []string{"add"}, "PASS_TO_PASS": []string{"zero"}, "test_cmd": "node --test --test-reporter=tap"})
+	insts := filepath.Join(dir, "instances.jsonl")
+	os.WriteFile(insts, append(inst, '\n'), 0o644)
+
+	reports := t.TempDir()
+	for _, args := range [][]string{
+		{"--predictions", "gold", "--report", filepath.Join(reports, "gold.json")},
+		{"--agent", "sed -i s:a.-.b:a+b: calc.js", "--flaky-reruns", "-1", "--run-id", "cli", "--report", filepath.Join(reports, "agent.json")},
+	} {
+		cmd := append([]string{"agent", "eval", insts}, args...)
+		out, errOut, code := c.run(cmd...)
+		if code != 0 || !strings.Contains(out, "SWE-bench: 1 instances, 1 completed, 1 resolved") || !strings.Contains(out, "resolved 1/1 (100%)") {
+			t.Fatalf("%v: %d\n%s\n%s", args, code, out, errOut)
+		}
+	}
+	for _, p := range []string{filepath.Join(reports, "gold.json"), filepath.Join(reports, "agent.json")} {
+		var rep map[string]any
+		data, err := os.ReadFile(p)
+		if err != nil || json.Unmarshal(data, &rep) != nil || len(rep) != 15 || rep["resolved_instances"] != 1.0 ||
+			fmt.Sprint(rep["resolved_ids"]) != "[acme__calc-1]" || rep["schema_version"] != 2.0 {
+			t.Errorf("%s: %v %s", p, err, data)
+		}
+	}
+	// The logs are under the agent's name, made fit for a file name.
+	data, err := os.ReadFile(filepath.Join(c.dataDir, "agent", "swebench", "cli", "sed_-i_s:a.-.b:a_b:_calc.js", "acme__calc-1", "report.json"))
+	if err != nil || !strings.Contains(string(data), `"resolved": true`) || !strings.Contains(string(data), `"FAIL_TO_PASS"`) {
+		t.Errorf("report.json: %v %s", err, data)
 	}
 }

@@ -419,7 +419,7 @@ the repository (the policy's git-commit); --dry-run DIR writes the PR;
 			return nil
 		}
 		if fg == nil {
-			return fmt.Errorf("branch merge: --open-pr needs --issue with a GitHub or GitLab URL")
+			return fmt.Errorf("branch merge: --open-pr needs --issue with a forge's issue URL (GitHub, GitLab, Gitea)")
 		}
 		if err := pr.Open(s.ctx, gate, fg, r.Repo, remote, "branch-"+r.ID, func() error {
 			return c.Publish(s.ctx, gate, r.ID)
@@ -436,7 +436,7 @@ the repository (the policy's git-commit); --dry-run DIR writes the PR;
 	fl.DurationVar(&o.TestTimeout, "test-timeout", runner.DefaultTestTimeout, "limit for one CI run")
 	fl.BoolVar(&publish, "publish", false, "create the branches smolvm/RUN/* in the repository, as the trust policy allows (git-commit)")
 	fl.StringVar(&dryRun, "dry-run", "", "write the PR into this directory (pr.md, pr.diff, pr.json)")
-	fl.StringVar(&issue, "issue", "", "the issue the PR resolves: a Markdown file or a GitHub/GitLab issue URL")
+	fl.StringVar(&issue, "issue", "", "the issue the PR resolves: a Markdown file or a GitHub, GitLab, Gitea or Forgejo issue URL")
 	fl.BoolVar(&openPR, "open-pr", false, "publish and open a draft PR through the forge of --issue, as the trust policy allows")
 	fl.StringVar(&base, "base", "main", "the branch the PR targets")
 	fl.StringVar(&remote, "remote", "origin", "the remote --open-pr pushes the integration branch to (the policy's git-push)")

@@ -109,6 +109,33 @@ func Kube(t testing.TB) (apiserver, etcd string) {
 	return apiserver, etcd
 }
 
+// Gitea returns the Gitea server the forge tests run against:
+// $SMOLVM_GITEA, else what scripts/gitea-tools.sh built for
+// tools/gitea/pin's version under /usr/local. It skips the test without
+// it, except in CI, which builds it (scripts/test.sh).
+func Gitea(t testing.TB) string {
+	t.Helper()
+	p := os.Getenv("SMOLVM_GITEA")
+	if p == "" {
+		pin, err := os.ReadFile(filepath.Join(Root(), "tools", "gitea", "pin"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile(`(?m)^code\.gitea\.io/gitea (v\S+) `).FindSubmatch(pin)
+		if m == nil {
+			t.Fatal("tools/gitea/pin names no code.gitea.io/gitea version")
+		}
+		p = filepath.Join("/usr/local/lib/smolvm/gitea", string(m[1]), "gitea")
+	}
+	if _, err := os.Stat(p); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%v in CI: scripts/test.sh must build it (scripts/gitea-tools.sh)", err)
+		}
+		t.Skipf("%v; run scripts/gitea-tools.sh", err)
+	}
+	return p
+}
+
 // Guest returns a freshly built smolvm-guest. It is static, so it can run
 // as PID 1 inside any sandbox.
 func Guest(t testing.TB) string { return build(t, "smolvm-guest") }

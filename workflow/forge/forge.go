@@ -1,4 +1,5 @@
-// Package forge reads issues from and opens pull requests on GitHub (REST v3) and GitLab (REST v4).
+// Package forge reads issues from and opens pull requests on GitHub (REST
+// v3), GitLab (REST v4) and Gitea or Forgejo (REST v1).
 package forge
 
 import (
@@ -19,22 +20,22 @@ import (
 )
 
 // Issue is an issue as the forge reports it. State is "open" or "closed"
-// on both forges (GitLab's "opened" is "open").
+// on every forge (GitLab's "opened" is "open").
 type Issue struct {
 	Number             int
 	Title, Body, State string
 	URL                string // the issue's web page
-	Locked             bool   // GitHub's locked, GitLab's discussion_locked
+	Locked             bool   // GitHub's locked, GitLab's discussion_locked, Gitea's is_locked
 }
 
-// PullRequest is a pull (GitHub) or merge (GitLab) request to open: Head
-// is the branch with the change, Base the branch it goes into.
+// PullRequest is a pull (GitHub, Gitea) or merge (GitLab) request to
+// open: Head is the branch with the change, Base the branch it goes into.
 type PullRequest struct {
 	Head, Base, Title, Body string
 	Draft                   bool
 }
 
-// Forge is a repository on GitHub or GitLab.
+// Forge is a repository on GitHub, GitLab or Gitea.
 type Forge interface {
 	Issue(ctx context.Context, number int) (Issue, error)
 	// OpenPR opens pr and returns its web page.
@@ -48,10 +49,15 @@ const (
 )
 
 // Parse takes an issue's web address (https://github.com/o/r/issues/12,
-// https://gitlab.example/g/p/-/issues/3) and returns its forge and the
-// issue's number. The API is derived from the host (api.github.com for
-// github.com, HOST/api/v3 for GitHub Enterprise, HOST/api/v4 for GitLab)
-// unless SMOLVM_GITHUB_API or SMOLVM_GITLAB_API names it.
+// https://gitlab.example/g/p/-/issues/3, https://codeberg.org/o/r/issues/5)
+// and returns its forge and the issue's number. An address with /-/issues/
+// is GitLab's; an OWNER/REPO/issues/N one is the forge SMOLVM_FORGE names
+// (github, gitlab, gitea or forgejo) or else the host's: gitlab.com and
+// gitlab.* are GitLab, gitea.com, codeberg.org, gitea.* and forgejo.* are
+// Gitea (Forgejo speaks its API), any other host is GitHub. The API is
+// derived from the host (api.github.com for github.com, HOST/api/v3 for
+// GitHub Enterprise, HOST/api/v4 for GitLab, HOST/api/v1 for Gitea) unless
+// SMOLVM_GITHUB_API, SMOLVM_GITLAB_API or SMOLVM_GITEA_API names it.
 func Parse(issueURL, token string, hc *http.Client) (Forge, int, error) {
 	return parse(issueURL, token, hc, os.Getenv)
 }
@@ -74,29 +80,61 @@ func parse(issueURL, token string, hc *http.Client, getenv func(string) string) 
 		return bad("the issue number is not a positive integer")
 	}
 	origin := u.Scheme + "://" + u.Host
-	if project, ok := strings.CutSuffix(rest, "/-"); ok || rest == "-" || isGitLabHost(u.Hostname()) {
+	k, err := kindOf(u, getenv)
+	if err != nil {
+		return bad(err.Error())
+	}
+	if k == "gitlab" {
+		project := strings.TrimSuffix(rest, "/-")
 		if project == "" || project == "-" || strings.Contains(project, "/-/") || !strings.Contains(project, "/") {
 			return bad("no project path before /-/issues/")
 		}
-		api := getenv("SMOLVM_GITLAB_API")
-		if api == "" {
-			api = origin + "/api/v4"
-		}
-		return NewGitLab(api, project, token, hc), n, nil
+		return NewGitLab(apiOf(getenv, "SMOLVM_GITLAB_API", origin+"/api/v4"), project, token, hc), n, nil
 	}
 	owner, repo, ok := strings.Cut(rest, "/")
 	if !ok || owner == "" || repo == "" || strings.Contains(repo, "/") {
 		return bad("want https://HOST/OWNER/REPO/issues/N")
 	}
-	api := getenv("SMOLVM_GITHUB_API")
-	switch {
-	case api != "":
-	case u.Hostname() == "github.com":
-		api = "https://api.github.com"
-	default:
-		api = origin + "/api/v3"
+	if k == "gitea" {
+		return NewGitea(apiOf(getenv, "SMOLVM_GITEA_API", origin+"/api/v1"), owner, repo, token, hc), n, nil
 	}
-	return NewGitHub(api, owner, repo, token, hc), n, nil
+	api := origin + "/api/v3"
+	if u.Hostname() == "github.com" {
+		api = "https://api.github.com"
+	}
+	return NewGitHub(apiOf(getenv, "SMOLVM_GITHUB_API", api), owner, repo, token, hc), n, nil
+}
+
+// kindOf says which forge serves u: "github", "gitlab" or "gitea" (see Parse).
+func kindOf(u *url.URL, getenv func(string) string) (string, error) {
+	if strings.Contains(u.Path, "/-/issues/") || strings.HasPrefix(strings.TrimPrefix(u.Path, "/"), "-/issues/") {
+		return "gitlab", nil
+	}
+	switch k := getenv("SMOLVM_FORGE"); k {
+	case "github", "gitlab", "gitea":
+		return k, nil
+	case "forgejo":
+		return "gitea", nil
+	case "":
+	default:
+		return "", fmt.Errorf("SMOLVM_FORGE=%q: want github, gitlab, gitea or forgejo", k)
+	}
+	host := u.Hostname()
+	switch {
+	case host == "gitlab.com" || strings.HasPrefix(host, "gitlab."):
+		return "gitlab", nil
+	case host == "gitea.com" || host == "codeberg.org" || strings.HasPrefix(host, "gitea.") || strings.HasPrefix(host, "forgejo."):
+		return "gitea", nil
+	}
+	return "github", nil
+}
+
+// apiOf is the API base the variable env names, else def.
+func apiOf(getenv func(string) string, env, def string) string {
+	if v := getenv(env); v != "" {
+		return v
+	}
+	return def
 }
 
 // cutLast cuts s around the last sep.
@@ -108,30 +146,49 @@ func cutLast(s, sep string) (before, after string, found bool) {
 	return s[:i], s[i+len(sep):], true
 }
 
-func isGitLabHost(host string) bool {
-	return host == "gitlab.com" || strings.HasPrefix(host, "gitlab.")
-}
-
 // TokenFromEnv returns the token for a forge at issueURL:
-// SMOLVM_FORGE_TOKEN, else GITLAB_TOKEN for a GitLab address
-// (one with /-/issues/ or a gitlab host), else GITHUB_TOKEN or GH_TOKEN.
+// SMOLVM_FORGE_TOKEN, else GITLAB_TOKEN for a GitLab address, GITEA_TOKEN
+// or FORGEJO_TOKEN for a Gitea one, GITHUB_TOKEN or GH_TOKEN for GitHub
+// (the forge as Parse decides it).
 func TokenFromEnv(issueURL string, getenv func(string) string) string {
 	if t := getenv("SMOLVM_FORGE_TOKEN"); t != "" {
 		return t
 	}
 	u, err := url.Parse(issueURL)
-	if err == nil && (strings.Contains(u.Path, "/-/issues/") || isGitLabHost(u.Hostname())) {
-		return getenv("GITLAB_TOKEN")
+	if err != nil {
+		return ""
 	}
-	if t := getenv("GITHUB_TOKEN"); t != "" {
-		return t
+	k, _ := kindOf(u, getenv)
+	var names []string
+	switch k {
+	case "gitlab":
+		names = []string{"GITLAB_TOKEN"}
+	case "gitea":
+		names = []string{"GITEA_TOKEN", "FORGEJO_TOKEN"}
+	default:
+		names = []string{"GITHUB_TOKEN", "GH_TOKEN"}
 	}
-	return getenv("GH_TOKEN")
+	for _, name := range names {
+		if t := getenv(name); t != "" {
+			return t
+		}
+	}
+	return ""
+}
+
+// draftTitle is pr's title, marked with prefix when pr is a draft on a
+// forge that marks drafts by title (GitLab's "Draft: ", Gitea's "WIP: ").
+func draftTitle(pr PullRequest, prefix string) string {
+	mark := strings.ToLower(strings.TrimSpace(prefix))
+	if !pr.Draft || strings.HasPrefix(strings.ToLower(pr.Title), mark) {
+		return pr.Title
+	}
+	return prefix + pr.Title
 }
 
 // client sends JSON requests to a forge's API and maps its errors.
 type client struct {
-	name   string // "github" or "gitlab", for errors
+	name   string // "github", "gitlab" or "gitea", for errors
 	api    string
 	hc     *http.Client
 	header http.Header

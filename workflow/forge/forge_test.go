@@ -3,6 +3,7 @@ package forge
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -148,6 +149,72 @@ func TestGitLab(t *testing.T) {
 	}
 }
 
+// TestGitea: Gitea's API is under /api/v1 with GitHub's repository shape;
+// the token is "Authorization: token", is_locked reads as locked, a pull
+// request is not an issue, a draft is titled "WIP: ", and a second PR from
+// the same branch is Gitea's 409, a conflict.
+func TestGitea(t *testing.T) {
+	srv := forgetest.NewServer(t)
+	srv.Token = "gitea-secret"
+	srv.GiteaIssue("acme", "app", forgetest.Issue{Number: 5, Title: "Panics on nil", Body: "see log"})
+	srv.GiteaIssue("acme", "app", forgetest.Issue{Number: 6, Title: "old", State: "closed", Locked: true})
+	srv.GiteaIssue("acme", "app", forgetest.Issue{Number: 7, Title: "a PR", PullRequest: true})
+	gt := NewGitea(srv.GiteaAPI(), "acme", "app", "gitea-secret", nil)
+
+	is, err := gt.Issue(ctx, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Issue{Number: 5, Title: "Panics on nil", Body: "see log", State: "open", URL: srv.URL + "/acme/app/issues/5"}
+	if is != want {
+		t.Fatalf("issue %+v, want %+v", is, want)
+	}
+	req := srv.Requests()[0]
+	if req.Method != "GET" || req.Path != "/api/v1/repos/acme/app/issues/5" || req.Header.Get("Authorization") != "token gitea-secret" || req.Header.Get("User-Agent") != "smolvm" {
+		t.Fatalf("%s %s %v", req.Method, req.Path, req.Header)
+	}
+	if is, err := gt.Issue(ctx, 6); err != nil || is.State != "closed" || !is.Locked {
+		t.Fatalf("closed issue %+v %v", is, err)
+	}
+	if _, err := gt.Issue(ctx, 7); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "gitea: acme/app#7 is a pull request") {
+		t.Fatalf("PR as issue: %v", err)
+	}
+	if _, err := gt.Issue(ctx, 8); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("missing issue: %v", err)
+	}
+	if _, err := NewGitea(srv.GiteaAPI(), "acme", "app", "", nil).Issue(ctx, 5); !errors.Is(err, errdefs.ErrDenied) {
+		t.Fatalf("no token: %v", err)
+	}
+
+	pr := PullRequest{Head: "smolvm/issue-5-panics-on-nil", Base: "main", Title: "Fix #5: Panics on nil", Body: "Fixes #5", Draft: true}
+	url, err := gt.OpenPR(ctx, pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if url != srv.URL+"/acme/app/pulls/1" {
+		t.Fatalf("url %s", url)
+	}
+	reqs := srv.Requests()
+	post := reqs[len(reqs)-1]
+	wantBody := map[string]any{"head": pr.Head, "base": "main", "title": "WIP: Fix #5: Panics on nil", "body": "Fixes #5"}
+	if post.Method != "POST" || post.Path != "/api/v1/repos/acme/app/pulls" || !reflect.DeepEqual(post.Body, wantBody) {
+		t.Fatalf("%s %s %v", post.Method, post.Path, post.Body)
+	}
+	if prs := srv.PRs(); len(prs) != 1 || !prs[0].Draft || prs[0].Forge != "gitea" {
+		t.Fatalf("PRs %+v", prs)
+	}
+	if _, err := gt.OpenPR(ctx, pr); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "pull request already exists") {
+		t.Fatalf("second PR: %v", err)
+	}
+	pr.Head, pr.Draft, pr.Title = "other", true, "wip: already marked"
+	if _, err := gt.OpenPR(ctx, pr); err != nil {
+		t.Fatal(err)
+	}
+	if prs := srv.PRs(); prs[1].Title != "wip: already marked" || !prs[1].Draft {
+		t.Fatalf("marked PR %+v", prs[1])
+	}
+}
+
 // TestErrors: error answers (over HTTP) map to classes and keep the
 // forge's message; a rate limit is unavailable, not denied.
 func TestErrors(t *testing.T) {
@@ -195,6 +262,9 @@ func TestParse(t *testing.T) {
 		{"https://gitlab.com/group/sub/proj/-/issues/3", "https://gitlab.com/api/v4", "group/sub/proj", 3},
 		{"https://code.corp:8443/team/proj/-/issues/9", "https://code.corp:8443/api/v4", "team/proj", 9},
 		{"https://gitlab.com/group/proj/issues/4", "https://gitlab.com/api/v4", "group/proj", 4},
+		{"https://codeberg.org/acme/app/issues/5", "https://codeberg.org/api/v1", "acme/app", 5},
+		{"http://gitea.corp:3000/acme/app/issues/6", "http://gitea.corp:3000/api/v1", "acme/app", 6},
+		{"https://forgejo.corp/acme/app/issues/7", "https://forgejo.corp/api/v1", "acme/app", 7},
 	} {
 		f, n, err := parse(c.url, "tok", nil, getenv)
 		if err != nil {
@@ -206,6 +276,8 @@ func TestParse(t *testing.T) {
 			api, project = f.api, f.owner+"/"+f.repo
 		case *gitLab:
 			api, project = f.api, f.project
+		case *gitea:
+			api, project = f.api, f.owner+"/"+f.repo
 		}
 		if n != c.n || api != c.api || project != c.project {
 			t.Errorf("%s: %d %s %s", c.url, n, api, project)
@@ -221,8 +293,9 @@ func TestParse(t *testing.T) {
 	srv := forgetest.NewServer(t)
 	srv.GitHubIssue("acme", "app", forgetest.Issue{Number: 12, Title: "via override"})
 	srv.GitLabIssue("g/p", forgetest.Issue{Number: 2, Title: "via override too"})
-	env["SMOLVM_GITHUB_API"], env["SMOLVM_GITLAB_API"] = srv.URL, srv.GitLabAPI()
-	for _, u := range []string{"https://github.com/acme/app/issues/12", "https://gitlab.com/g/p/-/issues/2"} {
+	srv.GiteaIssue("o", "r", forgetest.Issue{Number: 3, Title: "via override three"})
+	env["SMOLVM_GITHUB_API"], env["SMOLVM_GITLAB_API"], env["SMOLVM_GITEA_API"] = srv.URL, srv.GitLabAPI(), srv.GiteaAPI()
+	for _, u := range []string{"https://github.com/acme/app/issues/12", "https://gitlab.com/g/p/-/issues/2", "https://codeberg.org/o/r/issues/3"} {
 		f, n, err := parse(u, "", nil, getenv)
 		if err != nil {
 			t.Fatal(err)
@@ -231,6 +304,20 @@ func TestParse(t *testing.T) {
 			t.Fatalf("%s: %+v %v", u, is, err)
 		}
 	}
+
+	// SMOLVM_FORGE names the forge of a host that does not say: a
+	// self-hosted Gitea on a plain name or address.
+	for k, want := range map[string]string{"gitea": "*forge.gitea", "forgejo": "*forge.gitea", "gitlab": "*forge.gitLab", "github": "*forge.gitHub"} {
+		env["SMOLVM_FORGE"] = k
+		f, _, err := parse("http://127.0.0.1:3000/o/r/issues/1", "", nil, getenv)
+		if got := fmt.Sprintf("%T", f); err != nil || got != want {
+			t.Errorf("SMOLVM_FORGE=%s: %s %v", k, got, err)
+		}
+	}
+	env["SMOLVM_FORGE"] = "bitbucket"
+	if _, _, err := parse("http://127.0.0.1:3000/o/r/issues/1", "", nil, getenv); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "SMOLVM_FORGE") {
+		t.Errorf("SMOLVM_FORGE=bitbucket: %v", err)
+	}
 }
 
 func TestTokenFromEnv(t *testing.T) {
@@ -238,6 +325,17 @@ func TestTokenFromEnv(t *testing.T) {
 	getenv := func(k string) string { return env[k] }
 	if a, b := TokenFromEnv("https://github.com/a/b/issues/1", getenv), TokenFromEnv("https://x.corp/g/p/-/issues/1", getenv); a != "gh" || b != "gl" {
 		t.Fatalf("%q %q", a, b)
+	}
+	if got := TokenFromEnv("https://codeberg.org/a/b/issues/1", getenv); got != "" {
+		t.Fatalf("gitea without GITEA_TOKEN: %q", got)
+	}
+	env["FORGEJO_TOKEN"] = "fj"
+	if got := TokenFromEnv("https://codeberg.org/a/b/issues/1", getenv); got != "fj" {
+		t.Fatalf("forgejo: %q", got)
+	}
+	env["GITEA_TOKEN"] = "gt"
+	if got := TokenFromEnv("https://codeberg.org/a/b/issues/1", getenv); got != "gt" {
+		t.Fatalf("gitea: %q", got)
 	}
 	env["SMOLVM_FORGE_TOKEN"] = "mine"
 	if got := TokenFromEnv("https://github.com/a/b/issues/1", getenv); got != "mine" {

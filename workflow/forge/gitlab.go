@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strings"
 
 	"smolvm.dev/smolvm/errdefs"
 )
@@ -68,16 +67,12 @@ func (g *gitLab) OpenPR(ctx context.Context, pr PullRequest) (string, error) {
 	if err := checkPR(g.name, pr); err != nil {
 		return "", err
 	}
-	title := pr.Title
-	if pr.Draft && !strings.HasPrefix(strings.ToLower(title), "draft:") {
-		title = "Draft: " + title
-	}
 	in := struct {
 		SourceBranch string `json:"source_branch"`
 		TargetBranch string `json:"target_branch"`
 		Title        string `json:"title"`
 		Description  string `json:"description"`
-	}{pr.Head, pr.Base, title, pr.Body}
+	}{pr.Head, pr.Base, draftTitle(pr, "Draft: "), pr.Body}
 	var out struct {
 		WebURL string `json:"web_url"`
 	}

@@ -51,10 +51,13 @@ func (r *run) runEnv(ctx context.Context, sb, test string, env []string) (testpa
 	}
 	res := testparse.Parse(stdout.Bytes(), stderr.Bytes(), exit.Code)
 	if exit.TimedOut {
-		res.Failure = fmt.Sprintf("the test command timed out after %s\n%s", r.o.TestTimeout, res.Failure)
+		res.Failure = fmt.Sprintf("%s%s\n%s", timedOut, r.o.TestTimeout, res.Failure)
 	}
 	return res, nil
 }
+
+// timedOut starts the failure of a test run cut at its timeout.
+const timedOut = "the test command timed out after "
 
 // capped is a buffer that keeps the first max bytes.
 type capped struct {
@@ -72,21 +75,27 @@ func (c *capped) Write(p []byte) (int, error) {
 // newBox creates a sandbox (or restores Options.From) with the base
 // tree in Dir.
 func (r *run) newBox(ctx context.Context, name string) (string, error) {
+	return startBox(ctx, r.svc, r.o, name, r.scr.tree)
+}
+
+// startBox creates a sandbox as o says (restored from o.From, or fresh
+// from o.Image with o.Limits) with tree copied to Dir.
+func startBox(ctx context.Context, svc sandbox.Service, o Options, name, tree string) (string, error) {
 	var sb *sandbox.Sandbox
 	var err error
-	if r.o.From != "" {
-		if sb, err = r.svc.Restore(ctx, r.o.From, sandbox.RestoreOptions{Name: name}); err != nil {
-			return "", fmt.Errorf("restore %s: %w", r.o.From, err)
+	if o.From != "" {
+		if sb, err = svc.Restore(ctx, o.From, sandbox.RestoreOptions{Name: name}); err != nil {
+			return "", fmt.Errorf("restore %s: %w", o.From, err)
 		}
-	} else if sb, err = r.svc.Create(ctx, sandbox.CreateOptions{
-		Name: name, Image: r.o.Image, Start: true,
-		Config: sandbox.Config{Cmd: []string{"sleep", "infinity"}, Limits: r.o.Limits},
+	} else if sb, err = svc.Create(ctx, sandbox.CreateOptions{
+		Name: name, Image: o.Image, Start: true,
+		Config: sandbox.Config{Cmd: []string{"sleep", "infinity"}, Limits: o.Limits},
 	}); err != nil {
 		return "", fmt.Errorf("create sandbox: %w", err)
 	}
 	// Dir does not exist yet: cp semantics make it the copy of the tree.
-	if err := r.svc.CopyIn(ctx, sb.ID, r.scr.tree, Dir); err != nil {
-		r.svc.Remove(context.WithoutCancel(ctx), sb.ID, true)
+	if err := svc.CopyIn(ctx, sb.ID, tree, Dir); err != nil {
+		svc.Remove(context.WithoutCancel(ctx), sb.ID, true)
 		return "", fmt.Errorf("copy the repository into %s: %w", sb.ID, err)
 	}
 	return sb.ID, nil

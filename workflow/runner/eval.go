@@ -60,9 +60,9 @@ func Fixtures(dir string) ([]Fixture, error) {
 	return fs, nil
 }
 
-// EvalResult is how one fixture went.
+// EvalResult is how one fixture or SWE-bench instance went.
 type EvalResult struct {
-	Fixture       string            `json:"fixture"`
+	Fixture       string            `json:"fixture"` // or the instance ID
 	Run           string            `json:"run,omitempty"`
 	State         State             `json:"state,omitempty"`
 	Resolved      bool              `json:"resolved"` // resolved, and the hidden tests pass
@@ -70,9 +70,13 @@ type EvalResult struct {
 	Interventions int               `json:"interventions"` // changes the guard rejected
 	Usage         Usage             `json:"usage"`
 	Flaky         []string          `json:"flaky,omitempty"`
-	Hidden        *testparse.Result `json:"hidden,omitempty"`
+	Hidden        *testparse.Result `json:"hidden,omitempty"` // the verdict's tests (SWE-bench: the grading run)
 	Error         string            `json:"error,omitempty"`
 	Reason        string            `json:"reason,omitempty"`
+	// SWE-bench: the model patch graded (nil: none was made), and the
+	// harness's report on it (nil: not graded).
+	Patch    *string         `json:"model_patch,omitempty"`
+	SWEBench *InstanceReport `json:"swebench,omitempty"`
 }
 
 // EvalReport sums up an evaluation.
@@ -84,6 +88,21 @@ type EvalReport struct {
 	Iterations    int          `json:"iterations"`
 	Interventions int          `json:"interventions"`
 	Usage         Usage        `json:"usage"`
+	// SWEBench is the harness's run report, for SWE-bench instances.
+	SWEBench *RunReport `json:"swebench,omitempty"`
+}
+
+// add counts res in.
+func (rep *EvalReport) add(res EvalResult) {
+	rep.Results = append(rep.Results, res)
+	rep.Total++
+	if res.Resolved {
+		rep.Resolved++
+	}
+	rep.Iterations += res.Iterations
+	rep.Interventions += res.Interventions
+	rep.Usage.add(res.Usage)
+	rep.Rate = float64(rep.Resolved) / float64(rep.Total)
 }
 
 // Eval runs every fixture under dir with the agent agentFor gives it and
@@ -99,17 +118,8 @@ func (rn *Runner) Eval(ctx context.Context, dir string, agentFor func(Fixture) A
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
-		res := rn.evalOne(ctx, f, agentFor(f), o)
-		rep.Results = append(rep.Results, res)
-		rep.Total++
-		if res.Resolved {
-			rep.Resolved++
-		}
-		rep.Iterations += res.Iterations
-		rep.Interventions += res.Interventions
-		rep.Usage.add(res.Usage)
+		rep.add(rn.evalOne(ctx, f, agentFor(f), o))
 	}
-	rep.Rate = float64(rep.Resolved) / float64(rep.Total)
 	return rep, nil
 }
 
@@ -139,15 +149,7 @@ func (rn *Runner) evalOne(ctx context.Context, f Fixture, agent Agent, o Options
 	}
 	run, err := rn.Fix(ctx, o)
 	if run != nil {
-		res.Run, res.State, res.Usage, res.Flaky, res.Reason = run.ID, run.State, run.Usage, run.Flaky, run.Reason
-		if its, err := rn.Log.Iterations(ctx, run.ID); err == nil {
-			res.Iterations = len(its) - 1
-			for _, it := range its {
-				if len(it.Violations) > 0 {
-					res.Interventions++
-				}
-			}
-		}
+		rn.record(ctx, &res, run)
 	}
 	if err != nil {
 		return fail(err)
@@ -166,6 +168,20 @@ func (rn *Runner) evalOne(ctx context.Context, f Fixture, agent Agent, o Options
 	res.Hidden = &v
 	res.Resolved = v.Green() || v.Failed > 0 && !slices.ContainsFunc(v.Failing(), func(n string) bool { return !slices.Contains(run.Flaky, n) })
 	return res
+}
+
+// record fills in res what run did: its state, iterations, guard
+// interventions, tokens and flaky tests.
+func (rn *Runner) record(ctx context.Context, res *EvalResult, run *Run) {
+	res.Run, res.State, res.Usage, res.Flaky, res.Reason = run.ID, run.State, run.Usage, run.Flaky, run.Reason
+	if its, err := rn.Log.Iterations(ctx, run.ID); err == nil {
+		res.Iterations = len(its) - 1
+		for _, it := range its {
+			if len(it.Violations) > 0 {
+				res.Interventions++
+			}
+		}
+	}
 }
 
 // readTree reads every regular file under dir by slash path; a missing

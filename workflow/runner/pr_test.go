@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/workflow/forge"
 	"smolvm.dev/smolvm/workflow/forge/forgetest"
 	"smolvm.dev/smolvm/workflow/trust"
 )
@@ -25,6 +26,23 @@ func gate(t *testing.T, st *store.Store, repo, policy string) *trust.Gate {
 		t.Fatal(err)
 	}
 	return &trust.Gate{Policy: p, Ledger: l}
+}
+
+// resolve runs a scripted agent that fixes jsRepo's calc.js for is, and
+// makes the run's PR; the run's scratch repositories stay in runs.
+func resolve(t *testing.T, rn *Runner, repo string, is forge.Issue) (runs string, run *Run, pr *PR) {
+	t.Helper()
+	runs = t.TempDir()
+	run = fix(t, rn, repo, &script{steps: []func(context.Context, Step) error{write("calc.js", fixedCalc)}},
+		func(o *Options) { o.Task = Task(is); o.RunsDir = runs })
+	if run.State != Resolved {
+		t.Fatalf("run = %+v", run)
+	}
+	pr, err := rn.MakePR(context.Background(), runs, run.ID, is, "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return runs, run, pr
 }
 
 func TestIssueToPR(t *testing.T) {
@@ -57,16 +75,7 @@ func TestIssueToPR(t *testing.T) {
 		}
 	}
 
-	runs := t.TempDir()
-	run := fix(t, rn, repo, &script{steps: []func(context.Context, Step) error{write("calc.js", fixedCalc)}},
-		func(o *Options) { o.Task = Task(is); o.RunsDir = runs })
-	if run.State != Resolved {
-		t.Fatalf("run = %+v", run)
-	}
-	pr, err := rn.MakePR(ctx, runs, run.ID, is, "main")
-	if err != nil {
-		t.Fatal(err)
-	}
+	runs, run, pr := resolve(t, rn, repo, is)
 	if pr.Head != "smolvm/issue-12-add-subtracts-mul-adds" || !pr.Draft || pr.Title != "Fix #12: add() subtracts; mul() adds" {
 		t.Fatalf("pr = %+v", pr.PullRequest)
 	}
@@ -137,5 +146,53 @@ func TestIssueToPR(t *testing.T) {
 	}
 	if !sawAuth {
 		t.Errorf("no authorized POST /repos/o/r/pulls in %+v", fg.Requests())
+	}
+}
+
+// TestIssueToPRGitea goes from an issue to a draft pull request on a real
+// Gitea (forgetest.NewGitea): the issue is read through the address Gitea
+// gives it, the run resolves it in a sandbox, and Publish creates the
+// branch, pushes it over HTTP and opens the PR, which Gitea then lists as
+// a draft on that branch at the run's commit.
+func TestIssueToPRGitea(t *testing.T) {
+	g := forgetest.NewGitea(t)
+	ctx := context.Background()
+	g.CreateRepo(t, "calc")
+	repo := gitRepo(t, jsRepo)
+	if out, err := exec.Command("git", "-C", repo, "push", "-q", g.Remote("calc"), "HEAD:refs/heads/main").CombinedOutput(); err != nil {
+		t.Fatalf("push main: %v\n%s", err, out)
+	}
+	if out, err := exec.Command("git", "-C", repo, "remote", "add", "origin", g.Remote("calc")).CombinedOutput(); err != nil {
+		t.Fatalf("remote: %v\n%s", err, out)
+	}
+	page := g.CreateIssue(t, "calc", "add() subtracts; mul() adds", "calc.js is wrong.")
+
+	t.Setenv("SMOLVM_FORGE", "gitea") // 127.0.0.1 does not say which forge it is
+	is, f, err := ReadIssue(ctx, page, g.Token, nil)
+	if err != nil || f == nil || is.Number != 1 || is.State != "open" {
+		t.Fatalf("read issue: %+v %v", is, err)
+	}
+	if err := CheckIssue(ctx, repo, is); err != nil {
+		t.Fatal(err)
+	}
+	rn := newRunner(t)
+	runs, run, pr := resolve(t, rn, repo, is)
+	st, err := store.Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	allow := gate(t, st, repo, "[git]\ncommit = \"allow\"\npush = \"allow\"\npr = \"allow\"\n")
+	if err := rn.Publish(ctx, allow, f, runs, run.ID, "origin", pr); err != nil {
+		t.Fatal(err)
+	}
+	prs := g.PRs(t, "calc")
+	if len(prs) != 1 || prs[0].URL != pr.URL || !prs[0].Draft || prs[0].Head != pr.Head || prs[0].Base != "main" ||
+		prs[0].Title != "WIP: Fix #1: add() subtracts; mul() adds" || !strings.Contains(prs[0].Body, "## Test evidence") {
+		t.Fatalf("opened %q; Gitea has %+v", pr.URL, prs)
+	}
+	out, err := exec.Command("git", "ls-remote", g.Remote("calc"), "refs/heads/"+pr.Head).Output()
+	if err != nil || !strings.HasPrefix(string(out), pr.Commit) {
+		t.Fatalf("ls-remote: %v %q, want %s", err, out, pr.Commit)
 	}
 }

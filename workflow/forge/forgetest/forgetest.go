@@ -1,6 +1,8 @@
-// Package forgetest is a local GitHub (REST v3) and GitLab (REST v4) server
-// for tests: it serves the issues it is given, opens pull and merge
-// requests the way the documented APIs do, and records every request.
+// Package forgetest is a local GitHub (REST v3), GitLab (REST v4) and
+// Gitea (REST v1) server for tests: it serves the issues it is given, opens
+// pull and merge requests the way the documented APIs do, and records every
+// request. Gitea (a real server built from its Go module) starts with
+// NewGitea.
 package forgetest
 
 import (
@@ -36,7 +38,7 @@ type Request struct {
 
 // PR is a pull or merge request the server opened, in its forge's words.
 type PR struct {
-	Forge       string // "github" or "gitlab"
+	Forge       string // "github", "gitlab" or "gitea"
 	Repo        string // owner/repo, or the GitLab project path
 	Number      int
 	Head, Base  string
@@ -46,16 +48,17 @@ type PR struct {
 }
 
 // Server is a running fake forge. GitHub's API is at URL, GitLab's at
-// URL+"/api/v4"; web pages are under URL too.
+// URL+"/api/v4", Gitea's at URL+"/api/v1"; web pages are under URL too.
 type Server struct {
 	URL string
 	// Token, if set, is required: as "Authorization: Bearer" on GitHub
-	// routes and as PRIVATE-TOKEN on GitLab routes.
+	// routes, PRIVATE-TOKEN on GitLab routes and "Authorization: token"
+	// on Gitea routes.
 	Token string
 
 	srv    *httptest.Server
 	mu     sync.Mutex
-	issues map[string]Issue // "github o/r#n", "gitlab g/p#n"
+	issues map[string]Issue // "github o/r#n", "gitlab g/p#n", "gitea o/r#n"
 	prs    []PR
 	reqs   []Request
 }
@@ -76,6 +79,16 @@ func (s *Server) GitLabAPI() string { return s.URL + "/api/v4" }
 func (s *Server) GitHubIssue(owner, repo string, is Issue) {
 	s.mu.Lock()
 	s.issues[fmt.Sprintf("github %s/%s#%d", owner, repo, is.Number)] = is
+	s.mu.Unlock()
+}
+
+// GiteaAPI is the Gitea API's base URL.
+func (s *Server) GiteaAPI() string { return s.URL + "/api/v1" }
+
+// GiteaIssue serves is as owner/repo's issue is.Number on Gitea.
+func (s *Server) GiteaIssue(owner, repo string, is Issue) {
+	s.mu.Lock()
+	s.issues[fmt.Sprintf("gitea %s/%s#%d", owner, repo, is.Number)] = is
 	s.mu.Unlock()
 }
 
@@ -130,7 +143,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case len(segs) >= 4 && segs[0] == "repos":
-		s.gitHub(w, r, rec, segs[1]+"/"+segs[2], segs[3:])
+		s.ownerRepo(w, r, rec, gitHub, segs[1]+"/"+segs[2], segs[3:])
+	case len(segs) >= 6 && segs[0] == "api" && segs[1] == "v1" && segs[2] == "repos":
+		s.ownerRepo(w, r, rec, gitea, segs[3]+"/"+segs[4], segs[5:])
 	case len(segs) >= 5 && segs[0] == "api" && segs[1] == "v4" && segs[2] == "projects":
 		s.gitLab(w, r, rec, segs[3], segs[4:])
 	default:
@@ -138,18 +153,63 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// gitHub serves GET /repos/{o}/{r}/issues/{n} and POST /repos/{o}/{r}/pulls.
-func (s *Server) gitHub(w http.ResponseWriter, r *http.Request, rec Request, repo string, rest []string) {
-	if s.Token != "" && r.Header.Get("Authorization") != "Bearer "+s.Token {
-		reply(w, http.StatusUnauthorized, map[string]any{"message": "Bad credentials", "documentation_url": "https://docs.github.com/rest"})
+// flavor is how GitHub and Gitea, which share the /repos/{o}/{r} shape,
+// differ.
+type flavor struct {
+	forge        string
+	auth         string // the Authorization scheme
+	locked       string // the issue's lock field
+	page         string // a PR's web page: URL/{o}/{r}/{page}/{n}
+	unauthorized func() map[string]any
+	notFound     map[string]any
+	// draft reads a new PR's draft state from its body.
+	draft func(body map[string]any) bool
+	// exists answers a second PR from the same head branch.
+	exists func(owner, head string, p PR) (int, map[string]any)
+}
+
+var gitHub = flavor{
+	forge: "github", auth: "Bearer", locked: "locked", page: "pull",
+	unauthorized: func() map[string]any {
+		return map[string]any{"message": "Bad credentials", "documentation_url": "https://docs.github.com/rest"}
+	},
+	notFound: map[string]any{"message": "Not Found", "documentation_url": "https://docs.github.com/rest"},
+	draft:    func(body map[string]any) bool { d, _ := body["draft"].(bool); return d },
+	exists: func(owner, head string, _ PR) (int, map[string]any) {
+		return http.StatusUnprocessableEntity, map[string]any{"message": "Validation Failed", "errors": []any{
+			map[string]any{"resource": "PullRequest", "code": "custom", "message": fmt.Sprintf("A pull request already exists for %s:%s.", owner, head)}}}
+	},
+}
+
+// gitea: no draft field (a "WIP:" or "[WIP]" title is one), 409 for a
+// second PR, {"message", "url"} errors.
+var gitea = flavor{
+	forge: "gitea", auth: "token", locked: "is_locked", page: "pulls",
+	unauthorized: func() map[string]any {
+		return map[string]any{"message": "user does not exist", "url": "https://gitea.example/api/swagger"}
+	},
+	notFound: map[string]any{"message": "The target couldn't be found.", "url": "https://gitea.example/api/swagger", "errors": []any{}},
+	draft: func(body map[string]any) bool {
+		t := strings.ToUpper(str(body, "title"))
+		return strings.HasPrefix(t, "WIP:") || strings.HasPrefix(t, "[WIP]")
+	},
+	exists: func(_, head string, p PR) (int, map[string]any) {
+		return http.StatusConflict, map[string]any{"message": fmt.Sprintf("pull request already exists for these targets [id: %d, head_branch: %s, base_branch: %s]", p.Number, head, p.Base), "url": "https://gitea.example/api/swagger"}
+	},
+}
+
+// ownerRepo serves GET /repos/{o}/{r}/issues/{n} and POST
+// /repos/{o}/{r}/pulls in f's flavour.
+func (s *Server) ownerRepo(w http.ResponseWriter, r *http.Request, rec Request, f flavor, repo string, rest []string) {
+	if s.Token != "" && r.Header.Get("Authorization") != f.auth+" "+s.Token {
+		reply(w, http.StatusUnauthorized, f.unauthorized())
 		return
 	}
-	notFound := map[string]any{"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
 	switch {
 	case r.Method == http.MethodGet && len(rest) == 2 && rest[0] == "issues":
-		is, n, ok := s.issue("github", repo, rest[1])
+		is, n, ok := s.issue(f.forge, repo, rest[1])
 		if !ok {
-			reply(w, http.StatusNotFound, notFound)
+			reply(w, http.StatusNotFound, f.notFound)
 			return
 		}
 		state := is.State
@@ -158,19 +218,19 @@ func (s *Server) gitHub(w http.ResponseWriter, r *http.Request, rec Request, rep
 		}
 		page := fmt.Sprintf("%s/%s/issues/%d", s.URL, repo, n)
 		out := map[string]any{"id": 1000 + n, "number": n, "title": is.Title, "body": is.Body, "state": state,
-			"locked": is.Locked, "html_url": page, "user": map[string]any{"login": "someone"}, "labels": []any{}}
+			f.locked: is.Locked, "html_url": page, "user": map[string]any{"login": "someone"}, "labels": []any{}}
 		if is.PullRequest {
-			out["html_url"] = fmt.Sprintf("%s/%s/pull/%d", s.URL, repo, n)
+			out["html_url"] = fmt.Sprintf("%s/%s/%s/%d", s.URL, repo, f.page, n)
 			out["pull_request"] = map[string]any{"url": fmt.Sprintf("%s/repos/%s/pulls/%d", s.URL, repo, n), "html_url": out["html_url"]}
 		}
 		reply(w, http.StatusOK, out)
 	case r.Method == http.MethodPost && len(rest) == 1 && rest[0] == "pulls":
-		pr := PR{Forge: "github", Repo: repo, Head: str(rec.Body, "head"), Base: str(rec.Body, "base"), Title: str(rec.Body, "title"), Body: str(rec.Body, "body")}
-		pr.Draft, _ = rec.Body["draft"].(bool)
+		pr := PR{Forge: f.forge, Repo: repo, Head: str(rec.Body, "head"), Base: str(rec.Body, "base"), Title: str(rec.Body, "title"),
+			Body: str(rec.Body, "body"), Draft: f.draft(rec.Body)}
 		var missing []any
-		for _, f := range []string{"title", "head", "base"} {
-			if str(rec.Body, f) == "" {
-				missing = append(missing, map[string]any{"resource": "PullRequest", "field": f, "code": "missing_field"})
+		for _, field := range []string{"title", "head", "base"} {
+			if str(rec.Body, field) == "" {
+				missing = append(missing, map[string]any{"resource": "PullRequest", "field": field, "code": "missing_field"})
 			}
 		}
 		if len(missing) > 0 {
@@ -180,20 +240,20 @@ func (s *Server) gitHub(w http.ResponseWriter, r *http.Request, rec Request, rep
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		for _, p := range s.prs {
-			if p.Forge == "github" && p.Repo == repo && p.Head == pr.Head {
+			if p.Forge == f.forge && p.Repo == repo && p.Head == pr.Head {
 				owner, _, _ := strings.Cut(repo, "/")
-				reply(w, http.StatusUnprocessableEntity, map[string]any{"message": "Validation Failed", "errors": []any{
-					map[string]any{"resource": "PullRequest", "code": "custom", "message": fmt.Sprintf("A pull request already exists for %s:%s.", owner, pr.Head)}}})
+				status, body := f.exists(owner, pr.Head, p)
+				reply(w, status, body)
 				return
 			}
 		}
 		pr.Number = len(s.prs) + 1
-		pr.URL = fmt.Sprintf("%s/%s/pull/%d", s.URL, repo, pr.Number)
+		pr.URL = fmt.Sprintf("%s/%s/%s/%d", s.URL, repo, f.page, pr.Number)
 		s.prs = append(s.prs, pr)
 		reply(w, http.StatusCreated, map[string]any{"number": pr.Number, "html_url": pr.URL, "state": "open", "draft": pr.Draft,
 			"title": pr.Title, "body": pr.Body, "head": map[string]any{"ref": pr.Head}, "base": map[string]any{"ref": pr.Base}})
 	default:
-		reply(w, http.StatusNotFound, notFound)
+		reply(w, http.StatusNotFound, f.notFound)
 	}
 }
 

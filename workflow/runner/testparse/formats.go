@@ -366,6 +366,8 @@ func parsePytest(out []byte) (Result, bool) {
 			t.Status = Pass
 		case "FAILED", "ERROR":
 			t.Status = Fail
+		case "XFAIL":
+			t.Status = XFail
 		default:
 			t.Status = Skip
 		}

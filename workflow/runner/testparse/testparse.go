@@ -17,6 +17,9 @@ const (
 	Pass Status = "pass"
 	Fail Status = "fail"
 	Skip Status = "skip"
+	// XFail is pytest's expected failure: counted as skipped, but told
+	// apart because SWE-bench's harness counts it as passed.
+	XFail Status = "xfail"
 )
 
 // Test is one test case and, when it failed, what it printed.
@@ -148,7 +151,7 @@ func (r *Result) count() {
 			r.Passed++
 		case Fail:
 			r.Failed++
-		case Skip:
+		case Skip, XFail:
 			r.Skipped++
 		}
 	}
