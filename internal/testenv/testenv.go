@@ -115,6 +115,7 @@ func Kube(t testing.TB) (apiserver, etcd string) {
 // it, except in CI, which builds it (scripts/test.sh).
 func Gitea(t testing.TB) string {
 	t.Helper()
+	Integration(t)
 	p := os.Getenv("SMOLVM_GITEA")
 	if p == "" {
 		pin, err := os.ReadFile(filepath.Join(Root(), "tools", "gitea", "pin"))
