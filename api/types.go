@@ -482,14 +482,27 @@ type AgentHunk struct {
 }
 
 // AgentCoverage is which changed lines the tests executed: Tool is
-// "node-v8", or empty when nothing was measured (Note says why).
+// "node-v8", "go-cover", "python-trace" ("+"-joined when several
+// measured), or empty when nothing was measured (Note says why). Files
+// is the same per measured file.
 type AgentCoverage struct {
-	Tool        string   `json:"tool,omitempty"`
-	Changed     int      `json:"changed"`
-	Executed    int      `json:"executed"`
-	Missed      []string `json:"missed,omitempty"`
-	NotMeasured int      `json:"not_measured,omitempty"`
-	Note        string   `json:"note,omitempty"`
+	Tool        string              `json:"tool,omitempty"`
+	Changed     int                 `json:"changed"`
+	Executed    int                 `json:"executed"`
+	Missed      []string            `json:"missed,omitempty"`
+	NotMeasured int                 `json:"not_measured,omitempty"`
+	Note        string              `json:"note,omitempty"`
+	Files       []AgentFileCoverage `json:"files,omitempty"`
+}
+
+// AgentFileCoverage is one changed file's measured lines: Missed are
+// the lines no test ran.
+type AgentFileCoverage struct {
+	File     string `json:"file"`
+	Tool     string `json:"tool"`
+	Changed  int    `json:"changed"`
+	Executed int    `json:"executed"`
+	Missed   []int  `json:"missed,omitempty"`
 }
 
 // AgentViolation is a guard's reason to reject a change.

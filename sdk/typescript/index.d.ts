@@ -263,14 +263,24 @@ export interface AgentHunk {
   note?: string
 }
 
-/** Which changed lines the tests executed; tool is empty when not measured. */
+/** Which changed lines the tests executed; tool is empty when not measured, "+"-joined when several tools measured. */
 export interface AgentCoverage {
-  tool?: 'node-v8'
+  tool?: string
   changed: number
   executed: number
   missed?: string[]
   not_measured?: number
   note?: string
+  files?: AgentFileCoverage[]
+}
+
+/** One changed file's measured lines; missed are the lines no test ran. */
+export interface AgentFileCoverage {
+  file: string
+  tool: 'node-v8' | 'go-cover' | 'python-trace'
+  changed: number
+  executed: number
+  missed?: number[]
 }
 
 export interface AgentIteration {

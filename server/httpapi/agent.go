@@ -269,6 +269,9 @@ func wireEvidence(e *runner.Evidence) *api.AgentEvidence {
 	w := &api.AgentEvidence{Verdict: e.Verdict, Reason: e.Reason, FailToPass: e.FailToPass, PassToPass: e.PassToPass,
 		PassToFail: e.PassToFail, ProveNothing: e.ProveNothing, Elapsed: e.Elapsed.Seconds(),
 		Coverage: api.AgentCoverage{Tool: c.Tool, Changed: c.Changed, Executed: c.Executed, Missed: c.Missed, NotMeasured: c.NotMeasured, Note: c.Note}}
+	for _, f := range c.Files {
+		w.Coverage.Files = append(w.Coverage.Files, api.AgentFileCoverage{File: f.File, Tool: f.Tool, Changed: f.Changed, Executed: f.Executed, Missed: f.Missed})
+	}
 	for _, h := range e.Hunks {
 		w.Hunks = append(w.Hunks, api.AgentHunk{File: h.File, Header: h.Header, Test: h.Test, Pinned: h.Pinned, By: h.By, Note: h.Note})
 	}

@@ -257,6 +257,15 @@ func (e *Evidence) Markdown() string {
 			b.WriteString("; " + c.Note)
 		}
 		b.WriteString("\n")
+		if len(c.Files) > 1 {
+			for _, f := range c.Files {
+				fmt.Fprintf(&b, "- `%s` (%s): %d of %d executed", f.File, f.Tool, f.Executed, f.Changed)
+				if len(f.Missed) > 0 {
+					fmt.Fprintf(&b, "; not executed: lines %s", lineList(f.Missed))
+				}
+				b.WriteString("\n")
+			}
+		}
 	}
 	return b.String()
 }
@@ -282,4 +291,13 @@ func names(list []string) string {
 		return strings.Join(list[:20], ", ") + fmt.Sprintf(", … (%d more)", len(list)-20)
 	}
 	return strings.Join(list, ", ")
+}
+
+// lineList shows line numbers, at most 20.
+func lineList(lines []int) string {
+	s := make([]string, len(lines))
+	for i, n := range lines {
+		s[i] = fmt.Sprint(n)
+	}
+	return names(s)
 }

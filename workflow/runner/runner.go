@@ -536,7 +536,11 @@ func (r *run) finish(ctx context.Context, reason string) (*Run, error) {
 	if err := r.pristine(ctx, sb, best.Commit); err != nil {
 		return r.fail(ctx, err)
 	}
-	v, err := r.runEnv(ctx, sb, r.o.Test, covEnv)
+	test, env, err := r.verdictCommand(ctx, sb, best)
+	if err != nil {
+		return r.fail(ctx, err)
+	}
+	v, err := r.runEnv(ctx, sb, test, env)
 	if err != nil {
 		return r.fail(ctx, err)
 	}
@@ -547,7 +551,7 @@ func (r *run) finish(ctx context.Context, reason string) (*Run, error) {
 	if r.green(v) && best.N > 0 {
 		r.rec.State = Resolved
 	}
-	if r.rec.Evidence, err = r.evidence(ctx, sb, best, v, r.collectCoverage(ctx, sb)); err != nil {
+	if r.rec.Evidence, err = r.evidence(ctx, sb, best, v, r.collectCoverage(ctx, sb, best.Commit)); err != nil {
 		return r.fail(ctx, fmt.Errorf("review evidence: %w", err))
 	}
 	r.rec.Elapsed = r.elapsed()
