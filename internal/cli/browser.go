@@ -112,6 +112,9 @@ func (a *app) browserNewCmd() *cobra.Command {
 	fs.StringVar(&o.Name, "name", "", "the browser sandbox's name (default sb-<id>)")
 	fs.DurationVar(&o.TTL, "ttl", browser.DefaultTTL, "how long the browser lives unless removed first")
 	net.register(fs)
+	// A browser needs a network: without --net it keeps the golden's.
+	f := fs.Lookup("net")
+	f.DefValue, f.Usage = "", "network: egress (allowed hosts and CIDRs only) or full; default: the golden's policy, or egress with --allow-host/--allow-cidr alone"
 	return cmd
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -138,4 +139,14 @@ func mustRead(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return data
+}
+
+// TestBrowserNewNetHelp: browser new's --net shows no default of "none",
+// which a browser refuses; without --net it keeps the golden's policy.
+func TestBrowserNewNetHelp(t *testing.T) {
+	out := newCLI(t, t.TempDir()).must("browser", "new", "--help")
+	line := regexp.MustCompile(`(?m)^\s+--net .*$`).FindString(out)
+	if line == "" || strings.Contains(line, "none") || !strings.Contains(line, "the golden's policy") {
+		t.Errorf("browser new --help: --net line %q", line)
+	}
 }

@@ -150,6 +150,15 @@ func (a *app) poolFillCmd() *cobra.Command {
 	})
 }
 
+// ready is a pool's READY column: its started sandboxes waiting, or, for
+// a hot pool, its restored copies waiting ("2/3 hot").
+func ready(p *sandbox.Pool) string {
+	if p.Hot > 0 {
+		return fmt.Sprintf("%d/%d hot", p.HotReady, p.Hot)
+	}
+	return fmt.Sprintf("%d/%d", p.Ready, p.Size)
+}
+
 func (a *app) poolLsCmd() *cobra.Command {
 	return command(a, &cobra.Command{
 		Use:   "ls",
@@ -159,7 +168,7 @@ func (a *app) poolLsCmd() *cobra.Command {
 		now := time.Now()
 		return table(w, "NAME\tIMAGE\tREADY\tTARGETS\tMEMORY USED\tBUDGET\tCPUS\tMEMORY\tAGE", func(tw io.Writer) {
 			for _, p := range pools {
-				fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d/%d\t%s\t%s\t%g\t%s\t%s\n", p.Name, p.Image, p.Ready, p.Size, p.TargetsReady, p.Targets,
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%g\t%s\t%s\n", p.Name, p.Image, ready(p), p.TargetsReady, p.Targets,
 					units.FormatBytes(p.MemoryUsed), units.FormatBytes(p.MemoryBudget), p.Limits.CPUs,
 					units.FormatBytes(p.Limits.Memory), age(now.Sub(p.CreatedAt)))
 			}

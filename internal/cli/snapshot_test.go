@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -203,6 +204,9 @@ func TestCLIHotPool(t *testing.T) {
 	var pools []sandbox.Pool
 	if err := json.Unmarshal([]byte(c.must("pool", "ls", "--json")), &pools); err != nil || len(pools) != 1 || pools[0].HotReady != 1 || pools[0].Hot != 1 {
 		t.Fatalf("pool ls --json: %+v, %v", pools, err)
+	}
+	if out := c.must("pool", "ls"); !regexp.MustCompile(`(?m)^hp\s+\S+\s+1/1 hot\s`).MatchString(out) {
+		t.Errorf("pool ls shows a hot pool's copies as:\n%s", out)
 	}
 	c.must("restore", "--name", "c", "s")
 	if out := c.must("exec", "c", "--", "sh", "-c", "cat /root/f; hostname"); out != "kept\nc\n" {

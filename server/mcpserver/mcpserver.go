@@ -362,7 +362,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 }
 
 type screenshotIn struct {
-	URL      string `json:"url" jsonschema:"an http or https URL"`
+	URL      string `json:"url" jsonschema:"an http, https or data URL"`
 	FullPage bool   `json:"full_page,omitempty" jsonschema:"capture the whole page, not only the viewport"`
 	Width    int    `json:"width,omitempty" jsonschema:"viewport width in CSS pixels; default 1280"`
 	Height   int    `json:"height,omitempty" jsonschema:"viewport height in CSS pixels; default 800"`

@@ -407,9 +407,12 @@ func (o *ScreenshotOptions) check() error {
 	if o.Width < 1 || o.Height < 1 || o.Width > MaxSide || o.Height > MaxSide {
 		return fmt.Errorf("%w: viewport %dx%d: each side must be between 1 and %d", sandbox.ErrInvalid, o.Width, o.Height, MaxSide)
 	}
+	// A data: URL carries its page: what an agent renders without a
+	// server. file:, javascript: and the like stay refused.
 	u, err := url.Parse(o.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("%w: URL %q: want an http or https URL", sandbox.ErrInvalid, o.URL)
+	web := err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+	if !web && !(err == nil && u.Scheme == "data" && u.Opaque != "") {
+		return fmt.Errorf("%w: URL %.200q: want an http, https or data URL", sandbox.ErrInvalid, o.URL)
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 30 * time.Second

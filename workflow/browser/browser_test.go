@@ -3,11 +3,13 @@ package browser_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"image/color"
 	"image/png"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -90,12 +92,17 @@ func servePages(t testing.TB, ns, ip string) {
 			http.NotFound(w, r)
 			return
 		}
-		c := pageColour(n)
-		fmt.Fprintf(w, `<!doctype html><title>page %d</title><style>body{margin:0;background:#fff}
-#b{position:absolute;left:0;top:0;width:200px;height:100px;background:rgb(%d,%d,%d)}</style><div id=b></div>`, n, c.R, c.G, c.B)
+		io.WriteString(w, pageHTML(n))
 	})}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
+}
+
+// pageHTML is /page/N.
+func pageHTML(n int) string {
+	c := pageColour(n)
+	return fmt.Sprintf(`<!doctype html><title>page %d</title><style>body{margin:0;background:#fff}
+#b{position:absolute;left:0;top:0;width:200px;height:100px;background:rgb(%d,%d,%d)}</style><div id=b></div>`, n, c.R, c.G, c.B)
 }
 
 func pageURL(host string, n int) string {
@@ -304,6 +311,12 @@ func TestBrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkShot(t, png, 2)
+		// A data: URL carries its page; no server is asked.
+		png, err = browser.Screenshot(ctx, b.CDP, browser.ScreenshotOptions{URL: "data:text/html;base64," + base64.StdEncoding.EncodeToString([]byte(pageHTML(3))), Dial: w.dial})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkShot(t, png, 3)
 	})
 
 	t.Run("KilledChromium", func(t *testing.T) {
