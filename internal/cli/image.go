@@ -21,9 +21,9 @@ import (
 func (a *app) imageCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "image",
-		Short: "Manage the images sandboxes run (build, import, pull, ls, rm, inspect)",
+		Short: "Manage the images sandboxes run (build, import, pull, ls, rm, inspect, save)",
 	}
-	c.AddCommand(a.imageBuildCmd(), a.imageImportCmd(), a.imagePullCmd(), a.imageLsCmd(), a.imageRmCmd(), a.imageInspectCmd())
+	c.AddCommand(a.imageBuildCmd(), a.imageImportCmd(), a.imagePullCmd(), a.imageLsCmd(), a.imageRmCmd(), a.imageInspectCmd(), a.imageSaveCmd())
 	return c
 }
 

@@ -1,0 +1,73 @@
+package build
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"smolvm.dev/smolvm/runtime/image"
+	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/sandbox"
+)
+
+// cache maps a step's key to the image it made: the key chains the
+// parent's key, the instruction, and its inputs (copied files' content,
+// build args in scope), so a changed step and every later one miss.
+type cache struct{ st *store.Store }
+
+var schema = []string{
+	`CREATE TABLE build_cache (
+		key      TEXT PRIMARY KEY,
+		image_id TEXT NOT NULL,
+		created  INTEGER NOT NULL
+	)`,
+}
+
+func openCache(ctx context.Context, st *store.Store) (*cache, error) {
+	if err := st.Migrate(ctx, "build", schema); err != nil {
+		return nil, fmt.Errorf("open build cache: %w", err)
+	}
+	return &cache{st: st}, nil
+}
+
+// get returns the image a key made, or nil if there is none (never
+// built, or its image removed since).
+func (c *cache) get(ctx context.Context, images *image.Store, key string) (*sandbox.Image, error) {
+	var id string
+	err := c.st.DB().QueryRowContext(ctx, `SELECT image_id FROM build_cache WHERE key = ?`, key).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("build cache: %w", err)
+	}
+	img, err := images.Get(ctx, id)
+	if errors.Is(err, image.ErrNotFound) {
+		return nil, nil
+	}
+	return img, err
+}
+
+func (c *cache) put(ctx context.Context, key, imageID string) error {
+	_, err := c.st.DB().ExecContext(ctx, `INSERT INTO build_cache(key, image_id, created) VALUES(?, ?, ?)
+		ON CONFLICT(key) DO UPDATE SET image_id = excluded.image_id, created = excluded.created`,
+		key, imageID, store.Now().UnixMilli())
+	if err != nil {
+		return fmt.Errorf("build cache: %w", err)
+	}
+	return nil
+}
+
+// chain is the key of a step after the step keyed parent.
+func chain(parent string, parts ...string) string {
+	h := sha256.New()
+	h.Write([]byte(parent))
+	for _, p := range parts {
+		h.Write([]byte{0})
+		h.Write([]byte(p))
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}

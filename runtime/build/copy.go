@@ -1,0 +1,487 @@
+package build
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/moby/buildkit/frontend/dockerfile/instructions"
+	"github.com/moby/patternmatcher"
+	"github.com/moby/patternmatcher/ignorefile"
+	"golang.org/x/sys/unix"
+
+	"smolvm.dev/smolvm/runtime/image"
+	"smolvm.dev/smolvm/sandbox"
+)
+
+// copySpec is a COPY or ADD.
+type copySpec struct {
+	instructions.SourcesAndDest
+	from  string // a stage or image; empty is the build context
+	chown string
+	add   bool
+}
+
+// readIgnore reads the context's .dockerignore, if it has one.
+func readIgnore(dir string) (*patternmatcher.PatternMatcher, error) {
+	f, err := os.Open(filepath.Join(dir, ".dockerignore"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("build: %w", err)
+	}
+	defer f.Close()
+	patterns, err := ignorefile.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf("%w: .dockerignore: %v", ErrDockerfile, err)
+	}
+	pm, err := patternmatcher.New(patterns)
+	if err != nil {
+		return nil, fmt.Errorf("%w: .dockerignore: %v", ErrDockerfile, err)
+	}
+	return pm, nil
+}
+
+// ignored reports whether the context path rel is left out.
+func (r *run) ignored(rel string) bool {
+	if r.ignore == nil || rel == "." {
+		return false
+	}
+	ok, err := r.ignore.MatchesOrParentMatches(filepath.ToSlash(rel))
+	return err == nil && ok
+}
+
+// source is where a COPY reads: the context, or a stage's or an image's
+// files, and what names that content for the cache.
+type source struct {
+	img     *sandbox.Image // nil: the context
+	key     string         // a stage's or image's key
+	context bool
+}
+
+func (r *run) copySource(ctx context.Context, st *state, from string) (source, error) {
+	if from == "" {
+		return source{context: true}, nil
+	}
+	if j := r.plan.stageIndex(from, st.index); j >= 0 {
+		prev, err := r.stage(ctx, j)
+		if err != nil {
+			return source{}, err
+		}
+		return source{img: prev.base, key: prev.key}, nil
+	}
+	img, err := r.image(ctx, from)
+	if err != nil {
+		return source{}, err
+	}
+	return source{img: img, key: img.ID}, nil
+}
+
+// copyMaker prepares a COPY or ADD: its inputs' digest now, its layer
+// when asked.
+func (r *run) copyMaker(ctx context.Context, st *state, c copySpec) (func(string) (string, error), string, error) {
+	src, err := r.copySource(ctx, st, c.from)
+	if err != nil {
+		return nil, "", err
+	}
+	dest := c.DestPath
+	if !path.IsAbs(dest) {
+		dest = path.Join(workdir(st), dest)
+	}
+	if strings.HasSuffix(c.DestPath, "/") || c.DestPath == "." {
+		dest += "/"
+	}
+	inputs := "from " + src.key
+	if src.context {
+		if inputs, err = r.contextDigest(c); err != nil {
+			return nil, "", err
+		}
+	}
+	mk := func(dir string) (string, error) {
+		return r.copyStep(st, c, src, dest, dir)
+	}
+	return mk, inputs, nil
+}
+
+// matches expands c's sources in root: globs, and, from the context, no
+// ignored path.
+func (r *run) matches(root string, c copySpec, context bool) ([]string, error) {
+	var out []string
+	for _, p := range c.SourcePaths {
+		if c.add && (strings.Contains(p, "://") || strings.HasPrefix(p, "git@")) {
+			return nil, fmt.Errorf("%w: ADD from a URL is not supported: download in a RUN step", ErrStep)
+		}
+		rel := strings.TrimPrefix(path.Clean("/"+p), "/")
+		if rel == "" {
+			rel = "."
+		}
+		var found []string
+		if strings.ContainsAny(rel, "*?[") {
+			m, err := filepath.Glob(filepath.Join(root, rel))
+			if err != nil {
+				return nil, fmt.Errorf("%w: %s: %v", ErrStep, p, err)
+			}
+			found = m
+		} else if _, err := os.Lstat(filepath.Join(root, rel)); err == nil {
+			found = []string{filepath.Join(root, rel)}
+		}
+		n := 0
+		for _, f := range found {
+			fr, _ := filepath.Rel(root, f)
+			if context && r.ignored(fr) {
+				continue
+			}
+			out = append(out, f)
+			n++
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("%w: %s: not found", ErrStep, p)
+		}
+	}
+	return out, nil
+}
+
+// walk calls fn for every file under each match, with its path relative
+// to the match's parent; ignored context paths are left out.
+func (r *run) walk(root string, matches []string, context bool, fn func(p, rel string, fi fs.FileInfo) error) error {
+	for _, m := range matches {
+		err := filepath.Walk(m, func(p string, fi fs.FileInfo, err error) error {
+			if err != nil {
+				return err
+			}
+			if context {
+				cr, _ := filepath.Rel(root, p)
+				if r.ignored(cr) {
+					if fi.IsDir() && !r.ignore.Exclusions() {
+						return filepath.SkipDir
+					}
+					return nil
+				}
+			}
+			rel, err := filepath.Rel(m, p)
+			if err != nil {
+				return err
+			}
+			return fn(p, filepath.ToSlash(rel), fi)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// contextDigest names the context files a COPY reads: paths, modes,
+// link targets and content, not times, as docker's cache does.
+func (r *run) contextDigest(c copySpec) (string, error) {
+	ms, err := r.matches(r.o.Context, c, true)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "chown %s\x00", c.chown)
+	err = r.walk(r.o.Context, ms, true, func(p, rel string, fi fs.FileInfo) error {
+		cr, _ := filepath.Rel(r.o.Context, p)
+		fmt.Fprintf(h, "%s\x00%o\x00", cr, fi.Mode())
+		switch {
+		case fi.Mode()&fs.ModeSymlink != 0:
+			t, err := os.Readlink(p)
+			h.Write([]byte(t))
+			return err
+		case fi.Mode().IsRegular():
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if c.add {
+				if err := refuseArchive(f, cr); err != nil {
+					return err
+				}
+			}
+			_, err = io.Copy(h, f)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return "context " + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// refuseArchive fails an ADD of a local archive, which docker would
+// unpack and this builder cannot yet; copying it whole would be wrong.
+func refuseArchive(f *os.File, name string) error {
+	head := make([]byte, 512)
+	n, _ := io.ReadFull(f, head)
+	head = head[:n]
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	archive := bytes.HasPrefix(head, []byte{0x1f, 0x8b}) || bytes.HasPrefix(head, []byte("BZh")) ||
+		bytes.HasPrefix(head, []byte{0xfd, '7', 'z', 'X', 'Z', 0}) || bytes.HasPrefix(head, []byte{0x28, 0xb5, 0x2f, 0xfd}) ||
+		(n >= 262 && string(head[257:262]) == "ustar")
+	if archive {
+		return fmt.Errorf("%w: ADD %s: unpacking a local archive is not supported: COPY it and unpack it in a RUN step", ErrStep, name)
+	}
+	return nil
+}
+
+// copyStep makes a COPY's layer in dir.
+func (r *run) copyStep(st *state, c copySpec, src source, dest, dir string) (string, error) {
+	vroot, release, err := r.b.view(st.base)
+	if err != nil {
+		return "", err
+	}
+	defer release()
+	root := r.o.Context
+	if !src.context {
+		sroot, srelease, err := r.b.view(src.img)
+		if err != nil {
+			return "", err
+		}
+		defer srelease()
+		root = sroot
+	}
+	owner, err := parseChown(vroot, c.chown)
+	if err != nil {
+		return "", err
+	}
+	ms, err := r.matches(root, c, src.context)
+	if err != nil {
+		return "", err
+	}
+	l := &layerDir{dir: filepath.Join(dir, "layer"), view: vroot, owner: owner, keepOwner: !src.context}
+	if err := os.Mkdir(l.dir, 0o755); err != nil {
+		return "", err
+	}
+	intoDir := strings.HasSuffix(dest, "/") || len(ms) > 1
+	if !intoDir {
+		rd, err := resolve(vroot, dest, true)
+		if err != nil {
+			return "", err
+		}
+		fi, err := os.Stat(filepath.Join(vroot, rd))
+		intoDir = err == nil && fi.IsDir()
+	}
+	dest = path.Clean(dest)
+	for _, m := range ms {
+		fi, err := os.Lstat(m)
+		if err != nil {
+			return "", err
+		}
+		base := dest
+		if !fi.IsDir() && intoDir {
+			base = path.Join(dest, filepath.Base(m))
+		}
+		err = r.walk(root, []string{m}, src.context, func(p, rel string, fi fs.FileInfo) error {
+			return l.add(p, path.Join(base, rel), fi)
+		})
+		if err != nil {
+			return "", fmt.Errorf("%w: %v", ErrStep, err)
+		}
+	}
+	return l.tar(dir)
+}
+
+// mkdirStep makes WORKDIR's layer in dir: the directory and its parents.
+func (r *run) mkdirStep(st *state, p, dir string) (string, error) {
+	vroot, release, err := r.b.view(st.base)
+	if err != nil {
+		return "", err
+	}
+	defer release()
+	l := &layerDir{dir: filepath.Join(dir, "layer"), view: vroot}
+	if err := os.Mkdir(l.dir, 0o755); err != nil {
+		return "", err
+	}
+	rp, err := resolve(vroot, p, true)
+	if err != nil {
+		return "", err
+	}
+	if err := l.parents(rp); err != nil {
+		return "", err
+	}
+	return l.tar(dir)
+}
+
+// ids is a uid and gid.
+type ids struct{ uid, gid int }
+
+// layerDir is a layer being made on the host, over an image's view.
+type layerDir struct {
+	dir, view string
+	owner     *ids // --chown
+	keepOwner bool // files from a stage or image keep theirs
+}
+
+// add puts the host file p at dst (a path in the image).
+func (l *layerDir) add(p, dst string, fi fs.FileInfo) error {
+	rd, err := resolve(l.view, dst, fi.IsDir())
+	if err != nil {
+		return err
+	}
+	if err := l.parents(path.Dir(rd)); err != nil {
+		return err
+	}
+	target := filepath.Join(l.dir, rd)
+	switch {
+	case fi.IsDir():
+		if err := os.Mkdir(target, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+	case fi.Mode()&fs.ModeSymlink != 0:
+		t, err := os.Readlink(p)
+		if err != nil {
+			return err
+		}
+		os.Remove(target)
+		if err := os.Symlink(t, target); err != nil {
+			return err
+		}
+	case fi.Mode().IsRegular():
+		if err := copyFile(p, target); err != nil {
+			return err
+		}
+	default:
+		return nil // devices, sockets, fifos: not copied
+	}
+	return l.meta(target, fi)
+}
+
+// meta gives target fi's mode and time and the step's owner.
+func (l *layerDir) meta(target string, fi fs.FileInfo) error {
+	uid, gid := 0, 0
+	if st, ok := fi.Sys().(*unix.Stat_t); ok && l.keepOwner {
+		uid, gid = int(st.Uid), int(st.Gid)
+	}
+	if l.owner != nil {
+		uid, gid = l.owner.uid, l.owner.gid
+	}
+	if err := os.Lchown(target, uid, gid); err != nil {
+		return err
+	}
+	if fi.Mode()&fs.ModeSymlink == 0 {
+		if err := os.Chmod(target, fi.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)); err != nil {
+			return err
+		}
+	}
+	ts := []unix.Timespec{unix.NsecToTimespec(fi.ModTime().UnixNano()), unix.NsecToTimespec(fi.ModTime().UnixNano())}
+	return unix.UtimesNanoAt(unix.AT_FDCWD, target, ts, unix.AT_SYMLINK_NOFOLLOW)
+}
+
+// parents makes dir and its parents in the layer: as the image has them
+// (mode, owner, time), so the layer changes none of them, or new.
+func (l *layerDir) parents(dir string) error {
+	cur := "/"
+	for _, c := range strings.Split(strings.Trim(dir, "/"), "/") {
+		if c == "" {
+			continue
+		}
+		cur = path.Join(cur, c)
+		target := filepath.Join(l.dir, cur)
+		if _, err := os.Lstat(target); err == nil {
+			continue
+		}
+		if err := os.Mkdir(target, 0o755); err != nil {
+			return err
+		}
+		if fi, err := os.Stat(filepath.Join(l.view, cur)); err == nil && fi.IsDir() {
+			if err := (&layerDir{keepOwner: true}).meta(target, fi); err != nil {
+				return err
+			}
+		} else if l.owner != nil {
+			if err := os.Lchown(target, l.owner.uid, l.owner.gid); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// tar writes the layer as a tarball in dir.
+func (l *layerDir) tar(dir string) (string, error) {
+	p := filepath.Join(dir, "layer.tar")
+	f, err := os.Create(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	if err := image.WriteLayer(f, l.dir, nil); err != nil {
+		return "", err
+	}
+	return p, f.Close()
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	os.Remove(dst)
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// parseChown reads --chown=USER[:GROUP], names looked up in the image's
+// /etc/passwd and /etc/group; a user alone gives the group of its number.
+func parseChown(view, s string) (*ids, error) {
+	if s == "" {
+		return nil, nil
+	}
+	u, g, hasGroup := strings.Cut(s, ":")
+	uid, err := lookupID(filepath.Join(view, "etc/passwd"), u)
+	if err != nil {
+		return nil, err
+	}
+	gid := uid
+	if hasGroup {
+		if gid, err = lookupID(filepath.Join(view, "etc/group"), g); err != nil {
+			return nil, err
+		}
+	}
+	return &ids{uid: uid, gid: gid}, nil
+}
+
+// lookupID is name's number in a passwd or group file, or name itself.
+func lookupID(file, name string) (int, error) {
+	if n, err := strconv.Atoi(name); err == nil && n >= 0 {
+		return n, nil
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return 0, fmt.Errorf("%w: --chown %s: no %s in the image", ErrStep, name, filepath.Base(file))
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Split(sc.Text(), ":")
+		if len(fields) > 2 && fields[0] == name {
+			if n, err := strconv.Atoi(fields[2]); err == nil {
+				return n, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("%w: --chown: no %s %q in the image's /etc/%s", ErrStep, map[bool]string{true: "user", false: "group"}[filepath.Base(file) == "passwd"], name, filepath.Base(file))
+}
