@@ -1,0 +1,56 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestCLIBuild: smolvm build with -f -, tags, build args and plain
+// progress; the image runs and saves; bad input exits 125 with one line.
+func TestCLIBuild(t *testing.T) {
+	c := newSandboxCLI(t)
+	dir := t.TempDir()
+	bb, err := os.ReadFile("/usr/bin/busybox")
+	if err != nil {
+		t.Skip("no /usr/bin/busybox")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "busybox"), bb, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	df := "FROM scratch\nCOPY busybox /bin/busybox\nARG X=default\nRUN [\"/bin/busybox\", \"sh\", \"-c\", \"echo $X > /x\"]\n"
+	out, errOut, code := c.runIn(df, "build", "-f", "-", "-t", "clib", "--build-arg", "X=given", "--net", "none", "--progress", "plain", dir)
+	if code != 0 || !strings.HasPrefix(out, "sha256:") || !strings.Contains(errOut, "#2 [2/3] COPY busybox /bin/busybox\n") || !strings.Contains(errOut, "naming to docker.io/library/clib:latest") {
+		t.Fatalf("build: exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
+	if got := c.must("run", "--rm", "--image", "clib", "--", "/bin/busybox", "cat", "/x"); got != "given\n" {
+		t.Errorf("the built image's /x: %q", got)
+	}
+	// Quiet, and all cached: only the ID.
+	out2, errOut, code := c.runIn(df, "build", "-f", "-", "-t", "clib", "--build-arg", "X=given", "--net", "none", "--progress", "quiet", dir)
+	if code != 0 || errOut != "" || strings.TrimSpace(out2) == "" {
+		t.Errorf("quiet build: exit %d, stdout %q, stderr %q", code, out2, errOut)
+	}
+	saved := filepath.Join(t.TempDir(), "clib.tar")
+	c.must("image", "save", "clib", "-o", saved, "--format", "docker")
+	c.must("image", "import", saved, "--name", "clib-loaded")
+	if got := c.must("run", "--rm", "--image", "clib-loaded", "--", "/bin/busybox", "cat", "/x"); got != "given\n" {
+		t.Errorf("the saved and loaded image's /x: %q", got)
+	}
+	for _, tc := range []struct {
+		df   string
+		args []string
+		want string
+	}{
+		{"FROM scratch\nSTOPSIGNAL 9\n", nil, "Dockerfile:2: STOPSIGNAL is not supported"},
+		{df, []string{"--progress", "fancy"}, "--progress fancy"},
+		{"FROM scratch\nCOPY busybox /b\nRUN [\"/b\", \"false\"]\n", nil, "exit code: 1"},
+	} {
+		args := append([]string{"build", "-f", "-", "--net", "none"}, tc.args...)
+		_, errOut, code := c.runIn(tc.df, append(args, dir)...)
+		if code != 125 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%q %v: exit %d, stderr %q, want 125 and %q", tc.df, tc.args, code, errOut, tc.want)
+		}
+	}
+}
