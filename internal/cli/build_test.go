@@ -32,6 +32,13 @@ func TestCLIBuild(t *testing.T) {
 	if code != 0 || errOut != "" || strings.TrimSpace(out2) == "" {
 		t.Errorf("quiet build: exit %d, stdout %q, stderr %q", code, out2, errOut)
 	}
+	// The steps' cached images are listed with -a only.
+	if ls := c.must("image", "ls"); strings.Contains(ls, "build step") || !strings.Contains(ls, "clib:latest") {
+		t.Errorf("image ls:\n%s", ls)
+	}
+	if ls := c.must("image", "ls", "-a"); !strings.Contains(ls, "build step") {
+		t.Errorf("image ls -a:\n%s", ls)
+	}
 	saved := filepath.Join(t.TempDir(), "clib.tar")
 	c.must("image", "save", "clib", "-o", saved, "--format", "docker")
 	c.must("image", "import", saved, "--name", "clib-loaded")

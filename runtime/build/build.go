@@ -102,7 +102,11 @@ func (b *Builder) Build(ctx context.Context, o Options) (*sandbox.Image, error) 
 	}
 	start := time.Now()
 	n := r.p.begin("exporting to image")
-	img, err := b.commit(ctx, st, o.Tags, "build "+o.Context)
+	source := o.Context
+	if abs, err := filepath.Abs(source); err == nil {
+		source = abs
+	}
+	img, err := b.commit(ctx, st, o.Tags, "build "+source)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/runtime/store"
@@ -59,6 +60,15 @@ func (c *cache) put(ctx context.Context, key, imageID string) error {
 		return fmt.Errorf("build cache: %w", err)
 	}
 	return nil
+}
+
+// cacheSource begins the source of a step's image: untagged, it is the
+// build cache, which image listings hide (Cache).
+const cacheSource = "build step "
+
+// Cache reports whether img is only a cached build step's image.
+func Cache(img sandbox.Image) bool {
+	return len(img.Refs) == 0 && strings.HasPrefix(img.Source, cacheSource)
 }
 
 // chain is the key of a step after the step keyed parent.

@@ -110,7 +110,7 @@ func (r *run) runnable(ctx context.Context, st *state) (*sandbox.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	if img, err = r.b.images.Commit(ctx, st.base, nil, idle(*cf), nil, "build step "+key); err != nil {
+	if img, err = r.b.images.Commit(ctx, st.base, nil, idle(*cf), nil, cacheSource+key); err != nil {
 		return nil, err
 	}
 	return img, r.b.cache.put(ctx, key, img.ID)

@@ -264,7 +264,7 @@ func (r *run) layer(ctx context.Context, st *state, c instructions.Command, text
 		return fail(err)
 	}
 	st.cf.History = append(st.cf.History, hist)
-	img, err := r.b.images.Commit(ctx, st.base, []string{tarball}, idle(st.cf), nil, "build step "+key)
+	img, err := r.b.images.Commit(ctx, st.base, []string{tarball}, idle(st.cf), nil, cacheSource+key)
 	if err != nil {
 		return fail(err)
 	}
