@@ -5,6 +5,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"smolvm.dev/smolvm/internal/nettest"
+	"smolvm.dev/smolvm/internal/testenv"
 )
 
 // TestCLIBuild: smolvm build with -f -, tags, build args and plain
@@ -59,5 +62,35 @@ func TestCLIBuild(t *testing.T) {
 		if code != 125 || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%q %v: exit %d, stderr %q, want 125 and %q", tc.df, tc.args, code, errOut, tc.want)
 		}
+	}
+}
+
+// TestCLIBuildNet: RUN steps reach what --net egress allows, in a closed
+// test world; with --net none, nothing. By address, with nc: a static
+// busybox cannot resolve names (glibc's NSS), and its wget crashes.
+func TestCLIBuildNet(t *testing.T) {
+	c := newSandboxCLI(t)
+	w := nettest.New(t)
+	c.self = testenv.Smolvm(t)
+	t.Setenv("SMOLVM_NET_NETNS", w.HostNS)
+	t.Setenv("SMOLVM_NET_RESOLVER", w.Resolver)
+	dir := t.TempDir()
+	bb, err := os.ReadFile("/usr/bin/busybox")
+	if err != nil {
+		t.Skip("no /usr/bin/busybox")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "busybox"), bb, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fetch := "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | /bin/busybox nc -w 5 " + nettest.Internet4 + " 80 > /page"
+	df := "FROM scratch\nCOPY busybox /bin/busybox\nSHELL [\"/bin/busybox\", \"sh\", \"-c\"]\nRUN " + fetch + "\n"
+	if _, errOut, code := c.runIn(df, "build", "-f", "-", "-t", "fetched", "--allow-cidr", nettest.Internet4+"/32", dir); code != 0 {
+		t.Fatalf("build with egress: exit %d: %s", code, errOut)
+	}
+	if got := c.must("run", "--rm", "--image", "fetched", "--", "/bin/busybox", "cat", "/page"); !strings.HasSuffix(got, "\r\n\r\ninternet") {
+		t.Errorf("fetched %q", got)
+	}
+	if _, errOut, code := c.runIn(df, "build", "-f", "-", "--no-cache", "--net", "none", dir); code != 125 || !strings.Contains(errOut, "exit code: 1") {
+		t.Errorf("build with --net none: exit %d: %s", code, errOut)
 	}
 }
