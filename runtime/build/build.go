@@ -14,6 +14,7 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"golang.org/x/sys/unix"
 
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/runtime/image"
@@ -76,6 +77,12 @@ func New(ctx context.Context, m *manager.Manager, dataDir string) (*Builder, err
 	scratch := filepath.Join(dataDir, "build")
 	if err := os.MkdirAll(scratch, 0o700); err != nil {
 		return nil, fmt.Errorf("build: %w", err)
+	}
+	// A build killed mid-step leaves its directories, and a view's mount:
+	// unmounted first, so that removing never reaches an image's layers.
+	for _, p := range image.StaleTemps(scratch) {
+		unix.Unmount(p, unix.MNT_DETACH)
+		removeAll(p)
 	}
 	return &Builder{m: m, images: m.Images(), cache: c, scratch: scratch}, nil
 }

@@ -5,11 +5,14 @@ import (
 	"context"
 	"debug/elf"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"smolvm.dev/smolvm/internal/testimage"
 	"smolvm.dev/smolvm/internal/testmgr"
@@ -382,5 +385,36 @@ func TestSaveLoads(t *testing.T) {
 		if got := w.sh(img.ID, "cat /f; test -e /bin/ls || echo gone"); got != "x\ngone\n" {
 			t.Errorf("%s reimported: %q", tc.format, got)
 		}
+	}
+}
+
+// TestStaleScratch: what a killed build left (a view still mounted) is
+// unmounted and removed by the next builder, and what it showed stays.
+func TestStaleScratch(t *testing.T) {
+	w := newWorld(t)
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	layer := t.TempDir()
+	if err := os.WriteFile(filepath.Join(layer, "kept"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(w.env.Dir, "build", fmt.Sprintf(".tmp-%d-view-1", dead.Process.Pid))
+	if err := os.Mkdir(stale, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(layer, stale, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(stale, unix.MNT_DETACH) })
+	if _, err := build.New(context.Background(), w.env.Manager, w.env.Dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stale scratch: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(layer, "kept")); err != nil {
+		t.Errorf("the view's files: %v", err)
 	}
 }

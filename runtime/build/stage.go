@@ -254,7 +254,7 @@ func (r *run) layer(ctx context.Context, st *state, c instructions.Command, text
 			return nil
 		}
 	}
-	dir, err := os.MkdirTemp(r.b.scratch, "step-")
+	dir, err := os.MkdirTemp(r.b.scratch, image.TempName()+"step-")
 	if err != nil {
 		return fail(err)
 	}

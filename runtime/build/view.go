@@ -11,13 +11,14 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/sandbox"
 )
 
 // view mounts img's files read-only on the host, as a sandbox of it sees
 // them, for COPY's sources and destinations. A nil img is an empty view.
 func (b *Builder) view(img *sandbox.Image) (root string, release func(), err error) {
-	root, err = os.MkdirTemp(b.scratch, "view-")
+	root, err = os.MkdirTemp(b.scratch, image.TempName()+"view-")
 	if err != nil {
 		return "", nil, err
 	}
