@@ -137,3 +137,27 @@ func (a *app) imageSaveCmd() *cobra.Command {
 	c.Flags().StringVar(&format, "format", image.FormatOCI, "oci (an OCI layout in a tar) or docker (docker save's)")
 	return c
 }
+
+// imagePruneCmd is `smolvm image prune`: the build cache emptied.
+func (a *app) imagePruneCmd() *cobra.Command {
+	return a.withSession(&cobra.Command{
+		Use:   "prune",
+		Short: "Remove the build cache: cached build steps' untagged images and the layers only they use",
+		Args:  cobra.NoArgs,
+	}, func(s *session, _ []string) error {
+		images, err := s.images()
+		if err != nil {
+			return err
+		}
+		st, err := s.store()
+		if err != nil {
+			return err
+		}
+		n, err := build.Prune(s.ctx, st, images)
+		if err != nil {
+			return imageError(err)
+		}
+		_, err = fmt.Fprintf(a.stdout, "Removed %d cached build step images\n", n)
+		return err
+	})
+}

@@ -42,6 +42,14 @@ func TestCLIBuild(t *testing.T) {
 	if ls := c.must("image", "ls", "-a"); !strings.Contains(ls, "build step") {
 		t.Errorf("image ls -a:\n%s", ls)
 	}
+	// Pruning the cache keeps the tagged image whole: it is saved,
+	// loaded and run below.
+	if out := c.must("image", "prune"); !strings.HasPrefix(out, "Removed ") || strings.HasPrefix(out, "Removed 0 ") {
+		t.Errorf("image prune: %q", out)
+	}
+	if ls := c.must("image", "ls", "-a"); strings.Contains(ls, "build step") || !strings.Contains(ls, "clib:latest") {
+		t.Errorf("image ls -a after prune:\n%s", ls)
+	}
 	saved := filepath.Join(t.TempDir(), "clib.tar")
 	c.must("image", "save", "clib", "-o", saved, "--format", "docker")
 	c.must("image", "import", saved, "--name", "clib-loaded")

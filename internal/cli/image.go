@@ -23,9 +23,9 @@ import (
 func (a *app) imageCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "image",
-		Short: "Manage the images sandboxes run (build, import, pull, ls, rm, inspect, save)",
+		Short: "Manage the images sandboxes run (build, import, pull, ls, rm, inspect, save, prune)",
 	}
-	c.AddCommand(a.imageBuildCmd(), a.imageImportCmd(), a.imagePullCmd(), a.imageLsCmd(), a.imageRmCmd(), a.imageInspectCmd(), a.imageSaveCmd())
+	c.AddCommand(a.imageBuildCmd(), a.imageImportCmd(), a.imagePullCmd(), a.imageLsCmd(), a.imageRmCmd(), a.imageInspectCmd(), a.imageSaveCmd(), a.imagePruneCmd())
 	return c
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"smolvm.dev/smolvm/runtime/image"
+	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -80,4 +81,35 @@ func chain(parent string, parts ...string) string {
 		h.Write([]byte(p))
 	}
 	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// Prune empties the build cache: every cached step's untagged image goes,
+// with the layers no other image uses, unless a sandbox runs it. It
+// returns how many images went.
+func Prune(ctx context.Context, st *store.Store, images *image.Store) (int, error) {
+	imgs, err := images.List(ctx)
+	if err != nil {
+		return 0, err
+	}
+	inUse := func(id string) (bool, error) { return manager.ImageInUse(ctx, st, id) }
+	n := 0
+	for _, img := range imgs {
+		if !Cache(img) {
+			continue
+		}
+		err := images.Remove(ctx, img.ID, inUse)
+		if errors.Is(err, image.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return n, fmt.Errorf("prune: %w", err)
+		}
+		n++
+	}
+	// Keys of removed images miss anyway (get); dropping them keeps the
+	// table from growing.
+	if _, err := st.DB().ExecContext(ctx, `DELETE FROM build_cache WHERE image_id NOT IN (SELECT id FROM images)`); err != nil {
+		return n, fmt.Errorf("prune: %w", err)
+	}
+	return n, nil
 }
