@@ -127,8 +127,12 @@ func (b *Builder) Build(ctx context.Context, o Options) (*sandbox.Image, error) 
 
 // commit stores st as an image under refs, its config as built.
 func (b *Builder) commit(ctx context.Context, st *state, refs []string, source string) (*sandbox.Image, error) {
+	// Dated by its last step: a rebuild that changed nothing is the same
+	// image, not a new one leaving the last untagged.
 	cf := st.cf
-	cf.Created = v1.Time{Time: time.Now().UTC()}
+	if cf.Created = lastCreated(&cf); cf.Created.IsZero() {
+		cf.Created = v1.Time{Time: time.Now().UTC()}
+	}
 	img, err := b.images.Commit(ctx, st.base, nil, cf, refs, source)
 	if err != nil {
 		return nil, fmt.Errorf("build: %w", err)

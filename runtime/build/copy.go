@@ -288,6 +288,15 @@ func (r *run) copyStep(st *state, c copySpec, src source, dest, dir string) (str
 			base = path.Join(dest, filepath.Base(m))
 		}
 		err = r.walk(root, []string{m}, src.context, func(p, rel string, fi fs.FileInfo) error {
+			if rel == "." && fi.IsDir() {
+				// A directory's contents are copied, not the directory:
+				// the destination keeps what it has, or is made new.
+				rd, err := resolve(vroot, base, true)
+				if err != nil {
+					return err
+				}
+				return l.parents(rd)
+			}
 			return l.add(p, path.Join(base, rel), fi)
 		})
 		if err != nil {

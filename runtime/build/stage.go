@@ -215,7 +215,9 @@ func (r *run) step(ctx context.Context, st *state, c instructions.Command) error
 		st.cf.Author = c.Maintainer
 	}
 	st.key = chain(st.key, text)
-	st.cf.History = append(st.cf.History, v1.History{Created: v1.Time{Time: time.Now().UTC()}, CreatedBy: text, Comment: "smolvm build", EmptyLayer: true})
+	// Dated as the step before it, so that a rebuild whose every layer is
+	// cached makes the very same config, and so the same image.
+	st.cf.History = append(st.cf.History, v1.History{Created: lastCreated(&st.cf), CreatedBy: text, Comment: "smolvm build", EmptyLayer: true})
 	return nil
 }
 
@@ -248,8 +250,12 @@ func (r *run) layer(ctx context.Context, st *state, c instructions.Command, text
 			return fail(err)
 		}
 		if img != nil {
-			st.base, st.key = img, key
-			st.cf.History = append(st.cf.History, hist)
+			// The history (and its dates) up to here is the cached build's.
+			cached, err := r.b.images.ConfigFile(ctx, img)
+			if err != nil {
+				return fail(err)
+			}
+			st.base, st.key, st.cf.History = img, key, cached.History
 			r.p.cached(n)
 			return nil
 		}
@@ -315,6 +321,14 @@ func cloneConfig(cf *v1.ConfigFile) *v1.ConfigFile {
 	c.Config.ExposedPorts = maps.Clone(cf.Config.ExposedPorts)
 	c.History = slices.Clone(cf.History)
 	return &c
+}
+
+// lastCreated is the date of cf's last history entry, or of cf.
+func lastCreated(cf *v1.ConfigFile) v1.Time {
+	if n := len(cf.History); n > 0 {
+		return cf.History[n-1].Created
+	}
+	return cf.Created
 }
 
 func workdir(st *state) string {
