@@ -289,7 +289,6 @@ CMD ["cat", "/out"]
 	}
 }
 
-
 func TestBuildBadInstructions(t *testing.T) {
 	w := newWorld(t)
 	dir := contextDir(t, map[string]string{"f": "x"})
