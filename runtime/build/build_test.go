@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -419,4 +420,30 @@ func TestStaleScratch(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(layer, "kept")); err != nil {
 		t.Errorf("the view's files: %v", err)
 	}
+}
+
+// TestBuildCacheInputs: a COPY's key is what it copies: an ignored file's
+// change, or a new time alone, keeps it cached; a copied file's content
+// or mode does not.
+func TestBuildCacheInputs(t *testing.T) {
+	w := newWorld(t)
+	dir := contextDir(t, map[string]string{"kept": "1\n", "skipped": "1\n", ".dockerignore": "skipped\n"})
+	const df = "FROM scratch\nCOPY . /ctx/\n"
+	cached := func(what string, change func()) {
+		t.Helper()
+		change()
+		_, out := w.mustBuild(dir, df, build.Options{})
+		if got := strings.Contains(out, "CACHED"); got != (what == "cached") {
+			t.Errorf("want %s:\n%s", what, out)
+		}
+	}
+	cached("built", func() {})
+	cached("cached", func() { os.WriteFile(filepath.Join(dir, "skipped"), []byte("2\n"), 0o644) })
+	cached("cached", func() {
+		when := time.Now().Add(time.Hour)
+		os.Chtimes(filepath.Join(dir, "kept"), when, when)
+	})
+	cached("built", func() { os.WriteFile(filepath.Join(dir, "kept"), []byte("2\n"), 0o644) })
+	cached("built", func() { os.Chmod(filepath.Join(dir, "kept"), 0o600) })
+	cached("built", func() { os.WriteFile(filepath.Join(dir, "new"), []byte("3\n"), 0o644) })
 }
