@@ -210,7 +210,7 @@ func slicesHasPrefix(s []string, p string) bool {
 func TestBuildMultiStage(t *testing.T) {
 	w := newWorld(t)
 	dir := withBusybox(t, nil)
-	df := busyboxBase + `RUN echo built > /artifact && mkdir /out && echo two > /out/two
+	df := busyboxBase + `RUN echo built > /artifact && chown 1234:5678 /artifact && mkdir /out && echo two > /out/two
 FROM builder AS tested
 RUN test "$(cat /artifact)" = built
 FROM scratch
@@ -219,7 +219,8 @@ COPY --from=0 /artifact /out/ /result/
 `
 	df = strings.Replace(df, "FROM scratch\n", "FROM scratch AS builder\n", 1)
 	w.mustBuild(dir, df, build.Options{Tags: []string{"multi"}})
-	if got := w.sh("multi", "/bin/busybox ls /result; /bin/busybox cat /result/artifact"); got != "artifact\ntwo\nbuilt\n" {
+	// Files from a stage keep their owner.
+	if got := w.sh("multi", "/bin/busybox ls /result; /bin/busybox cat /result/artifact; /bin/busybox stat -c %u:%g /result/artifact"); got != "artifact\ntwo\nbuilt\n1234:5678\n" {
 		t.Errorf("final stage has %q", got)
 	}
 	// --target stops at a stage, and the stage it names alone is built.
@@ -446,4 +447,25 @@ func TestBuildCacheInputs(t *testing.T) {
 	cached("built", func() { os.WriteFile(filepath.Join(dir, "kept"), []byte("2\n"), 0o644) })
 	cached("built", func() { os.Chmod(filepath.Join(dir, "kept"), 0o600) })
 	cached("built", func() { os.WriteFile(filepath.Join(dir, "new"), []byte("3\n"), 0o644) })
+}
+
+// TestBuildSymlinkEscapes: a stage's symlinks to a host directory neither
+// read the host's files into an image nor lead a COPY's writes there.
+func TestBuildSymlinkEscapes(t *testing.T) {
+	w := newWorld(t)
+	host := t.TempDir()
+	if err := os.WriteFile(filepath.Join(host, "secret"), []byte("host secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := withBusybox(t, nil)
+	stage := busyboxBase + "RUN mkdir -p /a /b/x && ln -s " + host + " /a/x && echo written > /b/x/f\n"
+	stage = strings.Replace(stage, "FROM scratch\n", "FROM scratch AS evil\n", 1)
+	_, out, err := w.build(dir, stage+"FROM scratch\nCOPY --from=evil /a/x/secret /stolen\n", build.Options{})
+	if err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("COPY through a stage's symlink to the host: %v\n%s", err, out)
+	}
+	_, out, err = w.build(dir, stage+"FROM scratch\nCOPY --from=evil /a /b /dst/\n", build.Options{Tags: []string{"merged"}})
+	if _, serr := os.Stat(filepath.Join(host, "f")); serr == nil {
+		t.Fatalf("a COPY wrote into the host directory a stage's symlink named (build: %v)\n%s", err, out)
+	}
 }

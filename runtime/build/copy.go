@@ -15,11 +15,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/moby/buildkit/frontend/dockerfile/instructions"
 	"github.com/moby/patternmatcher"
 	"github.com/moby/patternmatcher/ignorefile"
-	"golang.org/x/sys/unix"
 
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/sandbox"
@@ -127,15 +127,13 @@ func (r *run) matches(root string, c copySpec, context bool) ([]string, error) {
 		if rel == "" {
 			rel = "."
 		}
-		var found []string
+		found := []string{filepath.Join(root, rel)}
 		if strings.ContainsAny(rel, "*?[") {
 			m, err := filepath.Glob(filepath.Join(root, rel))
 			if err != nil {
 				return nil, fmt.Errorf("%w: %s: %v", ErrStep, p, err)
 			}
 			found = m
-		} else if _, err := os.Lstat(filepath.Join(root, rel)); err == nil {
-			found = []string{filepath.Join(root, rel)}
 		}
 		n := 0
 		for _, f := range found {
@@ -143,7 +141,16 @@ func (r *run) matches(root string, c copySpec, context bool) ([]string, error) {
 			if context && r.ignored(fr) {
 				continue
 			}
-			out = append(out, f)
+			// The source's directories are followed inside root only: a
+			// stage's symlink to /etc must not copy the host's.
+			rr, err := resolve(root, fr, false)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %s: %v", ErrStep, p, err)
+			}
+			if _, err := os.Lstat(filepath.Join(root, rr)); err != nil {
+				continue
+			}
+			out = append(out, filepath.Join(root, rr))
 			n++
 		}
 		if n == 0 {
@@ -264,10 +271,12 @@ func (r *run) copyStep(st *state, c copySpec, src source, dest, dir string) (str
 	if err != nil {
 		return "", err
 	}
-	l := &layerDir{dir: filepath.Join(dir, "layer"), view: vroot, owner: owner, keepOwner: !src.context}
-	if err := os.Mkdir(l.dir, 0o755); err != nil {
+	l, err := newLayerDir(dir, vroot)
+	if err != nil {
 		return "", err
 	}
+	defer l.root.Close()
+	l.owner, l.keepOwner = owner, !src.context
 	intoDir := strings.HasSuffix(dest, "/") || len(ms) > 1
 	if !intoDir {
 		rd, err := resolve(vroot, dest, true)
@@ -313,10 +322,11 @@ func (r *run) mkdirStep(st *state, p, dir string) (string, error) {
 		return "", err
 	}
 	defer release()
-	l := &layerDir{dir: filepath.Join(dir, "layer"), view: vroot}
-	if err := os.Mkdir(l.dir, 0o755); err != nil {
+	l, err := newLayerDir(dir, vroot)
+	if err != nil {
 		return "", err
 	}
+	defer l.root.Close()
 	rp, err := resolve(vroot, p, true)
 	if err != nil {
 		return "", err
@@ -330,11 +340,26 @@ func (r *run) mkdirStep(st *state, p, dir string) (string, error) {
 // ids is a uid and gid.
 type ids struct{ uid, gid int }
 
-// layerDir is a layer being made on the host, over an image's view.
+// layerDir is a layer being made on the host, over an image's view. It is
+// written through an os.Root: a symlink the step itself put there (from a
+// stage, say) can never lead a later write out of it.
 type layerDir struct {
-	dir, view string
+	root      *os.Root
+	view      string
 	owner     *ids // --chown
 	keepOwner bool // files from a stage or image keep theirs
+}
+
+func newLayerDir(dir, view string) (*layerDir, error) {
+	p := filepath.Join(dir, "layer")
+	if err := os.Mkdir(p, 0o755); err != nil {
+		return nil, err
+	}
+	root, err := os.OpenRoot(p)
+	if err != nil {
+		return nil, err
+	}
+	return &layerDir{root: root, view: view}, nil
 }
 
 // add puts the host file p at dst (a path in the image).
@@ -346,10 +371,10 @@ func (l *layerDir) add(p, dst string, fi fs.FileInfo) error {
 	if err := l.parents(path.Dir(rd)); err != nil {
 		return err
 	}
-	target := filepath.Join(l.dir, rd)
+	target := strings.TrimPrefix(rd, "/")
 	switch {
 	case fi.IsDir():
-		if err := os.Mkdir(target, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		if err := l.root.Mkdir(target, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 			return err
 		}
 	case fi.Mode()&fs.ModeSymlink != 0:
@@ -357,65 +382,77 @@ func (l *layerDir) add(p, dst string, fi fs.FileInfo) error {
 		if err != nil {
 			return err
 		}
-		os.Remove(target)
-		if err := os.Symlink(t, target); err != nil {
+		l.root.Remove(target)
+		if err := l.root.Symlink(t, target); err != nil {
 			return err
 		}
 	case fi.Mode().IsRegular():
-		if err := copyFile(p, target); err != nil {
+		if err := l.copyFile(p, target); err != nil {
 			return err
 		}
 	default:
 		return nil // devices, sockets, fifos: not copied
 	}
-	return l.meta(target, fi)
-}
-
-// meta gives target fi's mode and time and the step's owner.
-func (l *layerDir) meta(target string, fi fs.FileInfo) error {
 	uid, gid := 0, 0
-	if st, ok := fi.Sys().(*unix.Stat_t); ok && l.keepOwner {
-		uid, gid = int(st.Uid), int(st.Gid)
+	if l.keepOwner {
+		uid, gid = owner(fi)
 	}
 	if l.owner != nil {
 		uid, gid = l.owner.uid, l.owner.gid
 	}
-	if err := os.Lchown(target, uid, gid); err != nil {
+	return l.meta(target, fi, uid, gid)
+}
+
+// meta gives target fi's mode and time, and an owner.
+func (l *layerDir) meta(target string, fi fs.FileInfo, uid, gid int) error {
+	if err := l.root.Lchown(target, uid, gid); err != nil {
 		return err
 	}
-	if fi.Mode()&fs.ModeSymlink == 0 {
-		if err := os.Chmod(target, fi.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)); err != nil {
-			return err
-		}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		return nil // the root's chmod and chtimes would follow it
 	}
-	ts := []unix.Timespec{unix.NsecToTimespec(fi.ModTime().UnixNano()), unix.NsecToTimespec(fi.ModTime().UnixNano())}
-	return unix.UtimesNanoAt(unix.AT_FDCWD, target, ts, unix.AT_SYMLINK_NOFOLLOW)
+	if err := l.root.Chmod(target, fi.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)); err != nil {
+		return err
+	}
+	return l.root.Chtimes(target, fi.ModTime(), fi.ModTime())
+}
+
+// owner is the uid and gid of a file os.Lstat or os.Stat described.
+func owner(fi fs.FileInfo) (uid, gid int) {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return int(st.Uid), int(st.Gid)
+	}
+	return 0, 0
 }
 
 // parents makes dir and its parents in the layer: as the image has them
 // (mode, owner, time), so the layer changes none of them, or new.
 func (l *layerDir) parents(dir string) error {
-	cur := "/"
+	cur := ""
 	for _, c := range strings.Split(strings.Trim(dir, "/"), "/") {
 		if c == "" {
 			continue
 		}
 		cur = path.Join(cur, c)
-		target := filepath.Join(l.dir, cur)
-		if _, err := os.Lstat(target); err == nil {
+		if _, err := l.root.Lstat(cur); err == nil {
 			continue
 		}
-		if err := os.Mkdir(target, 0o755); err != nil {
+		if err := l.root.Mkdir(cur, 0o755); err != nil {
 			return err
 		}
+		uid, gid := 0, 0
 		if fi, err := os.Stat(filepath.Join(l.view, cur)); err == nil && fi.IsDir() {
-			if err := (&layerDir{keepOwner: true}).meta(target, fi); err != nil {
+			uid, gid := owner(fi)
+			if err := l.meta(cur, fi, uid, gid); err != nil {
 				return err
 			}
-		} else if l.owner != nil {
-			if err := os.Lchown(target, l.owner.uid, l.owner.gid); err != nil {
-				return err
-			}
+			continue
+		}
+		if l.owner != nil {
+			uid, gid = l.owner.uid, l.owner.gid
+		}
+		if err := l.root.Lchown(cur, uid, gid); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -429,20 +466,22 @@ func (l *layerDir) tar(dir string) (string, error) {
 		return "", err
 	}
 	defer f.Close()
-	if err := image.WriteLayer(f, l.dir, nil); err != nil {
+	if err := image.WriteLayer(f, l.root.Name(), nil); err != nil {
 		return "", err
 	}
 	return p, f.Close()
 }
 
-func copyFile(src, dst string) error {
+// copyFile copies the host file src to target in the layer, replacing
+// whatever was there (never following a symlink at target).
+func (l *layerDir) copyFile(src, target string) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	os.Remove(dst)
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	l.root.Remove(target)
+	out, err := l.root.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
@@ -460,25 +499,30 @@ func parseChown(view, s string) (*ids, error) {
 		return nil, nil
 	}
 	u, g, hasGroup := strings.Cut(s, ":")
-	uid, err := lookupID(filepath.Join(view, "etc/passwd"), u)
+	uid, err := lookupID(view, "/etc/passwd", u)
 	if err != nil {
 		return nil, err
 	}
 	gid := uid
 	if hasGroup {
-		if gid, err = lookupID(filepath.Join(view, "etc/group"), g); err != nil {
+		if gid, err = lookupID(view, "/etc/group", g); err != nil {
 			return nil, err
 		}
 	}
 	return &ids{uid: uid, gid: gid}, nil
 }
 
-// lookupID is name's number in a passwd or group file, or name itself.
-func lookupID(file, name string) (int, error) {
+// lookupID is name's number in the image's passwd or group file, or
+// name itself.
+func lookupID(view, file, name string) (int, error) {
 	if n, err := strconv.Atoi(name); err == nil && n >= 0 {
 		return n, nil
 	}
-	f, err := os.Open(file)
+	rf, err := resolve(view, file, true)
+	if err != nil {
+		return 0, err
+	}
+	f, err := os.Open(filepath.Join(view, rf))
 	if err != nil {
 		return 0, fmt.Errorf("%w: --chown %s: no %s in the image", ErrStep, name, filepath.Base(file))
 	}
