@@ -1,7 +1,9 @@
 package build_test
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"debug/elf"
 	"errors"
@@ -467,5 +469,60 @@ func TestBuildSymlinkEscapes(t *testing.T) {
 	_, out, err = w.build(dir, stage+"FROM scratch\nCOPY --from=evil /a /b /dst/\n", build.Options{Tags: []string{"merged"}})
 	if _, serr := os.Stat(filepath.Join(host, "f")); serr == nil {
 		t.Fatalf("a COPY wrote into the host directory a stage's symlink named (build: %v)\n%s", err, out)
+	}
+}
+
+// TestBuildAddArchive: ADD unpacks a local archive (owners, links, modes
+// kept); names climbing out of it stay inside, and a symlink it carries
+// leads no write to the host.
+func TestBuildAddArchive(t *testing.T) {
+	w := newWorld(t)
+	host := t.TempDir()
+	dir := withBusybox(t, map[string]string{"plain.txt": "not an archive\n"})
+	writeTarGz(t, filepath.Join(dir, "pkg.tar.gz"), []*tar.Header{
+		{Name: "pkg/", Typeflag: tar.TypeDir, Mode: 0o750, Uid: 1000, Gid: 1000},
+		{Name: "pkg/tool", Typeflag: tar.TypeReg, Mode: 0o755, Uid: 1000, Gid: 1001, Size: 5},
+		{Name: "pkg/link", Typeflag: tar.TypeSymlink, Linkname: "tool"},
+		{Name: "pkg/hard", Typeflag: tar.TypeLink, Linkname: "pkg/tool"},
+		{Name: "../../up.txt", Typeflag: tar.TypeReg, Mode: 0o644, Size: 5},
+	})
+	writeTarGz(t, filepath.Join(dir, "evil.tar.gz"), []*tar.Header{
+		{Name: "esc", Typeflag: tar.TypeSymlink, Linkname: host},
+		{Name: "esc/f", Typeflag: tar.TypeReg, Mode: 0o644, Size: 5},
+	})
+	w.mustBuild(dir, busyboxBase+"ADD pkg.tar.gz /opt/\nADD plain.txt /plain.txt\n", build.Options{Tags: []string{"added"}})
+	got := w.sh("added", "stat -c '%n %a %u:%g' /opt/pkg /opt/pkg/tool; readlink /opt/pkg/link; cat /opt/pkg/hard /opt/up.txt /plain.txt; stat -c %h /opt/pkg/tool")
+	want := "/opt/pkg 750 1000:1000\n/opt/pkg/tool 755 1000:1001\ntool\nbody\nbody\nnot an archive\n2\n"
+	if got != want {
+		t.Errorf("unpacked:\n%s\nwant:\n%s", got, want)
+	}
+	_, out, err := w.build(dir, busyboxBase+"ADD evil.tar.gz /opt/\n", build.Options{})
+	if _, serr := os.Stat(filepath.Join(host, "f")); serr == nil || err == nil {
+		t.Errorf("an archive writing through its own symlink to the host: %v\n%s", err, out)
+	}
+}
+
+// writeTarGz writes entries, each regular one holding "body\n".
+func writeTarGz(t *testing.T, p string, entries []*tar.Header) {
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zw := gzip.NewWriter(f)
+	tw := tar.NewWriter(zw)
+	for _, h := range entries {
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Size > 0 {
+			tw.Write([]byte("body\n"))
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -2,7 +2,6 @@ package build
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -213,11 +212,6 @@ func (r *run) contextDigest(c copySpec) (string, error) {
 				return err
 			}
 			defer f.Close()
-			if c.add {
-				if err := refuseArchive(f, cr); err != nil {
-					return err
-				}
-			}
 			_, err = io.Copy(h, f)
 			return err
 		}
@@ -227,24 +221,6 @@ func (r *run) contextDigest(c copySpec) (string, error) {
 		return "", err
 	}
 	return "context " + hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// refuseArchive fails an ADD of a local archive, which docker would
-// unpack and this builder cannot yet; copying it whole would be wrong.
-func refuseArchive(f *os.File, name string) error {
-	head := make([]byte, 512)
-	n, _ := io.ReadFull(f, head)
-	head = head[:n]
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return err
-	}
-	archive := bytes.HasPrefix(head, []byte{0x1f, 0x8b}) || bytes.HasPrefix(head, []byte("BZh")) ||
-		bytes.HasPrefix(head, []byte{0xfd, '7', 'z', 'X', 'Z', 0}) || bytes.HasPrefix(head, []byte{0x28, 0xb5, 0x2f, 0xfd}) ||
-		(n >= 262 && string(head[257:262]) == "ustar")
-	if archive {
-		return fmt.Errorf("%w: ADD %s: unpacking a local archive is not supported: COPY it and unpack it in a RUN step", ErrStep, name)
-	}
-	return nil
 }
 
 // copyStep makes a COPY's layer in dir.
@@ -291,6 +267,16 @@ func (r *run) copyStep(st *state, c copySpec, src source, dest, dir string) (str
 		fi, err := os.Lstat(m)
 		if err != nil {
 			return "", err
+		}
+		if c.add && fi.Mode().IsRegular() {
+			if kind, err := archiveKind(m); err != nil {
+				return "", fmt.Errorf("%w: %v", ErrStep, err)
+			} else if kind != "" {
+				if err := l.unpack(m, kind, dest); err != nil {
+					return "", fmt.Errorf("%w: ADD %s: %v", ErrStep, filepath.Base(m), err)
+				}
+				continue
+			}
 		}
 		base := dest
 		if !fi.IsDir() && intoDir {
