@@ -66,7 +66,6 @@ func touchApp(b *testing.B, dir string, i int) {
 // change to the app, by smolvm and, when it is installed, by buildah
 // (Debian's, --isolation chroot, its own storage) on the same context.
 func BenchmarkBuild(b *testing.B) {
-	b.Logf("load average before: %s", loadavg())
 	b.Run("smolvm", func(b *testing.B) {
 		w := newWorld(b)
 		dir := benchContext(b)
@@ -105,13 +104,13 @@ func BenchmarkBuild(b *testing.B) {
 		}
 		measure(b, dir, "buildah", func() error { return bud("--no-cache") }, func() error { return bud() })
 	})
-	b.Logf("load average after: %s", loadavg())
 }
 
 // measure times b.N cold builds and b.N one-line-change rebuilds.
 func measure(b *testing.B, dir, who string, cold, rebuild func() error) {
 	coldS := series.Series{Name: who + " cold build"}
 	reS := series.Series{Name: who + " rebuild after a one-line change"}
+	load := loadavg()
 	b.ResetTimer()
 	for i := range b.N {
 		start := time.Now()
@@ -127,6 +126,7 @@ func measure(b *testing.B, dir, who string, cold, rebuild func() error) {
 		reS.Samples = append(reS.Samples, time.Since(start))
 	}
 	b.StopTimer()
+	b.Logf("load average before: %s, after: %s", load, loadavg())
 	for _, s := range []series.Series{coldS, reS} {
 		b.Logf("%s: p50 %v p99 %v (n=%d)", s.Name, s.Quantile(0.5).Round(time.Millisecond), s.Quantile(0.99).Round(time.Millisecond), len(s.Samples))
 	}
