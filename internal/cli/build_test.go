@@ -14,14 +14,7 @@ import (
 // progress; the image runs and saves; bad input exits 125 with one line.
 func TestCLIBuild(t *testing.T) {
 	c := newSandboxCLI(t)
-	dir := t.TempDir()
-	bb, err := os.ReadFile("/usr/bin/busybox")
-	if err != nil {
-		t.Skip("no /usr/bin/busybox")
-	}
-	if err := os.WriteFile(filepath.Join(dir, "busybox"), bb, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := busyboxContext(t)
 	df := "FROM scratch\nCOPY busybox /bin/busybox\nARG X=default\nRUN [\"/bin/busybox\", \"sh\", \"-c\", \"echo $X > /x\"]\n"
 	out, errOut, code := c.runIn(df, "build", "-f", "-", "-t", "clib", "--build-arg", "X=given", "--net", "none", "--progress", "plain", dir)
 	if code != 0 || !strings.HasPrefix(out, "sha256:") || !strings.Contains(errOut, "#2 [2/3] COPY busybox /bin/busybox\n") || !strings.Contains(errOut, "naming to docker.io/library/clib:latest") {
@@ -73,6 +66,19 @@ func TestCLIBuild(t *testing.T) {
 	}
 }
 
+// busyboxContext is a build context holding the host's busybox.
+func busyboxContext(t *testing.T) string {
+	dir := t.TempDir()
+	bb, err := os.ReadFile("/usr/bin/busybox")
+	if err != nil {
+		t.Skip("no /usr/bin/busybox")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "busybox"), bb, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // TestCLIBuildNet: RUN steps reach what --net egress allows, in a closed
 // test world; with --net none, nothing. By address, with nc: a static
 // busybox cannot resolve names (glibc's NSS), and its wget crashes.
@@ -82,14 +88,7 @@ func TestCLIBuildNet(t *testing.T) {
 	c.self = testenv.Smolvm(t)
 	t.Setenv("SMOLVM_NET_NETNS", w.HostNS)
 	t.Setenv("SMOLVM_NET_RESOLVER", w.Resolver)
-	dir := t.TempDir()
-	bb, err := os.ReadFile("/usr/bin/busybox")
-	if err != nil {
-		t.Skip("no /usr/bin/busybox")
-	}
-	if err := os.WriteFile(filepath.Join(dir, "busybox"), bb, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := busyboxContext(t)
 	fetch := "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | /bin/busybox nc -w 5 " + nettest.Internet4 + " 80 > /page"
 	df := "FROM scratch\nCOPY busybox /bin/busybox\nSHELL [\"/bin/busybox\", \"sh\", \"-c\"]\nRUN " + fetch + "\n"
 	if _, errOut, code := c.runIn(df, "build", "-f", "-", "-t", "fetched", "--allow-cidr", nettest.Internet4+"/32", dir); code != 0 {
