@@ -153,6 +153,8 @@ RUN echo "$GREETING $WHO" > out.txt && rm /bin/ls && mkdir -p /etc && echo 'u:x:
 COPY --chown=u:1000 hello.txt /home/u/
 ADD hello.txt /added.txt
 RUN ["/bin/sh", "-c", "echo exec form >> /app/out.txt"]
+RUN mkdir -p /d && echo 1 > /d/old
+RUN rm -r /d && mkdir /d && echo 2 > /d/new
 EXPOSE 8080 53/udp
 LABEL org.example=yes
 USER u
@@ -163,8 +165,8 @@ CMD ["/app/out.txt"]
 	// ENTRYPOINT would run cat as the sandbox's main command: a child
 	// image without it (FROM a stored image) keeps the sandbox up.
 	w.mustBuild(dir, "FROM inst\nENTRYPOINT []\n", build.Options{Tags: []string{"inst-shell"}})
-	got := w.sh("inst-shell", `stat -c '%a' / /app; cat /app/out.txt; ls /app; ls /home/u; stat -c '%u:%g' /home/u/hello.txt; cat /added.txt; test -e /bin/ls || echo no ls; test -e /app/secret.txt || echo ignored; test -e /app/notes || echo ignored dir`)
-	want := "755\n755\nhi builder\nexec form\nhello.txt\nkeep.txt\nout.txt\nhello.txt\n1000:1000\nhello\nno ls\nignored\nignored dir\n"
+	got := w.sh("inst-shell", `stat -c '%a' / /app; cat /app/out.txt; ls /app; ls /home/u; stat -c '%u:%g' /home/u/hello.txt; cat /added.txt; test -e /bin/ls || echo no ls; test -e /app/secret.txt || echo ignored; test -e /app/notes || echo ignored dir; ls /d`)
+	want := "755\n755\nhi builder\nexec form\nhello.txt\nkeep.txt\nout.txt\nhello.txt\n1000:1000\nhello\nno ls\nignored\nignored dir\nnew\n"
 	if got != want {
 		t.Errorf("files:\n%s\nwant:\n%s", got, want)
 	}
@@ -186,8 +188,8 @@ CMD ["/app/out.txt"]
 		c.Labels["org.example"] != "yes" || len(c.ExposedPorts) != 2 || !slicesHas(c.Env, "GREETING=hi") || slicesHasPrefix(c.Env, "WHO=") {
 		t.Errorf("config: %+v", c)
 	}
-	if len(cf.History) != 16 { // every instruction but FROM
-		t.Errorf("history has %d entries, want 16: %+v", len(cf.History), cf.History)
+	if len(cf.History) != 18 { // every instruction but FROM
+		t.Errorf("history has %d entries, want 18: %+v", len(cf.History), cf.History)
 	}
 }
 
