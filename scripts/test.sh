@@ -55,6 +55,10 @@ compgen -G '/boot/vmlinuz-*' >/dev/null || missing+=(linux-image-amd64)
 [[ -x /bin/busybox ]] || missing+=(busybox-static)
 command -v mkfs.ext4 >/dev/null || missing+=(e2fsprogs)
 command -v xz >/dev/null || missing+=(xz-utils)
+# Image builds (go test ./runtime/build): skopeo reads the archives image
+# save writes; BenchmarkBuild compares with buildah.
+command -v skopeo >/dev/null || missing+=(skopeo)
+command -v buildah >/dev/null || missing+=(buildah)
 if ((${#missing[@]})); then
 	apt-get update -qq && apt-get install -y -qq "${missing[@]}"
 fi

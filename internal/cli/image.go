@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"smolvm.dev/smolvm/runtime/build"
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/sandbox"
@@ -21,9 +23,9 @@ import (
 func (a *app) imageCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "image",
-		Short: "Manage the images sandboxes run (build, import, pull, ls, rm, inspect)",
+		Short: "Manage the images sandboxes run (build, import, pull, ls, rm, inspect, save, prune)",
 	}
-	c.AddCommand(a.imageBuildCmd(), a.imageImportCmd(), a.imagePullCmd(), a.imageLsCmd(), a.imageRmCmd(), a.imageInspectCmd())
+	c.AddCommand(a.imageBuildCmd(), a.imageImportCmd(), a.imagePullCmd(), a.imageLsCmd(), a.imageRmCmd(), a.imageInspectCmd(), a.imageSaveCmd(), a.imagePruneCmd())
 	return c
 }
 
@@ -111,7 +113,8 @@ func (a *app) storeImage(s *session, verb string, jsonOut bool, store func(*imag
 }
 
 func (a *app) imageLsCmd() *cobra.Command {
-	return command(a, &cobra.Command{
+	var all bool
+	c := command(a, &cobra.Command{
 		Use:   "ls",
 		Short: "List stored images",
 		Args:  cobra.NoArgs,
@@ -129,8 +132,14 @@ func (a *app) imageLsCmd() *cobra.Command {
 			}
 		})
 	}, on((*session).images, func(s *session, images *image.Store, _ []string) ([]sandbox.Image, error) {
-		return images.List(s.ctx)
+		imgs, err := images.List(s.ctx)
+		if all || err != nil {
+			return imgs, err
+		}
+		return slices.DeleteFunc(imgs, build.Cache), nil
 	}))
+	c.Flags().BoolVarP(&all, "all", "a", false, "also list the untagged images of cached build steps")
+	return c
 }
 
 func (a *app) imageRmCmd() *cobra.Command {

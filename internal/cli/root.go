@@ -124,7 +124,7 @@ func (a *app) rootCmd() *cobra.Command {
 		a.runCmd(), a.createCmd(), a.startCmd(), a.stopCmd(), a.rmCmd(),
 		a.execCmd(), a.cpCmd(), a.lsCmd(), a.inspectCmd(), a.logsCmd(), a.timeoutCmd(), a.gcCmd(), a.serveCmd(), a.benchCmd(), a.doctorCmd(),
 		a.memoryCmd(),
-		a.imageCmd(),
+		a.imageCmd(), a.buildCmd(),
 		a.checkpointCmd(), a.restoreCmd(), a.forkCmd(), a.pauseCmd(), a.resumeCmd(), a.snapshotCmd(), a.poolCmd(),
 		a.applyCmd(), a.gitCmd(),
 		a.mcpCmd(),

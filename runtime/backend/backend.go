@@ -139,6 +139,13 @@ type Rootfs struct {
 	// WritableSize caps the writable layer in bytes (0: no cap); a
 	// sandbox that fills it gets ENOSPC, and the host disk is untouched.
 	WritableSize int64
+	// Upper, if set, is an empty host directory that takes the sandbox's
+	// writes instead of its private writable layer: an overlayfs upper
+	// layer (deletions are 0/0 character devices, replaced directories
+	// carry trusted.overlay.opaque), which an image build reads as the
+	// step's layer once the sandbox is gone. WritableSize does not apply.
+	// A backend that cannot write through refuses it.
+	Upper string `json:",omitempty"`
 }
 
 // Layer is one read-only layer of an image.

@@ -289,10 +289,17 @@ func (s *Store) Pull(ctx context.Context, ref string, opts PullOptions) (*sandbo
 	return stored, nil
 }
 
+// storable is what store reads of an image: a v1.Image, or a commit.
+type storable interface {
+	RawConfigFile() ([]byte, error)
+	ConfigName() (v1.Hash, error)
+	Layers() ([]v1.Layer, error)
+}
+
 // store extracts img's layers and registers it under refs. On failure it
 // leaves nothing behind: layers it extracted that no image uses are
 // deleted again.
-func (s *Store) store(ctx context.Context, img v1.Image, refs []string, source string, remote bool, progress func(Progress)) (*sandbox.Image, error) {
+func (s *Store) store(ctx context.Context, img storable, refs []string, source string, remote bool, progress func(Progress)) (*sandbox.Image, error) {
 	raw, err := img.RawConfigFile()
 	if err != nil {
 		return nil, fmt.Errorf("%w: config: %v", ErrCorrupt, err)
@@ -356,7 +363,7 @@ func (s *Store) store(ctx context.Context, img v1.Image, refs []string, source s
 	if err != nil {
 		return nil, s.abandon(made, err)
 	}
-	err = s.register(ctx, id, string(cfg), source, refs, srcs, sizes, ensure)
+	err = s.register(ctx, id, string(cfg), string(raw), source, refs, srcs, sizes, ensure)
 	unlock()
 	if err != nil {
 		return nil, s.abandon(made, err)
@@ -367,7 +374,7 @@ func (s *Store) store(ctx context.Context, img v1.Image, refs []string, source s
 // register records an image under refs. It runs under the store lock, so
 // no removal runs meanwhile; a layer that a removal deleted between its
 // extraction and now is extracted again first.
-func (s *Store) register(ctx context.Context, id, cfg, source string, refs []string, srcs []layerSource, sizes []int64, ensure func(int) error) error {
+func (s *Store) register(ctx context.Context, id, cfg, raw, source string, refs []string, srcs []layerSource, sizes []int64, ensure func(int) error) error {
 	for i, src := range srcs {
 		if _, err := os.Lstat(s.layerDir(src.diffID.String())); err != nil {
 			if err := ensure(i); err != nil {
@@ -380,8 +387,8 @@ func (s *Store) register(ctx context.Context, id, cfg, source string, refs []str
 		total += n
 	}
 	return s.st.Tx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `INSERT INTO images(id, config, size, created, source) VALUES(?, ?, ?, ?, ?)
-			ON CONFLICT(id) DO NOTHING`, id, cfg, total, store.Now().UnixMilli(), source)
+		res, err := tx.ExecContext(ctx, `INSERT INTO images(id, config, size, created, source, raw) VALUES(?, ?, ?, ?, ?, ?)
+			ON CONFLICT(id) DO NOTHING`, id, cfg, total, store.Now().UnixMilli(), source, raw)
 		if err != nil {
 			return fmt.Errorf("register %s: %w", id, err)
 		}

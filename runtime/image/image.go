@@ -89,6 +89,9 @@ var schema = []string{
 		image_id TEXT NOT NULL REFERENCES images(id) ON DELETE CASCADE
 	)`,
 	`CREATE INDEX image_refs_image_id ON image_refs(image_id)`,
+	// The whole OCI config as stored (history, exposed ports, …), which
+	// Save exports; empty for images stored before it was kept.
+	`ALTER TABLE images ADD COLUMN raw TEXT NOT NULL DEFAULT ''`,
 }
 
 // Open opens the image store in dataDir, registering its tables in st and

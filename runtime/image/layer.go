@@ -276,10 +276,23 @@ func tempName() string {
 // processes that no longer exist. It is best effort: a leftover only costs
 // disk space until the next try.
 func removeStaleTemps(dir string) {
+	for _, p := range StaleTemps(dir) {
+		os.RemoveAll(p)
+	}
+}
+
+// TempName is the prefix of a temporary directory this process owns, for
+// os.MkdirTemp: once the process is gone, StaleTemps finds it.
+func TempName() string { return tempName() }
+
+// StaleTemps lists the temporary directories in dir (named by TempName)
+// of processes that no longer exist.
+func StaleTemps(dir string) []string {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return
+		return nil
 	}
+	var out []string
 	for _, e := range entries {
 		rest, ok := strings.CutPrefix(e.Name(), tempPrefix)
 		if !ok {
@@ -290,8 +303,9 @@ func removeStaleTemps(dir string) {
 		if err != nil || unix.Kill(pid, 0) != unix.ESRCH {
 			continue
 		}
-		os.RemoveAll(filepath.Join(dir, e.Name()))
+		out = append(out, filepath.Join(dir, e.Name()))
 	}
+	return out
 }
 
 func syncDir(dir string) error {

@@ -162,11 +162,27 @@ func (m *Manager) Create(ctx context.Context, o sandbox.CreateOptions) (*sandbox
 	if o.Pool != "" {
 		return m.claim(ctx, o)
 	}
-	return m.create(ctx, o, "")
+	return m.create(ctx, o, "", "")
+}
+
+// CreateWriting makes a sandbox like Create whose root filesystem's writes
+// go straight into upper, an empty host directory, as an overlayfs upper
+// layer (backend.Rootfs.Upper): image builds read it as a step's layer
+// once the sandbox is removed. It is no part of sandbox.Service, because
+// a remote caller must never name a host path.
+func (m *Manager) CreateWriting(ctx context.Context, o sandbox.CreateOptions, upper string) (*sandbox.Sandbox, error) {
+	if o.Pool != "" || upper == "" {
+		return nil, fmt.Errorf("%w: a sandbox writing to a host directory needs the directory and no pool", sandbox.ErrInvalid)
+	}
+	if err := m.rate(ctx, 1); err != nil {
+		return nil, fmt.Errorf("create: %w", err)
+	}
+	return m.create(ctx, o, "", upper)
 }
 
 // create makes a sandbox; a pool's member waits, unlisted, in that pool.
-func (m *Manager) create(ctx context.Context, o sandbox.CreateOptions, pool string) (*sandbox.Sandbox, error) {
+// upper, if set, takes its writes (CreateWriting).
+func (m *Manager) create(ctx context.Context, o sandbox.CreateOptions, pool, upper string) (*sandbox.Sandbox, error) {
 	cfg := o.Config
 	if err := m.checkConfig(&cfg); err != nil {
 		return nil, err
@@ -204,6 +220,7 @@ func (m *Manager) create(ctx context.Context, o sandbox.CreateOptions, pool stri
 		State: sandbox.StateCreating, Config: cfg, CreatedAt: store.Now(), Tenant: tenant.Owner(ctx),
 	}, be: be, pool: pool}
 	r.spec = m.specFor(r, img)
+	r.spec.Rootfs.Upper = upper
 	if r.spec.Main != nil {
 		if err := m.checkPolicy(ctx, r, r.spec.Main.Args); err != nil {
 			return nil, fmt.Errorf("create: %w", err)

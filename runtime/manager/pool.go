@@ -288,7 +288,7 @@ func (m *Manager) FillPool(ctx context.Context, name string) (int, error) {
 			sb, err = m.makeHot(tenant.With(ctx, p.Tenant), p)
 		} else {
 			// Members belong to the pool's tenant, whoever fills it.
-			sb, err = m.create(tenant.With(ctx, p.Tenant), sandbox.CreateOptions{Image: p.Image, Backend: p.Backend, Config: sandbox.Config{Limits: p.Limits}, Start: start}, name)
+			sb, err = m.create(tenant.With(ctx, p.Tenant), sandbox.CreateOptions{Image: p.Image, Backend: p.Backend, Config: sandbox.Config{Limits: p.Limits}, Start: start}, name, "")
 		}
 		if err != nil {
 			return made, fmt.Errorf("fill pool %s: %w", name, err)
@@ -355,7 +355,7 @@ func (m *Manager) claim(ctx context.Context, o sandbox.CreateOptions) (*sandbox.
 		}
 		m.discard(ctx, r)
 	}
-	return m.create(ctx, sandbox.CreateOptions{Name: o.Name, Image: p.Image, Backend: p.Backend, Config: cfg, Start: true}, "")
+	return m.create(ctx, sandbox.CreateOptions{Name: o.Name, Image: p.Image, Backend: p.Backend, Config: cfg, Start: true}, "", "")
 }
 
 // limitsFit reports whether the limits asked for (zero: any) are the

@@ -87,7 +87,12 @@ func (b *Backend) runscArgs(s *backend.Spec) []string {
 // overlayFlag puts the sandbox's writable layer over the read-only rootfs,
 // in a file under the sandbox's dir capped at the disk limit, so writes
 // never reach the image and a full "disk" is ENOSPC inside, not on the host.
+// A sandbox with an Upper writes through gVisor to the host overlay
+// (mountRootfs) instead.
 func overlayFlag(s *backend.Spec) string {
+	if s.Rootfs.Upper != "" {
+		return "none"
+	}
 	f := "root:dir=" + layout{s.Dir}.upper()
 	if s.Rootfs.WritableSize > 0 {
 		f += ",size=" + strconv.FormatInt(s.Rootfs.WritableSize, 10)
@@ -160,7 +165,9 @@ func (b *Backend) prepare(s *backend.Spec) error {
 // mount. The overlay's host-side upper layer takes only the mount points
 // runsc's gofer creates before boot, so the shared layers are never
 // modified; the sandbox itself sees the root read-only under gVisor's own
-// writable overlay.
+// writable overlay. With Rootfs.Upper, that directory is the upper layer
+// and takes the sandbox's writes; redirect_dir and metacopy stay off so
+// that it holds every changed file whole, as an image layer must.
 func (b *Backend) mountRootfs(s *backend.Spec) (string, error) {
 	lowers := s.Rootfs.Layers
 	if len(lowers) == 0 {
@@ -168,6 +175,11 @@ func (b *Backend) mountRootfs(s *backend.Spec) (string, error) {
 	}
 	l := layout{s.Dir}
 	target, upper, work := l.rootfs(), l.rootfs()+".upper", l.rootfs()+".work"
+	extra := ""
+	if s.Rootfs.Upper != "" {
+		// The work dir must be on the upper's filesystem.
+		upper, work, extra = s.Rootfs.Upper, s.Rootfs.Upper+".work", ",redirect_dir=off,metacopy=off"
+	}
 	for _, d := range []string{target, upper, work} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return "", err
@@ -181,7 +193,7 @@ func (b *Backend) mountRootfs(s *backend.Spec) (string, error) {
 	for i, layer := range lowers {
 		dirs[len(lowers)-1-i] = layer.Dir
 	}
-	opts := "lowerdir=" + strings.Join(dirs, ":") + ",upperdir=" + upper + ",workdir=" + work
+	opts := "lowerdir=" + strings.Join(dirs, ":") + ",upperdir=" + upper + ",workdir=" + work + extra
 	if err := unix.Mount("overlay", target, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return "", fmt.Errorf("mount rootfs overlay: %w", err)
 	}

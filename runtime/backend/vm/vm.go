@@ -208,6 +208,10 @@ func (b *Backend) Create(ctx context.Context, s *backend.Spec) error {
 
 // create lays out s's dir and returns the launch it wrote.
 func (b *Backend) create(s *backend.Spec) (launch, error) {
+	if s.Rootfs.Upper != "" {
+		// The guest writes to a disk image, which no host directory shows.
+		return launch{}, fmt.Errorf("%w: writing through to a host directory (image builds)", sandbox.ErrUnsupported)
+	}
 	l := layout{s.Dir}
 	if err := os.MkdirAll(l.run(), 0o700); err != nil {
 		return launch{}, err
