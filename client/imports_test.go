@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"smolvm.dev/smolvm/internal/testenv"
+	"smolvm.dev/smolvm/tests/testenv"
 )
 
 // TestClientLinksNoRuntime keeps the Go client small: a program that uses

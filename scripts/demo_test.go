@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/internal/testenv"
+	"smolvm.dev/smolvm/tests/testenv"
 )
 
 // demo runs demo.sh with the smolvm in bin (not installing) over a fresh

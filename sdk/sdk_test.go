@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"smolvm.dev/smolvm/internal/nettest"
-	"smolvm.dev/smolvm/internal/testenv"
+	"smolvm.dev/smolvm/tests/nettest"
+	"smolvm.dev/smolvm/tests/testenv"
 )
 
 // sdkEnv gives the suites the binaries and a closed test network (for

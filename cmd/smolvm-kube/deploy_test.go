@@ -16,8 +16,8 @@ import (
 	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
-	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/kube/kubetest"
+	"smolvm.dev/smolvm/tests/testenv"
 )
 
 // TestDeploy applies deploy/'s manifests to a real API server and asks

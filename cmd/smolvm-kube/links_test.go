@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"smolvm.dev/smolvm/internal/testenv"
+	"smolvm.dev/smolvm/tests/testenv"
 )
 
 // TestLinks keeps Kubernetes and smolvm's runtime apart: smolvm-kube
@@ -15,7 +15,7 @@ func TestLinks(t *testing.T) {
 		cmd       string
 		forbidden []string
 	}{
-		{"smolvm-kube", []string{"smolvm.dev/smolvm/runtime/", "smolvm.dev/smolvm/server/", "smolvm.dev/smolvm/workflow/", "smolvm.dev/smolvm/internal/cli"}},
+		{"smolvm-kube", []string{"smolvm.dev/smolvm/runtime/", "smolvm.dev/smolvm/server/", "smolvm.dev/smolvm/workflow/", "smolvm.dev/smolvm/cmd/smolvm/cli"}},
 		{"smolvm", []string{"k8s.io/", "sigs.k8s.io/"}},
 	} {
 		out := testenv.GoList(t, "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "smolvm.dev/smolvm/cmd/"+tc.cmd)

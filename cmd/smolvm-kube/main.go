@@ -26,7 +26,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"smolvm.dev/smolvm/client"
-	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/api/v1alpha1"
 	"smolvm.dev/smolvm/kube/controller"
 	"smolvm.dev/smolvm/kube/gateway"
 	"smolvm.dev/smolvm/kube/node"
@@ -218,5 +218,5 @@ func runGateway(ctx context.Context, fs *flag.FlagSet, args []string, kube func(
 // quota annotation): all smolvm-kube reads.
 func newScheme() (*k8sruntime.Scheme, error) {
 	s := k8sruntime.NewScheme()
-	return s, errors.Join(kubeapi.AddToScheme(s), coordinationv1.AddToScheme(s), corev1.AddToScheme(s))
+	return s, errors.Join(v1alpha1.AddToScheme(s), coordinationv1.AddToScheme(s), corev1.AddToScheme(s))
 }

@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 
-	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/api/v1alpha1"
 )
 
 // status prints what the cluster's smolvm holds: each registered node
@@ -30,9 +30,9 @@ func status(ctx context.Context, cfg *rest.Config, leaseNS string, w io.Writer) 
 		return fmt.Errorf("status: %w", err)
 	}
 	var leases coordinationv1.LeaseList
-	var sbs kubeapi.SandboxList
-	var pools kubeapi.SandboxWarmPoolList
-	var snaps kubeapi.SandboxSnapshotList
+	var sbs v1alpha1.SandboxList
+	var pools v1alpha1.SandboxWarmPoolList
+	var snaps v1alpha1.SandboxSnapshotList
 	for _, l := range []struct {
 		list kclient.ObjectList
 		opts []kclient.ListOption
@@ -41,18 +41,18 @@ func status(ctx context.Context, cfg *rest.Config, leaseNS string, w io.Writer) 
 			return fmt.Errorf("status: list %T: %w", l.list, err)
 		}
 	}
-	phases := map[string]map[kubeapi.SandboxPhase]int{}
+	phases := map[string]map[v1alpha1.SandboxPhase]int{}
 	for _, sb := range sbs.Items {
 		node := sb.Spec.NodeName
 		if node == "" {
 			node = "(unbound)"
 		}
 		if phases[node] == nil {
-			phases[node] = map[kubeapi.SandboxPhase]int{}
+			phases[node] = map[v1alpha1.SandboxPhase]int{}
 		}
 		phase := sb.Status.Phase
 		if phase == "" {
-			phase = kubeapi.PhasePending
+			phase = v1alpha1.PhasePending
 		}
 		phases[node][phase]++
 	}
@@ -61,7 +61,7 @@ func status(ctx context.Context, cfg *rest.Config, leaseNS string, w io.Writer) 
 	now := time.Now()
 	seen := map[string]bool{}
 	for i := range leases.Items {
-		n, ok := kubeapi.NodeFromLease(&leases.Items[i])
+		n, ok := v1alpha1.NodeFromLease(&leases.Items[i])
 		if !ok {
 			continue
 		}
@@ -106,7 +106,7 @@ func status(ctx context.Context, cfg *rest.Config, leaseNS string, w io.Writer) 
 }
 
 // counts says how many sandboxes are in each phase, e.g. "3 Running, 1 Lost".
-func counts(m map[kubeapi.SandboxPhase]int) string {
+func counts(m map[v1alpha1.SandboxPhase]int) string {
 	if len(m) == 0 {
 		return "none"
 	}

@@ -15,7 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 
-	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/api/v1alpha1"
 	"smolvm.dev/smolvm/kube/kubetest"
 )
 
@@ -34,17 +34,17 @@ func TestStatus(t *testing.T) {
 	}
 	for name, renewed := range map[string]time.Time{"n1": time.Now(), "n2": time.Now().Add(-2 * time.Hour)} {
 		create(&coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Namespace: leaseNS, Name: kubeapi.LeasePrefix + name, Annotations: map[string]string{
-				kubeapi.AnnotationEndpoint: "http://" + name + ":7070", kubeapi.AnnotationBackends: "gvisor", kubeapi.AnnotationMemory: fmt.Sprint(8 << 30),
+			ObjectMeta: metav1.ObjectMeta{Namespace: leaseNS, Name: v1alpha1.LeasePrefix + name, Annotations: map[string]string{
+				v1alpha1.AnnotationEndpoint: "http://" + name + ":7070", v1alpha1.AnnotationBackends: "gvisor", v1alpha1.AnnotationMemory: fmt.Sprint(8 << 30),
 			}},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &metav1.MicroTime{Time: renewed}},
 		})
 	}
 	for name, st := range map[string]struct {
 		node  string
-		phase kubeapi.SandboxPhase
-	}{"a": {"n1", kubeapi.PhaseRunning}, "b": {"n1", kubeapi.PhaseRunning}, "c": {"n2", kubeapi.PhaseLost}, "d": {"", ""}} {
-		sb := &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: kubeapi.SandboxSpec{SandboxBody: kubeapi.SandboxBody{Image: "host"}, NodeName: st.node}}
+		phase v1alpha1.SandboxPhase
+	}{"a": {"n1", v1alpha1.PhaseRunning}, "b": {"n1", v1alpha1.PhaseRunning}, "c": {"n2", v1alpha1.PhaseLost}, "d": {"", ""}} {
+		sb := &v1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: v1alpha1.SandboxSpec{SandboxBody: v1alpha1.SandboxBody{Image: "host"}, NodeName: st.node}}
 		create(sb)
 		if st.phase != "" {
 			sb.Status.Phase = st.phase
@@ -53,10 +53,10 @@ func TestStatus(t *testing.T) {
 			}
 		}
 	}
-	create(&kubeapi.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "warm"}, Spec: kubeapi.SandboxWarmPoolSpec{Replicas: 3, SandboxTemplateRef: &kubeapi.LocalRef{Name: "t"}}})
-	snap := &kubeapi.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "snap"}, Spec: kubeapi.SandboxSnapshotSpec{SandboxRef: kubeapi.LocalRef{Name: "a"}, NodeName: "n1"}}
+	create(&v1alpha1.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "warm"}, Spec: v1alpha1.SandboxWarmPoolSpec{Replicas: 3, SandboxTemplateRef: &v1alpha1.LocalRef{Name: "t"}}})
+	snap := &v1alpha1.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "snap"}, Spec: v1alpha1.SandboxSnapshotSpec{SandboxRef: v1alpha1.LocalRef{Name: "a"}, NodeName: "n1"}}
 	create(snap)
-	snap.Status = kubeapi.SandboxSnapshotStatus{Phase: kubeapi.SnapshotReady, Nodes: []string{"n1", "n2"}, SizeBytes: 3 << 20}
+	snap.Status = v1alpha1.SandboxSnapshotStatus{Phase: v1alpha1.SnapshotReady, Nodes: []string{"n1", "n2"}, SizeBytes: 3 << 20}
 	if err := cl.Client.Status().Update(ctx, snap); err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestScheme(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, o := range []k8sruntime.Object{&corev1.Namespace{}, &coordinationv1.Lease{}, &kubeapi.Sandbox{}, &kubeapi.SandboxSnapshot{}, &kubeapi.SandboxWarmPool{}, &kubeapi.SandboxTemplate{}} {
+	for _, o := range []k8sruntime.Object{&corev1.Namespace{}, &coordinationv1.Lease{}, &v1alpha1.Sandbox{}, &v1alpha1.SandboxSnapshot{}, &v1alpha1.SandboxWarmPool{}, &v1alpha1.SandboxTemplate{}} {
 		if _, _, err := s.ObjectKinds(o); err != nil {
 			t.Errorf("%T: %v", o, err)
 		}

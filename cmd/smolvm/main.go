@@ -4,7 +4,7 @@ package main
 import (
 	"os"
 
-	"smolvm.dev/smolvm/internal/cli"
+	"smolvm.dev/smolvm/cmd/smolvm/cli"
 )
 
 func main() {

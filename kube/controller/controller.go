@@ -28,7 +28,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/api/v1alpha1"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -99,8 +99,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if o.Name == "" {
 		o.Name = "smolvm-binder"
 	}
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &kubeapi.Sandbox{}, nodeIndex, func(obj client.Object) []string {
-		if n := obj.(*kubeapi.Sandbox).Spec.NodeName; n != "" {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.Sandbox{}, nodeIndex, func(obj client.Object) []string {
+		if n := obj.(*v1alpha1.Sandbox).Spec.NodeName; n != "" {
 			return []string{n}
 		}
 		return nil
@@ -109,24 +109,24 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}
 	b := &Binder{c: mgr.GetClient(), direct: mgr.GetAPIReader(), o: o, assumed: map[types.UID]assumption{}}
 	// A pooled Sandbox changing (ready, claimed, gone) wakes its pool.
-	if err := ctrl.NewControllerManagedBy(mgr).Named(o.Name + "-pools").For(&kubeapi.SandboxWarmPool{}).
-		Owns(&kubeapi.Sandbox{}).Complete(&pools{c: mgr.GetClient()}); err != nil {
+	if err := ctrl.NewControllerManagedBy(mgr).Named(o.Name + "-pools").For(&v1alpha1.SandboxWarmPool{}).
+		Owns(&v1alpha1.Sandbox{}).Complete(&pools{c: mgr.GetClient()}); err != nil {
 		return fmt.Errorf("controller: warm pools: %w", err)
 	}
 	// A Sandbox bound or lost decides its snapshots' node.
-	if err := ctrl.NewControllerManagedBy(mgr).Named(o.Name+"-snapshots").For(&kubeapi.SandboxSnapshot{}).
-		Watches(&kubeapi.Sandbox{}, handler.EnqueueRequestsFromMapFunc(b.snapshotsOf)).
+	if err := ctrl.NewControllerManagedBy(mgr).Named(o.Name+"-snapshots").For(&v1alpha1.SandboxSnapshot{}).
+		Watches(&v1alpha1.Sandbox{}, handler.EnqueueRequestsFromMapFunc(b.snapshotsOf)).
 		Complete(&snapshots{b}); err != nil {
 		return fmt.Errorf("controller: snapshots: %w", err)
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(o.Name).
-		For(&kubeapi.Sandbox{}).
+		For(&v1alpha1.Sandbox{}).
 		// A node's Lease changing (registered, renewed, gone) wakes its
 		// sandboxes and every one still waiting for a node.
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(b.leaseSandboxes)).
 		// A snapshot becoming ready wakes the restores waiting for it.
-		Watches(&kubeapi.SandboxSnapshot{}, handler.EnqueueRequestsFromMapFunc(b.unbound)).
+		Watches(&v1alpha1.SandboxSnapshot{}, handler.EnqueueRequestsFromMapFunc(b.unbound)).
 		// One worker: each bind sees the ones before it.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		Complete(b)
@@ -137,11 +137,11 @@ func (b *Binder) leaseSandboxes(ctx context.Context, obj client.Object) []reconc
 	if l.Namespace != b.o.LeaseNamespace {
 		return nil
 	}
-	n, ok := kubeapi.NodeFromLease(l)
+	n, ok := v1alpha1.NodeFromLease(l)
 	if !ok {
 		return nil
 	}
-	var list kubeapi.SandboxList
+	var list v1alpha1.SandboxList
 	if err := b.c.List(ctx, &list, client.MatchingFields{nodeIndex: n.Name}); err != nil {
 		b.o.Log.Warn("list a node's sandboxes", "node", n.Name, "err", err)
 		return nil
@@ -151,12 +151,12 @@ func (b *Binder) leaseSandboxes(ctx context.Context, obj client.Object) []reconc
 
 // unbound are the sandboxes waiting for a node.
 func (b *Binder) unbound(ctx context.Context, _ client.Object) []reconcile.Request {
-	var list kubeapi.SandboxList
+	var list v1alpha1.SandboxList
 	if err := b.c.List(ctx, &list); err != nil {
 		b.o.Log.Warn("list sandboxes", "err", err)
 		return nil
 	}
-	var waiting []kubeapi.Sandbox
+	var waiting []v1alpha1.Sandbox
 	for _, sb := range list.Items {
 		if sb.Spec.NodeName == "" {
 			waiting = append(waiting, sb)
@@ -165,7 +165,7 @@ func (b *Binder) unbound(ctx context.Context, _ client.Object) []reconcile.Reque
 	return requests(waiting)
 }
 
-func requests(sbs []kubeapi.Sandbox) []reconcile.Request {
+func requests(sbs []v1alpha1.Sandbox) []reconcile.Request {
 	out := make([]reconcile.Request, len(sbs))
 	for i, sb := range sbs {
 		out[i] = reconcile.Request{NamespacedName: types.NamespacedName{Namespace: sb.Namespace, Name: sb.Name}}
@@ -175,7 +175,7 @@ func requests(sbs []kubeapi.Sandbox) []reconcile.Request {
 
 // Reconcile binds an unbound sandbox, or watches the node of a bound one.
 func (b *Binder) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	var sb kubeapi.Sandbox
+	var sb v1alpha1.Sandbox
 	if err := b.c.Get(ctx, req.NamespacedName, &sb); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
@@ -194,11 +194,11 @@ func (b *Binder) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 		return reconcile.Result{}, err
 	}
 	if node == "" {
-		phase := kubeapi.PhasePending
+		phase := v1alpha1.PhasePending
 		if reason == ReasonSourceLost {
-			phase = kubeapi.PhaseFailed // its memory went with its node
+			phase = v1alpha1.PhaseFailed // its memory went with its node
 		}
-		return reconcile.Result{RequeueAfter: retry}, b.setStatus(ctx, &sb, phase, kubeapi.ConditionScheduled, metav1.ConditionFalse, reason, msg)
+		return reconcile.Result{RequeueAfter: retry}, b.setStatus(ctx, &sb, phase, v1alpha1.ConditionScheduled, metav1.ConditionFalse, reason, msg)
 	}
 	patch := client.MergeFrom(sb.DeepCopy())
 	sb.Spec.NodeName = node
@@ -213,25 +213,25 @@ func (b *Binder) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 	b.assumed[sb.UID] = assumption{node, mem}
 	b.mu.Unlock()
 	b.o.Log.Info("bound", "sandbox", req.NamespacedName, "node", node, "why", msg)
-	return reconcile.Result{}, b.setStatus(ctx, &sb, "", kubeapi.ConditionScheduled, metav1.ConditionTrue, ReasonBound, msg)
+	return reconcile.Result{}, b.setStatus(ctx, &sb, "", v1alpha1.ConditionScheduled, metav1.ConditionTrue, ReasonBound, msg)
 }
 
 // watchNode marks sb Lost once its node is gone, and otherwise looks
 // again when the node's Lease would expire.
-func (b *Binder) watchNode(ctx context.Context, sb *kubeapi.Sandbox, nodes map[string]kubeapi.Node) (reconcile.Result, error) {
+func (b *Binder) watchNode(ctx context.Context, sb *v1alpha1.Sandbox, nodes map[string]v1alpha1.Node) (reconcile.Result, error) {
 	n, ok := nodes[sb.Spec.NodeName]
 	if ok && time.Now().Before(n.Expires) {
 		return reconcile.Result{RequeueAfter: time.Until(n.Expires) + time.Second}, nil
 	}
-	if sb.Status.Phase == kubeapi.PhaseLost {
+	if sb.Status.Phase == v1alpha1.PhaseLost {
 		return reconcile.Result{}, nil
 	}
-	return reconcile.Result{}, b.setStatus(ctx, sb, kubeapi.PhaseLost, kubeapi.ConditionReady, metav1.ConditionFalse, ReasonNodeLost,
+	return reconcile.Result{}, b.setStatus(ctx, sb, v1alpha1.PhaseLost, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonNodeLost,
 		fmt.Sprintf("node %s stopped renewing its lease; the sandbox's memory went with it", sb.Spec.NodeName))
 }
 
 // setStatus sets sb's phase (unless empty) and one condition.
-func (b *Binder) setStatus(ctx context.Context, sb *kubeapi.Sandbox, phase kubeapi.SandboxPhase, typ string, st metav1.ConditionStatus, reason, msg string) error {
+func (b *Binder) setStatus(ctx context.Context, sb *v1alpha1.Sandbox, phase v1alpha1.SandboxPhase, typ string, st metav1.ConditionStatus, reason, msg string) error {
 	return b.patchStatus(ctx, sb, func() {
 		if phase != "" {
 			sb.Status.Phase = phase
@@ -268,14 +268,14 @@ func (b *Binder) patchStatus(ctx context.Context, o client.Object, change func()
 }
 
 // nodes are the registered nodes, live or not, by name.
-func (b *Binder) nodes(ctx context.Context) (map[string]kubeapi.Node, error) {
+func (b *Binder) nodes(ctx context.Context) (map[string]v1alpha1.Node, error) {
 	var leases coordinationv1.LeaseList
 	if err := b.c.List(ctx, &leases, client.InNamespace(b.o.LeaseNamespace)); err != nil {
 		return nil, fmt.Errorf("list node leases: %w", err)
 	}
-	nodes := map[string]kubeapi.Node{}
+	nodes := map[string]v1alpha1.Node{}
 	for i := range leases.Items {
-		if n, ok := kubeapi.NodeFromLease(&leases.Items[i]); ok {
+		if n, ok := v1alpha1.NodeFromLease(&leases.Items[i]); ok {
 			nodes[n.Name] = n
 		}
 	}
@@ -283,7 +283,7 @@ func (b *Binder) nodes(ctx context.Context) (map[string]kubeapi.Node, error) {
 }
 
 // choose picks sb's node, or says why there is none yet.
-func (b *Binder) choose(ctx context.Context, sb *kubeapi.Sandbox, nodes map[string]kubeapi.Node) (node, reason, msg string, err error) {
+func (b *Binder) choose(ctx context.Context, sb *v1alpha1.Sandbox, nodes map[string]v1alpha1.Node) (node, reason, msg string, err error) {
 	live := liveNodes(nodes)
 	if f := sb.Spec.ForkFrom; f != nil && f.Sandbox != "" {
 		// A fork goes where its source's memory is, or nowhere.
@@ -302,17 +302,17 @@ func (b *Binder) choose(ctx context.Context, sb *kubeapi.Sandbox, nodes map[stri
 	why := "most free memory"
 	if f := sb.Spec.ForkFrom; f != nil {
 		// A restore goes to a node holding the snapshot.
-		var snap kubeapi.SandboxSnapshot
+		var snap v1alpha1.SandboxSnapshot
 		if err := b.c.Get(ctx, types.NamespacedName{Namespace: sb.Namespace, Name: f.Snapshot}, &snap); err != nil {
 			if apierrors.IsNotFound(err) {
 				return "", ReasonSourceNotFound, fmt.Sprintf("snapshot %s not found", f.Snapshot), nil
 			}
 			return "", "", "", err
 		}
-		if snap.Status.Phase != kubeapi.SnapshotReady {
+		if snap.Status.Phase != v1alpha1.SnapshotReady {
 			return "", ReasonSnapshotPending, fmt.Sprintf("snapshot %s is not Ready: %s", f.Snapshot, snap.NotReady()), nil
 		}
-		candidates = map[string]kubeapi.Node{}
+		candidates = map[string]v1alpha1.Node{}
 		for _, name := range snap.Status.Nodes {
 			if n, ok := live[name]; ok {
 				candidates[name] = n
@@ -339,8 +339,8 @@ func (b *Binder) choose(ctx context.Context, sb *kubeapi.Sandbox, nodes map[stri
 }
 
 // liveNodes are the nodes whose Lease has not lapsed.
-func liveNodes(nodes map[string]kubeapi.Node) map[string]kubeapi.Node {
-	live := map[string]kubeapi.Node{}
+func liveNodes(nodes map[string]v1alpha1.Node) map[string]v1alpha1.Node {
+	live := map[string]v1alpha1.Node{}
 	for name, n := range nodes {
 		if time.Now().Before(n.Expires) {
 			live[name] = n
@@ -353,8 +353,8 @@ func liveNodes(nodes map[string]kubeapi.Node) map[string]kubeapi.Node {
 // snapshot of it must go (its memory is there and nowhere else), or,
 // with node "", the reason and message why there is none: it is missing,
 // not bound yet (both worth waiting for), or its node is gone (never).
-func (b *Binder) besideSandbox(ctx context.Context, ns, name string, live map[string]kubeapi.Node) (node, reason, msg string, err error) {
-	var src kubeapi.Sandbox
+func (b *Binder) besideSandbox(ctx context.Context, ns, name string, live map[string]v1alpha1.Node) (node, reason, msg string, err error) {
+	var src v1alpha1.Sandbox
 	if err := b.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &src); err != nil {
 		if apierrors.IsNotFound(err) {
 			return "", ReasonSourceNotFound, fmt.Sprintf("sandbox %s not found", name), nil
@@ -364,7 +364,7 @@ func (b *Binder) besideSandbox(ctx context.Context, ns, name string, live map[st
 	switch _, ok := live[src.Spec.NodeName]; {
 	case src.Spec.NodeName == "":
 		return "", ReasonSourcePending, fmt.Sprintf("sandbox %s is not on a node yet", name), nil
-	case !ok || src.Status.Phase == kubeapi.PhaseLost:
+	case !ok || src.Status.Phase == v1alpha1.PhaseLost:
 		return "", ReasonSourceLost, fmt.Sprintf("sandbox %s was on node %s, which is gone", name, src.Spec.NodeName), nil
 	}
 	return src.Spec.NodeName, ReasonBound, "", nil
@@ -372,7 +372,7 @@ func (b *Binder) besideSandbox(ctx context.Context, ns, name string, live map[st
 
 // pick is the candidate offering backend with the most memory free, at
 // least need; "" if none.
-func pick(candidates map[string]kubeapi.Node, used map[string]int64, backend string, need int64) string {
+func pick(candidates map[string]v1alpha1.Node, used map[string]int64, backend string, need int64) string {
 	best, bestFree := "", int64(0)
 	for _, name := range slices.Sorted(maps.Keys(candidates)) {
 		n := candidates[name]
@@ -390,12 +390,12 @@ func pick(candidates map[string]kubeapi.Node, used map[string]int64, backend str
 // used is the memory of the sandboxes bound to each node, the assumed
 // binds the cache has not shown yet included.
 func (b *Binder) used(ctx context.Context) (map[string]int64, error) {
-	var list kubeapi.SandboxList
+	var list v1alpha1.SandboxList
 	if err := b.c.List(ctx, &list); err != nil {
 		return nil, fmt.Errorf("list sandboxes: %w", err)
 	}
 	used := map[string]int64{}
-	seen := map[types.UID]*kubeapi.Sandbox{}
+	seen := map[types.UID]*v1alpha1.Sandbox{}
 	for i := range list.Items {
 		sb := &list.Items[i]
 		seen[sb.UID] = sb
@@ -421,12 +421,12 @@ func (b *Binder) used(ctx context.Context) (map[string]int64, error) {
 	return used, nil
 }
 
-func done(p kubeapi.SandboxPhase) bool {
-	return p == kubeapi.PhaseStopped || p == kubeapi.PhaseFailed || p == kubeapi.PhaseLost
+func done(p v1alpha1.SandboxPhase) bool {
+	return p == v1alpha1.PhaseStopped || p == v1alpha1.PhaseFailed || p == v1alpha1.PhaseLost
 }
 
 // memory is what sb will use on its node.
-func (b *Binder) memory(ctx context.Context, sb *kubeapi.Sandbox) (int64, error) {
+func (b *Binder) memory(ctx context.Context, sb *v1alpha1.Sandbox) (int64, error) {
 	body, err := b.body(ctx, sb)
 	if err != nil {
 		return 0, err
@@ -436,7 +436,7 @@ func (b *Binder) memory(ctx context.Context, sb *kubeapi.Sandbox) (int64, error)
 
 // need is the memory of sb with body (its own and its template's): its
 // limit, or the default, times its copies.
-func (b *Binder) need(sb *kubeapi.Sandbox, body kubeapi.SandboxBody) int64 {
+func (b *Binder) need(sb *v1alpha1.Sandbox, body v1alpha1.SandboxBody) int64 {
 	mem := b.o.DefaultMemory
 	if r := body.Resources; r != nil && r.Memory != nil {
 		mem = r.Memory.Value()
@@ -448,13 +448,13 @@ func (b *Binder) need(sb *kubeapi.Sandbox, body kubeapi.SandboxBody) int64 {
 }
 
 // body is sb's own body, its template's filling what it leaves empty.
-func (b *Binder) body(ctx context.Context, sb *kubeapi.Sandbox) (kubeapi.SandboxBody, error) {
+func (b *Binder) body(ctx context.Context, sb *v1alpha1.Sandbox) (v1alpha1.SandboxBody, error) {
 	body := sb.Spec.SandboxBody
 	ref := sb.Spec.SandboxTemplateRef
 	if ref == nil {
 		return body, nil
 	}
-	var t kubeapi.SandboxTemplate
+	var t v1alpha1.SandboxTemplate
 	if err := b.c.Get(ctx, types.NamespacedName{Namespace: sb.Namespace, Name: ref.Name}, &t); err != nil {
 		return body, fmt.Errorf("template %s: %w", ref.Name, err)
 	}

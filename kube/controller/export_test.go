@@ -6,11 +6,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/api/v1alpha1"
 )
 
 // SetStatus is the binder's status write, for a test of its races.
-func SetStatus(ctx context.Context, c client.Client, sb *kubeapi.Sandbox, phase kubeapi.SandboxPhase, typ string, st metav1.ConditionStatus, reason, msg string) error {
+func SetStatus(ctx context.Context, c client.Client, sb *v1alpha1.Sandbox, phase v1alpha1.SandboxPhase, typ string, st metav1.ConditionStatus, reason, msg string) error {
 	b := &Binder{c: c, direct: c}
 	return b.setStatus(ctx, sb, phase, typ, st, reason, msg)
 }

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
-	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/api/v1alpha1"
 )
 
 // Condition reasons of a SandboxWarmPool.
@@ -26,7 +26,7 @@ const (
 
 // pools keeps each SandboxWarmPool's Sandboxes: that many objects of its
 // template or restores of its snapshot (paused when hot), labelled
-// kubeapi.LabelPool and owned by the pool, which the binder places like
+// v1alpha1.LabelPool and owned by the pool, which the binder places like
 // any other (a restore beside the snapshot, or where it is copied). A
 // claim (the gateway's) takes one by removing its label and owner, and
 // the pool makes another.
@@ -35,7 +35,7 @@ type pools struct {
 }
 
 func (p *pools) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	var pool kubeapi.SandboxWarmPool
+	var pool v1alpha1.SandboxWarmPool
 	if err := p.c.Get(ctx, req.NamespacedName, &pool); err != nil {
 		// Deleted: its Sandboxes go with it (owner references).
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -46,12 +46,12 @@ func (p *pools) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 	if ref := pool.Spec.SandboxSnapshotRef; ref != nil {
 		// Restores of a snapshot that is not there would fail and be
 		// made again, over and over: wait for it instead.
-		var snap kubeapi.SandboxSnapshot
+		var snap v1alpha1.SandboxSnapshot
 		err := p.c.Get(ctx, client.ObjectKey{Namespace: pool.Namespace, Name: ref.Name}, &snap)
 		if client.IgnoreNotFound(err) != nil {
 			return ctrl.Result{}, err
 		}
-		if err != nil || snap.Status.Phase != kubeapi.SnapshotReady {
+		if err != nil || snap.Status.Phase != v1alpha1.SnapshotReady {
 			msg := fmt.Sprintf("snapshot %s is not there", ref.Name)
 			if err == nil {
 				msg = fmt.Sprintf("snapshot %s is %s", ref.Name, snap.NotReady())
@@ -59,11 +59,11 @@ func (p *pools) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 			return ctrl.Result{RequeueAfter: 2 * time.Second}, p.setCondition(ctx, &pool, pool.Status.ReadyReplicas, metav1.ConditionFalse, ReasonWaitingForSnapshot, msg)
 		}
 	}
-	var list kubeapi.SandboxList
-	if err := p.c.List(ctx, &list, client.InNamespace(pool.Namespace), client.MatchingLabels{kubeapi.LabelPool: pool.Name}); err != nil {
+	var list v1alpha1.SandboxList
+	if err := p.c.List(ctx, &list, client.InNamespace(pool.Namespace), client.MatchingLabels{v1alpha1.LabelPool: pool.Name}); err != nil {
 		return ctrl.Result{}, err
 	}
-	var keep []*kubeapi.Sandbox
+	var keep []*v1alpha1.Sandbox
 	ready := int32(0)
 	for i := range list.Items {
 		sb := &list.Items[i]
@@ -71,7 +71,7 @@ func (p *pools) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 			continue
 		}
 		switch sb.Status.Phase {
-		case kubeapi.PhaseFailed, kubeapi.PhaseLost, kubeapi.PhaseStopped:
+		case v1alpha1.PhaseFailed, v1alpha1.PhaseLost, v1alpha1.PhaseStopped:
 			// Never claimable: replaced.
 			if err := p.c.Delete(ctx, sb); client.IgnoreNotFound(err) != nil {
 				return ctrl.Result{}, err
@@ -84,8 +84,8 @@ func (p *pools) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 	}
 	want := int(pool.Spec.Replicas)
 	for range max(0, want-len(keep)) {
-		sb := &kubeapi.Sandbox{
-			ObjectMeta: metav1.ObjectMeta{Namespace: pool.Namespace, GenerateName: pool.Name + "-", Labels: map[string]string{kubeapi.LabelPool: pool.Name}},
+		sb := &v1alpha1.Sandbox{
+			ObjectMeta: metav1.ObjectMeta{Namespace: pool.Namespace, GenerateName: pool.Name + "-", Labels: map[string]string{v1alpha1.LabelPool: pool.Name}},
 			Spec:       pool.Spec.Member(),
 		}
 		sb.Spec.Paused = pool.Spec.Hot
@@ -98,7 +98,7 @@ func (p *pools) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 	}
 	if extra := len(keep) - want; extra > 0 {
 		// The ones not ready yet go first.
-		slices.SortStableFunc(keep, func(a, b *kubeapi.Sandbox) int {
+		slices.SortStableFunc(keep, func(a, b *v1alpha1.Sandbox) int {
 			return boolInt(a.Status.Phase == pool.Spec.Ready()) - boolInt(b.Status.Phase == pool.Spec.Ready())
 		})
 		for _, sb := range keep[:extra] {
@@ -121,10 +121,10 @@ func (p *pools) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 // setCondition writes the pool's ready count and Ready condition; a
 // conflict is left to the next reconcile, which the change behind it
 // brings.
-func (p *pools) setCondition(ctx context.Context, pool *kubeapi.SandboxWarmPool, ready int32, status metav1.ConditionStatus, reason, msg string) error {
+func (p *pools) setCondition(ctx context.Context, pool *v1alpha1.SandboxWarmPool, ready int32, status metav1.ConditionStatus, reason, msg string) error {
 	st := *pool.Status.DeepCopy()
 	st.ReadyReplicas = ready
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: kubeapi.ConditionReady, Status: status, Reason: reason, Message: msg, ObservedGeneration: pool.Generation})
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: status, Reason: reason, Message: msg, ObservedGeneration: pool.Generation})
 	if equality.Semantic.DeepEqual(pool.Status, st) {
 		return nil
 	}

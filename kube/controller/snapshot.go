@@ -9,7 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/api/v1alpha1"
 )
 
 // snapshots binds each SandboxSnapshot that names no node to its
@@ -21,13 +21,13 @@ import (
 type snapshots struct{ *Binder }
 
 func (r *snapshots) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	var snap kubeapi.SandboxSnapshot
+	var snap v1alpha1.SandboxSnapshot
 	if err := r.c.Get(ctx, req.NamespacedName, &snap); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	// Bound already (the node's from then on), being deleted, or failed
 	// for good.
-	if snap.Spec.NodeName != "" || snap.DeletionTimestamp != nil || snap.Status.Phase == kubeapi.SnapshotFailed {
+	if snap.Spec.NodeName != "" || snap.DeletionTimestamp != nil || snap.Status.Phase == v1alpha1.SnapshotFailed {
 		return reconcile.Result{}, nil
 	}
 	nodes, err := r.nodes(ctx)
@@ -39,9 +39,9 @@ func (r *snapshots) Reconcile(ctx context.Context, req reconcile.Request) (recon
 		return reconcile.Result{}, err
 	}
 	if node == "" {
-		phase := kubeapi.SnapshotPending
+		phase := v1alpha1.SnapshotPending
 		if reason == ReasonSourceLost {
-			phase = kubeapi.SnapshotFailed // the memory went with the node
+			phase = v1alpha1.SnapshotFailed // the memory went with the node
 		}
 		return reconcile.Result{RequeueAfter: retry}, r.setSnapshotStatus(ctx, &snap, phase, metav1.ConditionFalse, reason, msg)
 	}
@@ -57,19 +57,19 @@ func (r *snapshots) Reconcile(ctx context.Context, req reconcile.Request) (recon
 
 // setSnapshotStatus sets snap's phase (unless empty) and its Scheduled
 // condition, beside the node's Ready.
-func (r *snapshots) setSnapshotStatus(ctx context.Context, snap *kubeapi.SandboxSnapshot, phase kubeapi.SnapshotPhase, st metav1.ConditionStatus, reason, msg string) error {
+func (r *snapshots) setSnapshotStatus(ctx context.Context, snap *v1alpha1.SandboxSnapshot, phase v1alpha1.SnapshotPhase, st metav1.ConditionStatus, reason, msg string) error {
 	return r.patchStatus(ctx, snap, func() {
 		if phase != "" {
 			snap.Status.Phase = phase
 		}
-		meta.SetStatusCondition(&snap.Status.Conditions, metav1.Condition{Type: kubeapi.ConditionScheduled, Status: st, Reason: reason, Message: msg, ObservedGeneration: snap.Generation})
+		meta.SetStatusCondition(&snap.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionScheduled, Status: st, Reason: reason, Message: msg, ObservedGeneration: snap.Generation})
 	})
 }
 
 // snapshotsOf are the unbound snapshots of sandbox obj: its bind, or its
 // node's loss, decides theirs.
 func (b *Binder) snapshotsOf(ctx context.Context, obj client.Object) []reconcile.Request {
-	var list kubeapi.SandboxSnapshotList
+	var list v1alpha1.SandboxSnapshotList
 	if err := b.c.List(ctx, &list, client.InNamespace(obj.GetNamespace())); err != nil {
 		b.o.Log.Warn("list snapshots", "namespace", obj.GetNamespace(), "err", err)
 		return nil

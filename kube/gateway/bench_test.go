@@ -14,8 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"smolvm.dev/smolvm/client"
-	"smolvm.dev/smolvm/internal/bench/series"
-	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/internal/series"
+	"smolvm.dev/smolvm/kube/api/v1alpha1"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -124,8 +124,8 @@ func BenchmarkRestoreLocality(b *testing.B) {
 		mib  int
 	}{{"idle", 0}, {"200MiB", 200}} {
 		src := "src-" + strings.ToLower(size.name)
-		c.put(b, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: src}, Spec: kubeapi.SandboxSpec{SandboxBody: sleeper, NodeName: "n1"}})
-		sb := c.sandboxIn(b, src, kubeapi.PhaseRunning)
+		c.put(b, &v1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: src}, Spec: v1alpha1.SandboxSpec{SandboxBody: sleeper, NodeName: "n1"}})
+		sb := c.sandboxIn(b, src, v1alpha1.PhaseRunning)
 		if size.mib > 0 {
 			// The rootfs's writable layer is memory (gVisor's overlay), so a
 			// file in /tmp is in the checkpoint.
@@ -152,15 +152,15 @@ func (c *cluster) restoreRounds(b *testing.B, src string, first int) int {
 	var bytes int64
 	restore := func(name, snap, node string, s *series.Series) {
 		t0 := time.Now()
-		c.put(b, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Snapshot: snap}, NodeName: node}})
-		c.sandboxIn(b, name, kubeapi.PhaseRunning)
+		c.put(b, &v1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.SandboxSpec{ForkFrom: &v1alpha1.ForkFrom{Snapshot: snap}, NodeName: node}})
+		c.sandboxIn(b, name, v1alpha1.PhaseRunning)
 		s.Samples = append(s.Samples, time.Since(t0))
 	}
 	b.ResetTimer()
 	for i := range b.N {
 		b.StopTimer()
 		snap := fmt.Sprintf("%s-%d", src, first+i)
-		c.put(b, &kubeapi.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Name: snap}, Spec: kubeapi.SandboxSnapshotSpec{SandboxRef: kubeapi.LocalRef{Name: src}, NodeName: "n1"}})
+		c.put(b, &v1alpha1.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Name: snap}, Spec: v1alpha1.SandboxSnapshotSpec{SandboxRef: v1alpha1.LocalRef{Name: src}, NodeName: "n1"}})
 		obj := c.snapshotReady(b, snap)
 		c.sealed(b, 0, obj.Status.ID)
 		b.StartTimer()
@@ -176,7 +176,7 @@ func (c *cluster) restoreRounds(b *testing.B, src string, first int) int {
 			copies.Samples, bytes = append(copies.Samples, time.Duration(cp.Milliseconds)*time.Millisecond), cp.Bytes
 		}
 		for _, name := range []string{"l-" + snap, "c-" + snap} {
-			if err := c.k.Client.Delete(ctx, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name}}); err != nil {
+			if err := c.k.Client.Delete(ctx, &v1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name}}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -225,8 +225,8 @@ func (c *cluster) sealed(tb testing.TB, i int, id string) {
 // refills between rounds, untimed.
 func BenchmarkWarmClaim(b *testing.B) {
 	c := start(b)
-	c.put(b, &kubeapi.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Name: "tmpl"}, Spec: kubeapi.SandboxTemplateSpec{SandboxBody: sleeper}})
-	c.put(b, &kubeapi.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "warm"}, Spec: kubeapi.SandboxWarmPoolSpec{Replicas: 1, SandboxTemplateRef: &kubeapi.LocalRef{Name: "tmpl"}}})
+	c.put(b, &v1alpha1.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Name: "tmpl"}, Spec: v1alpha1.SandboxTemplateSpec{SandboxBody: sleeper}})
+	c.put(b, &v1alpha1.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "warm"}, Spec: v1alpha1.SandboxWarmPoolSpec{Replicas: 1, SandboxTemplateRef: &v1alpha1.LocalRef{Name: "tmpl"}}})
 	c.claims(b, "warm", "tmpl", "claim from the warm pool", "create of its template")
 }
 
@@ -235,11 +235,11 @@ func BenchmarkWarmClaim(b *testing.B) {
 // snapshot (E2B's templateID naming it), as BenchmarkWarmClaim.
 func BenchmarkHotClaim(b *testing.B) {
 	c := start(b)
-	c.put(b, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "src"}, Spec: kubeapi.SandboxSpec{SandboxBody: sleeper, NodeName: "n1"}})
-	c.sandboxIn(b, "src", kubeapi.PhaseRunning)
-	c.put(b, &kubeapi.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "setup"}, Spec: kubeapi.SandboxSnapshotSpec{SandboxRef: kubeapi.LocalRef{Name: "src"}, NodeName: "n1"}})
+	c.put(b, &v1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "src"}, Spec: v1alpha1.SandboxSpec{SandboxBody: sleeper, NodeName: "n1"}})
+	c.sandboxIn(b, "src", v1alpha1.PhaseRunning)
+	c.put(b, &v1alpha1.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "setup"}, Spec: v1alpha1.SandboxSnapshotSpec{SandboxRef: v1alpha1.LocalRef{Name: "src"}, NodeName: "n1"}})
 	c.snapshotReady(b, "setup")
-	c.put(b, &kubeapi.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "hot"}, Spec: kubeapi.SandboxWarmPoolSpec{Replicas: 1, SandboxSnapshotRef: &kubeapi.LocalRef{Name: "setup"}, Hot: true}})
+	c.put(b, &v1alpha1.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "hot"}, Spec: v1alpha1.SandboxWarmPoolSpec{Replicas: 1, SandboxSnapshotRef: &v1alpha1.LocalRef{Name: "setup"}, Hot: true}})
 	c.claims(b, "hot", "setup", "claim from the hot pool", "restore of its snapshot")
 }
 

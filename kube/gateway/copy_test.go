@@ -14,13 +14,13 @@ import (
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"smolvm.dev/smolvm/client"
-	"smolvm.dev/smolvm/internal/testimage"
-	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/api/v1alpha1"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/tests/testimage"
 )
 
 // sleeper is a sandbox body that stays up.
-var sleeper = kubeapi.SandboxBody{Image: sandbox.DefaultImage, Command: []string{"sleep", "infinity"}}
+var sleeper = v1alpha1.SandboxBody{Image: sandbox.DefaultImage, Command: []string{"sleep", "infinity"}}
 
 // put makes o in team-a.
 func (c *cluster) put(tb testing.TB, o kclient.Object) {
@@ -44,16 +44,16 @@ func output(tb testing.TB, cl *client.Client, id string, args ...string) string 
 }
 
 // sandboxIn waits until Sandbox name in team-a is in phase want.
-func (c *cluster) sandboxIn(tb testing.TB, name string, want kubeapi.SandboxPhase) *kubeapi.Sandbox {
+func (c *cluster) sandboxIn(tb testing.TB, name string, want v1alpha1.SandboxPhase) *v1alpha1.Sandbox {
 	tb.Helper()
-	var sb kubeapi.Sandbox
+	var sb v1alpha1.Sandbox
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		err := c.k.Client.Get(context.Background(), kclient.ObjectKey{Namespace: "team-a", Name: name}, &sb)
 		if err == nil && sb.Status.Phase == want {
 			return &sb
 		}
-		if err == nil && sb.Status.Phase == kubeapi.PhaseFailed {
+		if err == nil && sb.Status.Phase == v1alpha1.PhaseFailed {
 			tb.Fatalf("sandbox %s failed: %+v", name, sb.Status.Conditions)
 		}
 		if time.Now().After(deadline) {
@@ -64,13 +64,13 @@ func (c *cluster) sandboxIn(tb testing.TB, name string, want kubeapi.SandboxPhas
 }
 
 // snapshotReady waits until SandboxSnapshot name in team-a is Ready.
-func (c *cluster) snapshotReady(tb testing.TB, name string) *kubeapi.SandboxSnapshot {
+func (c *cluster) snapshotReady(tb testing.TB, name string) *v1alpha1.SandboxSnapshot {
 	tb.Helper()
-	var s kubeapi.SandboxSnapshot
+	var s v1alpha1.SandboxSnapshot
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		err := c.k.Client.Get(context.Background(), kclient.ObjectKey{Namespace: "team-a", Name: name}, &s)
-		if err == nil && s.Status.Phase == kubeapi.SnapshotReady {
+		if err == nil && s.Status.Phase == v1alpha1.SnapshotReady {
 			return &s
 		}
 		if time.Now().After(deadline) {
@@ -89,15 +89,15 @@ func TestSnapshotCopy(t *testing.T) {
 	c := start(t)
 	ctx := context.Background()
 	gw := c.client(t, keyA)
-	c.put(t, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "src"}, Spec: kubeapi.SandboxSpec{SandboxBody: sleeper, NodeName: "n1", Tenant: "acme"}})
-	src := c.sandboxIn(t, "src", kubeapi.PhaseRunning)
+	c.put(t, &v1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "src"}, Spec: v1alpha1.SandboxSpec{SandboxBody: sleeper, NodeName: "n1", Tenant: "acme"}})
+	src := c.sandboxIn(t, "src", v1alpha1.PhaseRunning)
 	run := func(id, script string) string { return output(t, gw, id, "sh", "-c", script) }
 	run(src.Status.Instances[0].ID, "echo kept > /tmp/state; sleep 1000 & echo $! > /tmp/pid")
 
-	c.put(t, &kubeapi.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "snap"}, Spec: kubeapi.SandboxSnapshotSpec{SandboxRef: kubeapi.LocalRef{Name: "src"}, NodeName: "n1"}})
+	c.put(t, &v1alpha1.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "snap"}, Spec: v1alpha1.SandboxSnapshotSpec{SandboxRef: v1alpha1.LocalRef{Name: "src"}, NodeName: "n1"}})
 	c.snapshotReady(t, "snap")
-	c.put(t, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "far"}, Spec: kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Snapshot: "snap"}, NodeName: "n2", Tenant: "acme"}})
-	far := c.sandboxIn(t, "far", kubeapi.PhaseRunning)
+	c.put(t, &v1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "far"}, Spec: v1alpha1.SandboxSpec{ForkFrom: &v1alpha1.ForkFrom{Snapshot: "snap"}, NodeName: "n2", Tenant: "acme"}})
+	far := c.sandboxIn(t, "far", v1alpha1.PhaseRunning)
 	if got := run(far.Status.Instances[0].ID, "cat /tmp/state; kill -0 $(cat /tmp/pid) && echo alive"); got != "kept\nalive\n" {
 		t.Fatalf("the restore on n2 has %q, want the source's file and process", got)
 	}
@@ -115,8 +115,8 @@ func TestSnapshotCopy(t *testing.T) {
 	}
 
 	// A second restore on n2 uses the copy there.
-	c.put(t, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "far2"}, Spec: kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Snapshot: "snap"}, NodeName: "n2", Tenant: "acme"}})
-	far2 := c.sandboxIn(t, "far2", kubeapi.PhaseRunning)
+	c.put(t, &v1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "far2"}, Spec: v1alpha1.SandboxSpec{ForkFrom: &v1alpha1.ForkFrom{Snapshot: "snap"}, NodeName: "n2", Tenant: "acme"}})
+	far2 := c.sandboxIn(t, "far2", v1alpha1.PhaseRunning)
 	if got := run(far2.Status.Instances[0].ID, "cat /tmp/state"); strings.TrimSpace(got) != "kept" {
 		t.Fatalf("the second restore on n2 has %q", got)
 	}
@@ -174,23 +174,23 @@ func TestImagePull(t *testing.T) {
 		}
 		return slices.ContainsFunc(imgs, func(img sandbox.Image) bool { return img.ID == id })
 	}
-	marker := func(n int, sb *kubeapi.Sandbox) string {
+	marker := func(n int, sb *v1alpha1.Sandbox) string {
 		t.Helper()
 		return output(t, c.nodes[n].Smolvm, sb.Status.Instances[0].ID, testimage.Program, "/marker")
 	}
 	failure := func(name string) string {
 		t.Helper()
-		sb := c.sandboxIn(t, name, kubeapi.PhaseFailed)
+		sb := c.sandboxIn(t, name, v1alpha1.PhaseFailed)
 		return meta.FindStatusCondition(sb.Status.Conditions, "Ready").Message
 	}
 
 	// Two sources on n1, each pulled there, and a snapshot of each.
 	for i, r := range []string{ref, ref2} {
 		name := fmt.Sprintf("src%d", i+1)
-		c.put(t, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: kubeapi.SandboxSpec{SandboxBody: kubeapi.SandboxBody{Image: r}, NodeName: "n1"}})
-		c.put(t, &kubeapi.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Name: name + "-snap"}, Spec: kubeapi.SandboxSnapshotSpec{SandboxRef: kubeapi.LocalRef{Name: name}, NodeName: "n1"}})
+		c.put(t, &v1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.SandboxSpec{SandboxBody: v1alpha1.SandboxBody{Image: r}, NodeName: "n1"}})
+		c.put(t, &v1alpha1.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Name: name + "-snap"}, Spec: v1alpha1.SandboxSnapshotSpec{SandboxRef: v1alpha1.LocalRef{Name: name}, NodeName: "n1"}})
 	}
-	if got := marker(0, c.sandboxIn(t, "src1", kubeapi.PhaseRunning)); got != "/marker: one\n" {
+	if got := marker(0, c.sandboxIn(t, "src1", v1alpha1.PhaseRunning)); got != "/marker: one\n" {
 		t.Fatalf("src1 runs %q", got)
 	}
 	if snap := c.snapshotReady(t, "src2-snap"); snap.Status.Image != ref2 || snap.Status.ImageID != id2 {
@@ -202,8 +202,8 @@ func TestImagePull(t *testing.T) {
 	}
 
 	// A restore on n2 pulls the snapshot's image there, then copies it.
-	c.put(t, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "far"}, Spec: kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Snapshot: "src2-snap"}, NodeName: "n2"}})
-	if got := marker(1, c.sandboxIn(t, "far", kubeapi.PhaseRunning)); got != "/marker: two\n" {
+	c.put(t, &v1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "far"}, Spec: v1alpha1.SandboxSpec{ForkFrom: &v1alpha1.ForkFrom{Snapshot: "src2-snap"}, NodeName: "n2"}})
+	if got := marker(1, c.sandboxIn(t, "far", v1alpha1.PhaseRunning)); got != "/marker: two\n" {
 		t.Fatalf("the restore on n2 runs %q", got)
 	}
 	if !has(1, id2) {
@@ -213,7 +213,7 @@ func TestImagePull(t *testing.T) {
 	// The first tag moves: n2 will not restore the snapshot on the image
 	// the tag names now, and copies nothing.
 	reg.Push(t, "team/app:1", map[string]string{"/marker": "moved"})
-	c.put(t, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "moved"}, Spec: kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Snapshot: "src1-snap"}, NodeName: "n2"}})
+	c.put(t, &v1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "moved"}, Spec: v1alpha1.SandboxSpec{ForkFrom: &v1alpha1.ForkFrom{Snapshot: "src1-snap"}, NodeName: "n2"}})
 	if msg := failure("moved"); !strings.Contains(msg, "tag has moved") || !strings.Contains(msg, id) {
 		t.Fatalf("a restore over a moved tag: %q", msg)
 	}
@@ -223,7 +223,7 @@ func TestImagePull(t *testing.T) {
 
 	// An image the registry lacks, and a registry that is not there.
 	for name, image := range map[string]string{"none": reg.Host + "/team/none:1", "gone": "127.0.0.1:1/team/app:1"} {
-		c.put(t, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: kubeapi.SandboxSpec{SandboxBody: kubeapi.SandboxBody{Image: image}}})
+		c.put(t, &v1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.SandboxSpec{SandboxBody: v1alpha1.SandboxBody{Image: image}}})
 		if msg := failure(name); !strings.Contains(msg, image) || !strings.Contains(msg, "pulling it failed") {
 			t.Fatalf("a Sandbox of %s: %q", image, msg)
 		}

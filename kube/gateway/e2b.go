@@ -20,7 +20,7 @@ import (
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"smolvm.dev/smolvm/api/e2bapi"
-	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/api/v1alpha1"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -100,8 +100,8 @@ func (g *Gateway) e2bCreate(w http.ResponseWriter, r *http.Request) {
 
 // e2bSpec is the Sandbox E2B's create body asks for. A templateID names a
 // SandboxTemplate in the namespace, or else an image.
-func (g *Gateway) e2bSpec(ctx context.Context, ns string, req *e2bapi.CreateRequest) (kubeapi.SandboxSpec, error) {
-	var spec kubeapi.SandboxSpec
+func (g *Gateway) e2bSpec(ctx context.Context, ns string, req *e2bapi.CreateRequest) (v1alpha1.SandboxSpec, error) {
+	var spec v1alpha1.SandboxSpec
 	switch {
 	case req.TemplateID == "":
 		return spec, errors.New("templateID: required (a SandboxTemplate's name or an image)")
@@ -129,12 +129,12 @@ func (g *Gateway) e2bSpec(ctx context.Context, ns string, req *e2bapi.CreateRequ
 		spec.TTLSeconds = req.Timeout
 	}
 	for _, k := range slices.Sorted(maps.Keys(req.EnvVars)) {
-		spec.Env = append(spec.Env, kubeapi.EnvVar{Name: k, Value: req.EnvVars[k]})
+		spec.Env = append(spec.Env, v1alpha1.EnvVar{Name: k, Value: req.EnvVars[k]})
 	}
-	var tmpl kubeapi.SandboxTemplate
+	var tmpl v1alpha1.SandboxTemplate
 	switch err := g.cfg.Kube.Get(ctx, kclient.ObjectKey{Namespace: ns, Name: req.TemplateID}, &tmpl); {
 	case err == nil:
-		spec.SandboxTemplateRef = &kubeapi.LocalRef{Name: req.TemplateID}
+		spec.SandboxTemplateRef = &v1alpha1.LocalRef{Name: req.TemplateID}
 		return spec, nil
 	case !apierrors.IsNotFound(err) && !apierrors.IsInvalid(err):
 		return spec, fmt.Errorf("templateID: %w", err)
@@ -155,11 +155,11 @@ func (g *Gateway) e2bSpec(ctx context.Context, ns string, req *e2bapi.CreateRequ
 	return spec, nil
 }
 
-func networkPolicy(p *sandbox.Network) *kubeapi.NetworkPolicy {
+func networkPolicy(p *sandbox.Network) *v1alpha1.NetworkPolicy {
 	if p == nil {
 		return nil
 	}
-	np := &kubeapi.NetworkPolicy{Mode: string(p.Mode), AllowHosts: p.Hosts, AllowCIDRs: p.CIDRs}
+	np := &v1alpha1.NetworkPolicy{Mode: string(p.Mode), AllowHosts: p.Hosts, AllowCIDRs: p.CIDRs}
 	for _, port := range p.Ports {
 		np.Ports = append(np.Ports, int32(port.Port))
 	}
@@ -169,8 +169,8 @@ func networkPolicy(p *sandbox.Network) *kubeapi.NetworkPolicy {
 // create makes a Sandbox in ns, named name or else generated from
 // prefix, with annotations, and waits until it runs; one that does not is
 // deleted, so a failed create leaves nothing behind.
-func (g *Gateway) create(ctx context.Context, ns, name, prefix string, spec kubeapi.SandboxSpec, annotations map[string]string) (*kubeapi.Sandbox, error) {
-	sb := &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, GenerateName: prefix, Annotations: annotations}, Spec: spec}
+func (g *Gateway) create(ctx context.Context, ns, name, prefix string, spec v1alpha1.SandboxSpec, annotations map[string]string) (*v1alpha1.Sandbox, error) {
+	sb := &v1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, GenerateName: prefix, Annotations: annotations}, Spec: spec}
 	done, err := g.admit(ctx, ns)
 	if err != nil {
 		return nil, err
@@ -186,7 +186,7 @@ func (g *Gateway) create(ctx context.Context, ns, name, prefix string, spec kube
 	if name != "" {
 		what = "sandbox " + name
 	}
-	ready, err := g.waitPhase(ctx, kclient.ObjectKeyFromObject(sb), what, kubeapi.PhaseRunning)
+	ready, err := g.waitPhase(ctx, kclient.ObjectKeyFromObject(sb), what, v1alpha1.PhaseRunning)
 	if err != nil {
 		// The request's context may be what ended.
 		if derr := g.cfg.Kube.Delete(context.WithoutCancel(ctx), sb); derr != nil && !apierrors.IsNotFound(derr) {
@@ -200,7 +200,7 @@ func (g *Gateway) create(ctx context.Context, ns, name, prefix string, spec kube
 // e2bConnectOnNode answers with the node's E2B view of sandbox id (its
 // envd token above all), through the node's connect with body; the
 // domain is the gateway's, whose hosts route ports.
-func (g *Gateway) e2bConnectOnNode(w http.ResponseWriter, r *http.Request, sb *kubeapi.Sandbox, id string, body []byte, status int) {
+func (g *Gateway) e2bConnectOnNode(w http.ResponseWriter, r *http.Request, sb *v1alpha1.Sandbox, id string, body []byte, status int) {
 	code, out, err := g.connectOnNode(r.Context(), sb, id, body)
 	if err != nil {
 		writeE2B(w, statusOf(err), err.Error())
@@ -215,7 +215,7 @@ func (g *Gateway) e2bConnectOnNode(w http.ResponseWriter, r *http.Request, sb *k
 
 // connectOnNode calls the node's E2B connect for sandbox id with body, and
 // returns its answer with the gateway's domain and sb's template in it.
-func (g *Gateway) connectOnNode(ctx context.Context, sb *kubeapi.Sandbox, id string, body []byte) (int, map[string]any, error) {
+func (g *Gateway) connectOnNode(ctx context.Context, sb *v1alpha1.Sandbox, id string, body []byte) (int, map[string]any, error) {
 	base, err := g.node(ctx, sb)
 	if err != nil {
 		return 0, nil, err
@@ -243,7 +243,7 @@ const AnnotationTemplate = "smolvm.dev/template"
 
 // setTemplate puts sb's recorded template in a node's E2B answer about
 // it; one made otherwise keeps the node's (its image).
-func setTemplate(sb *kubeapi.Sandbox, out map[string]any) {
+func setTemplate(sb *v1alpha1.Sandbox, out map[string]any) {
 	if t, ok := sb.Annotations[AnnotationTemplate]; ok {
 		out["templateID"] = t
 	}
@@ -368,15 +368,15 @@ func (g *Gateway) e2bPause(w http.ResponseWriter, r *http.Request) {
 }
 
 // setPaused sets sb's spec.paused and waits until its node made it so.
-func (g *Gateway) setPaused(ctx context.Context, sb *kubeapi.Sandbox, paused bool) (*kubeapi.Sandbox, error) {
+func (g *Gateway) setPaused(ctx context.Context, sb *v1alpha1.Sandbox, paused bool) (*v1alpha1.Sandbox, error) {
 	patch := kclient.MergeFrom(sb.DeepCopy())
 	sb.Spec.Paused = paused
 	if err := g.cfg.Kube.Patch(ctx, sb, patch); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", sb.Name, err)
 	}
-	want := kubeapi.PhaseRunning
+	want := v1alpha1.PhaseRunning
 	if paused {
-		want = kubeapi.PhasePaused
+		want = v1alpha1.PhasePaused
 	}
 	return g.waitPhase(ctx, kclient.ObjectKeyFromObject(sb), "sandbox "+sb.Name, want)
 }
@@ -396,7 +396,7 @@ func (g *Gateway) e2bKill(w http.ResponseWriter, r *http.Request) {
 // remove deletes sb and waits until its node removed its sandboxes. A
 // fork's copies are one object: removing one is removing all, so that is
 // refused.
-func (g *Gateway) remove(ctx context.Context, sb *kubeapi.Sandbox) error {
+func (g *Gateway) remove(ctx context.Context, sb *v1alpha1.Sandbox) error {
 	if n := len(sb.Status.Instances); n > 1 {
 		return &phaseError{http.StatusConflict, fmt.Sprintf("the sandbox is one of %d copies of Sandbox %s/%s; delete that object to remove them all", n, sb.Namespace, sb.Name)}
 	}
@@ -417,7 +417,7 @@ func (g *Gateway) e2bForward(w http.ResponseWriter, r *http.Request) {
 
 // e2bOnNode finds the sandbox the path's {id} names, its instance's ID
 // and its node's URL, or answers E2B's error.
-func (g *Gateway) e2bOnNode(w http.ResponseWriter, r *http.Request) (*kubeapi.Sandbox, string, *url.URL, bool) {
+func (g *Gateway) e2bOnNode(w http.ResponseWriter, r *http.Request) (*v1alpha1.Sandbox, string, *url.URL, bool) {
 	sb, id, ok := g.e2bLookup(w, r)
 	if !ok {
 		return nil, "", nil, false
@@ -437,7 +437,7 @@ func withID(path, ref, id string) string {
 
 // e2bLookup finds the sandbox the path's {id} names in the caller's
 // namespace, or answers E2B's 404 (the SDK's NotFoundError).
-func (g *Gateway) e2bLookup(w http.ResponseWriter, r *http.Request) (*kubeapi.Sandbox, string, bool) {
+func (g *Gateway) e2bLookup(w http.ResponseWriter, r *http.Request) (*v1alpha1.Sandbox, string, bool) {
 	ref := r.PathValue("id")
 	sb, err := g.lookup(r.Context(), namespace(r), ref)
 	if err != nil {
@@ -455,7 +455,7 @@ func (g *Gateway) e2bList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	want := q.Get("template")
 	q.Del("template")
-	out, err := g.gather(r.Context(), namespace(r), e2bPrefix+"/v2/sandboxes?"+q.Encode(), "sandboxID", func(sb *kubeapi.Sandbox, item map[string]json.RawMessage) bool {
+	out, err := g.gather(r.Context(), namespace(r), e2bPrefix+"/v2/sandboxes?"+q.Encode(), "sandboxID", func(sb *v1alpha1.Sandbox, item map[string]json.RawMessage) bool {
 		if t, ok := sb.Annotations[AnnotationTemplate]; ok {
 			item["templateID"], _ = json.Marshal(t)
 		}
@@ -473,9 +473,9 @@ func (g *Gateway) e2bList(w http.ResponseWriter, r *http.Request) {
 // gather asks each node holding sandboxes of ns for the JSON list at
 // path, and keeps the items whose key field names one of them and that
 // keep (nil: all) keeps, as keep may have changed them.
-func (g *Gateway) gather(ctx context.Context, ns, path, key string, keep func(*kubeapi.Sandbox, map[string]json.RawMessage) bool) ([]json.RawMessage, error) {
+func (g *Gateway) gather(ctx context.Context, ns, path, key string, keep func(*v1alpha1.Sandbox, map[string]json.RawMessage) bool) ([]json.RawMessage, error) {
 	out := []json.RawMessage{}
-	err := g.eachNode(ctx, ns, func(base *url.URL, ids map[string]*kubeapi.Sandbox) error {
+	err := g.eachNode(ctx, ns, func(base *url.URL, ids map[string]*v1alpha1.Sandbox) error {
 		var got []map[string]json.RawMessage
 		code, err := g.fwd.call(ctx, "GET", base, path, nil, &got)
 		if err != nil {
@@ -505,14 +505,14 @@ func (g *Gateway) gather(ctx context.Context, ns, path, key string, keep func(*k
 // eachNode calls fn for each live node holding sandboxes of ns, with the
 // IDs of those sandboxes and the object of each. A node that is gone is
 // skipped: its sandboxes are Lost, which no list shows.
-func (g *Gateway) eachNode(ctx context.Context, ns string, fn func(base *url.URL, ids map[string]*kubeapi.Sandbox) error) error {
-	var list kubeapi.SandboxList
+func (g *Gateway) eachNode(ctx context.Context, ns string, fn func(base *url.URL, ids map[string]*v1alpha1.Sandbox) error) error {
+	var list v1alpha1.SandboxList
 	if err := g.cfg.Kube.List(ctx, &list, kclient.InNamespace(ns)); err != nil {
 		return fmt.Errorf("list sandboxes: %w", err)
 	}
 	type node struct {
 		base *url.URL
-		ids  map[string]*kubeapi.Sandbox
+		ids  map[string]*v1alpha1.Sandbox
 	}
 	nodes := map[string]*node{}
 	for i := range list.Items {
@@ -526,7 +526,7 @@ func (g *Gateway) eachNode(ctx context.Context, ns string, fn func(base *url.URL
 			if err != nil {
 				continue
 			}
-			n = &node{base: base, ids: map[string]*kubeapi.Sandbox{}}
+			n = &node{base: base, ids: map[string]*v1alpha1.Sandbox{}}
 			nodes[sb.Status.NodeName] = n
 		}
 		for _, in := range sb.Status.Instances {

@@ -26,7 +26,7 @@ import (
 	"smolvm.dev/smolvm/api/e2bapi"
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/internal/httpguard"
-	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/api/v1alpha1"
 )
 
 // Config configures a Gateway.
@@ -97,9 +97,9 @@ const indexInstance = "status.instances.id"
 // start, so that the first create or fork does not wait for those
 // informers to sync.
 func Setup(ctx context.Context, c cache.Cache) error {
-	err := c.IndexField(ctx, &kubeapi.Sandbox{}, indexInstance, func(o kclient.Object) []string {
+	err := c.IndexField(ctx, &v1alpha1.Sandbox{}, indexInstance, func(o kclient.Object) []string {
 		var ids []string
-		for _, in := range o.(*kubeapi.Sandbox).Status.Instances {
+		for _, in := range o.(*v1alpha1.Sandbox).Status.Instances {
 			ids = append(ids, in.ID)
 		}
 		return ids
@@ -107,10 +107,10 @@ func Setup(ctx context.Context, c cache.Cache) error {
 	if err != nil {
 		return fmt.Errorf("gateway: index sandboxes: %w", err)
 	}
-	if err := c.IndexField(ctx, &kubeapi.SandboxSnapshot{}, indexSnapshotID, indexSnapshots); err != nil {
+	if err := c.IndexField(ctx, &v1alpha1.SandboxSnapshot{}, indexSnapshotID, indexSnapshots); err != nil {
 		return fmt.Errorf("gateway: index snapshots: %w", err)
 	}
-	for _, o := range []kclient.Object{&kubeapi.SandboxTemplate{}, &kubeapi.SandboxWarmPool{}, &kubeapi.SandboxSnapshot{}} {
+	for _, o := range []kclient.Object{&v1alpha1.SandboxTemplate{}, &v1alpha1.SandboxWarmPool{}, &v1alpha1.SandboxSnapshot{}} {
 		if _, err := c.GetInformer(ctx, o); err != nil {
 			return fmt.Errorf("gateway: watch %T: %w", o, err)
 		}

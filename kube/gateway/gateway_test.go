@@ -20,11 +20,11 @@ import (
 
 	"smolvm.dev/smolvm/client"
 	"smolvm.dev/smolvm/errdefs"
-	"smolvm.dev/smolvm/internal/testenv"
-	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/api/v1alpha1"
 	"smolvm.dev/smolvm/kube/gateway"
 	"smolvm.dev/smolvm/kube/kubetest"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/tests/testenv"
 )
 
 const (
@@ -211,7 +211,7 @@ func TestGateway(t *testing.T) {
 		if _, err := a.Get(ctx, sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
 			t.Fatalf("get after remove: %v", err)
 		}
-		var objs kubeapi.SandboxList
+		var objs v1alpha1.SandboxList
 		if err := c.k.Client.List(ctx, &objs, kclient.InNamespace("team-a")); err != nil || len(objs.Items) != 0 {
 			t.Fatalf("objects left in team-a: %v %d", err, len(objs.Items))
 		}
@@ -231,7 +231,7 @@ func TestGateway(t *testing.T) {
 		}
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			var objs kubeapi.SandboxList
+			var objs v1alpha1.SandboxList
 			if err := c.k.Client.List(ctx, &objs, kclient.InNamespace("team-a")); err != nil {
 				t.Fatal(err)
 			}
@@ -304,7 +304,7 @@ func TestGateway(t *testing.T) {
 	t.Run("E2BSDK", func(t *testing.T) {
 		// The scenarios of a single smolvm serve that the gateway serves
 		// (autoPause is refused; the network scenario needs
-		// internal/nettest's closed namespace). pty and watchDir are the
+		// tests/nettest's closed namespace). pty and watchDir are the
 		// long-lived envd streams that, before the proxy enabled full
 		// duplex, sometimes ended "terminated" under load (docs/kube.md).
 		runSDK(t, c, "test/sandbox.test.mjs", []string{"E2B_API_KEY=" + keyA},

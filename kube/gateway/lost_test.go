@@ -12,10 +12,10 @@ import (
 
 	"smolvm.dev/smolvm/client"
 	"smolvm.dev/smolvm/errdefs"
-	"smolvm.dev/smolvm/internal/testenv"
-	"smolvm.dev/smolvm/internal/testserve"
-	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/api/v1alpha1"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/tests/testenv"
+	"smolvm.dev/smolvm/tests/testserve"
 )
 
 // TestNodeLost kills a node (its daemon and its smolvm serve, as a host
@@ -27,14 +27,14 @@ func TestNodeLost(t *testing.T) {
 	ctx := context.Background()
 	gw := c.client(t, keyA)
 	for name, node := range map[string]string{"stays": "n1", "goes": "n2"} {
-		c.put(t, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: kubeapi.SandboxSpec{SandboxBody: sleeper, NodeName: node}})
+		c.put(t, &v1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.SandboxSpec{SandboxBody: sleeper, NodeName: node}})
 	}
-	stays := c.sandboxIn(t, "stays", kubeapi.PhaseRunning).Status.Instances[0].ID
-	goes := c.sandboxIn(t, "goes", kubeapi.PhaseRunning).Status.Instances[0].ID
+	stays := c.sandboxIn(t, "stays", v1alpha1.PhaseRunning).Status.Instances[0].ID
+	goes := c.sandboxIn(t, "goes", v1alpha1.PhaseRunning).Status.Instances[0].ID
 
 	c.nodes[1].Stop()
 	c.nodes[1].Serve.Kill()
-	lost := c.sandboxIn(t, "goes", kubeapi.PhaseLost)
+	lost := c.sandboxIn(t, "goes", v1alpha1.PhaseLost)
 	if lost.Spec.NodeName != "n2" || len(lost.Status.Instances) != 1 {
 		t.Fatalf("lost sandbox: %+v %+v", lost.Spec, lost.Status)
 	}

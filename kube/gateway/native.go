@@ -15,7 +15,7 @@ import (
 
 	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/errdefs"
-	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/api/v1alpha1"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -56,8 +56,8 @@ func (g *Gateway) nativeRoutes() *http.ServeMux {
 
 // nativeSpec is the Sandbox smolvm's create body asks for; what a node
 // cannot be told through a Sandbox is refused by name.
-func (g *Gateway) nativeSpec(req *api.CreateRequest) (kubeapi.SandboxSpec, error) {
-	var spec kubeapi.SandboxSpec
+func (g *Gateway) nativeSpec(req *api.CreateRequest) (v1alpha1.SandboxSpec, error) {
+	var spec v1alpha1.SandboxSpec
 	for _, f := range []struct {
 		name string
 		set  bool
@@ -80,13 +80,13 @@ func (g *Gateway) nativeSpec(req *api.CreateRequest) (kubeapi.SandboxSpec, error
 		if !ok || k == "" {
 			return spec, fmt.Errorf("env: %q is not NAME=VALUE", e)
 		}
-		spec.Env = append(spec.Env, kubeapi.EnvVar{Name: k, Value: v})
+		spec.Env = append(spec.Env, v1alpha1.EnvVar{Name: k, Value: v})
 	}
 	if req.CPUs < 0 || req.Memory < 0 || req.Disk < 0 || req.Pids < 0 {
 		return spec, errors.New("cpus, memory, disk, pids: must not be negative")
 	}
 	if req.CPUs > 0 || req.Memory > 0 || req.Disk > 0 || req.Pids > 0 {
-		res := &kubeapi.Resources{}
+		res := &v1alpha1.Resources{}
 		if req.CPUs > 0 {
 			res.CPU = resource.NewMilliQuantity(int64(req.CPUs*1000), resource.DecimalSI)
 		}
@@ -201,7 +201,7 @@ func (g *Gateway) nativeClaim(w http.ResponseWriter, r *http.Request, req *api.C
 }
 
 // nativeGet answers with the node's view of sandbox id.
-func (g *Gateway) nativeGet(w http.ResponseWriter, r *http.Request, sb *kubeapi.Sandbox, id string, status int) {
+func (g *Gateway) nativeGet(w http.ResponseWriter, r *http.Request, sb *v1alpha1.Sandbox, id string, status int) {
 	base, err := g.node(r.Context(), sb)
 	if err != nil {
 		writeNativeErr(w, err)
@@ -320,7 +320,7 @@ func (g *Gateway) nativeForward(w http.ResponseWriter, r *http.Request) {
 	g.fwd.forward(w, r, base, withID(r.URL.Path, r.PathValue("id"), id), true)
 }
 
-func (g *Gateway) nativeLookup(w http.ResponseWriter, r *http.Request) (*kubeapi.Sandbox, string, bool) {
+func (g *Gateway) nativeLookup(w http.ResponseWriter, r *http.Request) (*v1alpha1.Sandbox, string, bool) {
 	ref := r.PathValue("id")
 	sb, err := g.lookup(r.Context(), namespace(r), ref)
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 
-	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/api/v1alpha1"
 )
 
 // AnnotationClaimedFrom records on a claimed Sandbox the warm pool it
@@ -17,8 +17,8 @@ import (
 const AnnotationClaimedFrom = "smolvm.dev/claimed-from"
 
 // pool returns warm pool name in ns, or nil if there is none.
-func (g *Gateway) pool(ctx context.Context, ns, name string) (*kubeapi.SandboxWarmPool, error) {
-	var p kubeapi.SandboxWarmPool
+func (g *Gateway) pool(ctx context.Context, ns, name string) (*v1alpha1.SandboxWarmPool, error) {
+	var p v1alpha1.SandboxWarmPool
 	err := g.cfg.Kube.Get(ctx, kclient.ObjectKey{Namespace: ns, Name: name}, &p)
 	if apierrors.IsNotFound(err) || apierrors.IsInvalid(err) {
 		return nil, nil
@@ -33,15 +33,15 @@ func (g *Gateway) pool(ctx context.Context, ns, name string) (*kubeapi.SandboxWa
 // owner reference it removes, under the object's resourceVersion, so
 // that two claims never take the same one; the pool then makes another.
 // The patch adds annotations too. nil when none is ready.
-func (g *Gateway) claim(ctx context.Context, pool *kubeapi.SandboxWarmPool, annotations map[string]string) (*kubeapi.Sandbox, error) {
+func (g *Gateway) claim(ctx context.Context, pool *v1alpha1.SandboxWarmPool, annotations map[string]string) (*v1alpha1.Sandbox, error) {
 	// A claimed sandbox becomes the namespace's, and counts.
 	done, err := g.admit(ctx, pool.Namespace)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	var list kubeapi.SandboxList
-	if err := g.cfg.Kube.List(ctx, &list, kclient.InNamespace(pool.Namespace), kclient.MatchingLabels{kubeapi.LabelPool: pool.Name}); err != nil {
+	var list v1alpha1.SandboxList
+	if err := g.cfg.Kube.List(ctx, &list, kclient.InNamespace(pool.Namespace), kclient.MatchingLabels{v1alpha1.LabelPool: pool.Name}); err != nil {
 		return nil, fmt.Errorf("warm pool %s: %w", pool.Name, err)
 	}
 	for i := range list.Items {
@@ -50,7 +50,7 @@ func (g *Gateway) claim(ctx context.Context, pool *kubeapi.SandboxWarmPool, anno
 			continue
 		}
 		patch := kclient.MergeFromWithOptions(sb.DeepCopy(), kclient.MergeFromWithOptimisticLock{})
-		delete(sb.Labels, kubeapi.LabelPool)
+		delete(sb.Labels, v1alpha1.LabelPool)
 		sb.OwnerReferences = nil
 		sb.Spec.Paused = false // a hot one: its claimer resumes it now
 		if sb.Annotations == nil {

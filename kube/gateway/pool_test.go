@@ -15,7 +15,7 @@ import (
 
 	"smolvm.dev/smolvm/client"
 	"smolvm.dev/smolvm/errdefs"
-	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/api/v1alpha1"
 	"smolvm.dev/smolvm/kube/gateway"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -27,12 +27,12 @@ func (c *cluster) pooled(tb testing.TB, name string, want int) map[string]string
 	tb.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		var pool kubeapi.SandboxWarmPool
+		var pool v1alpha1.SandboxWarmPool
 		if err := c.k.Client.Get(context.Background(), kclient.ObjectKey{Namespace: "team-a", Name: name}, &pool); err != nil {
 			tb.Fatal(err)
 		}
-		var list kubeapi.SandboxList
-		if err := c.k.Client.List(context.Background(), &list, kclient.InNamespace("team-a"), kclient.MatchingLabels{kubeapi.LabelPool: name}); err != nil {
+		var list v1alpha1.SandboxList
+		if err := c.k.Client.List(context.Background(), &list, kclient.InNamespace("team-a"), kclient.MatchingLabels{v1alpha1.LabelPool: name}); err != nil {
 			tb.Fatal(err)
 		}
 		ids := map[string]string{}
@@ -58,8 +58,8 @@ func TestWarmPool(t *testing.T) {
 	c := start(t)
 	ctx := context.Background()
 	gw := c.client(t, keyA)
-	c.put(t, &kubeapi.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Name: "tmpl"}, Spec: kubeapi.SandboxTemplateSpec{SandboxBody: sleeper}})
-	pool := &kubeapi.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "warm"}, Spec: kubeapi.SandboxWarmPoolSpec{Replicas: 2, SandboxTemplateRef: &kubeapi.LocalRef{Name: "tmpl"}}}
+	c.put(t, &v1alpha1.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Name: "tmpl"}, Spec: v1alpha1.SandboxTemplateSpec{SandboxBody: sleeper}})
+	pool := &v1alpha1.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "warm"}, Spec: v1alpha1.SandboxWarmPoolSpec{Replicas: 2, SandboxTemplateRef: &v1alpha1.LocalRef{Name: "tmpl"}}}
 	c.put(t, pool)
 	first := c.pooled(t, "warm", 2)
 	nodes := map[string]bool{}
@@ -96,13 +96,13 @@ func TestWarmPool(t *testing.T) {
 	if out.TemplateID != "warm" {
 		t.Errorf("E2B claim reports template %q, want warm", out.TemplateID)
 	}
-	var claimed kubeapi.SandboxList
+	var claimed v1alpha1.SandboxList
 	if err := c.k.Client.List(ctx, &claimed, kclient.InNamespace("team-a")); err != nil {
 		t.Fatal(err)
 	}
 	for _, o := range claimed.Items {
 		if id := o.Status.Instances; len(id) > 0 && (id[0].ID == sb.ID || id[0].ID == out.SandboxID) {
-			if o.Labels[kubeapi.LabelPool] != "" || len(o.OwnerReferences) != 0 || o.Annotations[gateway.AnnotationClaimedFrom] != "warm" {
+			if o.Labels[v1alpha1.LabelPool] != "" || len(o.OwnerReferences) != 0 || o.Annotations[gateway.AnnotationClaimedFrom] != "warm" {
 				t.Errorf("claimed %s keeps %v %v %v", o.Name, o.Labels, o.OwnerReferences, o.Annotations)
 			}
 		}
@@ -147,18 +147,18 @@ func TestHotPool(t *testing.T) {
 	c := start(t)
 	ctx := context.Background()
 	gw := c.client(t, keyA)
-	c.put(t, &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "src"}, Spec: kubeapi.SandboxSpec{SandboxBody: sleeper, NodeName: "n1"}})
-	src := c.sandboxIn(t, "src", kubeapi.PhaseRunning)
+	c.put(t, &v1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "src"}, Spec: v1alpha1.SandboxSpec{SandboxBody: sleeper, NodeName: "n1"}})
+	src := c.sandboxIn(t, "src", v1alpha1.PhaseRunning)
 	sh := func(id, script string) string { return output(t, gw, id, "sh", "-c", script) }
 	sh(src.Status.Instances[0].ID, "echo set-up > /tmp/state; sleep 1000 & echo $! > /tmp/pid")
 	// Only sandboxRef, as kubectl users write it: the controller binds
 	// it to src's node, which takes it.
-	c.put(t, &kubeapi.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "setup"}, Spec: kubeapi.SandboxSnapshotSpec{SandboxRef: kubeapi.LocalRef{Name: "src"}}})
+	c.put(t, &v1alpha1.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "setup"}, Spec: v1alpha1.SandboxSnapshotSpec{SandboxRef: v1alpha1.LocalRef{Name: "src"}}})
 	if snap := c.snapshotReady(t, "setup"); snap.Spec.NodeName != "n1" || !slices.Equal(snap.Status.Nodes, []string{"n1"}) {
 		t.Fatalf("a snapshot of a sandbox on n1: node %q, status %+v", snap.Spec.NodeName, snap.Status)
 	}
 
-	c.put(t, &kubeapi.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "hot"}, Spec: kubeapi.SandboxWarmPoolSpec{Replicas: 2, SandboxSnapshotRef: &kubeapi.LocalRef{Name: "setup"}, Hot: true}})
+	c.put(t, &v1alpha1.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "hot"}, Spec: v1alpha1.SandboxWarmPoolSpec{Replicas: 2, SandboxSnapshotRef: &v1alpha1.LocalRef{Name: "setup"}, Hot: true}})
 	first := c.pooled(t, "hot", 2)
 	node := func(id string) *client.Client {
 		return c.nodes[slices.Index([]string{"n1", "n2"}, first[id])].Smolvm
@@ -206,14 +206,14 @@ func TestHotPool(t *testing.T) {
 	}
 
 	// A pool of a snapshot that is not there makes nothing meanwhile.
-	c.put(t, &kubeapi.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "orphan"}, Spec: kubeapi.SandboxWarmPoolSpec{Replicas: 2, SandboxSnapshotRef: &kubeapi.LocalRef{Name: "nope"}}})
+	c.put(t, &v1alpha1.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "orphan"}, Spec: v1alpha1.SandboxWarmPoolSpec{Replicas: 2, SandboxSnapshotRef: &v1alpha1.LocalRef{Name: "nope"}}})
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		var pool kubeapi.SandboxWarmPool
+		var pool v1alpha1.SandboxWarmPool
 		if err := c.k.Client.Get(ctx, kclient.ObjectKey{Namespace: "team-a", Name: "orphan"}, &pool); err != nil {
 			t.Fatal(err)
 		}
-		if cond := meta.FindStatusCondition(pool.Status.Conditions, kubeapi.ConditionReady); cond != nil {
+		if cond := meta.FindStatusCondition(pool.Status.Conditions, v1alpha1.ConditionReady); cond != nil {
 			if cond.Reason != "WaitingForSnapshot" || !strings.Contains(cond.Message, "nope") {
 				t.Fatalf("pool of a missing snapshot: %+v", cond)
 			}
@@ -224,8 +224,8 @@ func TestHotPool(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	var members kubeapi.SandboxList
-	if err := c.k.Client.List(ctx, &members, kclient.InNamespace("team-a"), kclient.MatchingLabels{kubeapi.LabelPool: "orphan"}); err != nil || len(members.Items) != 0 {
+	var members v1alpha1.SandboxList
+	if err := c.k.Client.List(ctx, &members, kclient.InNamespace("team-a"), kclient.MatchingLabels{v1alpha1.LabelPool: "orphan"}); err != nil || len(members.Items) != 0 {
 		t.Fatalf("pool of a missing snapshot made %v %d", err, len(members.Items))
 	}
 }

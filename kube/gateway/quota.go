@@ -10,7 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 
-	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/api/v1alpha1"
 )
 
 // AnnotationMaxSandboxes on a Namespace caps how many sandboxes its API
@@ -73,18 +73,18 @@ func (g *Gateway) checkQuota(ctx context.Context, ns string, n int) error {
 	if err != nil || limit < 0 {
 		return fmt.Errorf("namespace %s: %s is %q, not a count", ns, AnnotationMaxSandboxes, v)
 	}
-	var list kubeapi.SandboxList
+	var list v1alpha1.SandboxList
 	if err := r.List(ctx, &list, kclient.InNamespace(ns)); err != nil {
 		return fmt.Errorf("namespace %s: %w", ns, err)
 	}
 	used := 0
 	for i := range list.Items {
 		sb := &list.Items[i]
-		if !sb.DeletionTimestamp.IsZero() || sb.Labels[kubeapi.LabelPool] != "" {
+		if !sb.DeletionTimestamp.IsZero() || sb.Labels[v1alpha1.LabelPool] != "" {
 			continue
 		}
 		switch sb.Status.Phase {
-		case kubeapi.PhaseFailed, kubeapi.PhaseLost, kubeapi.PhaseStopped:
+		case v1alpha1.PhaseFailed, v1alpha1.PhaseLost, v1alpha1.PhaseStopped:
 			continue
 		}
 		used++

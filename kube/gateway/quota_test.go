@@ -12,7 +12,7 @@ import (
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"smolvm.dev/smolvm/errdefs"
-	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/api/v1alpha1"
 	"smolvm.dev/smolvm/kube/gateway"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -42,8 +42,8 @@ func TestQuota(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c.put(t, &kubeapi.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Name: "tmpl"}, Spec: kubeapi.SandboxTemplateSpec{SandboxBody: sleeper}})
-	c.put(t, &kubeapi.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "warm"}, Spec: kubeapi.SandboxWarmPoolSpec{Replicas: 1, SandboxTemplateRef: &kubeapi.LocalRef{Name: "tmpl"}}})
+	c.put(t, &v1alpha1.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Name: "tmpl"}, Spec: v1alpha1.SandboxTemplateSpec{SandboxBody: sleeper}})
+	c.put(t, &v1alpha1.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "warm"}, Spec: v1alpha1.SandboxWarmPoolSpec{Replicas: 1, SandboxTemplateRef: &v1alpha1.LocalRef{Name: "tmpl"}}})
 	c.pooled(t, "warm", 1)
 	annotate("2")
 
@@ -65,7 +65,7 @@ func TestQuota(t *testing.T) {
 	refused("a native create", err)
 	_, err = a.Fork(ctx, first.ID, sandbox.ForkOptions{N: 1})
 	refused("a fork", err)
-	var snaps kubeapi.SandboxSnapshotList
+	var snaps v1alpha1.SandboxSnapshotList
 	if err := c.k.Client.List(ctx, &snaps, kclient.InNamespace("team-a")); err != nil || len(snaps.Items) != 0 {
 		t.Fatalf("a fork over the cap checkpointed: %v %d", err, len(snaps.Items))
 	}
@@ -79,8 +79,8 @@ func TestQuota(t *testing.T) {
 	if _, err := b.Create(ctx, base); err != nil {
 		t.Fatalf("team-b, not capped: %v", err)
 	}
-	var objs kubeapi.SandboxList
-	if err := c.k.Client.List(ctx, &objs, kclient.InNamespace("team-a"), kclient.MatchingLabels{kubeapi.LabelPool: "warm"}); err != nil || len(objs.Items) != 1 {
+	var objs v1alpha1.SandboxList
+	if err := c.k.Client.List(ctx, &objs, kclient.InNamespace("team-a"), kclient.MatchingLabels{v1alpha1.LabelPool: "warm"}); err != nil || len(objs.Items) != 1 {
 		t.Fatalf("the pool's sandbox: %v %d", err, len(objs.Items))
 	}
 

@@ -15,7 +15,7 @@ import (
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"smolvm.dev/smolvm/api/e2bapi"
-	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/api/v1alpha1"
 )
 
 // errNotFound is a sandbox the caller's namespace does not hold.
@@ -25,15 +25,15 @@ var errNotFound = errors.New("not found")
 // sandboxes' IDs (what E2B and the native API hand out), or the object's
 // own name. The cache may lag the API server (a caller that read an ID
 // from kubectl): a miss there is read again from the API server.
-func (g *Gateway) lookup(ctx context.Context, ns, ref string) (*kubeapi.Sandbox, error) {
-	var list kubeapi.SandboxList
+func (g *Gateway) lookup(ctx context.Context, ns, ref string) (*v1alpha1.Sandbox, error) {
+	var list v1alpha1.SandboxList
 	if err := g.cfg.Kube.List(ctx, &list, kclient.InNamespace(ns), kclient.MatchingFields{indexInstance: ref}); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", ref, err)
 	}
 	if len(list.Items) > 0 {
 		return &list.Items[0], nil
 	}
-	var sb kubeapi.Sandbox
+	var sb v1alpha1.Sandbox
 	err := g.cfg.Kube.Get(ctx, kclient.ObjectKey{Namespace: ns, Name: ref}, &sb)
 	if err == nil && len(sb.Status.Instances) > 0 {
 		return &sb, nil
@@ -56,7 +56,7 @@ func (g *Gateway) lookup(ctx context.Context, ns, ref string) (*kubeapi.Sandbox,
 
 // instance is the ID of the smolvm sandbox ref names in sb: ref itself,
 // or the only one of an object named ref.
-func instance(sb *kubeapi.Sandbox, ref string) string {
+func instance(sb *v1alpha1.Sandbox, ref string) string {
 	for _, in := range sb.Status.Instances {
 		if in.ID == ref {
 			return ref
@@ -69,7 +69,7 @@ func instance(sb *kubeapi.Sandbox, ref string) string {
 var errNodeGone = errors.New("node gone")
 
 // node returns the URL of the smolvm serve on the node holding sb.
-func (g *Gateway) node(ctx context.Context, sb *kubeapi.Sandbox) (*url.URL, error) {
+func (g *Gateway) node(ctx context.Context, sb *v1alpha1.Sandbox) (*url.URL, error) {
 	name := sb.Status.NodeName
 	if name == "" {
 		name = sb.Spec.NodeName
@@ -85,10 +85,10 @@ func (g *Gateway) node(ctx context.Context, sb *kubeapi.Sandbox) (*url.URL, erro
 // Lease, if the node is live.
 func (g *Gateway) nodeURL(ctx context.Context, name string) (*url.URL, error) {
 	var l coordinationv1.Lease
-	if err := g.cfg.Kube.Get(ctx, kclient.ObjectKey{Namespace: g.cfg.LeaseNamespace, Name: kubeapi.LeasePrefix + name}, &l); err != nil {
+	if err := g.cfg.Kube.Get(ctx, kclient.ObjectKey{Namespace: g.cfg.LeaseNamespace, Name: v1alpha1.LeasePrefix + name}, &l); err != nil {
 		return nil, fmt.Errorf("node %q: %w", name, err)
 	}
-	n, ok := kubeapi.NodeFromLease(&l)
+	n, ok := v1alpha1.NodeFromLease(&l)
 	if !ok || n.Endpoint == "" {
 		return nil, fmt.Errorf("node %q: its Lease names no endpoint", name)
 	}
@@ -205,10 +205,10 @@ func envdGone(w http.ResponseWriter, r *http.Request, msg string) {
 const cacheLag = time.Second
 
 // byID finds the Sandbox holding smolvm sandbox id, in any namespace.
-func (g *Gateway) byID(ctx context.Context, id string) (*kubeapi.Sandbox, bool) {
+func (g *Gateway) byID(ctx context.Context, id string) (*v1alpha1.Sandbox, bool) {
 	deadline := time.Now().Add(cacheLag)
 	for {
-		var list kubeapi.SandboxList
+		var list v1alpha1.SandboxList
 		if err := g.cfg.Kube.List(ctx, &list, kclient.MatchingFields{indexInstance: id}); err == nil && len(list.Items) > 0 {
 			return &list.Items[0], true
 		}

@@ -17,7 +17,7 @@ import (
 
 	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/api/e2bapi"
-	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/api/v1alpha1"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -31,7 +31,7 @@ import (
 const indexSnapshotID = "status.id"
 
 func indexSnapshots(o kclient.Object) []string {
-	if id := o.(*kubeapi.SandboxSnapshot).Status.ID; id != "" {
+	if id := o.(*v1alpha1.SandboxSnapshot).Status.ID; id != "" {
 		return []string{id}
 	}
 	return nil
@@ -39,16 +39,16 @@ func indexSnapshots(o kclient.Object) []string {
 
 // checkpoint makes a SandboxSnapshot of src named name (generated when
 // ""), and returns it once its node saved it.
-func (g *Gateway) checkpoint(ctx context.Context, src *kubeapi.Sandbox, name string) (*kubeapi.SandboxSnapshot, error) {
+func (g *Gateway) checkpoint(ctx context.Context, src *v1alpha1.Sandbox, name string) (*v1alpha1.SandboxSnapshot, error) {
 	switch {
 	case len(src.Status.Instances) != 1:
 		return nil, &phaseError{http.StatusConflict, fmt.Sprintf("the sandbox is one of %d copies of Sandbox %s/%s: make a SandboxSnapshot of a single sandbox", len(src.Status.Instances), src.Namespace, src.Name)}
-	case src.Status.Phase != kubeapi.PhaseRunning:
+	case src.Status.Phase != v1alpha1.PhaseRunning:
 		return nil, &phaseError{http.StatusConflict, fmt.Sprintf("sandbox %s is %s: only a running sandbox is checkpointed", src.Status.Instances[0].ID, orPending(src.Status.Phase))}
 	}
-	snap := &kubeapi.SandboxSnapshot{
+	snap := &v1alpha1.SandboxSnapshot{
 		ObjectMeta: metav1.ObjectMeta{Namespace: src.Namespace, Name: name},
-		Spec:       kubeapi.SandboxSnapshotSpec{SandboxRef: kubeapi.LocalRef{Name: src.Name}, NodeName: src.Spec.NodeName},
+		Spec:       v1alpha1.SandboxSnapshotSpec{SandboxRef: v1alpha1.LocalRef{Name: src.Name}, NodeName: src.Spec.NodeName},
 	}
 	if name == "" {
 		snap.GenerateName = src.Name + "-snap-"
@@ -61,20 +61,20 @@ func (g *Gateway) checkpoint(ctx context.Context, src *kubeapi.Sandbox, name str
 
 // snapshots returns the namespace's saved snapshots, oldest first; a
 // fork's (owned by its source) are its own business and left out.
-func (g *Gateway) snapshots(ctx context.Context, ns string) ([]*kubeapi.SandboxSnapshot, error) {
-	var list kubeapi.SandboxSnapshotList
+func (g *Gateway) snapshots(ctx context.Context, ns string) ([]*v1alpha1.SandboxSnapshot, error) {
+	var list v1alpha1.SandboxSnapshotList
 	if err := g.cfg.Kube.List(ctx, &list, kclient.InNamespace(ns)); err != nil {
 		return nil, fmt.Errorf("list snapshots: %w", err)
 	}
-	var out []*kubeapi.SandboxSnapshot
+	var out []*v1alpha1.SandboxSnapshot
 	for i := range list.Items {
 		s := &list.Items[i]
 		owned := slices.ContainsFunc(s.OwnerReferences, func(o metav1.OwnerReference) bool { return o.Kind == "Sandbox" })
-		if s.Status.Phase == kubeapi.SnapshotReady && !owned {
+		if s.Status.Phase == v1alpha1.SnapshotReady && !owned {
 			out = append(out, s)
 		}
 	}
-	slices.SortFunc(out, func(a, b *kubeapi.SandboxSnapshot) int {
+	slices.SortFunc(out, func(a, b *v1alpha1.SandboxSnapshot) int {
 		return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), cmp.Compare(a.Name, b.Name))
 	})
 	return out, nil
@@ -82,15 +82,15 @@ func (g *Gateway) snapshots(ctx context.Context, ns string) ([]*kubeapi.SandboxS
 
 // snapshot finds the SandboxSnapshot ref names in ns: by its smolvm ID
 // or by its name.
-func (g *Gateway) snapshot(ctx context.Context, ns, ref string) (*kubeapi.SandboxSnapshot, error) {
-	var list kubeapi.SandboxSnapshotList
+func (g *Gateway) snapshot(ctx context.Context, ns, ref string) (*v1alpha1.SandboxSnapshot, error) {
+	var list v1alpha1.SandboxSnapshotList
 	if err := g.cfg.Kube.List(ctx, &list, kclient.InNamespace(ns), kclient.MatchingFields{indexSnapshotID: ref}); err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", ref, err)
 	}
 	if len(list.Items) > 0 {
 		return &list.Items[0], nil
 	}
-	var s kubeapi.SandboxSnapshot
+	var s v1alpha1.SandboxSnapshot
 	switch err := g.cfg.Kube.Get(ctx, kclient.ObjectKey{Namespace: ns, Name: ref}, &s); {
 	case err == nil:
 		return &s, nil
@@ -104,8 +104,8 @@ func (g *Gateway) snapshot(ctx context.Context, ns, ref string) (*kubeapi.Sandbo
 // deleteSnapshot deletes s once no Sandbox restores from it (409 while
 // one does, as on a single smolvm serve), and waits until its node
 // removed it.
-func (g *Gateway) deleteSnapshot(ctx context.Context, s *kubeapi.SandboxSnapshot) error {
-	var list kubeapi.SandboxList
+func (g *Gateway) deleteSnapshot(ctx context.Context, s *v1alpha1.SandboxSnapshot) error {
+	var list v1alpha1.SandboxList
 	if err := g.cfg.Kube.List(ctx, &list, kclient.InNamespace(s.Namespace)); err != nil {
 		return fmt.Errorf("list sandboxes: %w", err)
 	}
@@ -123,8 +123,8 @@ func (g *Gateway) deleteSnapshot(ctx context.Context, s *kubeapi.SandboxSnapshot
 // restoreSpec is a Sandbox restoring s: the copy keeps the snapshot's
 // environment, network and (for ttl 0) time to live, as on a single
 // smolvm serve; labels, when not nil, replace the snapshot's.
-func restoreSpec(s *kubeapi.SandboxSnapshot, labels map[string]string, ttl time.Duration) kubeapi.SandboxSpec {
-	spec := kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Snapshot: s.Name, Count: 1}, Labels: labels}
+func restoreSpec(s *v1alpha1.SandboxSnapshot, labels map[string]string, ttl time.Duration) v1alpha1.SandboxSpec {
+	spec := v1alpha1.SandboxSpec{ForkFrom: &v1alpha1.ForkFrom{Snapshot: s.Name, Count: 1}, Labels: labels}
 	if ttl > 0 {
 		spec.TTLSeconds = ptr.To(int64(ttl / time.Second))
 	}
@@ -150,7 +150,7 @@ func (g *Gateway) e2bSnapshot(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, e2bSnapshotJSON(s))
 }
 
-func e2bSnapshotJSON(s *kubeapi.SandboxSnapshot) e2bapi.Snapshot {
+func e2bSnapshotJSON(s *v1alpha1.SandboxSnapshot) e2bapi.Snapshot {
 	return e2bapi.Snapshot{SnapshotID: s.Status.ID, Names: []string{s.Name}}
 }
 
@@ -215,7 +215,7 @@ func (g *Gateway) nativeCheckpoint(w http.ResponseWriter, r *http.Request) {
 
 // nativeSnapshot answers with a holder node's record of s, as the
 // cluster names it: the object's name, and its Sandbox's.
-func (g *Gateway) nativeSnapshot(w http.ResponseWriter, r *http.Request, s *kubeapi.SandboxSnapshot, status int) {
+func (g *Gateway) nativeSnapshot(w http.ResponseWriter, r *http.Request, s *v1alpha1.SandboxSnapshot, status int) {
 	var out sandbox.Snapshot
 	err := errors.New("no live node holds it")
 	for _, node := range s.Status.Nodes {
@@ -257,7 +257,7 @@ func (g *Gateway) nativeSnapshots(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (g *Gateway) nativeSnapshotLookup(w http.ResponseWriter, r *http.Request) (*kubeapi.SandboxSnapshot, bool) {
+func (g *Gateway) nativeSnapshotLookup(w http.ResponseWriter, r *http.Request) (*v1alpha1.SandboxSnapshot, bool) {
 	s, err := g.snapshot(r.Context(), namespace(r), r.PathValue("snapshot"))
 	if err != nil {
 		writeNativeErr(w, err)

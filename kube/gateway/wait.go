@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 
-	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/api/v1alpha1"
 )
 
 // poll is how often a wait reads the cache: it is memory, and a create's
@@ -54,12 +54,12 @@ func statusOf(err error) int {
 // returns it. A sandbox that fails, is lost or stops instead is an error
 // carrying its Ready condition's message; one still unscheduled at the
 // deadline carries its Scheduled condition's. Errors call it what.
-func (g *Gateway) waitPhase(ctx context.Context, key kclient.ObjectKey, what string, want kubeapi.SandboxPhase) (*kubeapi.Sandbox, error) {
+func (g *Gateway) waitPhase(ctx context.Context, key kclient.ObjectKey, what string, want v1alpha1.SandboxPhase) (*v1alpha1.Sandbox, error) {
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.Ready)
 	defer cancel()
 	t := time.NewTicker(poll)
 	defer t.Stop()
-	var sb kubeapi.Sandbox
+	var sb v1alpha1.Sandbox
 	for {
 		err := g.cfg.Kube.Get(ctx, key, &sb)
 		switch {
@@ -69,15 +69,15 @@ func (g *Gateway) waitPhase(ctx context.Context, key kclient.ObjectKey, what str
 			return nil, fmt.Errorf("%s: %w", what, err)
 		case err == nil && sb.Status.Phase == want && sb.Status.ObservedGeneration >= sb.Generation:
 			return &sb, nil
-		case err == nil && (sb.Status.Phase == kubeapi.PhaseFailed || sb.Status.Phase == kubeapi.PhaseLost || sb.Status.Phase == kubeapi.PhaseStopped):
-			return nil, &phaseError{http.StatusUnprocessableEntity, fmt.Sprintf("%s is %s: %s", what, sb.Status.Phase, condition(sb.Status.Conditions, kubeapi.ConditionReady))}
+		case err == nil && (sb.Status.Phase == v1alpha1.PhaseFailed || sb.Status.Phase == v1alpha1.PhaseLost || sb.Status.Phase == v1alpha1.PhaseStopped):
+			return nil, &phaseError{http.StatusUnprocessableEntity, fmt.Sprintf("%s is %s: %s", what, sb.Status.Phase, condition(sb.Status.Conditions, v1alpha1.ConditionReady))}
 		}
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			why := condition(sb.Status.Conditions, kubeapi.ConditionScheduled)
+			why := condition(sb.Status.Conditions, v1alpha1.ConditionScheduled)
 			if sb.Spec.NodeName != "" {
-				why = condition(sb.Status.Conditions, kubeapi.ConditionReady)
+				why = condition(sb.Status.Conditions, v1alpha1.ConditionReady)
 			}
 			return nil, &phaseError{http.StatusServiceUnavailable, fmt.Sprintf("%s not %s within %s (%s): %s", what, want, g.cfg.Ready, orPending(sb.Status.Phase), why)}
 		}
@@ -111,9 +111,9 @@ func condition(conds []metav1.Condition, typ string) string {
 	return "no " + typ + " condition yet"
 }
 
-func orPending(p kubeapi.SandboxPhase) kubeapi.SandboxPhase {
+func orPending(p v1alpha1.SandboxPhase) v1alpha1.SandboxPhase {
 	if p == "" {
-		return kubeapi.PhasePending
+		return v1alpha1.PhasePending
 	}
 	return p
 }

@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"smolvm.dev/smolvm/internal/testenv"
-	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/api/v1alpha1"
+	"smolvm.dev/smolvm/tests/testenv"
 )
 
 // Cluster is a running API server with the CRDs of deploy/crds.
@@ -43,7 +43,7 @@ func Start(t testing.TB, apiserverFlags ...string) *Cluster {
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	if err := kubeapi.AddToScheme(scheme); err != nil {
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
 	env := &envtest.Environment{

@@ -17,10 +17,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"smolvm.dev/smolvm/client"
-	"smolvm.dev/smolvm/internal/testenv"
-	"smolvm.dev/smolvm/internal/testserve"
 	"smolvm.dev/smolvm/kube/controller"
 	"smolvm.dev/smolvm/kube/node"
+	"smolvm.dev/smolvm/tests/testenv"
+	"smolvm.dev/smolvm/tests/testserve"
 )
 
 // Namespace makes namespace ns, if it is not there yet.

@@ -14,14 +14,14 @@ import (
 
 	"smolvm.dev/smolvm/client"
 	"smolvm.dev/smolvm/errdefs"
-	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/api/v1alpha1"
 )
 
 // copySnapshot copies snap to this node's smolvm serve from a live node
 // holding it, streaming its export into an import there (every file
 // checked against its digest), and records the copy in snap's status:
 // this node among its Nodes, the copy's time among its Copies.
-func (d *daemon) copySnapshot(ctx context.Context, snap *kubeapi.SandboxSnapshot) error {
+func (d *daemon) copySnapshot(ctx context.Context, snap *v1alpha1.SandboxSnapshot) error {
 	from, base, err := d.holder(ctx, snap)
 	if err != nil {
 		return err
@@ -56,15 +56,15 @@ func (d *daemon) copySnapshot(ctx context.Context, snap *kubeapi.SandboxSnapshot
 	done := time.Now()
 	d.Log.Info("copied snapshot", "snapshot", key(snap), "from", from, "node", d.Node, "bytes", got.Size, "took", done.Sub(t0))
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var cur kubeapi.SandboxSnapshot
+		var cur v1alpha1.SandboxSnapshot
 		if err := d.direct.Get(ctx, kclient.ObjectKeyFromObject(snap), &cur); err != nil {
 			return err
 		}
 		if !slices.Contains(cur.Status.Nodes, d.Node) {
 			cur.Status.Nodes = append(cur.Status.Nodes, d.Node)
 		}
-		c := kubeapi.SnapshotCopy{Node: d.Node, From: from, Milliseconds: done.Sub(t0).Milliseconds(), Bytes: got.Size, Time: metav1.NewTime(done)}
-		cur.Status.Copies = slices.DeleteFunc(cur.Status.Copies, func(c kubeapi.SnapshotCopy) bool { return c.Node == d.Node })
+		c := v1alpha1.SnapshotCopy{Node: d.Node, From: from, Milliseconds: done.Sub(t0).Milliseconds(), Bytes: got.Size, Time: metav1.NewTime(done)}
+		cur.Status.Copies = slices.DeleteFunc(cur.Status.Copies, func(c v1alpha1.SnapshotCopy) bool { return c.Node == d.Node })
 		cur.Status.Copies = append(cur.Status.Copies, c)
 		if err := d.kube.Status().Update(ctx, &cur); err != nil {
 			return err
@@ -75,16 +75,16 @@ func (d *daemon) copySnapshot(ctx context.Context, snap *kubeapi.SandboxSnapshot
 }
 
 // holder is a live node holding snap, and its smolvm serve's URL.
-func (d *daemon) holder(ctx context.Context, snap *kubeapi.SandboxSnapshot) (name, endpoint string, err error) {
+func (d *daemon) holder(ctx context.Context, snap *v1alpha1.SandboxSnapshot) (name, endpoint string, err error) {
 	for _, n := range snap.Status.Nodes {
 		if n == d.Node {
 			continue
 		}
 		var l coordinationv1.Lease
-		if err := d.direct.Get(ctx, kclient.ObjectKey{Namespace: d.LeaseNamespace, Name: kubeapi.LeasePrefix + n}, &l); err != nil {
+		if err := d.direct.Get(ctx, kclient.ObjectKey{Namespace: d.LeaseNamespace, Name: v1alpha1.LeasePrefix + n}, &l); err != nil {
 			continue
 		}
-		if node, ok := kubeapi.NodeFromLease(&l); ok && node.Endpoint != "" && time.Now().Before(node.Expires) {
+		if node, ok := v1alpha1.NodeFromLease(&l); ok && node.Endpoint != "" && time.Now().Before(node.Expires) {
 			return n, node.Endpoint, nil
 		}
 	}

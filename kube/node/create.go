@@ -6,16 +6,16 @@ import (
 
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 
-	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/api/v1alpha1"
 	"smolvm.dev/smolvm/sandbox"
 )
 
 // createOptions turns a Sandbox's body, over its template's, into what
 // smolvm serve creates.
-func (r *sandboxes) createOptions(ctx context.Context, sb *kubeapi.Sandbox, name string) (sandbox.CreateOptions, error) {
+func (r *sandboxes) createOptions(ctx context.Context, sb *v1alpha1.Sandbox, name string) (sandbox.CreateOptions, error) {
 	body := sb.Spec.SandboxBody
 	if ref := sb.Spec.SandboxTemplateRef; ref != nil {
-		var tmpl kubeapi.SandboxTemplate
+		var tmpl v1alpha1.SandboxTemplate
 		if err := r.direct.Get(ctx, kclient.ObjectKey{Namespace: sb.Namespace, Name: ref.Name}, &tmpl); err != nil {
 			return sandbox.CreateOptions{}, fmt.Errorf("template %s: %w", ref.Name, err)
 		}
@@ -49,7 +49,7 @@ func (r *sandboxes) createOptions(ctx context.Context, sb *kubeapi.Sandbox, name
 }
 
 // overlay is base with every field that over sets replaced by over's.
-func overlay(base, over kubeapi.SandboxBody) kubeapi.SandboxBody {
+func overlay(base, over v1alpha1.SandboxBody) v1alpha1.SandboxBody {
 	if over.Image != "" {
 		base.Image = over.Image
 	}

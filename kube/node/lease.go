@@ -17,7 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 
-	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/api/v1alpha1"
 )
 
 // The node registers in a Lease as kube/api/node.go's contract says,
@@ -50,18 +50,18 @@ func (d *daemon) renew(ctx context.Context) error {
 		return err
 	}
 	var l coordinationv1.Lease
-	err = d.direct.Get(ctx, kclient.ObjectKey{Namespace: d.LeaseNamespace, Name: kubeapi.LeasePrefix + d.Node}, &l)
+	err = d.direct.Get(ctx, kclient.ObjectKey{Namespace: d.LeaseNamespace, Name: v1alpha1.LeasePrefix + d.Node}, &l)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("node lease: %w", err)
 	}
 	create := err != nil
-	l.Namespace, l.Name = d.LeaseNamespace, kubeapi.LeasePrefix+d.Node
+	l.Namespace, l.Name = d.LeaseNamespace, v1alpha1.LeasePrefix+d.Node
 	l.Annotations = map[string]string{
-		kubeapi.AnnotationEndpoint:  d.Endpoint,
-		kubeapi.AnnotationBackends:  strings.Join(d.Backends, ","),
-		kubeapi.AnnotationCPUs:      strconv.Itoa(runtime.NumCPU()),
-		kubeapi.AnnotationMemory:    strconv.FormatInt(mem, 10),
-		kubeapi.AnnotationSandboxes: strconv.Itoa(len(sbs)),
+		v1alpha1.AnnotationEndpoint:  d.Endpoint,
+		v1alpha1.AnnotationBackends:  strings.Join(d.Backends, ","),
+		v1alpha1.AnnotationCPUs:      strconv.Itoa(runtime.NumCPU()),
+		v1alpha1.AnnotationMemory:    strconv.FormatInt(mem, 10),
+		v1alpha1.AnnotationSandboxes: strconv.Itoa(len(sbs)),
 	}
 	l.Spec.HolderIdentity = ptr.To(d.Node)
 	l.Spec.LeaseDurationSeconds = ptr.To(int32(d.LeaseDuration / time.Second))

@@ -33,7 +33,7 @@ import (
 	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/client"
 	"smolvm.dev/smolvm/errdefs"
-	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/api/v1alpha1"
 )
 
 // finalizer keeps a Sandbox or SandboxSnapshot until its node removed
@@ -116,7 +116,7 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.Log = slog.Default()
 	}
 	scheme := runtime.NewScheme()
-	if err := kubeapi.AddToScheme(scheme); err != nil {
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return err
 	}
 	if err := coordinationv1.AddToScheme(scheme); err != nil {
@@ -124,8 +124,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	mine := fields.OneTermEqualSelector("spec.nodeName", cfg.Node)
 	opts := cache.Options{ByObject: map[kclient.Object]cache.ByObject{
-		&kubeapi.Sandbox{}:         {Field: mine},
-		&kubeapi.SandboxSnapshot{}: {Field: mine},
+		&v1alpha1.Sandbox{}:         {Field: mine},
+		&v1alpha1.SandboxSnapshot{}: {Field: mine},
 	}}
 	if cfg.Namespace != "" {
 		opts.DefaultNamespaces = map[string]cache.Config{cfg.Namespace: {}}
@@ -143,11 +143,11 @@ func Run(ctx context.Context, cfg Config) error {
 	d := &daemon{Config: cfg, kube: mgr.GetClient(), direct: mgr.GetAPIReader()}
 	// Controller names are process-wide; a test runs several daemons.
 	named := controller.Options{SkipNameValidation: ptr.To(true)}
-	if err := ctrl.NewControllerManagedBy(mgr).Named("sandbox-" + cfg.Node).For(&kubeapi.Sandbox{}).
+	if err := ctrl.NewControllerManagedBy(mgr).Named("sandbox-" + cfg.Node).For(&v1alpha1.Sandbox{}).
 		WithOptions(named).Complete(&sandboxes{d}); err != nil {
 		return fmt.Errorf("node %s: %w", cfg.Node, err)
 	}
-	if err := ctrl.NewControllerManagedBy(mgr).Named("snapshot-" + cfg.Node).For(&kubeapi.SandboxSnapshot{}).
+	if err := ctrl.NewControllerManagedBy(mgr).Named("snapshot-" + cfg.Node).For(&v1alpha1.SandboxSnapshot{}).
 		WithOptions(named).Complete(&snapshots{d}); err != nil {
 		return fmt.Errorf("node %s: %w", cfg.Node, err)
 	}
@@ -190,7 +190,7 @@ func setReady(conds *[]metav1.Condition, ready bool, reason, msg string, generat
 		status = metav1.ConditionTrue
 	}
 	meta.SetStatusCondition(conds, metav1.Condition{
-		Type: kubeapi.ConditionReady, Status: status, Reason: reason, Message: msg, ObservedGeneration: generation,
+		Type: v1alpha1.ConditionReady, Status: status, Reason: reason, Message: msg, ObservedGeneration: generation,
 	})
 }
 

@@ -21,12 +21,12 @@ import (
 
 	"smolvm.dev/smolvm/client"
 	"smolvm.dev/smolvm/errdefs"
-	"smolvm.dev/smolvm/internal/testenv"
-	"smolvm.dev/smolvm/internal/testserve"
-	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/api/v1alpha1"
 	"smolvm.dev/smolvm/kube/kubetest"
 	"smolvm.dev/smolvm/kube/node"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/tests/testenv"
+	"smolvm.dev/smolvm/tests/testserve"
 )
 
 const ns = "default"
@@ -75,11 +75,11 @@ func TestNodeDaemon(t *testing.T) {
 
 	stop := start(ctx)
 
-	body := kubeapi.SandboxBody{Image: sandbox.DefaultImage, Command: []string{"sleep", "infinity"}}
-	create := func(name, nodeName string, spec kubeapi.SandboxSpec) *kubeapi.Sandbox {
+	body := v1alpha1.SandboxBody{Image: sandbox.DefaultImage, Command: []string{"sleep", "infinity"}}
+	create := func(name, nodeName string, spec v1alpha1.SandboxSpec) *v1alpha1.Sandbox {
 		t.Helper()
 		spec.NodeName = nodeName
-		sb := &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: spec}
+		sb := &v1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: spec}
 		if err := c.Create(ctx, sb); err != nil {
 			t.Fatalf("create %s: %v", name, err)
 		}
@@ -105,26 +105,26 @@ func TestNodeDaemon(t *testing.T) {
 		}
 	}
 	// wait polls the Sandbox until ok; a Failed phase fails the test.
-	wait := func(name string, ok func(*kubeapi.Sandbox) bool) *kubeapi.Sandbox {
+	wait := func(name string, ok func(*v1alpha1.Sandbox) bool) *v1alpha1.Sandbox {
 		t.Helper()
-		var sb kubeapi.Sandbox
+		var sb v1alpha1.Sandbox
 		poll("sandbox "+name, func() (bool, error) {
 			if err := c.Get(ctx, kclient.ObjectKey{Namespace: ns, Name: name}, &sb); err != nil {
 				return false, err
 			}
-			if sb.Status.Phase == kubeapi.PhaseFailed {
+			if sb.Status.Phase == v1alpha1.PhaseFailed {
 				return false, fmt.Errorf("failed: %+v", sb.Status.Conditions)
 			}
 			return ok(&sb), nil
 		})
 		return &sb
 	}
-	phase := func(p kubeapi.SandboxPhase) func(*kubeapi.Sandbox) bool {
-		return func(sb *kubeapi.Sandbox) bool { return sb.Status.Phase == p }
+	phase := func(p v1alpha1.SandboxPhase) func(*v1alpha1.Sandbox) bool {
+		return func(sb *v1alpha1.Sandbox) bool { return sb.Status.Phase == p }
 	}
-	update := func(name string, change func(*kubeapi.Sandbox)) {
+	update := func(name string, change func(*v1alpha1.Sandbox)) {
 		t.Helper()
-		var sb kubeapi.Sandbox
+		var sb v1alpha1.Sandbox
 		if err := c.Get(ctx, kclient.ObjectKey{Namespace: ns, Name: name}, &sb); err != nil {
 			t.Fatal(err)
 		}
@@ -134,9 +134,9 @@ func TestNodeDaemon(t *testing.T) {
 		}
 	}
 
-	create("a", "n1", kubeapi.SandboxSpec{SandboxBody: body})
-	other := create("other", "n2", kubeapi.SandboxSpec{SandboxBody: body})
-	a := wait("a", phase(kubeapi.PhaseRunning))
+	create("a", "n1", v1alpha1.SandboxSpec{SandboxBody: body})
+	other := create("other", "n2", v1alpha1.SandboxSpec{SandboxBody: body})
+	a := wait("a", phase(v1alpha1.PhaseRunning))
 	if len(a.Status.Instances) != 1 || a.Status.NodeName != "n1" || a.Status.Endpoint != srv.URL+"/v1/sandboxes/"+a.Status.Instances[0].ID {
 		t.Fatalf("a's status: %+v", a.Status)
 	}
@@ -151,24 +151,24 @@ func TestNodeDaemon(t *testing.T) {
 
 	var lease coordinationv1.Lease
 	poll("node lease", func() (bool, error) {
-		err := c.Get(ctx, kclient.ObjectKey{Namespace: ns, Name: kubeapi.LeasePrefix + "n1"}, &lease)
+		err := c.Get(ctx, kclient.ObjectKey{Namespace: ns, Name: v1alpha1.LeasePrefix + "n1"}, &lease)
 		return err == nil, kclient.IgnoreNotFound(err)
 	})
-	if n, ok := kubeapi.NodeFromLease(&lease); !ok || n.Name != "n1" || n.Endpoint != srv.URL || !n.Offers("gvisor") || n.Offers("vm") || n.CPUs < 1 || time.Until(n.Expires) < 20*time.Second {
+	if n, ok := v1alpha1.NodeFromLease(&lease); !ok || n.Name != "n1" || n.Endpoint != srv.URL || !n.Offers("gvisor") || n.Offers("vm") || n.CPUs < 1 || time.Until(n.Expires) < 20*time.Second {
 		t.Errorf("node lease says %+v (%v): %+v", n, ok, lease)
 	}
 
-	update("a", func(sb *kubeapi.Sandbox) { sb.Spec.Paused = true })
-	wait("a", phase(kubeapi.PhasePaused))
+	update("a", func(sb *v1alpha1.Sandbox) { sb.Spec.Paused = true })
+	wait("a", phase(v1alpha1.PhasePaused))
 	if s, err := sc.Get(ctx, id); err != nil || s.State != sandbox.StatePaused {
 		t.Fatalf("a after pause: %v %+v", err, s)
 	}
-	update("a", func(sb *kubeapi.Sandbox) { sb.Spec.Paused = false })
-	wait("a", phase(kubeapi.PhaseRunning))
+	update("a", func(sb *v1alpha1.Sandbox) { sb.Spec.Paused = false })
+	wait("a", phase(v1alpha1.PhaseRunning))
 
-	snap := &kubeapi.SandboxSnapshot{
+	snap := &v1alpha1.SandboxSnapshot{
 		ObjectMeta: metav1.ObjectMeta{Name: "snap", Namespace: ns},
-		Spec:       kubeapi.SandboxSnapshotSpec{SandboxRef: kubeapi.LocalRef{Name: "a"}, NodeName: "n1"},
+		Spec:       v1alpha1.SandboxSnapshotSpec{SandboxRef: v1alpha1.LocalRef{Name: "a"}, NodeName: "n1"},
 	}
 	if err := c.Create(ctx, snap); err != nil {
 		t.Fatal(err)
@@ -177,18 +177,18 @@ func TestNodeDaemon(t *testing.T) {
 		if err := c.Get(ctx, kclient.ObjectKeyFromObject(snap), snap); err != nil {
 			return false, err
 		}
-		if snap.Status.Phase == kubeapi.SnapshotFailed {
+		if snap.Status.Phase == v1alpha1.SnapshotFailed {
 			return false, fmt.Errorf("failed: %+v", snap.Status.Conditions)
 		}
-		return snap.Status.Phase == kubeapi.SnapshotReady, nil
+		return snap.Status.Phase == v1alpha1.SnapshotReady, nil
 	})
 	if snap.Status.ID == "" || snap.Status.SizeBytes == 0 || len(snap.Status.Nodes) != 1 {
 		t.Errorf("snapshot's status: %+v", snap.Status)
 	}
-	create("fork", "n1", kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Sandbox: "a"}})
-	create("restored", "n1", kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Snapshot: "snap", Count: 2}})
-	fork := wait("fork", phase(kubeapi.PhaseRunning))
-	restored := wait("restored", phase(kubeapi.PhaseRunning))
+	create("fork", "n1", v1alpha1.SandboxSpec{ForkFrom: &v1alpha1.ForkFrom{Sandbox: "a"}})
+	create("restored", "n1", v1alpha1.SandboxSpec{ForkFrom: &v1alpha1.ForkFrom{Snapshot: "snap", Count: 2}})
+	fork := wait("fork", phase(v1alpha1.PhaseRunning))
+	restored := wait("restored", phase(v1alpha1.PhaseRunning))
 	if len(restored.Status.Instances) != 2 {
 		t.Errorf("restored has %d instances, want 2", len(restored.Status.Instances))
 	}
@@ -218,11 +218,11 @@ func TestNodeDaemon(t *testing.T) {
 	// name, not make new ones.
 	stop()
 	for _, name := range []string{"a", "fork", "restored"} {
-		var sb kubeapi.Sandbox
+		var sb v1alpha1.Sandbox
 		if err := c.Get(ctx, kclient.ObjectKey{Namespace: ns, Name: name}, &sb); err != nil {
 			t.Fatal(err)
 		}
-		sb.Status = kubeapi.SandboxStatus{}
+		sb.Status = v1alpha1.SandboxStatus{}
 		if err := c.Status().Update(ctx, &sb); err != nil {
 			t.Fatal(err)
 		}
@@ -230,9 +230,9 @@ func TestNodeDaemon(t *testing.T) {
 	stop = start(ctx)
 	defer func() { stop() }()
 	for _, name := range []string{"a", "fork", "restored"} {
-		wait(name, phase(kubeapi.PhaseRunning))
+		wait(name, phase(v1alpha1.PhaseRunning))
 	}
-	if a = wait("a", phase(kubeapi.PhaseRunning)); a.Status.Instances[0].ID != id {
+	if a = wait("a", phase(v1alpha1.PhaseRunning)); a.Status.Instances[0].ID != id {
 		t.Errorf("after the restart a is %s, was %s", a.Status.Instances[0].ID, id)
 	}
 	if again, err := sc.List(ctx); err != nil || len(again) != len(all) {
@@ -276,23 +276,23 @@ func BenchmarkCreate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	body := kubeapi.SandboxBody{Image: sandbox.DefaultImage, Command: []string{"sleep", "infinity"}}
+	body := v1alpha1.SandboxBody{Image: sandbox.DefaultImage, Command: []string{"sleep", "infinity"}}
 	var viaKube, direct []time.Duration
 	viaKubeOnce := func(name string) {
-		w, err := wc.Watch(ctx, &kubeapi.SandboxList{}, kclient.InNamespace(ns), kclient.MatchingFields{"metadata.name": name})
+		w, err := wc.Watch(ctx, &v1alpha1.SandboxList{}, kclient.InNamespace(ns), kclient.MatchingFields{"metadata.name": name})
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer w.Stop()
-		sb := &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: kubeapi.SandboxSpec{SandboxBody: body, NodeName: "n1"}}
+		sb := &v1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: v1alpha1.SandboxSpec{SandboxBody: body, NodeName: "n1"}}
 		t0 := time.Now()
 		if err := wc.Create(ctx, sb); err != nil {
 			b.Fatal(err)
 		}
 		for ev := range w.ResultChan() {
-			if s, ok := ev.Object.(*kubeapi.Sandbox); ok && s.Status.Phase == kubeapi.PhaseRunning {
+			if s, ok := ev.Object.(*v1alpha1.Sandbox); ok && s.Status.Phase == v1alpha1.PhaseRunning {
 				break
-			} else if ok && s.Status.Phase == kubeapi.PhaseFailed {
+			} else if ok && s.Status.Phase == v1alpha1.PhaseFailed {
 				b.Fatalf("%s failed: %+v", name, s.Status.Conditions)
 			}
 		}
@@ -380,19 +380,19 @@ func TestTenants(t *testing.T) {
 			}
 		}
 	}
-	run := func(name, tenant string, spec kubeapi.SandboxSpec) *kubeapi.Sandbox {
+	run := func(name, tenant string, spec v1alpha1.SandboxSpec) *v1alpha1.Sandbox {
 		t.Helper()
 		spec.NodeName, spec.Tenant = "n1", tenant
-		sb := &kubeapi.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: spec}
+		sb := &v1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: spec}
 		if err := c.Create(ctx, sb); err != nil {
 			t.Fatal(err)
 		}
 		get(kclient.ObjectKeyFromObject(sb), sb, func() bool {
-			return sb.Status.Phase == kubeapi.PhaseRunning || sb.Status.Phase == kubeapi.PhaseFailed
+			return sb.Status.Phase == v1alpha1.PhaseRunning || sb.Status.Phase == v1alpha1.PhaseFailed
 		})
 		return sb
 	}
-	owner := func(sb *kubeapi.Sandbox) string {
+	owner := func(sb *v1alpha1.Sandbox) string {
 		t.Helper()
 		s, err := sc.Get(ctx, sb.Status.Instances[0].ID)
 		if err != nil {
@@ -401,29 +401,29 @@ func TestTenants(t *testing.T) {
 		return s.Tenant
 	}
 
-	src := run("src", "acme", kubeapi.SandboxSpec{SandboxBody: kubeapi.SandboxBody{Image: sandbox.DefaultImage, Command: []string{"sleep", "infinity"}}})
-	if src.Status.Phase != kubeapi.PhaseRunning || owner(src) != "acme" {
+	src := run("src", "acme", v1alpha1.SandboxSpec{SandboxBody: v1alpha1.SandboxBody{Image: sandbox.DefaultImage, Command: []string{"sleep", "infinity"}}})
+	if src.Status.Phase != v1alpha1.PhaseRunning || owner(src) != "acme" {
 		t.Fatalf("acme's sandbox: %+v", src.Status)
 	}
-	snap := &kubeapi.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "snap", Namespace: ns}, Spec: kubeapi.SandboxSnapshotSpec{SandboxRef: kubeapi.LocalRef{Name: "src"}, NodeName: "n1"}}
+	snap := &v1alpha1.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "snap", Namespace: ns}, Spec: v1alpha1.SandboxSnapshotSpec{SandboxRef: v1alpha1.LocalRef{Name: "src"}, NodeName: "n1"}}
 	if err := c.Create(ctx, snap); err != nil {
 		t.Fatal(err)
 	}
-	get(kclient.ObjectKeyFromObject(snap), snap, func() bool { return snap.Status.Phase == kubeapi.SnapshotReady })
+	get(kclient.ObjectKeyFromObject(snap), snap, func() bool { return snap.Status.Phase == v1alpha1.SnapshotReady })
 	if snap.Status.Tenant != "acme" {
 		t.Fatalf("the snapshot's tenant: %+v", snap.Status)
 	}
-	if cp := run("copy", "acme", kubeapi.SandboxSpec{ForkFrom: &kubeapi.ForkFrom{Snapshot: "snap"}}); cp.Status.Phase != kubeapi.PhaseRunning || owner(cp) != "acme" {
+	if cp := run("copy", "acme", v1alpha1.SandboxSpec{ForkFrom: &v1alpha1.ForkFrom{Snapshot: "snap"}}); cp.Status.Phase != v1alpha1.PhaseRunning || owner(cp) != "acme" {
 		t.Fatalf("acme's restore: %+v", cp.Status)
 	}
-	for name, from := range map[string]*kubeapi.ForkFrom{"other-restore": {Snapshot: "snap"}, "other-fork": {Sandbox: "src"}} {
-		sb := run(name, "other", kubeapi.SandboxSpec{ForkFrom: from})
-		ready := meta.FindStatusCondition(sb.Status.Conditions, kubeapi.ConditionReady)
-		if sb.Status.Phase != kubeapi.PhaseFailed || ready == nil || !regexp.MustCompile(`not found|never existed`).MatchString(ready.Message) {
+	for name, from := range map[string]*v1alpha1.ForkFrom{"other-restore": {Snapshot: "snap"}, "other-fork": {Sandbox: "src"}} {
+		sb := run(name, "other", v1alpha1.SandboxSpec{ForkFrom: from})
+		ready := meta.FindStatusCondition(sb.Status.Conditions, v1alpha1.ConditionReady)
+		if sb.Status.Phase != v1alpha1.PhaseFailed || ready == nil || !regexp.MustCompile(`not found|never existed`).MatchString(ready.Message) {
 			t.Errorf("%s, of tenant other: %+v", name, sb.Status)
 		}
 	}
-	var list kubeapi.SandboxList
+	var list v1alpha1.SandboxList
 	if err := c.List(ctx, &list, kclient.InNamespace(ns)); err != nil {
 		t.Fatal(err)
 	}

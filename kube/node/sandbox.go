@@ -14,7 +14,7 @@ import (
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"smolvm.dev/smolvm/errdefs"
-	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/api/v1alpha1"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -45,9 +45,9 @@ func transient(err error) (reason string, ok bool) {
 // restarted mid-create finds what it made instead of making it twice:
 // "k-UID", or "k-UID-1" … "k-UID-N" for a fork's or a restore's copies
 // (smolvm's own fork naming).
-func prefix(sb *kubeapi.Sandbox) string { return "k-" + string(sb.UID) }
+func prefix(sb *v1alpha1.Sandbox) string { return "k-" + string(sb.UID) }
 
-func instanceNames(sb *kubeapi.Sandbox) []string {
+func instanceNames(sb *v1alpha1.Sandbox) []string {
 	if sb.Spec.ForkFrom == nil {
 		return []string{prefix(sb)}
 	}
@@ -64,7 +64,7 @@ func (r *sandboxes) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 }
 
 func (r *sandboxes) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	var sb kubeapi.Sandbox
+	var sb v1alpha1.Sandbox
 	nodeName := func() string { return sb.Spec.NodeName }
 	if res, done, err := r.admit(ctx, req, &sb, nodeName, func() error { return r.remove(ctx, &sb) }); done {
 		return res, err
@@ -82,17 +82,17 @@ func (r *sandboxes) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 		made, err := r.make(ctx, &sb, missing)
 		have = append(have, made...)
 		if reason, ok := transient(err); ok {
-			return ctrl.Result{RequeueAfter: time.Second}, r.setStatus(ctx, &sb, have, kubeapi.PhasePending, reason, err.Error())
+			return ctrl.Result{RequeueAfter: time.Second}, r.setStatus(ctx, &sb, have, v1alpha1.PhasePending, reason, err.Error())
 		}
 		if err != nil {
 			r.Log.Warn("make sandbox", "sandbox", key(&sb), "node", r.Node, "err", err)
-			return ctrl.Result{RequeueAfter: r.Resync}, r.setStatus(ctx, &sb, have, kubeapi.PhaseFailed, "CreateFailed", err.Error())
+			return ctrl.Result{RequeueAfter: r.Resync}, r.setStatus(ctx, &sb, have, v1alpha1.PhaseFailed, "CreateFailed", err.Error())
 		}
 	}
 	for i, s := range have {
 		now, err := r.pause(ctx, &sb, s)
 		if err != nil {
-			return ctrl.Result{}, r.setStatus(ctx, &sb, have, kubeapi.PhaseFailed, "PauseFailed", err.Error())
+			return ctrl.Result{}, r.setStatus(ctx, &sb, have, v1alpha1.PhaseFailed, "PauseFailed", err.Error())
 		}
 		have[i] = now
 	}
@@ -102,18 +102,18 @@ func (r *sandboxes) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 
 // wasMade reports whether the node made all of the object's sandboxes
 // once (a failed restore of some copies was not).
-func wasMade(sb *kubeapi.Sandbox) bool {
+func wasMade(sb *v1alpha1.Sandbox) bool {
 	switch sb.Status.Phase {
-	case kubeapi.PhaseRunning, kubeapi.PhasePaused, kubeapi.PhaseStopped, kubeapi.PhaseLost:
+	case v1alpha1.PhaseRunning, v1alpha1.PhasePaused, v1alpha1.PhaseStopped, v1alpha1.PhaseLost:
 		return true
 	}
 	return false
 }
 
 // lost marks the object Lost, keeping the instances it had.
-func (r *sandboxes) lost(ctx context.Context, sb *kubeapi.Sandbox, missing []string) error {
+func (r *sandboxes) lost(ctx context.Context, sb *v1alpha1.Sandbox, missing []string) error {
 	st := *sb.Status.DeepCopy()
-	st.Phase = kubeapi.PhaseLost
+	st.Phase = v1alpha1.PhaseLost
 	setReady(&st.Conditions, false, "GoneFromNode", fmt.Sprintf("%s gone from node %s", strings.Join(missing, ", "), r.Node), sb.Generation)
 	if equality.Semantic.DeepEqual(sb.Status, st) {
 		return nil
@@ -123,7 +123,7 @@ func (r *sandboxes) lost(ctx context.Context, sb *kubeapi.Sandbox, missing []str
 }
 
 // lookup finds the object's smolvm sandboxes by name.
-func (r *sandboxes) lookup(ctx context.Context, sb *kubeapi.Sandbox) (have []*sandbox.Sandbox, missing []string, err error) {
+func (r *sandboxes) lookup(ctx context.Context, sb *v1alpha1.Sandbox) (have []*sandbox.Sandbox, missing []string, err error) {
 	for _, name := range instanceNames(sb) {
 		s, err := r.Smolvm.Get(ctx, name)
 		switch {
@@ -144,7 +144,7 @@ func (r *sandboxes) lookup(ctx context.Context, sb *kubeapi.Sandbox) (have []*sa
 
 // make creates the missing sandboxes: a fresh boot, a fork of a running
 // Sandbox on this node, or restores of a snapshot this node holds.
-func (r *sandboxes) make(ctx context.Context, sb *kubeapi.Sandbox, missing []string) ([]*sandbox.Sandbox, error) {
+func (r *sandboxes) make(ctx context.Context, sb *v1alpha1.Sandbox, missing []string) ([]*sandbox.Sandbox, error) {
 	// The sandboxes are the tenant's, and so is what they come from: a
 	// fork's source and a restore's snapshot of another tenant are not
 	// found.
@@ -168,14 +168,14 @@ func (r *sandboxes) make(ctx context.Context, sb *kubeapi.Sandbox, missing []str
 		}
 		return []*sandbox.Sandbox{s}, nil
 	case from.Sandbox != "":
-		var src kubeapi.Sandbox
+		var src v1alpha1.Sandbox
 		if err := r.direct.Get(ctx, kclient.ObjectKey{Namespace: sb.Namespace, Name: from.Sandbox}, &src); err != nil {
 			return nil, fmt.Errorf("fork source %s: %w", from.Sandbox, err)
 		}
 		if src.Spec.NodeName != r.Node {
 			return nil, fmt.Errorf("fork source %s is on node %q, not %s", from.Sandbox, src.Spec.NodeName, r.Node)
 		}
-		if src.Status.Phase != kubeapi.PhaseRunning || len(src.Status.Instances) == 0 {
+		if src.Status.Phase != v1alpha1.PhaseRunning || len(src.Status.Instances) == 0 {
 			return nil, &waiting{"WaitingForSource", fmt.Sprintf("fork source %s is %s", from.Sandbox, orPending(src.Status.Phase))}
 		}
 		// A fork is all or nothing, so missing is every copy.
@@ -185,11 +185,11 @@ func (r *sandboxes) make(ctx context.Context, sb *kubeapi.Sandbox, missing []str
 		}
 		return copies, nil
 	default:
-		var snap kubeapi.SandboxSnapshot
+		var snap v1alpha1.SandboxSnapshot
 		if err := r.direct.Get(ctx, kclient.ObjectKey{Namespace: sb.Namespace, Name: from.Snapshot}, &snap); err != nil {
 			return nil, fmt.Errorf("snapshot %s: %w", from.Snapshot, err)
 		}
-		if snap.Status.Phase != kubeapi.SnapshotReady || snap.Status.ID == "" {
+		if snap.Status.Phase != v1alpha1.SnapshotReady || snap.Status.ID == "" {
 			return nil, &waiting{"WaitingForSnapshot", fmt.Sprintf("snapshot %s is %s", from.Snapshot, snap.NotReady())}
 		}
 		if !slices.Contains(snap.Status.Nodes, r.Node) {
@@ -225,13 +225,13 @@ func ttl(seconds *int64) time.Duration {
 }
 
 // pause makes s paused or running as the spec says.
-func (r *sandboxes) pause(ctx context.Context, sb *kubeapi.Sandbox, s *sandbox.Sandbox) (*sandbox.Sandbox, error) {
+func (r *sandboxes) pause(ctx context.Context, sb *v1alpha1.Sandbox, s *sandbox.Sandbox) (*sandbox.Sandbox, error) {
 	switch {
 	case sb.Spec.Paused && s.State == sandbox.StateRunning:
 		// A hot pool's sandbox claimed since the cache's copy was read
 		// has been resumed by its claimer: asked afresh, not paused
 		// again under it.
-		var now kubeapi.Sandbox
+		var now v1alpha1.Sandbox
 		if err := r.direct.Get(ctx, kclient.ObjectKeyFromObject(sb), &now); err != nil || !now.Spec.Paused {
 			return s, kclient.IgnoreNotFound(err)
 		}
@@ -244,23 +244,23 @@ func (r *sandboxes) pause(ctx context.Context, sb *kubeapi.Sandbox, s *sandbox.S
 
 // phaseOf is the phase of the object's sandboxes: the first one's, which
 // a fork's copies share at birth.
-func phaseOf(have []*sandbox.Sandbox) (kubeapi.SandboxPhase, string) {
+func phaseOf(have []*sandbox.Sandbox) (v1alpha1.SandboxPhase, string) {
 	switch have[0].State {
 	case sandbox.StateRunning:
-		return kubeapi.PhaseRunning, "Running"
+		return v1alpha1.PhaseRunning, "Running"
 	case sandbox.StatePaused:
-		return kubeapi.PhasePaused, "Paused"
+		return v1alpha1.PhasePaused, "Paused"
 	case sandbox.StateStopped, sandbox.StateExpired:
-		return kubeapi.PhaseStopped, "Stopped"
+		return v1alpha1.PhaseStopped, "Stopped"
 	}
-	return kubeapi.PhaseCreating, "Creating"
+	return v1alpha1.PhaseCreating, "Creating"
 }
 
 // setStatus writes the status the node sees, if it changed.
-func (r *sandboxes) setStatus(ctx context.Context, sb *kubeapi.Sandbox, have []*sandbox.Sandbox, phase kubeapi.SandboxPhase, reason, msg string) error {
-	st := kubeapi.SandboxStatus{Phase: phase, NodeName: r.Node, ObservedGeneration: sb.Generation, Conditions: slices.Clone(sb.Status.Conditions)}
+func (r *sandboxes) setStatus(ctx context.Context, sb *v1alpha1.Sandbox, have []*sandbox.Sandbox, phase v1alpha1.SandboxPhase, reason, msg string) error {
+	st := v1alpha1.SandboxStatus{Phase: phase, NodeName: r.Node, ObservedGeneration: sb.Generation, Conditions: slices.Clone(sb.Status.Conditions)}
 	for _, s := range have {
-		st.Instances = append(st.Instances, kubeapi.Instance{ID: s.ID, Endpoint: r.endpoint(s.ID)})
+		st.Instances = append(st.Instances, v1alpha1.Instance{ID: s.ID, Endpoint: r.endpoint(s.ID)})
 	}
 	if len(st.Instances) > 0 {
 		st.Endpoint = st.Instances[0].Endpoint
@@ -268,7 +268,7 @@ func (r *sandboxes) setStatus(ctx context.Context, sb *kubeapi.Sandbox, have []*
 	if msg == "" && len(have) > 0 && have[0].Reason != "" {
 		msg = have[0].Reason
 	}
-	setReady(&st.Conditions, phase == kubeapi.PhaseRunning, reason, msg, sb.Generation)
+	setReady(&st.Conditions, phase == v1alpha1.PhaseRunning, reason, msg, sb.Generation)
 	if equality.Semantic.DeepEqual(sb.Status, st) {
 		return nil
 	}
@@ -277,7 +277,7 @@ func (r *sandboxes) setStatus(ctx context.Context, sb *kubeapi.Sandbox, have []*
 }
 
 // remove removes the object's smolvm sandboxes.
-func (r *sandboxes) remove(ctx context.Context, sb *kubeapi.Sandbox) error {
+func (r *sandboxes) remove(ctx context.Context, sb *v1alpha1.Sandbox) error {
 	for _, name := range instanceNames(sb) {
 		if err := r.Smolvm.Remove(ctx, name, true); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			return fmt.Errorf("remove %s of %s: %w", name, key(sb), err)

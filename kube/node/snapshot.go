@@ -12,7 +12,7 @@ import (
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"smolvm.dev/smolvm/errdefs"
-	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/api/v1alpha1"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -25,30 +25,30 @@ func (r *snapshots) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 }
 
 func (r *snapshots) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	var snap kubeapi.SandboxSnapshot
+	var snap v1alpha1.SandboxSnapshot
 	nodeName := func() string { return snap.Spec.NodeName }
 	if res, done, err := r.admit(ctx, req, &snap, nodeName, func() error { return r.remove(ctx, &snap) }); done {
 		return res, err
 	}
-	if snap.Status.Phase == kubeapi.SnapshotReady || snap.Status.Phase == kubeapi.SnapshotFailed {
+	if snap.Status.Phase == v1alpha1.SnapshotReady || snap.Status.Phase == v1alpha1.SnapshotFailed {
 		return ctrl.Result{}, nil
 	}
 	s, err := r.checkpoint(ctx, &snap)
 	if reason, ok := transient(err); ok {
-		return ctrl.Result{RequeueAfter: time.Second}, r.setStatus(ctx, &snap, nil, kubeapi.SnapshotPending, reason, err.Error())
+		return ctrl.Result{RequeueAfter: time.Second}, r.setStatus(ctx, &snap, nil, v1alpha1.SnapshotPending, reason, err.Error())
 	}
 	if err != nil {
-		return ctrl.Result{}, r.setStatus(ctx, &snap, nil, kubeapi.SnapshotFailed, "CheckpointFailed", err.Error())
+		return ctrl.Result{}, r.setStatus(ctx, &snap, nil, v1alpha1.SnapshotFailed, "CheckpointFailed", err.Error())
 	}
-	return ctrl.Result{}, r.setStatus(ctx, &snap, s, kubeapi.SnapshotReady, "Saved", "")
+	return ctrl.Result{}, r.setStatus(ctx, &snap, s, v1alpha1.SnapshotReady, "Saved", "")
 }
 
 // snapshotName keys the smolvm snapshot by the object's UID, as sandboxes are.
-func snapshotName(snap *kubeapi.SandboxSnapshot) string { return "k-" + string(snap.UID) }
+func snapshotName(snap *v1alpha1.SandboxSnapshot) string { return "k-" + string(snap.UID) }
 
 // checkpoint returns the object's smolvm snapshot, taking it unless a
 // daemon before a restart already did.
-func (r *snapshots) checkpoint(ctx context.Context, snap *kubeapi.SandboxSnapshot) (*sandbox.Snapshot, error) {
+func (r *snapshots) checkpoint(ctx context.Context, snap *v1alpha1.SandboxSnapshot) (*sandbox.Snapshot, error) {
 	all, err := r.Smolvm.Snapshots(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list snapshots for %s: %w", key(snap), err)
@@ -58,14 +58,14 @@ func (r *snapshots) checkpoint(ctx context.Context, snap *kubeapi.SandboxSnapsho
 			return &all[i], nil
 		}
 	}
-	var src kubeapi.Sandbox
+	var src v1alpha1.Sandbox
 	if err := r.direct.Get(ctx, kclient.ObjectKey{Namespace: snap.Namespace, Name: snap.Spec.SandboxRef.Name}, &src); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", snap.Spec.SandboxRef.Name, err)
 	}
 	if src.Spec.NodeName != r.Node {
 		return nil, fmt.Errorf("sandbox %s is on node %q, not %s", src.Name, src.Spec.NodeName, r.Node)
 	}
-	if src.Status.Phase != kubeapi.PhaseRunning || len(src.Status.Instances) == 0 {
+	if src.Status.Phase != v1alpha1.PhaseRunning || len(src.Status.Instances) == 0 {
 		return nil, &waiting{"WaitingForSandbox", fmt.Sprintf("sandbox %s is %s", src.Name, orPending(src.Status.Phase))}
 	}
 	// The snapshot is the sandbox's tenant's.
@@ -80,7 +80,7 @@ func (r *snapshots) checkpoint(ctx context.Context, snap *kubeapi.SandboxSnapsho
 	return s, nil
 }
 
-func (r *snapshots) setStatus(ctx context.Context, snap *kubeapi.SandboxSnapshot, s *sandbox.Snapshot, phase kubeapi.SnapshotPhase, reason, msg string) error {
+func (r *snapshots) setStatus(ctx context.Context, snap *v1alpha1.SandboxSnapshot, s *sandbox.Snapshot, phase v1alpha1.SnapshotPhase, reason, msg string) error {
 	st := *snap.Status.DeepCopy()
 	st.Phase = phase
 	if s != nil {
@@ -100,7 +100,7 @@ func (r *snapshots) setStatus(ctx context.Context, snap *kubeapi.SandboxSnapshot
 }
 
 // remove removes the smolvm snapshot.
-func (r *snapshots) remove(ctx context.Context, snap *kubeapi.SandboxSnapshot) error {
+func (r *snapshots) remove(ctx context.Context, snap *v1alpha1.SandboxSnapshot) error {
 	if err := r.Smolvm.RemoveSnapshot(ctx, snapshotName(snap)); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return fmt.Errorf("remove snapshot of %s: %w", key(snap), err)
 	}

@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"smolvm.dev/smolvm/errdefs"
-	kubeapi "smolvm.dev/smolvm/kube/api"
+	"smolvm.dev/smolvm/kube/api/v1alpha1"
 )
 
 // sweep removes, every Resync, the smolvm sandboxes and snapshots this
@@ -57,11 +57,11 @@ func (d *daemon) sweepOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var objs kubeapi.SandboxList
+	var objs v1alpha1.SandboxList
 	if err := d.direct.List(ctx, &objs); err != nil {
 		return err
 	}
-	var snapObjs kubeapi.SandboxSnapshotList
+	var snapObjs v1alpha1.SandboxSnapshotList
 	if err := d.direct.List(ctx, &snapObjs); err != nil {
 		return err
 	}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/internal/bench/series"
+	"smolvm.dev/smolvm/internal/series"
 	"smolvm.dev/smolvm/runtime/build"
 )
 

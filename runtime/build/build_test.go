@@ -17,11 +17,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"smolvm.dev/smolvm/internal/testimage"
-	"smolvm.dev/smolvm/internal/testmgr"
 	"smolvm.dev/smolvm/runtime/build"
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/tests/testimage"
+	"smolvm.dev/smolvm/tests/testmgr"
 )
 
 // world is a builder over a fresh data dir.

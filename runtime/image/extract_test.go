@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"smolvm.dev/smolvm/internal/testenv"
+	"smolvm.dev/smolvm/tests/testenv"
 )
 
 // FuzzExtract feeds arbitrary archives to the extractor: whatever it

@@ -23,8 +23,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/tests/testenv"
 )
 
 // entry is one tar entry of a test layer.

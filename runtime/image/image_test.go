@@ -16,7 +16,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"golang.org/x/sys/unix"
-	"smolvm.dev/smolvm/internal/testenv"
+	"smolvm.dev/smolvm/tests/testenv"
 )
 
 func TestImportLayout(t *testing.T) {

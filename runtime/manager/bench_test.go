@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/runtime/backend/gvisor"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/tests/testenv"
 )
 
 // The benchmarks pair each smolvm operation with the stock runsc CLI doing

@@ -18,11 +18,11 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"smolvm.dev/smolvm/internal/testdeps"
-	"smolvm.dev/smolvm/internal/testenv"
-	"smolvm.dev/smolvm/internal/testimage"
 	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/tests/testdeps"
+	"smolvm.dev/smolvm/tests/testenv"
+	"smolvm.dev/smolvm/tests/testimage"
 	"smolvm.dev/smolvm/workflow/trust"
 )
 

@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/internal/testimage"
 	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/tests/testimage"
 )
 
 func TestMainCommandLifecycle(t *testing.T) {

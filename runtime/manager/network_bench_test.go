@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/internal/nettest"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/tests/nettest"
 )
 
-// The network benchmarks run in a closed test world (internal/nettest):
+// The network benchmarks run in a closed test world (tests/nettest):
 // each pairs the sandbox with the same work done from the host namespace,
 // or a policy with --net none, in the same run.
 

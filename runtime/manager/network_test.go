@@ -16,10 +16,10 @@ import (
 	"github.com/miekg/dns"
 	"golang.org/x/sys/unix"
 
-	"smolvm.dev/smolvm/internal/nettest"
-	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/runtime/network"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/tests/nettest"
+	"smolvm.dev/smolvm/tests/testenv"
 )
 
 // newNetManager is a manager whose sandboxes' "host" is a closed test

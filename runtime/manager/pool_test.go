@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/internal/testimage"
 	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/tests/testimage"
 )
 
 func TestPool(t *testing.T) {

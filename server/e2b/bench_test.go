@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/api/e2bapi"
-	"smolvm.dev/smolvm/internal/bench"
-	"smolvm.dev/smolvm/internal/testmgr"
+	"smolvm.dev/smolvm/cmd/smolvm/bench"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/tests/testmgr"
 )
 
 // sdkCommand is what the SDK's commands.run(cmd) asks envd to start.

@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"smolvm.dev/smolvm/errdefs"
-	"smolvm.dev/smolvm/internal/testerrs"
 	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/tests/testerrs"
 )
 
 // answer is what one E2B route answered.

@@ -13,12 +13,12 @@ import (
 	"strings"
 	"testing"
 
-	"smolvm.dev/smolvm/internal/testenv"
+	"smolvm.dev/smolvm/tests/testenv"
 
 	"smolvm.dev/smolvm/api/e2bapi"
-	"smolvm.dev/smolvm/internal/testmgr"
-	"smolvm.dev/smolvm/internal/testserve"
 	"smolvm.dev/smolvm/server/ports"
+	"smolvm.dev/smolvm/tests/testmgr"
+	"smolvm.dev/smolvm/tests/testserve"
 )
 
 const testKey = "e2b-test-key"

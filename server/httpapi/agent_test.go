@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/api"
-	"smolvm.dev/smolvm/internal/testmgr"
 	"smolvm.dev/smolvm/server/httpapi"
+	"smolvm.dev/smolvm/tests/testmgr"
 	"smolvm.dev/smolvm/workflow/llm"
 	"smolvm.dev/smolvm/workflow/llm/llmtest"
 	"smolvm.dev/smolvm/workflow/runner"

@@ -7,13 +7,13 @@ import (
 
 	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/client"
-	"smolvm.dev/smolvm/internal/bench"
-	"smolvm.dev/smolvm/internal/testmgr"
+	"smolvm.dev/smolvm/cmd/smolvm/bench"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/tests/testmgr"
 )
 
 // The benchmarks drive a real server over a Unix socket with the Go
-// client, on the same machine, and report p50/p99 (internal/bench).
+// client, on the same machine, and report p50/p99 (cmd/smolvm/bench).
 
 func report(b *testing.B, prefix string, samples []time.Duration) {
 	s := bench.Series{Samples: samples}

@@ -12,9 +12,9 @@ import (
 	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/client"
 	"smolvm.dev/smolvm/errdefs"
-	"smolvm.dev/smolvm/internal/testerrs"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/server/httpapi"
+	"smolvm.dev/smolvm/tests/testerrs"
 	"smolvm.dev/smolvm/workflow/trust"
 )
 

@@ -13,9 +13,9 @@ import (
 
 	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/errdefs"
-	"smolvm.dev/smolvm/internal/testerrs"
 	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/tests/testerrs"
 )
 
 // respond answers err through writeError, as every handler does, and

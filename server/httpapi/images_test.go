@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"smolvm.dev/smolvm/api"
-	"smolvm.dev/smolvm/internal/testimage"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/tests/testimage"
 )
 
 // TestServerPull pulls from a registry on loopback through POST

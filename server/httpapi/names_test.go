@@ -17,10 +17,10 @@ import (
 
 	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/internal/httpguard"
-	"smolvm.dev/smolvm/internal/testmgr"
 	"smolvm.dev/smolvm/server/e2b"
 	"smolvm.dev/smolvm/server/httpapi"
 	"smolvm.dev/smolvm/server/ports"
+	"smolvm.dev/smolvm/tests/testmgr"
 )
 
 // Routes that take no name, path or ID at all. Every other route is tried

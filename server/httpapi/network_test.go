@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/internal/nettest"
-	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/runtime/network"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/tests/nettest"
+	"smolvm.dev/smolvm/tests/testenv"
 )
 
 // TestServerNetwork drives network policy through the HTTP API, in a

@@ -12,14 +12,14 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/internal/bench"
-	"smolvm.dev/smolvm/internal/nettest"
-	"smolvm.dev/smolvm/internal/testenv"
-	"smolvm.dev/smolvm/internal/testmgr"
+	"smolvm.dev/smolvm/cmd/smolvm/bench"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/server/httpapi"
 	"smolvm.dev/smolvm/server/ports"
+	"smolvm.dev/smolvm/tests/nettest"
+	"smolvm.dev/smolvm/tests/testenv"
+	"smolvm.dev/smolvm/tests/testmgr"
 )
 
 // keepAliveServer answers every GET with "ok" over HTTP/1.1 keep-alive,

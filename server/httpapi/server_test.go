@@ -18,10 +18,10 @@ import (
 
 	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/client"
-	"smolvm.dev/smolvm/internal/testmgr"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/server/httpapi"
+	"smolvm.dev/smolvm/tests/testmgr"
 )
 
 const token = "test-token"

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/api"
-	"smolvm.dev/smolvm/internal/testserve"
 	"smolvm.dev/smolvm/server/httpapi"
+	"smolvm.dev/smolvm/tests/testserve"
 )
 
 // slowAnswer is what a client trickling its body got back, its error

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/client"
-	"smolvm.dev/smolvm/internal/testmgr"
 	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/server/httpapi"
+	"smolvm.dev/smolvm/tests/testmgr"
 )
 
 // BenchmarkTenantAuth: what a tenant's key costs per request against the

@@ -12,10 +12,10 @@ import (
 	"unicode/utf8"
 
 	"smolvm.dev/smolvm/api"
-	"smolvm.dev/smolvm/internal/testmgr"
 	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/server/httpapi"
+	"smolvm.dev/smolvm/tests/testmgr"
 )
 
 // fuzzRoutes are the tenant-facing requests FuzzTenantRoutes sends, V

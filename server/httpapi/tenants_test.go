@@ -15,10 +15,10 @@ import (
 	"smolvm.dev/smolvm/client"
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/internal/httpguard"
-	"smolvm.dev/smolvm/internal/testdeps"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/server/httpapi"
+	"smolvm.dev/smolvm/tests/testdeps"
 )
 
 // tenantFixture is a server with tenants a and b, each with a key and a

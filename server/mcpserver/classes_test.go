@@ -8,7 +8,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"smolvm.dev/smolvm/errdefs"
-	"smolvm.dev/smolvm/internal/testerrs"
+	"smolvm.dev/smolvm/tests/testerrs"
 )
 
 // toolError runs classify over a tool call that failed with err, as the

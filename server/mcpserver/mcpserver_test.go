@@ -11,9 +11,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"smolvm.dev/smolvm/internal/testenv"
-	"smolvm.dev/smolvm/internal/testmgr"
 	"smolvm.dev/smolvm/server/mcpserver"
+	"smolvm.dev/smolvm/tests/testenv"
+	"smolvm.dev/smolvm/tests/testmgr"
 )
 
 // session starts `smolvm mcp` as a child process over a fresh data dir and

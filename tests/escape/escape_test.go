@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/internal/testmgr"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/tests/testmgr"
 )
 
 //go:embed probe.py

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/errdefs"
-	"smolvm.dev/smolvm/internal/testenv"
-	"smolvm.dev/smolvm/internal/testmgr"
+	"smolvm.dev/smolvm/tests/testenv"
+	"smolvm.dev/smolvm/tests/testmgr"
 	"smolvm.dev/smolvm/workflow/forge"
 	"smolvm.dev/smolvm/workflow/runner"
 	"smolvm.dev/smolvm/workflow/trust"

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/internal/bench"
+	"smolvm.dev/smolvm/cmd/smolvm/bench"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/workflow/browser"
 )

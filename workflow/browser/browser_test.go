@@ -23,11 +23,11 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/errdefs"
-	"smolvm.dev/smolvm/internal/nettest"
-	"smolvm.dev/smolvm/internal/testenv"
-	"smolvm.dev/smolvm/internal/testmgr"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/tests/nettest"
+	"smolvm.dev/smolvm/tests/testenv"
+	"smolvm.dev/smolvm/tests/testmgr"
 	"smolvm.dev/smolvm/workflow/browser"
 )
 

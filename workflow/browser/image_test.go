@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/internal/testenv"
-	"smolvm.dev/smolvm/internal/testmgr"
 	"smolvm.dev/smolvm/runtime/image"
+	"smolvm.dev/smolvm/tests/testenv"
+	"smolvm.dev/smolvm/tests/testmgr"
 	"smolvm.dev/smolvm/workflow/browser"
 )
 

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/internal/bench/series"
-	"smolvm.dev/smolvm/internal/testenv"
+	"smolvm.dev/smolvm/internal/series"
+	"smolvm.dev/smolvm/tests/testenv"
 	"smolvm.dev/smolvm/workflow/runner/guard"
 	"smolvm.dev/smolvm/workflow/trust"
 )

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/internal/testenv"
-	"smolvm.dev/smolvm/internal/testmgr"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/tests/testenv"
+	"smolvm.dev/smolvm/tests/testmgr"
 	"smolvm.dev/smolvm/workflow/runner/guard"
 	"smolvm.dev/smolvm/workflow/trust"
 )

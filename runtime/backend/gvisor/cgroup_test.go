@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/tests/testenv"
 )
 
 func newBackend(t *testing.T) *Backend {

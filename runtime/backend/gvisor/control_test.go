@@ -24,9 +24,9 @@ import (
 	"gvisor.dev/gvisor/pkg/unet"
 	"gvisor.dev/gvisor/pkg/urpc"
 
-	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/tests/testenv"
 )
 
 // gvisorDir is the source of the gVisor module smolvm's go.mod pins.

@@ -5,9 +5,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/runtime/backend/backendtest"
+	"smolvm.dev/smolvm/tests/testenv"
 )
 
 func TestConformance(t *testing.T) {

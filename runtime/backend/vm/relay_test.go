@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/runtime/guest"
+	"smolvm.dev/smolvm/tests/testenv"
 )
 
 // TestRelay: the relay runs as its sandbox's uid, with no other group,

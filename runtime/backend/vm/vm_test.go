@@ -21,10 +21,10 @@ import (
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/runtime/guest"
 
-	"smolvm.dev/smolvm/internal/testenv"
 	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/runtime/backend/backendtest"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/tests/testenv"
 )
 
 // testBackend returns one backend per test process, its cache shared by

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/internal/testenv"
+	"smolvm.dev/smolvm/tests/testenv"
 )
 
 // Gitea is a real Gitea server on loopback (the binary
