@@ -9,9 +9,9 @@ import (
 	"fmt"
 	"strings"
 
+	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/runtime/manager"
-	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/sandbox"
 )
 

@@ -26,7 +26,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"smolvm.dev/smolvm/errdefs"
-	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/sandbox"
 )
 

@@ -23,7 +23,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/tests/testenv"
 )
 

@@ -18,7 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/tests/testdeps"
 	"smolvm.dev/smolvm/tests/testenv"

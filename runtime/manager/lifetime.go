@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"time"
 
+	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/runtime/guest"
-	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 )

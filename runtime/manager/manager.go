@@ -20,13 +20,13 @@ import (
 
 	"smolvm.dev/smolvm/internal/flock"
 	"smolvm.dev/smolvm/internal/names"
+	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/internal/units"
 	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/runtime/network"
 	"smolvm.dev/smolvm/runtime/snapshot"
-	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 )

@@ -16,9 +16,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"smolvm.dev/smolvm/internal/names"
+	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/internal/units"
 	"smolvm.dev/smolvm/runtime/guest"
-	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 )

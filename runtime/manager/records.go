@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/runtime/snapshot"
-	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 )

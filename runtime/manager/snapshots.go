@@ -10,9 +10,9 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/runtime/snapshot"
-	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 )

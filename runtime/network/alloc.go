@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 
-	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/sandbox"
 )
 

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/internal/store"
 )
 
 func TestDescribePacket(t *testing.T) {

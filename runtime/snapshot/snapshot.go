@@ -25,7 +25,7 @@ import (
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/internal/flock"
 	"smolvm.dev/smolvm/internal/names"
-	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 )

@@ -21,7 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"smolvm.dev/smolvm/internal/flock"
-	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 )

@@ -17,7 +17,7 @@ import (
 
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/internal/names"
-	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/sandbox"
 )
 

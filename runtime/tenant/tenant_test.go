@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"smolvm.dev/smolvm/errdefs"
-	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 )

@@ -12,7 +12,7 @@ import (
 
 	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/internal/names"
-	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 )

@@ -52,11 +52,8 @@ var rules = []rule{
 var pending = map[string]bool{
 	"server/e2b -> runtime/guest":       true,
 	"server/httpapi -> runtime/guest":   true,
-	"workflow/branch -> runtime/store":  true,
 	"workflow/browser -> runtime/guest": true,
 	"workflow/browser -> runtime/image": true,
-	"workflow/runner -> runtime/store":  true,
-	"workflow/trust -> runtime/store":   true,
 }
 
 type pkg struct {

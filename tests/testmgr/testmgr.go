@@ -7,10 +7,10 @@ import (
 	"context"
 	"testing"
 
+	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/runtime/snapshot"
-	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/tests/testdeps"
 	"smolvm.dev/smolvm/tests/testenv"
 	"smolvm.dev/smolvm/workflow/trust"

@@ -7,7 +7,7 @@ import (
 	"fmt"
 
 	"smolvm.dev/smolvm/errdefs"
-	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/internal/store"
 )
 
 // ErrRunNotFound is returned for a run ID the state database does not hold.

@@ -11,7 +11,7 @@ import (
 
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/internal/proc"
-	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/workflow/runner/guard"
 	"smolvm.dev/smolvm/workflow/runner/testparse"
 )

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/internal/proc"
-	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/internal/store"
 )
 
 // TestRunOwnerGone: a run its smolvm left running (killed) reads as

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/workflow/forge"
 	"smolvm.dev/smolvm/workflow/forge/forgetest"
 	"smolvm.dev/smolvm/workflow/trust"

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/errdefs"
-	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/internal/store"
 )
 
 // ErrDenied matches every error Check returns for an action that may not

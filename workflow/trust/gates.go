@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/sandbox"
 )
 

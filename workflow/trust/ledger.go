@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"smolvm.dev/smolvm/errdefs"
-	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/internal/store"
 )
 
 // schema is the policy component's part of the state database. The audit

@@ -11,9 +11,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"smolvm.dev/smolvm/client"
+	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/runtime/snapshot"
-	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/workflow/trust"
 )

@@ -8,13 +8,13 @@ import (
 	"os/exec"
 	"path/filepath"
 
+	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/runtime/backend/gvisor"
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/runtime/network"
 	"smolvm.dev/smolvm/runtime/snapshot"
-	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/workflow/trust"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/workflow/trust"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/workflow/trust"
 )
 

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/runtime/snapshot"
-	"smolvm.dev/smolvm/runtime/store"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/tests/testenv"
 )

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/runtime/store"
+	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/tests/testenv"
 	"smolvm.dev/smolvm/workflow/trust"
 	"smolvm.dev/smolvm/workflow/workspace"
