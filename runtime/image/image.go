@@ -134,7 +134,8 @@ func HasID(img *sandbox.Image, id string) bool {
 
 // Get finds an image by reference ("alpine" means
 // docker.io/library/alpine:latest), by ID, or by a unique ID prefix of at
-// least 12 hex digits.
+// least 12 hex digits. It knows the builtin image's ID too, which has no
+// row in the images table: look images up by ID through Get, not SQL.
 func (s *Store) Get(ctx context.Context, nameOrID string) (*sandbox.Image, error) {
 	if nameOrID == hostName {
 		return s.host()
