@@ -41,13 +41,9 @@ type Mount struct {
 	Destination string `json:"destination"` // path inside the sandbox
 }
 
-// Progress reports the state of one layer during Import or Pull.
-type Progress struct {
-	Layer  string `json:"layer"` // diffID
-	Done   int64  `json:"done"`
-	Total  int64  `json:"total,omitempty"` // 0 when unknown
-	Status string `json:"status"`          // "downloading", "extracting", "exists", "done"
-}
+// Progress reports the state of one layer during Import or Pull; it is
+// the contract's, so that a store elsewhere reports the same.
+type Progress = sandbox.PullProgress
 
 // Default limits on what one image may unpack to.
 const (
@@ -391,3 +387,5 @@ func shortID(id string) string {
 	}
 	return h
 }
+
+var _ sandbox.Images = (*Store)(nil)

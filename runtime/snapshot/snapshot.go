@@ -488,3 +488,5 @@ func shortID(id string) string {
 	}
 	return h
 }
+
+var _ sandbox.Snapshots = (*Store)(nil)

@@ -16,7 +16,6 @@ import (
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/internal/names"
-	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -248,7 +247,7 @@ func checkPath(field, p string) error {
 func fsError(op, p string, err error) *rpcError {
 	msg := err.Error()
 	switch {
-	case guest.ErrorKind(err) == sandbox.KindIO:
+	case sandbox.ErrorKind(err) == sandbox.KindIO:
 		// The sandbox refused it (busy, read-only, not empty, another
 		// device): the caller's to fix, not a failure of the server.
 		return rpcErrorf(codeFailedPrecond, "%s %s: %s", op, p, msg)
@@ -312,7 +311,7 @@ type entryResponse struct {
 
 // fsBegin decodes a filesystem request into req, checks its paths and
 // returns the sandbox's agent.
-func (h *Handler) fsBegin(ctx context.Context, c *envdCall, raw []byte, req any, paths func() map[string]string) (*guest.Client, *rpcError) {
+func (h *Handler) fsBegin(ctx context.Context, c *envdCall, raw []byte, req any, paths func() map[string]string) (sandbox.FS, *rpcError) {
 	if rerr := decodeMessage(raw, req); rerr != nil {
 		return nil, rerr
 	}
@@ -321,7 +320,7 @@ func (h *Handler) fsBegin(ctx context.Context, c *envdCall, raw []byte, req any,
 			return nil, rpcErrorf(codeInvalidArgument, "%v", err)
 		}
 	}
-	ac, err := h.m.Agent(ctx, c.sb.ID)
+	ac, err := h.m.FS(ctx, c.sb.ID)
 	if err != nil {
 		return nil, rpcFrom(err)
 	}
@@ -417,7 +416,7 @@ func (h *Handler) readFile(c *envdCall) {
 		writeAPIError(c.w, http.StatusBadRequest, err.Error())
 		return
 	}
-	ac, err := h.m.Agent(c.r.Context(), c.sb.ID)
+	ac, err := h.m.FS(c.r.Context(), c.sb.ID)
 	if err != nil {
 		httpError(c.w, err)
 		return
@@ -464,7 +463,7 @@ type writtenEntry struct {
 // 0.5.7, one application/octet-stream body, optionally gzip-encoded.
 func (h *Handler) writeFiles(c *envdCall) {
 	qpath := c.r.URL.Query().Get("path")
-	ac, err := h.m.Agent(c.r.Context(), c.sb.ID)
+	ac, err := h.m.FS(c.r.Context(), c.sb.ID)
 	if err != nil {
 		httpError(c.w, err)
 		return
@@ -552,7 +551,7 @@ func partPath(disposition string) string {
 // bytes. Past the limit the reader fails, which aborts the upload: the
 // agent writes to a temporary file and renames it only when complete, so
 // nothing is left behind.
-func (h *Handler) upload(ctx context.Context, ac *guest.Client, p string, body io.Reader) (sandbox.FileInfo, int, error) {
+func (h *Handler) upload(ctx context.Context, ac sandbox.FS, p string, body io.Reader) (sandbox.FileInfo, int, error) {
 	lr := &limitReader{r: body, n: h.maxUpload}
 	fi, err := ac.WriteFile(ctx, p, lr)
 	if lr.over {

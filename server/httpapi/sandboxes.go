@@ -228,7 +228,7 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	img, err := s.o.Images.Pull(r.Context(), req.Ref, image.PullOptions{Insecure: req.Insecure, Platform: req.Platform})
+	img, err := s.o.Images.Pull(r.Context(), req.Ref, sandbox.PullOptions{Insecure: req.Insecure, Platform: req.Platform})
 	if err == nil && req.ID != "" && !image.HasID(img, req.ID) {
 		err = errdefs.New(errdefs.ErrConflict, fmt.Sprintf("pull %s: it is image %s now, not %s (the tag has moved; pull the image by its digest)", req.Ref, img.ID, req.ID))
 	}
