@@ -1,6 +1,16 @@
 package sandbox
 
-import "time"
+import (
+	"time"
+
+	"smolvm.dev/smolvm/errdefs"
+)
+
+// Errors of image stores, which callers match with errors.Is.
+var (
+	ErrImageNotFound   = errdefs.New(errdefs.ErrNotFound, "image not found")
+	ErrInvalidImageRef = errdefs.New(errdefs.ErrInvalid, "invalid image reference")
+)
 
 // Image is a stored image.
 type Image struct {

@@ -22,8 +22,8 @@ import (
 
 // Errors callers test with errors.Is; they are always wrapped with detail.
 var (
-	ErrNotFound   = errdefs.New(errdefs.ErrNotFound, "image not found")
-	ErrInvalidRef = errdefs.New(errdefs.ErrInvalid, "invalid image reference")
+	ErrNotFound   = sandbox.ErrImageNotFound
+	ErrInvalidRef = sandbox.ErrInvalidImageRef
 	ErrCorrupt    = errdefs.New(errdefs.ErrCorrupt, "corrupt image")
 	ErrDenied     = errdefs.New(errdefs.ErrDenied, "the registry refused the pull")
 	ErrRegistry   = errdefs.New(errdefs.ErrUnavailable, "registry unavailable")

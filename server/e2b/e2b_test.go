@@ -90,7 +90,7 @@ func wantError(t *testing.T, what string, status int, body map[string]any, wantS
 }
 
 func TestBadInput(t *testing.T) {
-	s := newServer(t)
+	s := newFakeServer(t)
 	id, token := s.create(t)
 	envd := map[string]string{headerSandboxID: id, headerAccessToken: token}
 

@@ -223,7 +223,7 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request) {
 			reply(w, img, nil)
 			return
 		}
-		if !errors.Is(err, image.ErrNotFound) {
+		if !errors.Is(err, sandbox.ErrImageNotFound) {
 			writeError(w, err)
 			return
 		}
