@@ -30,6 +30,7 @@ type server struct {
 	URL, Key string
 	env      *testmgr.Env
 	h        *Handler // nil for a smolvm serve
+	o        Options  // h's
 }
 
 // newServer serves the handler in-process on a real loopback listener.
@@ -69,7 +70,7 @@ func serve(t testing.TB, o Options) *server {
 		ts.Close()
 		h.Close()
 	})
-	return &server{URL: ts.URL, Key: testKey, h: h}
+	return &server{URL: ts.URL, Key: testKey, h: h, o: o}
 }
 
 // testDomain is the --domain of smolvmServe: getHost(port) is
