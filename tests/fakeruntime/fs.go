@@ -19,7 +19,8 @@ import (
 )
 
 // memFS is a sandbox's file system in memory: a sandbox.FS whose
-// refusals are *sandbox.OpError, as the real agent's are.
+// refusals are *sandbox.OpError of the kinds the real agent gives
+// (TestFSLikeTheAgent holds them to it).
 type memFS struct {
 	mu       sync.Mutex
 	nodes    map[string]*node // by clean absolute path
@@ -126,7 +127,7 @@ func (fs *memFS) List(_ context.Context, p string, depth int) ([]sandbox.FileInf
 		return nil, err
 	}
 	if !n.dir {
-		return nil, refuse(sandbox.KindInvalid, "list %s: not a directory", p)
+		return nil, refuse(sandbox.KindIO, "list %s: not a directory", p)
 	}
 	depth = max(depth, 1)
 	out := []sandbox.FileInfo{}
@@ -145,7 +146,7 @@ func (fs *memFS) mkdirAll(p string) error {
 	for _, d := range parents(p) {
 		n, ok := fs.nodes[d]
 		if ok && !n.dir {
-			return refuse(sandbox.KindInvalid, "mkdir %s: %s is not a directory", p, d)
+			return refuse(sandbox.KindIO, "mkdir %s: not a directory", d)
 		}
 		if !ok {
 			fs.nodes[d] = &node{dir: true, mode: iofs.ModeDir | 0o755, mtime: time.Now().UTC()}
@@ -173,7 +174,7 @@ func (fs *memFS) Mkdir(_ context.Context, p string) (sandbox.FileInfo, error) {
 		return sandbox.FileInfo{}, err
 	}
 	if _, ok := fs.nodes[p]; ok {
-		return sandbox.FileInfo{}, refuse(sandbox.KindExists, "mkdir %s: file exists", p)
+		return sandbox.FileInfo{}, refuse(sandbox.KindExists, "mkdir %s: file already exists", p)
 	}
 	if err := fs.mkdirAll(p); err != nil {
 		return sandbox.FileInfo{}, err
@@ -193,10 +194,10 @@ func (fs *memFS) Rename(_ context.Context, from, to string) (sandbox.FileInfo, e
 		return sandbox.FileInfo{}, err
 	}
 	if under(to, from) && to != from {
-		return sandbox.FileInfo{}, refuse(sandbox.KindInvalid, "rename %s: %s is below it", from, to)
+		return sandbox.FileInfo{}, refuse(sandbox.KindIO, "rename %s %s: invalid argument", from, to)
 	}
-	if err := fs.mkdirAll(path.Dir(to)); err != nil {
-		return sandbox.FileInfo{}, err
+	if parent, ok := fs.nodes[path.Dir(to)]; !ok || !parent.dir {
+		return sandbox.FileInfo{}, refuse(sandbox.KindNotFound, "rename %s %s: no such file or directory", from, to)
 	}
 	moved := map[string]*node{}
 	for q, n := range fs.nodes {
@@ -219,7 +220,7 @@ func (fs *memFS) Remove(_ context.Context, p string) error {
 		return err
 	}
 	if p == "/" {
-		return refuse(sandbox.KindInvalid, "remove /: refused")
+		return refuse(sandbox.KindIO, "remove /: device or resource busy")
 	}
 	for q := range fs.nodes {
 		if under(q, p) {
@@ -235,7 +236,7 @@ func (fs *memFS) ReadFile(_ context.Context, p string, w io.Writer) error {
 	p, n, err := fs.get("read", p)
 	var data []byte
 	if err == nil && n.dir {
-		err = refuse(sandbox.KindInvalid, "read %s: is a directory", p)
+		err = refuse(sandbox.KindIO, "read %s: is a directory", p)
 	}
 	if err == nil {
 		data = n.data
@@ -273,7 +274,7 @@ func (fs *memFS) WriteFile(_ context.Context, p string, r io.Reader) (sandbox.Fi
 // write stores a file at the clean path p. fs.mu is held.
 func (fs *memFS) write(p string, data []byte, mode iofs.FileMode) (sandbox.FileInfo, error) {
 	if n, ok := fs.nodes[p]; ok && n.dir {
-		return sandbox.FileInfo{}, refuse(sandbox.KindInvalid, "write %s: is a directory", p)
+		return sandbox.FileInfo{}, refuse(sandbox.KindIO, "write %s: is a directory", p)
 	}
 	if err := fs.mkdirAll(path.Dir(p)); err != nil {
 		return sandbox.FileInfo{}, err
