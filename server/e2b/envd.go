@@ -310,7 +310,7 @@ type entryResponse struct {
 }
 
 // fsBegin decodes a filesystem request into req, checks its paths and
-// returns the sandbox's agent.
+// returns the sandbox's file system.
 func (h *Handler) fsBegin(ctx context.Context, c *envdCall, raw []byte, req any, paths func() map[string]string) (sandbox.FS, *rpcError) {
 	if rerr := decodeMessage(raw, req); rerr != nil {
 		return nil, rerr
@@ -320,20 +320,20 @@ func (h *Handler) fsBegin(ctx context.Context, c *envdCall, raw []byte, req any,
 			return nil, rpcErrorf(codeInvalidArgument, "%v", err)
 		}
 	}
-	ac, err := h.m.FS(ctx, c.sb.ID)
+	fsys, err := h.m.FS(ctx, c.sb.ID)
 	if err != nil {
 		return nil, rpcFrom(err)
 	}
-	return ac, nil
+	return fsys, nil
 }
 
 func (h *Handler) stat(ctx context.Context, c *envdCall, raw []byte) (any, *rpcError) {
 	var req pathRequest
-	ac, rerr := h.fsBegin(ctx, c, raw, &req, req.paths)
+	fsys, rerr := h.fsBegin(ctx, c, raw, &req, req.paths)
 	if rerr != nil {
 		return nil, rerr
 	}
-	fi, err := ac.Stat(ctx, req.Path)
+	fi, err := fsys.Stat(ctx, req.Path)
 	if err != nil {
 		return nil, fsError("stat", req.Path, err)
 	}
@@ -347,11 +347,11 @@ type listDirRequest struct {
 
 func (h *Handler) listDir(ctx context.Context, c *envdCall, raw []byte) (any, *rpcError) {
 	var req listDirRequest
-	ac, rerr := h.fsBegin(ctx, c, raw, &req, func() map[string]string { return map[string]string{"path": req.Path} })
+	fsys, rerr := h.fsBegin(ctx, c, raw, &req, func() map[string]string { return map[string]string{"path": req.Path} })
 	if rerr != nil {
 		return nil, rerr
 	}
-	fis, err := ac.List(ctx, req.Path, int(req.Depth))
+	fis, err := fsys.List(ctx, req.Path, int(req.Depth))
 	if err != nil {
 		return nil, fsError("list", req.Path, err)
 	}
@@ -366,11 +366,11 @@ func (h *Handler) listDir(ctx context.Context, c *envdCall, raw []byte) (any, *r
 
 func (h *Handler) makeDir(ctx context.Context, c *envdCall, raw []byte) (any, *rpcError) {
 	var req pathRequest
-	ac, rerr := h.fsBegin(ctx, c, raw, &req, req.paths)
+	fsys, rerr := h.fsBegin(ctx, c, raw, &req, req.paths)
 	if rerr != nil {
 		return nil, rerr
 	}
-	fi, err := ac.Mkdir(ctx, req.Path)
+	fi, err := fsys.Mkdir(ctx, req.Path)
 	if err != nil {
 		return nil, fsError("make directory", req.Path, err)
 	}
@@ -384,13 +384,13 @@ type moveRequest struct {
 
 func (h *Handler) move(ctx context.Context, c *envdCall, raw []byte) (any, *rpcError) {
 	var req moveRequest
-	ac, rerr := h.fsBegin(ctx, c, raw, &req, func() map[string]string {
+	fsys, rerr := h.fsBegin(ctx, c, raw, &req, func() map[string]string {
 		return map[string]string{"source": req.Source, "destination": req.Destination}
 	})
 	if rerr != nil {
 		return nil, rerr
 	}
-	fi, err := ac.Rename(ctx, req.Source, req.Destination)
+	fi, err := fsys.Rename(ctx, req.Source, req.Destination)
 	if err != nil {
 		return nil, fsError("move", req.Source, err)
 	}
@@ -399,11 +399,11 @@ func (h *Handler) move(ctx context.Context, c *envdCall, raw []byte) (any, *rpcE
 
 func (h *Handler) remove(ctx context.Context, c *envdCall, raw []byte) (any, *rpcError) {
 	var req pathRequest
-	ac, rerr := h.fsBegin(ctx, c, raw, &req, req.paths)
+	fsys, rerr := h.fsBegin(ctx, c, raw, &req, req.paths)
 	if rerr != nil {
 		return nil, rerr
 	}
-	if err := ac.Remove(ctx, req.Path); err != nil {
+	if err := fsys.Remove(ctx, req.Path); err != nil {
 		return nil, fsError("remove", req.Path, err)
 	}
 	return struct{}{}, nil
@@ -416,13 +416,13 @@ func (h *Handler) readFile(c *envdCall) {
 		writeAPIError(c.w, http.StatusBadRequest, err.Error())
 		return
 	}
-	ac, err := h.m.FS(c.r.Context(), c.sb.ID)
+	fsys, err := h.m.FS(c.r.Context(), c.sb.ID)
 	if err != nil {
 		httpError(c.w, err)
 		return
 	}
 	lw := &lazyWriter{w: c.w}
-	if err := ac.ReadFile(c.r.Context(), p, lw); err != nil {
+	if err := fsys.ReadFile(c.r.Context(), p, lw); err != nil {
 		if !lw.started {
 			httpError(c.w, fsError("read", p, err))
 		}
@@ -463,7 +463,7 @@ type writtenEntry struct {
 // 0.5.7, one application/octet-stream body, optionally gzip-encoded.
 func (h *Handler) writeFiles(c *envdCall) {
 	qpath := c.r.URL.Query().Get("path")
-	ac, err := h.m.FS(c.r.Context(), c.sb.ID)
+	fsys, err := h.m.FS(c.r.Context(), c.sb.ID)
 	if err != nil {
 		httpError(c.w, err)
 		return
@@ -475,7 +475,7 @@ func (h *Handler) writeFiles(c *envdCall) {
 			writeAPIError(c.w, http.StatusBadRequest, err.Error())
 			return false
 		}
-		fi, status, err := h.upload(c.r.Context(), ac, p, body)
+		fi, status, err := h.upload(c.r.Context(), fsys, p, body)
 		if err != nil {
 			if status == http.StatusRequestEntityTooLarge {
 				httpguard.Refuse(c.w) // the rest of the body stays unread
@@ -551,9 +551,9 @@ func partPath(disposition string) string {
 // bytes. Past the limit the reader fails, which aborts the upload: the
 // agent writes to a temporary file and renames it only when complete, so
 // nothing is left behind.
-func (h *Handler) upload(ctx context.Context, ac sandbox.FS, p string, body io.Reader) (sandbox.FileInfo, int, error) {
+func (h *Handler) upload(ctx context.Context, fsys sandbox.FS, p string, body io.Reader) (sandbox.FileInfo, int, error) {
 	lr := &limitReader{r: body, n: h.maxUpload}
-	fi, err := ac.WriteFile(ctx, p, lr)
+	fi, err := fsys.WriteFile(ctx, p, lr)
 	if lr.over {
 		return fi, http.StatusRequestEntityTooLarge, fmt.Errorf("%s: upload larger than %d bytes", p, h.maxUpload)
 	}

@@ -114,7 +114,7 @@ func (h *Handler) watchDir(c *envdCall) {
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	ac, err := h.m.FS(ctx, c.sb.ID)
+	fsys, err := h.m.FS(ctx, c.sb.ID)
 	if err != nil {
 		envdError(c.w, c.r, err)
 		return
@@ -122,7 +122,7 @@ func (h *Handler) watchDir(c *envdCall) {
 	var st *stream
 	kaCtx, stopKeepalive := context.WithCancel(ctx)
 	var keepalives sync.WaitGroup
-	err = ac.Watch(ctx, req.Path, req.Recursive, func(ev sandbox.WatchEvent) error {
+	err = fsys.Watch(ctx, req.Path, req.Recursive, func(ev sandbox.WatchEvent) error {
 		if ev.Op == "" {
 			st = newStream(c.w)
 			keepalives.Add(1)
@@ -207,7 +207,7 @@ type watcherRequest struct {
 
 func (h *Handler) createWatcher(ctx context.Context, c *envdCall, raw []byte) (any, *rpcError) {
 	var req createWatcherRequest
-	ac, rerr := h.fsBegin(ctx, c, raw, &req, func() map[string]string { return map[string]string{"path": req.Path} })
+	fsys, rerr := h.fsBegin(ctx, c, raw, &req, func() map[string]string { return map[string]string{"path": req.Path} })
 	if rerr != nil {
 		return nil, rerr
 	}
@@ -223,7 +223,7 @@ func (h *Handler) createWatcher(ctx context.Context, c *envdCall, raw []byte) (a
 	go func() {
 		defer release()
 		var ok bool
-		err := ac.Watch(wctx, req.Path, req.Recursive, func(ev sandbox.WatchEvent) error {
+		err := fsys.Watch(wctx, req.Path, req.Recursive, func(ev sandbox.WatchEvent) error {
 			if ev.Op == "" {
 				ok = true
 				started <- nil
