@@ -12,8 +12,11 @@ import (
 // runtime elsewhere (a cluster: lifecycle through its objects, each
 // sandbox's data plane forwarded to the node that holds it) can offer the
 // same ones; the local runtime (runtime/manager with its image, snapshot
-// and tenant stores) implements them all. Errors wrap this package's
-// sentinels or carry an errdefs class, as Service's do.
+// and tenant stores) implements them all, and tests/fakeruntime too.
+// Errors wrap this package's sentinels or carry an errdefs class, as
+// Service's do. A server that needs more of the runtime gets it through
+// one of these (the fake's assertion then fails the build until it has it
+// too), and matches this package's sentinels, never a runtime package's.
 
 // Files hands out a running sandbox's file system.
 type Files interface {
