@@ -210,7 +210,7 @@ func TestListFileIsInvalid(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "f")
 	os.WriteFile(file, nil, 0o644)
 	_, err := c.List(context.Background(), file, 1)
-	if ErrorKind(err) != sandbox.KindInvalid {
-		t.Fatalf("list of a file: %v (kind %q); want kind %q", err, ErrorKind(err), sandbox.KindInvalid)
+	if sandbox.ErrorKind(err) != sandbox.KindInvalid {
+		t.Fatalf("list of a file: %v (kind %q); want kind %q", err, sandbox.ErrorKind(err), sandbox.KindInvalid)
 	}
 }
