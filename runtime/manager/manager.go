@@ -359,7 +359,7 @@ func (m *Manager) refreshSpec(ctx context.Context, r *record) error {
 // rootfs describes img's root filesystem, with a writable layer of
 // disk bytes (0: no cap).
 func (m *Manager) rootfs(img *sandbox.Image, disk int64) backend.Rootfs {
-	out := backend.Rootfs{ImageID: img.ID, WritableSize: disk}
+	out := backend.Rootfs{ImageID: img.ID, WritableSize: disk, Host: img.Builtin}
 	for _, l := range m.images.Layers(img) {
 		out.Layers = append(out.Layers, backend.Layer{Digest: l.DiffID, Dir: l.Dir})
 	}
