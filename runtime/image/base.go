@@ -1,5 +1,11 @@
 package image
 
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
 // BaseName is the base image's name in the store (`smolvm image build
 // base`): once stored, sandboxes that name no image run it rather than
 // the builtin host image.
@@ -34,4 +40,20 @@ func BaseRecipe() Recipe {
 	r := Bookworm(BaseName, "ca-certificates", "curl", "git", "python3", "nodejs")
 	r.Env = append(r.Env, "HOME=/root")
 	return r
+}
+
+// Default is the image a sandbox that names none runs: the base image
+// once built from its recipe (an image merely tagged "base", such as one
+// pulled, is not taken for it), else the builtin host image.
+func (s *Store) Default(ctx context.Context) (string, error) {
+	img, err := s.Get(ctx, BaseName)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return hostName, nil
+	case err != nil:
+		return "", fmt.Errorf("default image: %w", err)
+	case img.Config.Labels[RecipeLabel] == "":
+		return hostName, nil
+	}
+	return BaseName, nil
 }

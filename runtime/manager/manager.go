@@ -201,7 +201,9 @@ func (m *Manager) create(ctx context.Context, o sandbox.CreateOptions, pool, upp
 	}
 	ref := o.Image
 	if ref == "" {
-		ref = sandbox.DefaultImage
+		if ref, err = m.images.Default(ctx); err != nil {
+			return nil, fmt.Errorf("create: %w", err)
+		}
 	}
 	img, err := m.images.Get(ctx, ref)
 	if err != nil {

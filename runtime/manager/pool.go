@@ -26,7 +26,11 @@ import (
 // CreatePool records a pool. It starts empty: FillPool fills it.
 func (m *Manager) CreatePool(ctx context.Context, o sandbox.PoolOptions) (*sandbox.Pool, error) {
 	if o.Image == "" {
-		o.Image = sandbox.DefaultImage
+		def, err := m.images.Default(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("create pool: %w", err)
+		}
+		o.Image = def
 	}
 	if o.Name == "" {
 		o.Name = o.Image

@@ -42,6 +42,7 @@ func recipeNames() string {
 
 func (a *app) imageBuildCmd() *cobra.Command {
 	var jsonOut bool
+	var cache string
 	c := a.withSession(&cobra.Command{
 		Use:   "build RECIPE",
 		Short: "Build an image from one of smolvm's recipes (base: Debian with python3, node, git, curl; browser: Debian's chromium) with mmdebstrap, once",
@@ -55,11 +56,12 @@ func (a *app) imageBuildCmd() *cobra.Command {
 			return imageError(fmt.Errorf("%w: no recipe %q (recipes: %s)", sandbox.ErrInvalid, args[0], recipeNames()))
 		}
 		return a.storeImage(s, "Built", jsonOut, func(images *image.Store, progress func(image.Progress)) (*sandbox.Image, error) {
-			img, _, err := images.Build(s.ctx, r, image.BuildOptions{Progress: progress})
+			img, _, err := images.Build(s.ctx, r, image.BuildOptions{Progress: progress, Cache: cache})
 			return img, err
 		})
 	})
 	c.Flags().BoolVar(&jsonOut, "json", false, "print progress events and the image as JSON lines")
+	c.Flags().StringVar(&cache, "cache", "", "keep the root filesystem tarball in this directory by recipe digest, so that the same recipe builds into other data dirs without mmdebstrap")
 	return c
 }
 
