@@ -31,7 +31,8 @@ rm -rf "$tools"
 # Browser sandboxes (go test ./workflow/browser) run Debian's chromium from
 # the host image and drive it with playwright-core (sdk/browser-test);
 # TestBrowserImage builds the browser image with mmdebstrap from Debian's
-# archive (its root filesystem is then cached in ~/.cache/smolvm-test).
+# archive (its root filesystem is then cached in ~/.cache/smolvm-test), and
+# TestCLIBaseImage the base image (smolvm image build base), the same way.
 missing=()
 command -v ip >/dev/null || missing+=(iproute2)
 for p in curl python3; do
