@@ -25,13 +25,11 @@ import (
 
 // CreatePool records a pool. It starts empty: FillPool fills it.
 func (m *Manager) CreatePool(ctx context.Context, o sandbox.PoolOptions) (*sandbox.Pool, error) {
-	if o.Image == "" {
-		def, err := m.images.Default(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("create pool: %w", err)
-		}
-		o.Image = def
+	ref, err := m.imageRef(ctx, o.Image)
+	if err != nil {
+		return nil, fmt.Errorf("create pool: %w", err)
 	}
+	o.Image = ref
 	if o.Name == "" {
 		o.Name = o.Image
 	}
