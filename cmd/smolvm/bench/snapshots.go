@@ -41,7 +41,6 @@ type Memory struct {
 func Snapshots(ctx context.Context, o Options, snaps *snapshot.Store, n int) ([]Series, []Memory, error) {
 	m := o.Manager
 	rootfs, err := m.ImageRootfs(ctx, "") // the image smolvm's sandboxes run
-
 	if err != nil {
 		return nil, nil, err
 	}
