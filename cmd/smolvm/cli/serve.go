@@ -18,6 +18,7 @@ import (
 	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/internal/units"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/server/console"
 	"smolvm.dev/smolvm/server/e2b"
 	"smolvm.dev/smolvm/server/httpapi"
 	"smolvm.dev/smolvm/server/ports"
@@ -143,6 +144,10 @@ X-Access-Token). The sandbox needs no network for either.`,
 			if err != nil {
 				return err
 			}
+			con, err := console.New(ctx, console.Options{Store: e.st, Tenants: e.mgr.Tenants(), Token: token})
+			if err != nil {
+				return err
+			}
 			srv := httpapi.New(httpapi.Options{
 				Manager: e.mgr, Images: e.images, Snapshots: e.snaps, Token: token, TempDir: tmp,
 				MaxUpload: limit, Limiter: limiter, BodyTimeout: pace.Timeout, MinBodyRate: pace.MinRate,
@@ -151,7 +156,11 @@ X-Access-Token). The sandbox needs no network for either.`,
 					// Ports by name come first: their paths are the sandbox's.
 					{Host: func(h string) bool { return ports.Under(h, domain) }, Handler: http.HandlerFunc(e2bAPI.ServeHost), Public: true},
 					{Prefix: E2BPrefix + "/", Handler: http.StripPrefix(E2BPrefix, e2bAPI), Public: true},
+					// The web console signs browsers in itself; their
+					// session then reaches /v1 (Session).
+					{Prefix: console.Prefix, Handler: con, Public: true},
 				},
+				Session: con.Admit,
 				Root:    e2bAPI,
 				Runner:  &runner.Runner{Service: e.mgr, Log: runLog, Ledger: ledger},
 				RunsDir: a.runsDir(), Getenv: os.Getenv,
