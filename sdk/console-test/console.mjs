@@ -143,6 +143,33 @@ async function views() {
     await shot(page, 'run');
   }
 
+  if (cfg.memory) {
+    // The Go test changed the code under the facts' anchor: an accepted
+    // proposal is checked at once, and verify makes the valid fact stale.
+    const { repo, proposed, valid } = cfg.memory;
+    const fact = (id) => page.locator(`article.fact[data-id="${id}"]`);
+    await page.goto(`${cfg.url}/ui/memory?repo=${encodeURIComponent(repo)}`);
+    await fact(proposed).waitFor();
+    check('memory facts listed', await page.locator('article.fact').count() === 2);
+    await fact(proposed).getByRole('button', { name: 'Accept' }).click();
+    await page.locator(`article.fact[data-id="${proposed}"]:not(.proposed)`).waitFor();
+    await page.getByRole('button', { name: 'Verify against the working tree' }).click();
+    await page.locator(`article.fact.stale[data-id="${valid}"] .anchors .drift`).waitFor();
+    check('verify shows what the change made stale', (await page.locator('.changes').textContent()).includes(valid));
+    await fact(valid).getByRole('button', { name: 'Correct' }).click();
+    await fact(valid).getByLabel('Corrected text').fill('add subtracts now');
+    await fact(valid).getByRole('button', { name: 'Save' }).click();
+    await fact(valid).locator('.text', { hasText: 'add subtracts now' }).waitFor();
+    check('a correction is in the history', (await fact(valid).locator('.history').textContent()).includes('human:admin: edit'));
+    await axe(page, 'memory');
+    await shot(page, 'memory');
+    await fact(valid).getByRole('button', { name: 'Retire' }).click();
+    await fact(valid).waitFor({ state: 'detached' });
+    await page.getByLabel('Show').selectOption('forgotten');
+    await fact(valid).waitFor();
+    check('accept, verify, correct and retire facts', true);
+  }
+
   await page.getByRole('button', { name: 'Sign out' }).click();
   await page.getByLabel(/API key/).waitFor();
   const after = await page.evaluate(async () => (await fetch('/v1/sandboxes')).status);

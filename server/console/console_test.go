@@ -22,6 +22,7 @@ import (
 	"smolvm.dev/smolvm/tests/testenv"
 	"smolvm.dev/smolvm/tests/testmgr"
 	"smolvm.dev/smolvm/tests/testserve"
+	"smolvm.dev/smolvm/workflow/memory"
 )
 
 // serve is a real smolvm serve with two tenants, each with a key, and
@@ -284,6 +285,34 @@ func (s *serve) agentRun(t *testing.T) string {
 	return run.ID
 }
 
+// memoryRepo is a repository with a valid fact and a proposed one, both
+// anchored to a file that has changed since (uncommitted).
+func memoryRepo(t *testing.T) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	repo := testenv.GitRepo(t, map[string]string{"calc.js": "exports.add = (a, b) => a + b;\n"})
+	m, err := memory.Open(ctx, repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{"repo": repo}
+	for _, f := range []struct {
+		key, text string
+		proposed  bool
+	}{{"valid", "add adds", false}, {"proposed", "add is pure", true}} {
+		fact, err := m.Add(ctx, memory.AddOptions{Text: f.text, Kind: memory.Convention, Author: "agent:scripted",
+			Anchors: []memory.Anchor{{Path: "calc.js"}}, Proposed: f.proposed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[f.key] = fact.ID
+	}
+	if err := os.WriteFile(filepath.Join(repo, "calc.js"), []byte("exports.add = (a, b) => b + a;\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // TestConsoleBrowser drives every view in Chromium (console.mjs): the real
 // data renders, actions work and show, live updates arrive, a tenant
 // reaches only its own objects and nothing acts without the CSRF token;
@@ -301,7 +330,7 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 	r := runScript(t, map[string]any{
 		"url": s.URL, "admin": s.Token, "running": s.ids["web"], "stopped": s.ids["worker"], "logLine": "console-log-line",
-		"shots": shots, "run": s.agentRun(t),
+		"shots": shots, "run": s.agentRun(t), "memory": memoryRepo(t),
 		"tenant": map[string]any{"key": s.keys["ta"], "own": s.ids["ta-box"], "other": s.ids["tb-box"], "count": 1},
 	})
 	for _, c := range r.Checks {

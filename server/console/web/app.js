@@ -5,8 +5,9 @@ import { sandboxesView } from './sandboxes.js';
 import { snapshotsView } from './snapshots.js';
 import { runsView } from './runs.js';
 import { usageView } from './usage.js';
+import { memoryView } from './memory.js';
 
-const views = { sandboxes: sandboxesView, snapshots: snapshotsView, runs: runsView, usage: usageView };
+const views = { sandboxes: sandboxesView, snapshots: snapshotsView, runs: runsView, memory: memoryView, usage: usageView };
 let session = null;
 let unmount = null;
 
