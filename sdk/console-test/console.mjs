@@ -82,6 +82,9 @@ async function views() {
   const cookie = (await page.context().cookies()).find((c) => c.name === 'smolvm_session');
   check('session cookie HttpOnly, SameSite=Strict', cookie && cookie.httpOnly && cookie.sameSite === 'Strict', JSON.stringify(cookie));
   check('admin sees the tenant\'s sandbox', await row(page, cfg.tenant.own).count() === 1);
+  // Rows on screen sample their running sandbox's CPU and memory.
+  await row(page, cfg.running).locator('.usage .spark').waitFor();
+  check('CPU and memory in the list', /CPU [0-9.]+%/.test(await row(page, cfg.running).locator('.usage').textContent()));
   await axe(page, 'sandboxes');
   await shot(page, 'sandboxes');
 
@@ -164,6 +167,8 @@ async function views() {
     await axe(page, 'memory');
     await shot(page, 'memory');
     await fact(valid).getByRole('button', { name: 'Retire' }).click();
+    await fact(valid).getByLabel('Why retire it').fill('calc.js changed its mind');
+    await fact(valid).getByRole('button', { name: 'Retire' }).click();
     await fact(valid).waitFor({ state: 'detached' });
     await page.getByLabel('Show').selectOption('forgotten');
     await fact(valid).waitFor();
@@ -233,10 +238,10 @@ async function bench() {
         };
       }));
     }
-    const id = cfg.ids[i % cfg.ids.length];
+    // From the API's answer, as the Go side measures the event's arrival.
+    await api('POST', `/v1/sandboxes/${cfg.id}/${i % 2 ? 'resume' : 'pause'}`, cfg.admin);
     const t1 = Date.now();
-    await api('POST', `/v1/sandboxes/${id}/${i % 2 ? 'resume' : 'pause'}`, cfg.admin);
-    await page.locator(`tr[data-id="${id}"][data-state="${i % 2 ? 'running' : 'paused'}"]`).waitFor();
+    await page.locator(`tr[data-id="${cfg.id}"][data-state="${i % 2 ? 'running' : 'paused'}"]`).waitFor();
     report.figures.update_ms.push(Date.now() - t1);
   }
   await page.context().close();

@@ -89,6 +89,10 @@ func (s *Server) actOnFact(w http.ResponseWriter, r *http.Request) {
 		}
 		f, err = m.Edit(ctx, req.Fact, memory.EditOptions{Text: req.Text, By: by, Why: req.Why})
 	case "retire":
+		if req.Why == "" {
+			writeError(w, invalid("why", "retire needs a reason"))
+			return
+		}
 		f, err = m.Forget(ctx, req.Fact, by, req.Why)
 	default:
 		writeError(w, invalid("action", `want accept, reject, confirm, correct or retire`))

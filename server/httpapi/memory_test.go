@@ -77,13 +77,14 @@ func TestMemoryRoutes(t *testing.T) {
 		t.Errorf("retired: %+v", f)
 	}
 
-	act(req(valid.ID, "retire", ""), http.StatusConflict)
+	act(req(valid.ID, "retire", `,"why":"again"`), http.StatusConflict)
+	act(req(proposed.ID, "retire", ""), http.StatusBadRequest) // no reason
 	act(req(proposed.ID, "accept", ""), http.StatusConflict) // stale, not proposed
 	act(req("ffffffff", "confirm", ""), http.StatusNotFound)
 	act(req(proposed.ID, "burn", ""), http.StatusBadRequest)
 	act(req(proposed.ID, "correct", ""), http.StatusBadRequest)
-	act(`{"repo":"relative","fact":"x","action":"retire"}`, http.StatusBadRequest)
-	act(`{"repo":"`+t.TempDir()+`","fact":"x","action":"retire"}`, http.StatusBadRequest)
+	act(`{"repo":"relative","fact":"x","action":"confirm"}`, http.StatusBadRequest)
+	act(`{"repo":"`+t.TempDir()+`","fact":"x","action":"confirm"}`, http.StatusBadRequest)
 	if f, err := m.Get(ctx, proposed.ID); err != nil || f.Status != memory.Stale {
 		t.Errorf("after the refusals: %+v, %v; want it stale as verify left it", f, err)
 	}

@@ -43,7 +43,7 @@ export function memoryView(main) {
   };
   const card = (f) => {
     const body = el('div', { class: 'actions' }, ...(actions[f.status] || []).map(([a, label]) =>
-      el('button', { type: 'button', 'data-action': a, onclick: () => (a === 'correct' ? correct(f, body) : run(f, a)) }, label)));
+      el('button', { type: 'button', 'data-action': a, onclick: () => (a === 'correct' || a === 'retire' ? ask(f, body, a) : run(f, a)) }, label)));
     return el('article', { class: `fact ${f.status}`, 'data-id': f.id, 'aria-label': `fact ${f.id}` },
       el('h2', {}, el('span', { class: `state ${f.status}` }, f.status), ` ${f.kind} `, el('code', {}, f.id)),
       el('p', { class: 'text' }, f.text),
@@ -61,18 +61,24 @@ export function memoryView(main) {
   };
   const post = (body) => api('POST', '/v1/memory', { repo, ...body });
   const run = (f, action) => act(`${action} ${f.id}`, () => post({ fact: f.id, action })).then(load);
-  const correct = (f, box) => {
+  // ask takes what a correction or a retirement needs (the new text; a
+  // reason) in a form in place of the fact's buttons.
+  const ask = (f, box, action) => {
     const text = el('textarea', { id: `text-${f.id}`, rows: 3, cols: 70 });
     text.value = f.text;
-    const why = el('input', { id: `why-${f.id}`, type: 'text', size: 50 });
-    const edit = el('form', { class: 'correct' }, el('label', { for: `text-${f.id}` }, 'Corrected text'), text,
-      el('label', { for: `why-${f.id}` }, 'Why'), why, el('button', { type: 'submit' }, 'Save'));
-    edit.addEventListener('submit', (ev) => {
+    const why = el('input', { id: `why-${f.id}`, type: 'text', size: 50, required: action === 'retire' });
+    const form = el('form', { class: 'correct' },
+      action === 'correct' ? [el('label', { for: `text-${f.id}` }, 'Corrected text'), text] : null,
+      el('label', { for: `why-${f.id}` }, action === 'retire' ? 'Why retire it' : 'Why'), why,
+      el('button', { type: 'submit' }, action === 'retire' ? 'Retire' : 'Save'));
+    form.addEventListener('submit', (ev) => {
       ev.preventDefault();
-      act(`correct ${f.id}`, () => post({ fact: f.id, action: 'correct', text: text.value, why: why.value })).then(load);
+      const body = { fact: f.id, action, why: why.value };
+      if (action === 'correct') body.text = text.value;
+      act(`${action} ${f.id}`, () => post(body)).then(load);
     });
-    box.replaceChildren(edit);
-    text.focus();
+    box.replaceChildren(form);
+    (action === 'correct' ? text : why).focus();
   };
   const verify = () => act('verify', async () => {
     const ch = await api('POST', '/v1/memory/verify', { repo });

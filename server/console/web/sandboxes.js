@@ -34,6 +34,32 @@ export function run(action, id, name) {
   return act(`${action} ${name || short(id)}`, calls[action]);
 }
 
+// statsEvery is how often a sandbox's stats are sampled while it is on
+// screen, and samples how many are kept (5 minutes).
+const statsEvery = 5000;
+const samples = 60;
+
+// Usage is one sandbox's CPU (percent of one core) and memory over the
+// last samples.
+class Usage {
+  cpu = [];
+  mem = [];
+  last = null;
+
+  // sample asks for the sandbox's stats once more.
+  async sample(id) {
+    const st = await api('GET', `/v1/sandboxes/${encodeURIComponent(id)}/stats`);
+    const now = performance.now();
+    if (this.last) this.cpu.push(Math.max(0, (100 * (st.CPUNanos - this.last.cpu)) / ((now - this.last.t) * 1e6)));
+    this.mem.push(st.MemoryBytes);
+    this.last = { cpu: st.CPUNanos, t: now };
+    this.cpu.splice(0, this.cpu.length - samples);
+    this.mem.splice(0, this.mem.length - samples);
+  }
+
+  text() { return `CPU ${(this.cpu.at(-1) ?? 0).toFixed(1)}%, ${bytes(this.mem.at(-1))}`; }
+}
+
 export function sandboxesView(main, [id]) {
   return id ? sandboxPage(main, id) : sandboxList(main);
 }
@@ -44,7 +70,7 @@ function sandboxList(main) {
   const count = el('p', { class: 'count', 'aria-live': 'polite' });
   const table = el('table', { class: 'list', 'aria-describedby': 'sandboxes-count' },
     el('caption', { class: 'sr' }, 'Sandboxes'),
-    el('thead', {}, el('tr', {}, ...['Name', 'ID', 'State', 'Image', 'Tenant', 'TTL left', 'Created', 'Actions'].map((h) => el('th', { scope: 'col' }, h)))),
+    el('thead', {}, el('tr', {}, ...['Name', 'ID', 'State', 'Image', 'Tenant', 'CPU, memory (5 min)', 'TTL left', 'Created', 'Actions'].map((h) => el('th', { scope: 'col' }, h)))),
     body);
   count.id = 'sandboxes-count';
   main.append(el('h1', {}, 'Sandboxes'), count, table);
@@ -55,29 +81,66 @@ function sandboxList(main) {
     el('td', {}, el('span', { class: `state ${sb.state}` }, sb.state)),
     el('td', {}, sb.image || ''),
     el('td', {}, sb.tenant || '(admin)'),
+    el('td', { class: 'usage' }, sb.state === 'running' ? spark(sb.id) : ''),
     el('td', { class: 'ttl' }, ttl(sb)),
     el('td', {}, ago(sb.created_at)),
     el('td', { class: 'actions' }, ...actions(sb).map(([a, label]) => el('button', { type: 'button', 'data-action': a, 'aria-label': `${label} ${sb.name || short(sb.id)}` }, label))));
+  // Only rows on screen sample their sandbox's stats: a list of 500
+  // asks for the few dozen in view, not for all.
+  const usage = new Map(); // id -> Usage
+  const shown = new Set();
+  const seen = new IntersectionObserver((entries) => {
+    for (const e of entries) {
+      if (e.isIntersecting) shown.add(e.target.dataset.id);
+      else shown.delete(e.target.dataset.id);
+    }
+  });
+  function spark(id) {
+    const u = usage.get(id);
+    if (!u?.mem.length) return '';
+    return el('span', { class: 'spark' }, lineChart(`CPU of ${id}, last 5 minutes`, [{ values: u.cpu, cls: 'cpu' }], { w: 60, h: 18 }),
+      lineChart(`Memory of ${id}, last 5 minutes`, [{ values: u.mem, cls: 'mem' }], { w: 60, h: 18 }), ` ${u.text()}`);
+  }
+  const sampleShown = async () => {
+    for (const id of [...shown]) {
+      const r = rows.get(id);
+      if (r?.sb.state !== 'running') continue;
+      if (!usage.has(id)) usage.set(id, new Usage());
+      try {
+        await usage.get(id).sample(id);
+        rows.get(id)?.tr.querySelector('.usage').replaceChildren(spark(id));
+      } catch { /* stopped or gone meanwhile: its event redraws the row */ }
+    }
+  };
   const setCount = () => { count.textContent = `${rows.size} sandboxes`; };
   const upsert = (sb) => {
     const tr = row(sb);
     const old = rows.get(sb.id);
-    if (old) old.tr.replaceWith(tr);
-    else body.prepend(tr);
+    if (old) {
+      seen.unobserve(old.tr);
+      old.tr.replaceWith(tr);
+    } else body.prepend(tr);
+    seen.observe(tr);
     rows.set(sb.id, { sb, tr });
   };
   const drop = (id) => {
-    rows.get(id)?.tr.remove();
+    const r = rows.get(id);
+    if (r) seen.unobserve(r.tr);
+    r?.tr.remove();
     rows.delete(id);
+    usage.delete(id);
   };
   const load = async () => {
     const list = await api('GET', '/v1/sandboxes');
     list.sort((a, b) => Date.parse(b.created_at) - Date.parse(a.created_at));
     rows.clear();
+    seen.disconnect();
+    shown.clear();
     const frag = document.createDocumentFragment();
     for (const sb of list) {
       const tr = row(sb);
       rows.set(sb.id, { sb, tr });
+      seen.observe(tr);
       frag.append(tr);
     }
     body.replaceChildren(frag);
@@ -112,17 +175,14 @@ function sandboxList(main) {
     if (!sandboxEvent(e)) return;
     if (e.type === 'removed') { drop(e.id); setCount(); return; }
     pending.add(e.id);
-    timer ??= setTimeout(refresh, 200);
+    timer ??= setTimeout(refresh, 100);
   });
   const tick = setInterval(() => { for (const { sb, tr } of rows.values()) tr.querySelector('.ttl').textContent = ttl(sb); }, 10000);
-  load().catch((e) => { count.textContent = `Could not list sandboxes: ${e.message}`; });
-  return () => { off(); clearInterval(tick); clearTimeout(timer); };
+  const stats = setInterval(sampleShown, statsEvery);
+  load().then(sampleShown).catch((e) => { count.textContent = `Could not list sandboxes: ${e.message}`; });
+  return () => { off(); clearInterval(tick); clearInterval(stats); clearTimeout(timer); seen.disconnect(); };
 }
 
-// statsEvery is how often an open sandbox's page samples its stats, and
-// samples how many it keeps (5 minutes).
-const statsEvery = 5000;
-const samples = 60;
 
 function sandboxPage(main, id) {
   const p = `/v1/sandboxes/${encodeURIComponent(id)}`;
@@ -156,22 +216,14 @@ function sandboxPage(main, id) {
       logs.textContent = evs.map((e) => (e.encoding === 'base64' ? atob(e.data) : e.data)).join('') || '(no output)';
     } catch (e) { logs.textContent = e.message; }
   };
-  const cpu = [];
-  const mem = [];
-  let last = null;
+  const u = new Usage();
   const sample = async () => {
     if (sb?.state !== 'running') return;
     try {
-      const st = await api('GET', `${p}/stats`);
-      const now = performance.now();
-      if (last) cpu.push(Math.max(0, (100 * (st.CPUNanos - last.cpu)) / ((now - last.t) * 1e6)));
-      mem.push(st.MemoryBytes);
-      last = { cpu: st.CPUNanos, t: now };
-      cpu.splice(0, cpu.length - samples);
-      mem.splice(0, mem.length - samples);
+      await u.sample(id);
       charts.replaceChildren(
-        el('figure', {}, lineChart('CPU, percent of one core, last 5 minutes', [{ values: cpu, cls: 'cpu' }]), el('figcaption', {}, `CPU ${(cpu.at(-1) ?? 0).toFixed(1)}%`)),
-        el('figure', {}, lineChart('Memory, last 5 minutes', [{ values: mem, cls: 'mem' }]), el('figcaption', {}, `memory ${bytes(mem.at(-1))}`)));
+        el('figure', {}, lineChart('CPU, percent of one core, last 5 minutes', [{ values: u.cpu, cls: 'cpu' }]), el('figcaption', {}, `CPU ${(u.cpu.at(-1) ?? 0).toFixed(1)}%`)),
+        el('figure', {}, lineChart('Memory, last 5 minutes', [{ values: u.mem, cls: 'mem' }]), el('figcaption', {}, `memory ${bytes(u.mem.at(-1))}`)));
     } catch { /* stopped meanwhile: the event updates the page */ }
   };
   const off = onEvent((e) => {
