@@ -79,7 +79,7 @@ func TestMemoryRoutes(t *testing.T) {
 
 	act(req(valid.ID, "retire", `,"why":"again"`), http.StatusConflict)
 	act(req(proposed.ID, "retire", ""), http.StatusBadRequest) // no reason
-	act(req(proposed.ID, "accept", ""), http.StatusConflict) // stale, not proposed
+	act(req(proposed.ID, "accept", ""), http.StatusConflict)   // stale, not proposed
 	act(req("ffffffff", "confirm", ""), http.StatusNotFound)
 	act(req(proposed.ID, "burn", ""), http.StatusBadRequest)
 	act(req(proposed.ID, "correct", ""), http.StatusBadRequest)
