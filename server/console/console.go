@@ -117,16 +117,16 @@ func (c *Console) serveAsset(w http.ResponseWriter, r *http.Request, name string
 	// The assets are in the binary: a new smolvm brings new ones, so the
 	// browser revalidates at each load (a 304 when unchanged).
 	h.Set("Cache-Control", "no-cache")
-	h.Set("ETag", a.etag)
 	h.Add("Vary", "Accept-Encoding")
-	if r.Header.Get("If-None-Match") == a.etag {
-		w.WriteHeader(http.StatusNotModified)
-		return
-	}
-	b := a.raw
+	b, etag := a.raw, `"`+a.etag+`"`
 	if a.gz != nil && acceptsGzip(r) {
 		h.Set("Content-Encoding", "gzip")
-		b = a.gz
+		b, etag = a.gz, `"`+a.etag+`-gz"`
+	}
+	h.Set("ETag", etag)
+	if r.Header.Get("If-None-Match") == etag {
+		w.WriteHeader(http.StatusNotModified)
+		return
 	}
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(http.StatusOK)
@@ -144,7 +144,8 @@ func acceptsGzip(r *http.Request) bool {
 	return false
 }
 
-// asset is an embedded file, compressed once at start when that pays.
+// asset is an embedded file, compressed once at start when that pays;
+// etag is its content's, which each encoding's ETag is made of.
 type asset struct {
 	raw, gz   []byte
 	typ, etag string
@@ -166,7 +167,7 @@ func loadAssets() (map[string]*asset, error) {
 			return err
 		}
 		sum := sha256.Sum256(raw)
-		a := &asset{raw: raw, typ: mime.TypeByExtension(path.Ext(name)), etag: `"` + hex.EncodeToString(sum[:8]) + `"`}
+		a := &asset{raw: raw, typ: mime.TypeByExtension(path.Ext(name)), etag: hex.EncodeToString(sum[:8])}
 		var buf bytes.Buffer
 		zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
 		zw.Write(raw)

@@ -140,7 +140,7 @@ func TestConsoleServe(t *testing.T) {
 	}
 
 	own := s.URL + "/v1/sandboxes/" + s.ids["ta-box"]
-	for _, hdr := range [][]string{nil, {console.CSRFHeader, "0" + sess.CSRF[1:]}} {
+	for _, hdr := range [][]string{nil, {console.CSRFHeader, strings.ToUpper(sess.CSRF)}} {
 		for _, r := range []struct{ method, url, body string }{{"POST", own + "/stop", "{}"}, {"POST", own + "/pause", ""}, {"DELETE", own, ""}, {"POST", s.URL + "/v1/sandboxes", `{"name":"x"}`}} {
 			if code, body := call(t, c, "", r.method, r.url, r.body, hdr...); code != http.StatusForbidden || !strings.Contains(body, console.CSRFHeader) {
 				t.Errorf("%s %s with %v: %d %s, want 403", r.method, r.url, hdr, code, body)

@@ -184,7 +184,7 @@ func TestCSRF(t *testing.T) {
 		{"GET", nil, probe, http.StatusOK},
 		{"POST", nil, probe, http.StatusForbidden},
 		{"DELETE", nil, probe, http.StatusForbidden},
-		{"POST", map[string]string{CSRFHeader: "0" + s.CSRF[1:]}, probe, http.StatusForbidden},
+		{"POST", map[string]string{CSRFHeader: wrong(s.CSRF)}, probe, http.StatusForbidden},
 		{"POST", map[string]string{CSRFHeader: s.CSRF}, probe, http.StatusOK},
 		// A WebSocket's upgrade is a GET that acts: the token rides in its URL.
 		{"GET", map[string]string{"Upgrade": "websocket", "Connection": "Upgrade"}, probe, http.StatusForbidden},
@@ -306,4 +306,12 @@ func mustURL(t *testing.T, s string) *url.URL {
 		t.Fatal(err)
 	}
 	return u
+}
+
+// wrong is tok with its first digit changed.
+func wrong(tok string) string {
+	if tok[0] == '0' {
+		return "1" + tok[1:]
+	}
+	return "0" + tok[1:]
 }
