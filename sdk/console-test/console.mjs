@@ -135,6 +135,10 @@ async function views() {
   for (const [view, ready] of [['runs', 'h1'], ['usage', 'section.tenant, .usage p']]) {
     await page.getByRole('link', { name: view === 'runs' ? 'Agent runs' : 'Usage' }).click();
     await page.locator(`main[data-loaded] ${ready}`).first().waitFor();
+    if (view === 'usage') {
+      const bars = await page.locator('section.tenant rect.bar').evaluateAll((rs) => rs.filter((r) => Number(r.getAttribute('height')) > 0).length);
+      check('usage charts have bars', bars > 0, bars);
+    }
     await axe(page, view);
     await shot(page, view);
   }
@@ -241,7 +245,8 @@ async function bench() {
     // From the API's answer, as the Go side measures the event's arrival.
     await api('POST', `/v1/sandboxes/${cfg.id}/${i % 2 ? 'resume' : 'pause'}`, cfg.admin);
     const t1 = Date.now();
-    await page.locator(`tr[data-id="${cfg.id}"][data-state="${i % 2 ? 'running' : 'paused'}"]`).waitFor();
+    // Checked at every frame: a locator's wait polls every 500 ms after a while.
+    await page.waitForFunction(([id, state]) => document.querySelector(`tr[data-id="${id}"]`)?.dataset.state === state, [cfg.id, i % 2 ? 'running' : 'paused'], { polling: 'raf' });
     report.figures.update_ms.push(Date.now() - t1);
   }
   await page.context().close();
