@@ -213,6 +213,16 @@ async function tenantViews() {
   report.errors = report.errors.filter((e) => !e.includes('404'));
   check('other tenant\'s sandbox page answers missing', true);
   await shot(page, 'tenant');
+  // The other views, as the tenant: none of the admin's snapshots, and
+  // the admin's views say so without asking the API.
+  await page.getByRole('link', { name: 'Snapshots' }).click();
+  await page.locator('main[data-loaded] .graph p').waitFor();
+  check('tenant sees none of the admin\'s snapshots', (await page.locator('.graph').textContent()).includes('No snapshots'));
+  for (const [link, text] of [['Agent runs', 'admin\'s'], ['Memory', 'admin\'s'], ['Usage', 'Usage']]) {
+    await page.getByRole('link', { name: link }).click();
+    await page.getByText(text).first().waitFor();
+    await axe(page, `tenant ${link}`);
+  }
   await page.context().close();
 }
 

@@ -1,7 +1,7 @@
 // Agent runs: the list, and one run's timeline (base, iterations, flaky
 // reruns, verdict), its tests per iteration as a chart, the guard's
 // refusals, each iteration's diff, tokens and cost; live while it runs.
-import { el, api, act, onEvent } from './app.js';
+import { el, api, act, onEvent, currentSession } from './app.js';
 import { ago, short, barChart } from './util.js';
 
 export function runsView(main, [id]) {
@@ -24,12 +24,16 @@ function runList(main) {
   const note = el('p');
   main.append(el('h1', {}, 'Agent runs'), note,
     el('table', { class: 'list' }, el('thead', {}, el('tr', {}, ...['Run', 'Task', 'Agent', 'State', 'Best', 'Tokens', 'Cost', 'Started'].map((h) => el('th', { scope: 'col' }, h)))), body));
+  if (!currentSession().admin) {
+    note.textContent = 'Agent runs are the admin\'s: a run works on a repository on the server\'s host.';
+    return () => {};
+  }
   const load = async () => {
     let runs;
     try {
       runs = await api('GET', '/v1/agent/runs');
     } catch (e) {
-      note.textContent = e.status === 403 ? 'Agent runs are the admin\'s.' : e.message;
+      note.textContent = e.message;
       return;
     }
     note.textContent = runs.length ? '' : 'No agent runs yet (smolvm agent run, or POST /v1/agent/runs).';
