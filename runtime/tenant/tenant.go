@@ -334,3 +334,5 @@ func (s *Store) ResolveKey(ctx context.Context, secret string) (name, id string,
 	err := s.st.DB().QueryRowContext(ctx, `SELECT tenant, id FROM tenant_keys WHERE hash = ?`, hash(secret)).Scan(&name, &id)
 	return name, id, err == nil
 }
+
+var _ sandbox.Tenants = (*Store)(nil)

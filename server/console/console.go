@@ -23,7 +23,6 @@ import (
 	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/internal/store"
-	"smolvm.dev/smolvm/runtime/tenant"
 )
 
 // Prefix is where smolvm serve mounts the console.
@@ -44,9 +43,11 @@ var web embed.FS
 
 // Options configure a Console.
 type Options struct {
-	// Store keeps the sessions; Tenants resolves tenants' keys at sign-in.
-	Store   *store.Store
-	Tenants *tenant.Store
+	// Store keeps the sessions. ResolveKey names the tenant whose key
+	// secret is, and the key's ID, at sign-in (tenant.Store.ResolveKey);
+	// nil admits the admin token only.
+	Store      *store.Store
+	ResolveKey func(ctx context.Context, secret string) (tenant, id string, ok bool)
 	// Token is the admin's (httpapi.Options.Token); "" is auth off, where
 	// any sign-in is the admin's.
 	Token string

@@ -78,9 +78,11 @@ func (c *Console) signIn(ctx context.Context, key string) (string, *Session, err
 	var name, keyID string
 	switch {
 	case c.o.Token == "" || subtle.ConstantTimeCompare([]byte(key), []byte(c.o.Token)) == 1:
+	case c.o.ResolveKey == nil:
+		return "", nil, ErrKey
 	default:
 		var ok bool
-		if name, keyID, ok = c.o.Tenants.ResolveKey(ctx, key); !ok {
+		if name, keyID, ok = c.o.ResolveKey(ctx, key); !ok {
 			return "", nil, ErrKey
 		}
 	}

@@ -51,7 +51,7 @@ func (w *world) open(t *testing.T, tls bool, o Options) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.Store, o.Tenants = st, ts
+	o.Store, o.ResolveKey = st, ts.ResolveKey
 	if o.Token == "" {
 		o.Token = admin
 	}

@@ -17,6 +17,7 @@ import (
 
 	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/internal/units"
+	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/server/console"
 	"smolvm.dev/smolvm/server/e2b"
@@ -144,7 +145,13 @@ X-Access-Token). The sandbox needs no network for either.`,
 			if err != nil {
 				return err
 			}
-			con, err := console.New(ctx, console.Options{Store: e.st, Tenants: e.mgr.Tenants(), Token: token})
+			// The console's sessions reference the key they signed in
+			// with, which only the tenant store itself names.
+			keys, err := tenant.Open(ctx, e.st)
+			if err != nil {
+				return err
+			}
+			con, err := console.New(ctx, console.Options{Store: e.st, ResolveKey: keys.ResolveKey, Token: token})
 			if err != nil {
 				return err
 			}
@@ -155,6 +162,9 @@ X-Access-Token). The sandbox needs no network for either.`,
 				Mounts: []httpapi.Mount{
 					// Ports by name come first: their paths are the sandbox's.
 					{Host: func(h string) bool { return ports.Under(h, domain) }, Handler: http.HandlerFunc(e2bAPI.ServeHost), Public: true},
+					// Public: the e2b SDK never sends the API key to envd, only
+					// the sandbox's envdAccessToken (X-Access-Token), so the E2B
+					// handler checks both itself.
 					{Prefix: E2BPrefix + "/", Handler: http.StripPrefix(E2BPrefix, e2bAPI), Public: true},
 					// The web console signs browsers in itself; their
 					// session then reaches /v1 (Session).
