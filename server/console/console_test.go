@@ -151,6 +151,14 @@ func TestConsoleServe(t *testing.T) {
 		t.Errorf("ta-box is %s after refused actions, want running", st)
 	}
 
+	// A sandbox's port is not the session's to open: its pages would run
+	// on the console's origin, and its server would get the cookie.
+	for _, method := range []string{"GET", "POST"} {
+		if code, body := call(t, c, "", method, own+"/ports/8080/", "", console.CSRFHeader, sess.CSRF); code != http.StatusUnauthorized {
+			t.Errorf("%s a port of ta-box with ta's session: %d %s, want 401", method, code, body)
+		}
+	}
+
 	// The exec WebSocket: the token in its URL, or no shell.
 	ws := strings.Replace(own, "http", "ws", 1) + "/exec/ws"
 	opts := &websocket.DialOptions{HTTPClient: c}

@@ -271,7 +271,7 @@ func Listener(ln net.Listener, errorLog *log.Logger) net.Listener {
 func (s *Server) admit(w http.ResponseWriter, r *http.Request, pattern string) (*http.Request, bool) {
 	if !s.public[pattern] {
 		var ok bool
-		if r, ok = s.authenticate(w, r); !ok {
+		if r, ok = s.authenticate(w, r, pattern); !ok {
 			return r, false
 		}
 	}
