@@ -1,8 +1,9 @@
-// Package gateway serves E2B's API and smolvm's native API in front of a cluster: it makes Sandbox objects, waits until a node runs them, and forwards each sandbox's traffic to the node that holds it.
+// Package gateway serves E2B's API and smolvm's native API in front of a cluster: it makes Sandbox objects, waits until a node runs them, and forwards each sandbox's traffic to the node that holds it; the native API is server/httpapi over a cluster-backed sandbox.Runtime.
 package gateway
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -27,6 +28,7 @@ import (
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/kube/api/v1alpha1"
+	"smolvm.dev/smolvm/server/httpapi"
 )
 
 // Config configures a Gateway.
@@ -59,11 +61,14 @@ type Config struct {
 
 // Gateway is an http.Handler: E2B's control plane at / and /e2b, E2B's
 // envd and ports by their headers (or PORT-ID.Domain), and the native API
-// at /v1.
+// at /v1, served by server/httpapi over the cluster (cluster).
 type Gateway struct {
 	cfg    Config
 	e2b    *http.ServeMux
-	native *http.ServeMux
+	native *httpapi.Server
+	// ports forwards the native API's port route to the sandbox's node,
+	// whose smolvm serve reaches the port.
+	ports  *http.ServeMux
 	fwd    *forwarder
 	quotas quotas
 }
@@ -84,7 +89,16 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	g := &Gateway{cfg: cfg, fwd: newForwarder(cfg.NodeToken)}
 	g.e2b = g.e2bRoutes()
-	g.native = g.nativeRoutes()
+	c := newCluster(g)
+	g.native = httpapi.New(httpapi.Options{
+		Manager: c, Images: images{}, Snapshots: snapshots{c},
+		// The server's admin token opens every tenant's objects; the
+		// gateway has no admin, so it is a secret no one holds.
+		Token:      rand.Text(),
+		DefaultTTL: cfg.DefaultTTL, Logger: cfg.Log,
+	})
+	g.ports = http.NewServeMux()
+	g.ports.HandleFunc("/v1/sandboxes/{id}/ports/{port}/", g.forwardPort)
 	return g, nil
 }
 
@@ -138,26 +152,18 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.forwardEnvd(w, r, id)
 		return
 	}
+	if r.URL.Path == "/v1" || strings.HasPrefix(r.URL.Path, "/v1/") {
+		g.serveNative(w, r)
+		return
+	}
 	// A path is checked before it is routed: a mux would clean ".." away
 	// (or redirect), and the answer would name the wrong route.
 	if err := httpguard.Path(r); err != nil {
-		if strings.HasPrefix(r.URL.Path, "/v1/") {
-			writeNative(w, http.StatusBadRequest, api.CodeInvalid, err.Error())
-		} else {
-			writeE2B(w, http.StatusBadRequest, err.Error())
-		}
+		writeE2B(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	if p, ok := strings.CutPrefix(r.URL.Path, e2bPrefix+"/"); ok {
 		r.URL.Path, r.URL.RawPath = "/"+p, ""
-	} else if r.URL.Path == "/v1" || strings.HasPrefix(r.URL.Path, "/v1/") {
-		ns, ok := g.tenant(r)
-		if !ok {
-			writeNative(w, http.StatusUnauthorized, api.CodeUnauthorized, "missing or invalid API key (Authorization: Bearer KEY)")
-			return
-		}
-		g.native.ServeHTTP(w, r.WithContext(withNamespace(r.Context(), ns)))
-		return
 	}
 	if r.URL.Path == "/healthz" {
 		w.WriteHeader(http.StatusNoContent)
@@ -169,6 +175,43 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g.e2b.ServeHTTP(w, r.WithContext(withNamespace(r.Context(), ns)))
+}
+
+// serveNative serves the native API. The server authenticates the key
+// itself, through the cluster's tenants (keys); the cluster acts in the
+// key's namespace, which the request carries for it. A sandbox's port
+// route goes to its node.
+func (g *Gateway) serveNative(w http.ResponseWriter, r *http.Request) {
+	ns, ok := g.tenant(r)
+	if ok {
+		r = r.WithContext(withNamespace(r.Context(), ns))
+		if _, pattern := g.ports.Handler(r); pattern != "" {
+			g.ports.ServeHTTP(w, r)
+			return
+		}
+	}
+	g.native.ServeHTTP(w, r)
+}
+
+// forwardPort sends a request to a sandbox's port on to its node.
+func (g *Gateway) forwardPort(w http.ResponseWriter, r *http.Request) {
+	// A path is checked before it is looked up: the node would clean it.
+	if err := httpguard.Path(r); err != nil {
+		writeNative(w, http.StatusBadRequest, api.CodeInvalid, err.Error())
+		return
+	}
+	ref := r.PathValue("id")
+	sb, err := g.lookup(r.Context(), namespace(r.Context()), ref)
+	if err != nil {
+		writeNative(w, statusOf(err), api.CodeNotFound, err.Error())
+		return
+	}
+	base, err := g.node(r.Context(), sb)
+	if err != nil {
+		writeNative(w, statusOf(err), api.CodeUnavailable, err.Error())
+		return
+	}
+	g.fwd.forward(w, r, base, withID(r.URL.Path, ref, instance(sb, ref)), true)
 }
 
 // portHost splits PORT-ID.Domain, as E2B's getHost(port) names a port.
@@ -189,7 +232,15 @@ func (g *Gateway) portHost(host string) (id, port string, ok bool) {
 // Keys that differ name no one (httpguard.APIKey).
 func (g *Gateway) tenant(r *http.Request) (string, bool) {
 	key, ok := httpguard.APIKey(r)
-	if !ok || key == "" {
+	if !ok {
+		return "", false
+	}
+	return g.resolve(key)
+}
+
+// resolve returns the namespace of API key key.
+func (g *Gateway) resolve(key string) (string, bool) {
+	if key == "" {
 		return "", false
 	}
 	// Every key is compared, so the time taken says nothing of which
@@ -209,8 +260,8 @@ func withNamespace(ctx context.Context, ns string) context.Context {
 	return context.WithValue(ctx, nsKey{}, ns)
 }
 
-func namespace(r *http.Request) string {
-	ns, _ := r.Context().Value(nsKey{}).(string)
+func namespace(ctx context.Context) string {
+	ns, _ := ctx.Value(nsKey{}).(string)
 	return ns
 }
 

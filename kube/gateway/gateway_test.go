@@ -270,7 +270,7 @@ func TestGateway(t *testing.T) {
 			{"GET", "/v1/sandboxes", "wrong", "", http.StatusUnauthorized},
 			{"POST", "/v1/sandboxes", keyA, "{not json", http.StatusBadRequest},
 			{"GET", "/v1/sandboxes/nosuch", keyA, "", http.StatusNotFound},
-			{"POST", "/v1/snapshots", keyA, "{}", http.StatusNotImplemented},
+			{"POST", "/v1/snapshots", keyA, "{}", http.StatusMethodNotAllowed},
 			{"POST", "/v1/snapshots/import", keyA, "", http.StatusNotImplemented},
 			{"POST", "/v1/snapshots/nosuch/restore", keyA, "{}", http.StatusNotFound},
 			{"POST", "/v1/snapshots/nosuch/restore", keyA, `{"ttl": "-1s"}`, http.StatusBadRequest},
