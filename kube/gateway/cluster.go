@@ -89,19 +89,15 @@ func (c *cluster) nodeOf(ctx context.Context, sb *v1alpha1.Sandbox) (*client.Cli
 // on finds the sandbox ref names in ctx's namespace: its object, the ID
 // of its smolvm sandbox and the client of its node.
 func (c *cluster) on(ctx context.Context, ref string) (*v1alpha1.Sandbox, string, *client.Client, error) {
-	n, err := ns(ctx)
+	sb, id, err := c.lookup(ctx, ref)
 	if err != nil {
 		return nil, "", nil, err
-	}
-	sb, err := c.g.lookup(ctx, n, ref)
-	if err != nil {
-		return nil, "", nil, nodeError(err)
 	}
 	cl, err := c.nodeOf(ctx, sb)
 	if err != nil {
 		return nil, "", nil, err
 	}
-	return sb, instance(sb, ref), cl, nil
+	return sb, id, cl, nil
 }
 
 // get answers with the node's view of sb's sandbox id.
@@ -273,7 +269,7 @@ func (c *cluster) Stop(context.Context, string, time.Duration) (*sandbox.Sandbox
 // Remove deletes the sandbox's object; a running one is removed whatever
 // force says, as the object's deletion is.
 func (c *cluster) Remove(ctx context.Context, ref string, _ bool) error {
-	sb, _, _, err := c.lookup(ctx, ref)
+	sb, _, err := c.lookup(ctx, ref)
 	if err != nil {
 		return err
 	}
@@ -283,17 +279,18 @@ func (c *cluster) Remove(ctx context.Context, ref string, _ bool) error {
 	return nil
 }
 
-// lookup finds the object ref names in ctx's namespace, without its node.
-func (c *cluster) lookup(ctx context.Context, ref string) (*v1alpha1.Sandbox, string, string, error) {
+// lookup finds the object ref names in ctx's namespace, and the ID of
+// its smolvm sandbox.
+func (c *cluster) lookup(ctx context.Context, ref string) (*v1alpha1.Sandbox, string, error) {
 	n, err := ns(ctx)
 	if err != nil {
-		return nil, "", "", err
+		return nil, "", err
 	}
 	sb, err := c.g.lookup(ctx, n, ref)
 	if err != nil {
-		return nil, "", "", nodeError(err)
+		return nil, "", nodeError(err)
 	}
-	return sb, instance(sb, ref), n, nil
+	return sb, instance(sb, ref), nil
 }
 
 func (c *cluster) Get(ctx context.Context, ref string) (*sandbox.Sandbox, error) {
@@ -414,7 +411,7 @@ func (c *cluster) Checkpoint(ctx context.Context, ref string, o sandbox.Checkpoi
 	if o.Stop {
 		return nil, errdefs.New(errdefs.ErrInvalid, "stop: not served by the cluster gateway; delete the sandbox after the checkpoint")
 	}
-	src, _, _, err := c.lookup(ctx, ref)
+	src, _, err := c.lookup(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -452,7 +449,7 @@ func (c *cluster) Fork(ctx context.Context, ref string, o sandbox.ForkOptions) (
 	if o.N < 1 || o.N > sandbox.MaxFork {
 		return nil, errdefs.New(errdefs.ErrInvalid, fmt.Sprintf("n: must be between 1 and %d", sandbox.MaxFork))
 	}
-	src, _, _, err := c.lookup(ctx, ref)
+	src, _, err := c.lookup(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -491,7 +488,7 @@ func (c *cluster) Resume(ctx context.Context, ref string) (*sandbox.Sandbox, err
 
 // setPaused pauses or resumes through the object.
 func (c *cluster) setPaused(ctx context.Context, ref string, paused bool) (*sandbox.Sandbox, error) {
-	sb, id, _, err := c.lookup(ctx, ref)
+	sb, id, err := c.lookup(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -555,10 +552,13 @@ func (c *cluster) FS(context.Context, string) (sandbox.FS, error) {
 	return nil, unsupported("a sandbox's file system", "files are read and written whole (/v1/sandboxes/{id}/files)")
 }
 
-// DialPort and DialPublished are not served: the gateway forwards the port
-// route to the node itself (Gateway.forwardPort).
-func (c *cluster) DialPort(context.Context, string, int) (net.Conn, error) {
-	return nil, unsupported("dialing a sandbox's port", "the gateway forwards the port route to the sandbox's node")
+// DialPort reaches the port through the tunnel of the node's serve.
+func (c *cluster) DialPort(ctx context.Context, ref string, port int) (net.Conn, error) {
+	_, id, cl, err := c.on(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	return cl.DialPort(ctx, id, port)
 }
 
 func (c *cluster) DialPublished(context.Context, string, string) (net.Conn, error) {

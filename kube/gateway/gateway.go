@@ -23,12 +23,11 @@ import (
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/api/e2bapi"
-	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/kube/api/v1alpha1"
 	"smolvm.dev/smolvm/server/httpapi"
+	"smolvm.dev/smolvm/server/ports"
 )
 
 // Config configures a Gateway.
@@ -66,9 +65,6 @@ type Gateway struct {
 	cfg    Config
 	e2b    *http.ServeMux
 	native *httpapi.Server
-	// ports forwards the native API's port route to the sandbox's node,
-	// whose smolvm serve reaches the port.
-	ports  *http.ServeMux
 	fwd    *forwarder
 	quotas quotas
 }
@@ -96,9 +92,9 @@ func New(cfg Config) (*Gateway, error) {
 		// gateway has no admin, so it is a secret no one holds.
 		Token:      rand.Text(),
 		DefaultTTL: cfg.DefaultTTL, Logger: cfg.Log,
+		// The port route dials through the cluster, at the node's tunnel.
+		Ports: ports.New(c.DialPort),
 	})
-	g.ports = http.NewServeMux()
-	g.ports.HandleFunc("/v1/sandboxes/{id}/ports/{port}/", g.forwardPort)
 	return g, nil
 }
 
@@ -179,39 +175,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // serveNative serves the native API. The server authenticates the key
 // itself, through the cluster's tenants (keys); the cluster acts in the
-// key's namespace, which the request carries for it. A sandbox's port
-// route goes to its node.
+// key's namespace, which the request carries for it.
 func (g *Gateway) serveNative(w http.ResponseWriter, r *http.Request) {
-	ns, ok := g.tenant(r)
-	if ok {
+	if ns, ok := g.tenant(r); ok {
 		r = r.WithContext(withNamespace(r.Context(), ns))
-		if _, pattern := g.ports.Handler(r); pattern != "" {
-			g.ports.ServeHTTP(w, r)
-			return
-		}
 	}
 	g.native.ServeHTTP(w, r)
-}
-
-// forwardPort sends a request to a sandbox's port on to its node.
-func (g *Gateway) forwardPort(w http.ResponseWriter, r *http.Request) {
-	// A path is checked before it is looked up: the node would clean it.
-	if err := httpguard.Path(r); err != nil {
-		writeNative(w, http.StatusBadRequest, api.CodeInvalid, err.Error())
-		return
-	}
-	ref := r.PathValue("id")
-	sb, err := g.lookup(r.Context(), namespace(r.Context()), ref)
-	if err != nil {
-		writeNative(w, statusOf(err), api.CodeNotFound, err.Error())
-		return
-	}
-	base, err := g.node(r.Context(), sb)
-	if err != nil {
-		writeNative(w, statusOf(err), api.CodeUnavailable, err.Error())
-		return
-	}
-	g.fwd.forward(w, r, base, withID(r.URL.Path, ref, instance(sb, ref)), true)
 }
 
 // portHost splits PORT-ID.Domain, as E2B's getHost(port) names a port.
@@ -273,17 +242,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeE2B(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, e2bapi.Error{Code: status, Message: msg})
-}
-
-// writeNative answers in the native API's shape; a code that is an
-// error class's name is its class too, so that the Go client's errors.Is
-// holds as against a single smolvm serve.
-func writeNative(w http.ResponseWriter, status int, code, msg string) {
-	e := api.Error{Code: code, Message: msg}
-	if errdefs.Parse(code) != nil {
-		e.Class = code
-	}
-	writeJSON(w, status, e)
 }
 
 // maxBody bounds a control-plane request's body.
