@@ -159,6 +159,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveEnvd(w, r, id)
 		return
 	}
+	if id := h.signer(r.Context(), r); id != "" {
+		h.serveEnvd(w, r, id) // a signed file URL (signed.go)
+		return
+	}
 	r, ok := h.authorize(r)
 	if !ok {
 		writeAPIError(w, http.StatusUnauthorized, "missing or invalid API key (X-API-KEY)")

@@ -1,7 +1,8 @@
 // Package fakeruntime is an in-memory sandbox.Runtime for the servers'
 // handler tests: sandboxes, files, snapshots and pools kept in memory, a
-// tiny built-in command set instead of a shell, and real tenants (runtime/tenant
-// over SQLite), so that those tests run without root or runsc.
+// tiny built-in command set instead of a shell, and real tenants
+// (runtime/tenant over SQLite), so that those tests run without root or
+// runsc.
 package fakeruntime
 
 import (
@@ -101,23 +102,27 @@ func newID(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// find returns the sandbox ref names (a name, an ID or a unique ID
-// prefix) that ctx may see. r.mu is held.
+// find returns the sandbox ref names that ctx may see: the one with that
+// ID, else that name, else the one ID it begins. r.mu is held.
 func (r *Runtime) find(ctx context.Context, ref string) (*box, error) {
 	if err := names.Check(names.Sandbox, ref); err != nil {
-		return nil, fmt.Errorf("%w: %v", sandbox.ErrInvalid, err)
+		return nil, err
 	}
+	var named *box
 	var prefixed []*box
 	for _, b := range r.boxes {
-		if !tenant.Owns(ctx, b.sb.Tenant) {
-			continue
-		}
-		if b.sb.ID == ref || b.sb.Name == ref {
+		switch {
+		case !tenant.Owns(ctx, b.sb.Tenant):
+		case b.sb.ID == ref:
 			return b, nil
-		}
-		if len(ref) >= 4 && strings.HasPrefix(b.sb.ID, ref) {
+		case b.sb.Name == ref:
+			named = b
+		case len(ref) >= 4 && strings.HasPrefix(b.sb.ID, ref):
 			prefixed = append(prefixed, b)
 		}
+	}
+	if named != nil {
+		return named, nil
 	}
 	switch len(prefixed) {
 	case 1:
@@ -171,7 +176,7 @@ func (r *Runtime) add(ctx context.Context, name, image string, cfg sandbox.Confi
 		name = "sb-" + newID(6)
 	}
 	if err := names.Check(names.Sandbox, name); err != nil {
-		return nil, fmt.Errorf("%w: %v", sandbox.ErrInvalid, err)
+		return nil, err
 	}
 	for _, b := range r.boxes {
 		if b.sb.Name == name {

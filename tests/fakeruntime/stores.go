@@ -182,7 +182,7 @@ func (r *Runtime) Fork(ctx context.Context, ref string, o sandbox.ForkOptions) (
 // pool returns the pool name that ctx may see. r.mu is held.
 func (r *Runtime) pool(ctx context.Context, name string) (*sandbox.Pool, error) {
 	if err := names.Check(names.Pool, name); err != nil {
-		return nil, fmt.Errorf("%w: %v", sandbox.ErrInvalid, err)
+		return nil, err
 	}
 	p, ok := r.pools[name]
 	if !ok || !tenant.Owns(ctx, p.Tenant) {
@@ -200,7 +200,7 @@ func (r *Runtime) CreatePool(ctx context.Context, o sandbox.PoolOptions) (*sandb
 		o.Name = o.Image
 	}
 	if err := names.Check(names.Pool, o.Name); err != nil {
-		return nil, fmt.Errorf("%w: %v", sandbox.ErrInvalid, err)
+		return nil, fmt.Errorf("create pool: %w", err)
 	}
 	if o.Size < 0 || o.Size > sandbox.MaxPoolSize {
 		return nil, fmt.Errorf("pool: %w: size must be 0 to %d", sandbox.ErrInvalid, sandbox.MaxPoolSize)
