@@ -16,6 +16,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
+	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/client"
@@ -522,8 +523,8 @@ func (c *cluster) NetUpdate(ctx context.Context, ref string, p sandbox.Network) 
 	return cl.NetUpdate(ctx, id, p)
 }
 
-// Pools are SandboxWarmPools, made and sized as Kubernetes objects; a
-// create claims from one by name.
+// Pools are the namespace's SandboxWarmPools, made and sized as
+// Kubernetes objects; a create claims from one by name.
 const poolsWhy = "warm pools are SandboxWarmPool objects (docs/kube.md); create with pool set claims from one"
 
 func (c *cluster) RemovePool(context.Context, string) error {
@@ -534,16 +535,53 @@ func (c *cluster) CreatePool(context.Context, sandbox.PoolOptions) (*sandbox.Poo
 	return nil, unsupported("creating a pool", poolsWhy)
 }
 
-func (c *cluster) Pool(context.Context, string) (*sandbox.Pool, error) {
-	return nil, unsupported("a pool", poolsWhy)
-}
-
-func (c *cluster) Pools(context.Context) ([]*sandbox.Pool, error) {
-	return nil, unsupported("the pools", poolsWhy)
-}
-
 func (c *cluster) FillPool(context.Context, string) (int, error) {
 	return 0, unsupported("filling a pool", poolsWhy)
+}
+
+func (c *cluster) Pool(ctx context.Context, name string) (*sandbox.Pool, error) {
+	n, err := ns(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p, err := c.g.pool(ctx, n, name)
+	if err == nil && p == nil {
+		err = fmt.Errorf("warm pool %q: %w", name, errNotFound)
+	}
+	if err != nil {
+		return nil, nodeError(err)
+	}
+	return warmPool(p), nil
+}
+
+func (c *cluster) Pools(ctx context.Context) ([]*sandbox.Pool, error) {
+	n, err := ns(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var list v1alpha1.SandboxWarmPoolList
+	if err := c.g.cfg.Kube.List(ctx, &list, kclient.InNamespace(n)); err != nil {
+		return nil, fmt.Errorf("list warm pools: %w", err)
+	}
+	out := []*sandbox.Pool{}
+	for i := range list.Items {
+		out = append(out, warmPool(&list.Items[i]))
+	}
+	slices.SortFunc(out, func(a, b *sandbox.Pool) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// warmPool is p as a single serve's pool reads: its replicas are started
+// sandboxes waiting, or for a hot pool paused ones.
+func warmPool(p *v1alpha1.SandboxWarmPool) *sandbox.Pool {
+	sp := &sandbox.Pool{Name: p.Name, CreatedAt: p.CreationTimestamp.Time}
+	size, ready := int(p.Spec.Replicas), int(p.Status.ReadyReplicas)
+	if p.Spec.Hot {
+		sp.Hot, sp.HotReady = size, ready
+	} else {
+		sp.Size, sp.Ready = size, ready
+	}
+	return sp
 }
 
 // FS would need the node's file system API, which its smolvm serve

@@ -286,7 +286,7 @@ func TestGateway(t *testing.T) {
 			{"GET", "/v1/sandboxes/nosuch", keyA, "", http.StatusNotFound},
 			{"POST", "/v1/snapshots", keyA, "{}", http.StatusMethodNotAllowed},
 			// What a cluster has no sense for: 501, saying what to do.
-			{"GET", "/v1/pools", keyA, "", http.StatusNotImplemented},
+			{"POST", "/v1/pools", keyA, `{"name": "p", "size": 1}`, http.StatusNotImplemented},
 			{"GET", "/v1/images", keyA, "", http.StatusNotImplemented},
 			{"POST", "/v1/sandboxes/nosuch/start", keyA, "", http.StatusNotImplemented},
 			{"POST", "/v1/snapshots/import", keyA, "", http.StatusNotImplemented},
