@@ -214,6 +214,10 @@ func decodeData(data, encoding string) ([]byte, error) {
 // ContentTypeTar marks a tar upload or asks for a tar download.
 const ContentTypeTar = "application/x-tar"
 
+// TunnelProtocol is what GET /v1/sandboxes/{id}/tunnel/{port} upgrades
+// to: the connection then carries the port's bytes both ways, raw.
+const TunnelProtocol = "smolvm-tcp"
+
 // HeaderTenant, sent with the admin token, makes the request act as that
 // tenant, which must exist: what it creates is the tenant's and counts
 // against its quota, and it sees only the tenant's objects. The

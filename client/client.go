@@ -149,6 +149,8 @@ type request struct {
 	body         io.Reader
 	contentType  string
 	accept       string
+	// upgrade, when set, asks to switch the connection to that protocol.
+	upgrade string
 }
 
 // do sends req and returns the response if its status is 2xx; otherwise
@@ -168,6 +170,10 @@ func (c *Client) do(ctx context.Context, req request) (*http.Response, error) {
 	}
 	if req.accept != "" {
 		hr.Header.Set("Accept", req.accept)
+	}
+	if req.upgrade != "" {
+		hr.Header.Set("Connection", "Upgrade")
+		hr.Header.Set("Upgrade", req.upgrade)
 	}
 	resp, err := c.hc.Do(hr)
 	if err != nil {

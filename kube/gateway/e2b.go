@@ -59,12 +59,12 @@ func (g *Gateway) e2bCreate(w http.ResponseWriter, r *http.Request) {
 		writeE2B(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	spec, err := g.e2bSpec(r.Context(), namespace(r), &req)
+	spec, err := g.e2bSpec(r.Context(), namespace(r.Context()), &req)
 	if err != nil {
 		writeE2B(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	pool, err := g.pool(r.Context(), namespace(r), req.TemplateID)
+	pool, err := g.pool(r.Context(), namespace(r.Context()), req.TemplateID)
 	if err != nil {
 		writeE2B(w, statusOf(err), err.Error())
 		return
@@ -90,7 +90,7 @@ func (g *Gateway) e2bCreate(w http.ResponseWriter, r *http.Request) {
 		m := pool.Spec.Member()
 		spec.Image, spec.SandboxTemplateRef, spec.ForkFrom = "", m.SandboxTemplateRef, m.ForkFrom
 	}
-	sb, err := g.create(r.Context(), namespace(r), "", "e2b-", spec, template)
+	sb, err := g.create(r.Context(), namespace(r.Context()), "", "e2b-", spec, template)
 	if err != nil {
 		writeE2B(w, statusOf(err), err.Error())
 		return
@@ -439,7 +439,7 @@ func withID(path, ref, id string) string {
 // namespace, or answers E2B's 404 (the SDK's NotFoundError).
 func (g *Gateway) e2bLookup(w http.ResponseWriter, r *http.Request) (*v1alpha1.Sandbox, string, bool) {
 	ref := r.PathValue("id")
-	sb, err := g.lookup(r.Context(), namespace(r), ref)
+	sb, err := g.lookup(r.Context(), namespace(r.Context()), ref)
 	if err != nil {
 		writeE2B(w, statusOf(err), err.Error())
 		return nil, "", false
@@ -455,7 +455,7 @@ func (g *Gateway) e2bList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	want := q.Get("template")
 	q.Del("template")
-	out, err := g.gather(r.Context(), namespace(r), e2bPrefix+"/v2/sandboxes?"+q.Encode(), "sandboxID", func(sb *v1alpha1.Sandbox, item map[string]json.RawMessage) bool {
+	out, err := g.gather(r.Context(), namespace(r.Context()), e2bPrefix+"/v2/sandboxes?"+q.Encode(), func(sb *v1alpha1.Sandbox, item map[string]json.RawMessage) bool {
 		if t, ok := sb.Annotations[AnnotationTemplate]; ok {
 			item["templateID"], _ = json.Marshal(t)
 		}
@@ -470,10 +470,10 @@ func (g *Gateway) e2bList(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// gather asks each node holding sandboxes of ns for the JSON list at
-// path, and keeps the items whose key field names one of them and that
-// keep (nil: all) keeps, as keep may have changed them.
-func (g *Gateway) gather(ctx context.Context, ns, path, key string, keep func(*v1alpha1.Sandbox, map[string]json.RawMessage) bool) ([]json.RawMessage, error) {
+// gather asks each node holding sandboxes of ns for E2B's list at path,
+// and keeps the items whose sandboxID names one of them and that keep
+// keeps, as keep may have changed them.
+func (g *Gateway) gather(ctx context.Context, ns, path string, keep func(*v1alpha1.Sandbox, map[string]json.RawMessage) bool) ([]json.RawMessage, error) {
 	out := []json.RawMessage{}
 	err := g.eachNode(ctx, ns, func(base *url.URL, ids map[string]*v1alpha1.Sandbox) error {
 		var got []map[string]json.RawMessage
@@ -486,10 +486,10 @@ func (g *Gateway) gather(ctx context.Context, ns, path, key string, keep func(*v
 		}
 		for _, item := range got {
 			var id string
-			if json.Unmarshal(item[key], &id) != nil || ids[id] == nil {
+			if json.Unmarshal(item["sandboxID"], &id) != nil || ids[id] == nil {
 				continue
 			}
-			if keep == nil || keep(ids[id], item) {
+			if keep(ids[id], item) {
 				raw, err := json.Marshal(item)
 				if err != nil {
 					return err

@@ -1,8 +1,9 @@
-// Package gateway serves E2B's API and smolvm's native API in front of a cluster: it makes Sandbox objects, waits until a node runs them, and forwards each sandbox's traffic to the node that holds it.
+// Package gateway serves E2B's API and smolvm's native API in front of a cluster: it makes Sandbox objects, waits until a node runs them, and forwards each sandbox's traffic to the node that holds it; the native API is server/httpapi over a cluster-backed sandbox.Runtime.
 package gateway
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -22,11 +23,11 @@ import (
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/api/e2bapi"
-	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/kube/api/v1alpha1"
+	"smolvm.dev/smolvm/server/httpapi"
+	"smolvm.dev/smolvm/server/ports"
 )
 
 // Config configures a Gateway.
@@ -59,11 +60,11 @@ type Config struct {
 
 // Gateway is an http.Handler: E2B's control plane at / and /e2b, E2B's
 // envd and ports by their headers (or PORT-ID.Domain), and the native API
-// at /v1.
+// at /v1, served by server/httpapi over the cluster (cluster).
 type Gateway struct {
 	cfg    Config
 	e2b    *http.ServeMux
-	native *http.ServeMux
+	native *httpapi.Server
 	fwd    *forwarder
 	quotas quotas
 }
@@ -84,7 +85,16 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	g := &Gateway{cfg: cfg, fwd: newForwarder(cfg.NodeToken)}
 	g.e2b = g.e2bRoutes()
-	g.native = g.nativeRoutes()
+	c := newCluster(g)
+	g.native = httpapi.New(httpapi.Options{
+		Manager: c, Images: images{}, Snapshots: snapshots{c},
+		// The server's admin token opens every tenant's objects; the
+		// gateway has no admin, so it is a secret no one holds.
+		Token:      rand.Text(),
+		DefaultTTL: cfg.DefaultTTL, Logger: cfg.Log,
+		// The port route dials through the cluster, at the node's tunnel.
+		Ports: ports.New(c.DialPort),
+	})
 	return g, nil
 }
 
@@ -138,26 +148,18 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.forwardEnvd(w, r, id)
 		return
 	}
+	if r.URL.Path == "/v1" || strings.HasPrefix(r.URL.Path, "/v1/") {
+		g.serveNative(w, r)
+		return
+	}
 	// A path is checked before it is routed: a mux would clean ".." away
 	// (or redirect), and the answer would name the wrong route.
 	if err := httpguard.Path(r); err != nil {
-		if strings.HasPrefix(r.URL.Path, "/v1/") {
-			writeNative(w, http.StatusBadRequest, api.CodeInvalid, err.Error())
-		} else {
-			writeE2B(w, http.StatusBadRequest, err.Error())
-		}
+		writeE2B(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	if p, ok := strings.CutPrefix(r.URL.Path, e2bPrefix+"/"); ok {
 		r.URL.Path, r.URL.RawPath = "/"+p, ""
-	} else if r.URL.Path == "/v1" || strings.HasPrefix(r.URL.Path, "/v1/") {
-		ns, ok := g.tenant(r)
-		if !ok {
-			writeNative(w, http.StatusUnauthorized, api.CodeUnauthorized, "missing or invalid API key (Authorization: Bearer KEY)")
-			return
-		}
-		g.native.ServeHTTP(w, r.WithContext(withNamespace(r.Context(), ns)))
-		return
 	}
 	if r.URL.Path == "/healthz" {
 		w.WriteHeader(http.StatusNoContent)
@@ -169,6 +171,16 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g.e2b.ServeHTTP(w, r.WithContext(withNamespace(r.Context(), ns)))
+}
+
+// serveNative serves the native API. The server authenticates the key
+// itself, through the cluster's tenants (keys); the cluster acts in the
+// key's namespace, which the request carries for it.
+func (g *Gateway) serveNative(w http.ResponseWriter, r *http.Request) {
+	if ns, ok := g.tenant(r); ok {
+		r = r.WithContext(withNamespace(r.Context(), ns))
+	}
+	g.native.ServeHTTP(w, r)
 }
 
 // portHost splits PORT-ID.Domain, as E2B's getHost(port) names a port.
@@ -189,7 +201,15 @@ func (g *Gateway) portHost(host string) (id, port string, ok bool) {
 // Keys that differ name no one (httpguard.APIKey).
 func (g *Gateway) tenant(r *http.Request) (string, bool) {
 	key, ok := httpguard.APIKey(r)
-	if !ok || key == "" {
+	if !ok {
+		return "", false
+	}
+	return g.resolve(key)
+}
+
+// resolve returns the namespace of API key key.
+func (g *Gateway) resolve(key string) (string, bool) {
+	if key == "" {
 		return "", false
 	}
 	// Every key is compared, so the time taken says nothing of which
@@ -209,8 +229,8 @@ func withNamespace(ctx context.Context, ns string) context.Context {
 	return context.WithValue(ctx, nsKey{}, ns)
 }
 
-func namespace(r *http.Request) string {
-	ns, _ := r.Context().Value(nsKey{}).(string)
+func namespace(ctx context.Context) string {
+	ns, _ := ctx.Value(nsKey{}).(string)
 	return ns
 }
 
@@ -222,17 +242,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeE2B(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, e2bapi.Error{Code: status, Message: msg})
-}
-
-// writeNative answers in the native API's shape; a code that is an
-// error class's name is its class too, so that the Go client's errors.Is
-// holds as against a single smolvm serve.
-func writeNative(w http.ResponseWriter, status int, code, msg string) {
-	e := api.Error{Code: code, Message: msg}
-	if errdefs.Parse(code) != nil {
-		e.Class = code
-	}
-	writeJSON(w, status, e)
 }
 
 // maxBody bounds a control-plane request's body.

@@ -129,6 +129,20 @@ func TestGateway(t *testing.T) {
 		if got.String() != "file body" {
 			t.Fatalf("read back %q", got)
 		}
+		// The port route reaches a server inside, through the node's
+		// tunnel; another key's answers as for no such sandbox.
+		if exit, err := a.Exec(ctx, sb.ID, sandbox.Process{Args: []string{"sh", "-c", "python3 -m http.server 8000 --directory /tmp >/dev/null 2>&1 &"}}, sandbox.Stdio{}); err != nil || exit.Code != 0 {
+			t.Fatalf("start a server inside: %v %+v", err, exit)
+		}
+		port := c.URL + "/v1/sandboxes/" + sb.ID + "/ports/8000/"
+		for deadline := time.Now().Add(30 * time.Second); call(t, "GET", port, keyA, "", nil) != http.StatusOK; time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the port route through the gateway: no 200 within 30 s")
+			}
+		}
+		if code := call(t, "GET", port, keyB, "", nil); code != http.StatusNotFound {
+			t.Fatalf("team b's port route to team a's sandbox: %d", code)
+		}
 		list, err := a.List(ctx)
 		if err != nil || len(list) != 1 || list[0].ID != sb.ID || list[0].Config.Labels["who"] != "a" {
 			t.Fatalf("team a's list: %v %+v", err, list)
@@ -270,7 +284,11 @@ func TestGateway(t *testing.T) {
 			{"GET", "/v1/sandboxes", "wrong", "", http.StatusUnauthorized},
 			{"POST", "/v1/sandboxes", keyA, "{not json", http.StatusBadRequest},
 			{"GET", "/v1/sandboxes/nosuch", keyA, "", http.StatusNotFound},
-			{"POST", "/v1/snapshots", keyA, "{}", http.StatusNotImplemented},
+			{"POST", "/v1/snapshots", keyA, "{}", http.StatusMethodNotAllowed},
+			// What a cluster has no sense for: 501, saying what to do.
+			{"POST", "/v1/pools", keyA, `{"name": "p", "size": 1}`, http.StatusNotImplemented},
+			{"GET", "/v1/images", keyA, "", http.StatusNotImplemented},
+			{"POST", "/v1/sandboxes/nosuch/start", keyA, "", http.StatusNotImplemented},
 			{"POST", "/v1/snapshots/import", keyA, "", http.StatusNotImplemented},
 			{"POST", "/v1/snapshots/nosuch/restore", keyA, "{}", http.StatusNotFound},
 			{"POST", "/v1/snapshots/nosuch/restore", keyA, `{"ttl": "-1s"}`, http.StatusBadRequest},

@@ -70,6 +70,14 @@ func TestWarmPool(t *testing.T) {
 		t.Errorf("the pool's two sandboxes are on %v, want one per node", first)
 	}
 
+	// The native API lists the namespace's warm pools.
+	if pools, err := gw.Pools(ctx); err != nil || len(pools) != 1 || pools[0].Name != "warm" || pools[0].Size != 2 {
+		t.Fatalf("the warm pools through the gateway: %v %+v", err, pools)
+	}
+	if pools, err := c.client(t, keyB).Pools(ctx); err != nil || len(pools) != 0 {
+		t.Fatalf("team b's warm pools: %v %+v", err, pools)
+	}
+
 	t0 := time.Now()
 	sb, err := gw.Create(ctx, sandbox.CreateOptions{Pool: "warm", Start: true, Config: sandbox.Config{TTL: 10 * time.Minute}})
 	if err != nil {

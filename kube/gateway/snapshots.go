@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"slices"
 	"time"
 
@@ -15,10 +14,8 @@ import (
 	"k8s.io/utils/ptr"
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 
-	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/api/e2bapi"
 	"smolvm.dev/smolvm/kube/api/v1alpha1"
-	"smolvm.dev/smolvm/sandbox"
 )
 
 // Snapshots made through the gateway (E2B's createSnapshot, the native
@@ -105,19 +102,30 @@ func (g *Gateway) snapshot(ctx context.Context, ns, ref string) (*v1alpha1.Sandb
 // one does, as on a single smolvm serve), and waits until its node
 // removed it.
 func (g *Gateway) deleteSnapshot(ctx context.Context, s *v1alpha1.SandboxSnapshot) error {
-	var list v1alpha1.SandboxList
-	if err := g.cfg.Kube.List(ctx, &list, kclient.InNamespace(s.Namespace)); err != nil {
-		return fmt.Errorf("list sandboxes: %w", err)
-	}
-	for _, sb := range list.Items {
-		if f := sb.Spec.ForkFrom; f != nil && f.Snapshot == s.Name {
-			return &phaseError{http.StatusConflict, fmt.Sprintf("snapshot %s is in use: Sandbox %s was restored from it", s.Name, sb.Name)}
-		}
+	switch user, err := g.snapshotUser(ctx, s); {
+	case err == nil:
+		return &phaseError{http.StatusConflict, fmt.Sprintf("snapshot %s is in use: Sandbox %s was restored from it", s.Name, user)}
+	case !errors.Is(err, errNotFound):
+		return err
 	}
 	if err := g.cfg.Kube.Delete(ctx, s); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete snapshot %s: %w", s.Name, err)
 	}
 	return g.waitGone(ctx, s)
+}
+
+// snapshotUser is the name of a Sandbox restored from s, or errNotFound.
+func (g *Gateway) snapshotUser(ctx context.Context, s *v1alpha1.SandboxSnapshot) (string, error) {
+	var list v1alpha1.SandboxList
+	if err := g.cfg.Kube.List(ctx, &list, kclient.InNamespace(s.Namespace)); err != nil {
+		return "", fmt.Errorf("list sandboxes: %w", err)
+	}
+	for _, sb := range list.Items {
+		if f := sb.Spec.ForkFrom; f != nil && f.Snapshot == s.Name {
+			return sb.Name, nil
+		}
+	}
+	return "", fmt.Errorf("snapshot %s: no user: %w", s.Name, errNotFound)
 }
 
 // restoreSpec is a Sandbox restoring s: the copy keeps the snapshot's
@@ -162,7 +170,7 @@ func (g *Gateway) e2bSnapshots(w http.ResponseWriter, r *http.Request) {
 		writeE2B(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	all, err := g.snapshots(r.Context(), namespace(r))
+	all, err := g.snapshots(r.Context(), namespace(r.Context()))
 	if err != nil {
 		writeE2B(w, statusOf(err), err.Error())
 		return
@@ -178,7 +186,7 @@ func (g *Gateway) e2bSnapshots(w http.ResponseWriter, r *http.Request) {
 
 // e2bDeleteTemplate answers deleteSnapshot (DELETE /templates/{id}).
 func (g *Gateway) e2bDeleteTemplate(w http.ResponseWriter, r *http.Request) {
-	s, err := g.snapshot(r.Context(), namespace(r), r.PathValue("template"))
+	s, err := g.snapshot(r.Context(), namespace(r.Context()), r.PathValue("template"))
 	if err == nil {
 		err = g.deleteSnapshot(r.Context(), s)
 	}
@@ -187,127 +195,4 @@ func (g *Gateway) e2bDeleteTemplate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// nativeCheckpoint answers POST /v1/sandboxes/{id}/checkpoint; the
-// sandbox keeps running.
-func (g *Gateway) nativeCheckpoint(w http.ResponseWriter, r *http.Request) {
-	var req api.CheckpointRequest
-	if err := decode(r, &req); err != nil {
-		writeNative(w, http.StatusBadRequest, api.CodeInvalid, err.Error())
-		return
-	}
-	if req.Stop {
-		writeNative(w, http.StatusBadRequest, api.CodeInvalid, "stop: not served by the cluster gateway; delete the sandbox after the checkpoint")
-		return
-	}
-	src, _, ok := g.nativeLookup(w, r)
-	if !ok {
-		return
-	}
-	s, err := g.checkpoint(r.Context(), src, req.Name)
-	if err != nil {
-		writeNativeErr(w, err)
-		return
-	}
-	g.nativeSnapshot(w, r, s, http.StatusCreated)
-}
-
-// nativeSnapshot answers with a holder node's record of s, as the
-// cluster names it: the object's name, and its Sandbox's.
-func (g *Gateway) nativeSnapshot(w http.ResponseWriter, r *http.Request, s *v1alpha1.SandboxSnapshot, status int) {
-	var out sandbox.Snapshot
-	err := errors.New("no live node holds it")
-	for _, node := range s.Status.Nodes {
-		var base *url.URL
-		if base, err = g.nodeURL(r.Context(), node); err != nil {
-			continue
-		}
-		var code int
-		if code, err = g.fwd.call(r.Context(), "GET", base, "/v1/snapshots/"+url.PathEscape(s.Status.ID), nil, &out); err == nil && code != http.StatusOK {
-			err = fmt.Errorf("node %s answered %d", node, code)
-		}
-		if err == nil {
-			break
-		}
-	}
-	if err != nil {
-		writeNative(w, http.StatusBadGateway, api.CodeUnavailable, fmt.Sprintf("snapshot %s: %v", s.Name, err))
-		return
-	}
-	out.Name, out.Names, out.Lineage.SandboxName = s.Name, []string{s.Name}, s.Spec.SandboxRef.Name
-	writeJSON(w, status, out)
-}
-
-// nativeSnapshots answers GET /v1/snapshots from the objects: a record
-// per snapshot without its files, which GET /v1/snapshots/{s} gives.
-func (g *Gateway) nativeSnapshots(w http.ResponseWriter, r *http.Request) {
-	all, err := g.snapshots(r.Context(), namespace(r))
-	if err != nil {
-		writeNativeErr(w, err)
-		return
-	}
-	out := []sandbox.Snapshot{}
-	for _, s := range all {
-		out = append(out, sandbox.Snapshot{
-			ID: s.Status.ID, Name: s.Name, Names: []string{s.Name}, Created: s.CreationTimestamp.Time, Size: s.Status.SizeBytes,
-			Lineage: sandbox.Lineage{Sandbox: s.Status.SandboxID, SandboxName: s.Spec.SandboxRef.Name},
-		})
-	}
-	writeJSON(w, http.StatusOK, out)
-}
-
-func (g *Gateway) nativeSnapshotLookup(w http.ResponseWriter, r *http.Request) (*v1alpha1.SandboxSnapshot, bool) {
-	s, err := g.snapshot(r.Context(), namespace(r), r.PathValue("snapshot"))
-	if err != nil {
-		writeNativeErr(w, err)
-		return nil, false
-	}
-	return s, true
-}
-
-func (g *Gateway) nativeGetSnapshot(w http.ResponseWriter, r *http.Request) {
-	if s, ok := g.nativeSnapshotLookup(w, r); ok {
-		g.nativeSnapshot(w, r, s, http.StatusOK)
-	}
-}
-
-func (g *Gateway) nativeDeleteSnapshot(w http.ResponseWriter, r *http.Request) {
-	s, ok := g.nativeSnapshotLookup(w, r)
-	if !ok {
-		return
-	}
-	if err := g.deleteSnapshot(r.Context(), s); err != nil {
-		writeNativeErr(w, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
-// nativeRestore answers POST /v1/snapshots/{snapshot}/restore: a Sandbox
-// restoring it, placed beside the snapshot or on a node that copies it.
-func (g *Gateway) nativeRestore(w http.ResponseWriter, r *http.Request) {
-	var req api.RestoreRequest
-	if err := decode(r, &req); err != nil {
-		writeNative(w, http.StatusBadRequest, api.CodeInvalid, err.Error())
-		return
-	}
-	if req.TTL < 0 {
-		writeNative(w, http.StatusBadRequest, api.CodeInvalid, "ttl: must not be negative")
-		return
-	}
-	s, ok := g.nativeSnapshotLookup(w, r)
-	if !ok {
-		return
-	}
-	prefix := "sbx-"
-	if req.Name != "" {
-		prefix = ""
-	}
-	sb, err := g.create(r.Context(), s.Namespace, req.Name, prefix, restoreSpec(s, req.Labels, time.Duration(req.TTL)), nil)
-	if err != nil {
-		writeNativeErr(w, err)
-		return
-	}
-	g.nativeGet(w, r, sb, sb.Status.Instances[0].ID, http.StatusCreated)
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"time"
+
+	"smolvm.dev/smolvm/internal/splice"
 )
 
 // AgentPath is where the backends put the agent binary inside a sandbox
@@ -40,7 +42,7 @@ func Forward(ctx context.Context, ln net.Listener, target string) error {
 				return // the client sees the close, as it would a refusal
 			}
 			defer t.Close()
-			splice(c, c, t)
+			splice.Conns(c, c, t)
 		}()
 	}
 }

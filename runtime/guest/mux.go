@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"smolvm.dev/smolvm/internal/splice"
 )
 
 // A microVM has one serial port to its agent, and the host opens a
@@ -414,7 +415,7 @@ func Relay(m *Mux, ln net.Listener) error {
 			c.Close()
 			return err
 		}
-		go splice(c, c, s)
+		go splice.Conns(c, c, s)
 	}
 }
 

@@ -6,13 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
 
+	"smolvm.dev/smolvm/internal/splice"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -60,33 +59,7 @@ func (s *Server) dialPort(nc net.Conn, c *conn, port int) {
 		return
 	}
 	// c.r may hold bytes the host sent right after its request.
-	splice(nc, c.r, t)
-}
-
-// splice copies a (read through ar) to b and b to a until both directions
-// end. A direction that ends cleanly half-closes its destination; one that
-// fails closes both, which ends the other.
-func splice(a net.Conn, ar io.Reader, b net.Conn) {
-	var wg sync.WaitGroup
-	pipe := func(dst net.Conn, src io.Reader) {
-		defer wg.Done()
-		if _, err := io.Copy(dst, src); err != nil || closeWrite(dst) != nil {
-			a.Close()
-			b.Close()
-		}
-	}
-	wg.Add(2)
-	go pipe(b, ar)
-	go pipe(a, b)
-	wg.Wait()
-}
-
-// closeWrite half-closes c, or fails if c cannot.
-func closeWrite(c net.Conn) error {
-	if cw, ok := c.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return errors.ErrUnsupported
+	splice.Conns(nc, c.r, t)
 }
 
 // DialPort connects to TCP port on the sandbox's loopback through the
@@ -148,4 +121,4 @@ type portConn struct {
 func (p *portConn) Read(b []byte) (int, error) { return p.r.Read(b) }
 
 // CloseWrite half-closes the stream; the agent passes it on to the port.
-func (p *portConn) CloseWrite() error { return closeWrite(p.Conn) }
+func (p *portConn) CloseWrite() error { return splice.CloseWrite(p.Conn) }

@@ -139,8 +139,11 @@ func TestBodylessRoutes(t *testing.T) {
 		n++
 		for _, w := range httpguard.Wildcards(path) {
 			v := "x"
-			if w == "key" {
+			switch w {
+			case "key":
 				v = "ab" // key IDs are hex
+			case "port":
+				v = "8080"
 			}
 			path = strings.Replace(path, "{"+w+"}", v, 1)
 		}

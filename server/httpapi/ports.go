@@ -7,8 +7,11 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/net/http/httpguts"
+
 	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/internal/splice"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -28,6 +31,40 @@ func (s *Server) registerPortRoutes() {
 		s.proxied[pattern] = true
 		s.handle(pattern, true, false, body{}, http.HandlerFunc(s.port))
 	}
+	s.handle(tunnelRoute, true, false, body{none: true}, http.HandlerFunc(s.tunnel))
+}
+
+// tunnelRoute is a port's raw byte stream, for a runtime elsewhere whose
+// DialPort reaches ports through this server (the cluster gateway's, at
+// the node's serve): the request upgrades to api.TunnelProtocol, and the
+// connection then carries the port's bytes both ways.
+const tunnelRoute = "GET /v1/sandboxes/{id}/tunnel/{port}"
+
+// tunnel splices the connection to a port inside the sandbox, through
+// the runtime's DialPort. It is not limited, as the port route is not.
+func (s *Server) tunnel(w http.ResponseWriter, r *http.Request) {
+	if !httpguts.HeaderValuesContainsToken(r.Header["Connection"], "upgrade") || !strings.EqualFold(r.Header.Get("Upgrade"), api.TunnelProtocol) {
+		writeError(w, invalid("", "a tunnel upgrades: send Connection: Upgrade and Upgrade: "+api.TunnelProtocol))
+		return
+	}
+	port, _ := strconv.Atoi(r.PathValue("port"))
+	pc, err := s.o.Manager.DialPort(r.Context(), r.PathValue("id"), port)
+	if err != nil {
+		writeError(w, fmt.Errorf("sandbox %q, port %d: %w", r.PathValue("id"), port, err))
+		return
+	}
+	defer pc.Close()
+	nc, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		writeError(w, fmt.Errorf("tunnel: %w", err))
+		return
+	}
+	defer nc.Close()
+	if _, err := fmt.Fprintf(nc, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\n", api.TunnelProtocol); err != nil {
+		return
+	}
+	// brw may hold bytes the client sent right after its request.
+	splice.Conns(nc, brw.Reader, pc)
 }
 
 // port forwards a request to a port inside a sandbox. The API token that
