@@ -90,7 +90,7 @@ var rules = map[Kind]rule{
 	Path: {what: "path", max: MaxPath},
 	Template: {what: "template name", max: 128, re: regexp.MustCompile(`^` + word + `*$`),
 		want: "use up to 128 letters, digits, '_', '.' or '-', starting with a letter or digit"},
-	Key:  {what: "key ID", max: 64, re: regexp.MustCompile(`^[0-9a-f]+$`), want: "use the hex ID that smolvm tenant ls shows"},
+	Key: {what: "key ID", max: 64, re: regexp.MustCompile(`^[0-9a-f]+$`), want: "use the hex ID that smolvm tenant ls shows"},
 }
 
 // String names the kind as messages do ("pool name").
