@@ -14,27 +14,8 @@ import (
 	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/tests/testimage"
 )
-
-// slowServer is a start command: an HTTP server that sleeps before it
-// listens, and answers every request with a token drawn at its start, so a
-// copy that answers with the build's token runs the build's process.
-func slowServer(port int, delay time.Duration) []string {
-	return []string{"python3", "-c", fmt.Sprintf(`
-import http.server, os, time
-token = os.urandom(8).hex()
-time.sleep(%g)
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = (token + " " + os.environ.get("GREETING", "")).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *a): pass
-http.server.HTTPServer(("127.0.0.1", %d), H).serve_forever()
-`, delay.Seconds(), port)}
-}
 
 // getPort sends one GET to port in sb through its agent, with no retry.
 func (m *testManager) getPort(t *testing.T, sb *sandbox.Sandbox, port int) string {
@@ -71,7 +52,7 @@ func TestTemplateStartedState(t *testing.T) {
 
 	const delay = 1500 * time.Millisecond
 	var log strings.Builder
-	tmpl, err := m.BuildTemplate(ctx, sandbox.TemplateOptions{Name: "web", Public: true, Start: slowServer(8080, delay),
+	tmpl, err := m.BuildTemplate(ctx, sandbox.TemplateOptions{Name: "web", Public: true, Start: testimage.SlowServer(8080, delay),
 		Ready: sandbox.Ready{URL: "http://localhost:8080/"}, Env: []string{"GREETING=built"}, Log: &log})
 	if err != nil {
 		t.Fatalf("build: %v\n%s", err, log.String())
