@@ -285,8 +285,11 @@ func (m *Manager) fromTemplate(ctx context.Context, t *sandbox.Template, o sandb
 		}
 		return m.create(ctx, o, "", "")
 	}
-	if !o.Start {
+	switch {
+	case !o.Start:
 		return nil, fmt.Errorf("create: %w: template %s has a started state: its sandboxes start running (run it, or create and start at once)", sandbox.ErrInvalid, t.Name)
+	case len(o.Config.Cmd) > 0:
+		return nil, fmt.Errorf("create: %w: template %s has a started state: its main process is its start command, %q", sandbox.ErrInvalid, t.Name, t.Start)
 	}
 	snapCtx := ctx
 	if !tenant.Owns(ctx, t.Tenant) {
