@@ -15,7 +15,11 @@ import (
 // sandbox created from a template with a snapshot is a restore of it (its
 // server is already up); one without is a plain create of the image.
 type Template struct {
+	// Name may end in ":TAG" (E2B's tags): each tag is a template.
 	Name string `json:"name"`
+	// Build is the ID of the build that made it; a tag made from it
+	// keeps it.
+	Build string `json:"build"`
 	// Tenant owns the template; "" is the admin. Public templates are
 	// seen and used by every tenant.
 	Tenant string `json:"tenant,omitempty"`
@@ -56,6 +60,7 @@ type Ready struct {
 // TemplateOptions describe a template to build.
 type TemplateOptions struct {
 	Name  string
+	Build string // the build's ID; default: a new one
 	Image string // default: the builtin host image
 	Start []string
 	Ready Ready

@@ -58,28 +58,56 @@ func (m *Manager) BuildTemplate(ctx context.Context, o sandbox.TemplateOptions) 
 		}
 		t.Snapshot, t.ReadyAfter = snap, after
 	}
-	t.Built = store.Now()
-	old, err := m.ownTemplate(ctx, o.Name)
-	if err != nil && !errors.Is(err, sandbox.ErrTemplateNotFound) {
+	t.Built, t.Build = store.Now(), cmp.Or(o.Build, newBuildID())
+	if err := m.saveTemplate(ctx, t); err != nil {
 		m.dropSnapshot(ctx, t.Snapshot)
 		return nil, fmt.Errorf("build template %s: %w", o.Name, err)
 	}
+	logf(o.Log, "template %s: built", t.Name)
+	return t, nil
+}
+
+// TagTemplate makes (or replaces) the template to of ctx's tenant a copy
+// of from, the same build under another name (E2B's tags).
+func (m *Manager) TagTemplate(ctx context.Context, from, to string) (*sandbox.Template, error) {
+	if err := names.Check(names.Template, to); err != nil {
+		return nil, fmt.Errorf("tag template: %w", err)
+	}
+	t, err := m.Template(ctx, from)
+	if err != nil {
+		return nil, fmt.Errorf("tag %w", err)
+	}
+	if !tenant.Owns(ctx, t.Tenant) {
+		return nil, fmt.Errorf("tag template %s: it is public: %w", from, tenant.ErrAdminOnly)
+	}
+	t.Name = to
+	if err := m.saveTemplate(ctx, t); err != nil {
+		return nil, fmt.Errorf("tag template %s: %w", from, err)
+	}
+	return t, nil
+}
+
+// saveTemplate writes t as its tenant's template of that name; the
+// started state of the one it replaces goes unless another uses it.
+func (m *Manager) saveTemplate(ctx context.Context, t *sandbox.Template) error {
+	old, err := m.ownTemplate(ctx, t.Tenant, t.Name)
+	if err != nil && !errors.Is(err, sandbox.ErrTemplateNotFound) {
+		return err
+	}
 	doc, err := json.Marshal(t)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	_, err = m.st.DB().ExecContext(ctx, `INSERT INTO templates (tenant, name, public, snapshot, image_id, doc) VALUES (?, ?, ?, ?, ?, ?)
 		ON CONFLICT (tenant, name) DO UPDATE SET public = excluded.public, snapshot = excluded.snapshot, image_id = excluded.image_id, doc = excluded.doc`,
 		t.Tenant, t.Name, t.Public, t.Snapshot, t.ImageID, string(doc))
 	if err != nil {
-		m.dropSnapshot(ctx, t.Snapshot)
-		return nil, fmt.Errorf("build template %s: %w", o.Name, err)
+		return err
 	}
 	if old != nil && old.Snapshot != t.Snapshot {
 		m.dropSnapshot(ctx, old.Snapshot)
 	}
-	logf(o.Log, "template %s: built", t.Name)
-	return t, nil
+	return nil
 }
 
 // startedState runs o's start command in a sandbox of the image imageID,
@@ -223,10 +251,10 @@ func (m *Manager) Template(ctx context.Context, name string) (*sandbox.Template,
 	return t, nil
 }
 
-// ownTemplate returns ctx's tenant's own template name.
-func (m *Manager) ownTemplate(ctx context.Context, name string) (*sandbox.Template, error) {
+// ownTemplate returns owner's template name.
+func (m *Manager) ownTemplate(ctx context.Context, owner, name string) (*sandbox.Template, error) {
 	return store.Doc[sandbox.Template](ctx, m.st.DB(), sandbox.ErrTemplateNotFound,
-		`SELECT doc FROM templates WHERE tenant = ? AND name = ?`, tenant.Owner(ctx), name)
+		`SELECT doc FROM templates WHERE tenant = ? AND name = ?`, owner, name)
 }
 
 // Templates lists the templates ctx's tenant sees (every one, unscoped),

@@ -50,6 +50,7 @@ func (h *Handler) apiRoutes() *http.ServeMux {
 	handle("POST /sandboxes/{id}/snapshots", h.createSnapshot)
 	handle("GET /snapshots", h.listSnapshots)
 	handle("DELETE /templates/{template}", h.deleteTemplate)
+	h.templateRoutes(handle)
 	return mux
 }
 

@@ -16,6 +16,7 @@ import (
 	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/internal/store"
+	"smolvm.dev/smolvm/runtime/build"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/runtime/tenant"
@@ -75,6 +76,11 @@ type Options struct {
 	// key's tenant or the sandbox's (httpapi.Options.Limiter shares it).
 	// Port traffic takes none, as on the native API.
 	Limiter *httpguard.Limiter
+	// Builder, when set, serves E2B's template builds (templates.go),
+	// whose uploaded files wait in a directory under UploadDir (default:
+	// the system's temporary directory).
+	Builder   *build.Builder
+	UploadDir string
 }
 
 // Handler serves both E2B APIs: requests with an E2b-Sandbox-Id header
@@ -97,6 +103,7 @@ type Handler struct {
 	procs     *procTable
 	watches   *watchSet
 	kernels   *kernels
+	builds    *builds // nil without Options.Builder
 	api       *http.ServeMux
 	envdMux   *http.ServeMux
 	// routes and envdRoutes list the patterns of each API, for tests.
@@ -124,6 +131,11 @@ func New(ctx context.Context, o Options) (*Handler, error) {
 	}
 	if h.maxUpload <= 0 {
 		h.maxUpload = 1 << 30
+	}
+	if o.Builder != nil {
+		if h.builds, err = newBuilds(o.Builder, o.UploadDir); err != nil {
+			return nil, err
+		}
 	}
 	h.api = h.apiRoutes()
 	h.envdMux = h.envdServeMux()
@@ -164,9 +176,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	if err := httpguard.Buffer(r, maxRequest); err != nil {
-		httpguard.RefuseBody(w, err, writeAPIError)
-		return
+	// A template's upload is a tar, which uploadFiles streams to disk.
+	if !isUpload(r) {
+		if err := httpguard.Buffer(r, maxRequest); err != nil {
+			httpguard.RefuseBody(w, err, writeAPIError)
+			return
+		}
 	}
 	if httpguard.Routed(w, r, h.api, h.noRoute(r)) {
 		h.api.ServeHTTP(w, r)
@@ -220,7 +235,10 @@ func (h *Handler) Routes() (api, envd []string) {
 // Close ends every command the handler started. Commands survive their
 // clients, not the server: the agent kills a command whose host
 // connection closes.
-func (h *Handler) Close() { h.procs.killAll() }
+func (h *Handler) Close() {
+	h.procs.killAll()
+	h.builds.close()
+}
 
 func newToken() string {
 	var b [16]byte
