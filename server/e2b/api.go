@@ -50,7 +50,9 @@ func (h *Handler) apiRoutes() *http.ServeMux {
 	handle("POST /sandboxes/{id}/snapshots", h.createSnapshot)
 	handle("GET /snapshots", h.listSnapshots)
 	handle("DELETE /templates/{template}", h.deleteTemplate)
-	h.templateRoutes(handle)
+	if h.builds != nil { // otherwise unserved (unserved.go)
+		h.templateRoutes(mux, handle)
+	}
 	return mux
 }
 

@@ -43,8 +43,6 @@ const (
 	maxRuns     = 256 // builds remembered; the oldest finished go first
 )
 
-var errNoBuilds = errdefs.New(errdefs.ErrUnsupported, "this server builds no templates (smolvm serve does)")
-
 // builds are one Handler's template builds.
 type builds struct {
 	b *build.Builder
@@ -95,16 +93,28 @@ func (bs *builds) close() {
 	os.RemoveAll(bs.dir)
 }
 
-func (h *Handler) templateRoutes(handle func(string, http.HandlerFunc)) {
+func (h *Handler) templateRoutes(mux *http.ServeMux, handle func(string, http.HandlerFunc)) {
 	handle("POST /v3/templates", h.requestBuild)
 	handle("GET /templates/{template}/files/{hash}", h.uploadLink)
 	handle("PUT /templates/{template}/files/{hash}", h.uploadFiles)
 	handle("POST /v2/templates/{template}/builds/{build}", h.startBuild)
 	handle("GET /templates/{template}/builds/{build}/status", h.buildStatus)
-	handle("GET /templates/aliases/{alias}", h.alias)
-	handle("GET /templates/{template}/tags", h.listTags)
+	// GET /templates/aliases/{alias} and GET /templates/{template}/tags
+	// would both match /templates/aliases/tags: ServeMux takes neither.
+	handle("GET /templates/{template}/{alias}", func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.PathValue("template") == "aliases":
+			h.alias(w, r)
+		case r.PathValue("alias") == "tags":
+			h.listTags(w, r)
+		default:
+			writeAPIError(w, http.StatusNotFound, "no such route: "+r.URL.Path)
+		}
+	})
 	handle("POST /templates/tags", h.assignTags)
-	handle("DELETE /templates/tags", h.removeTags)
+	// E2B's DELETE /templates/tags carries the tags in a body, which
+	// handle refuses of every DELETE; it has no path parameter to check.
+	mux.HandleFunc("DELETE /templates/tags", h.removeTags)
 }
 
 // isUpload tells a COPY step's upload, whose body is a tar up to
@@ -128,10 +138,6 @@ func tagged(name, tag string) string {
 }
 
 func (h *Handler) requestBuild(w http.ResponseWriter, r *http.Request) {
-	if h.builds == nil {
-		writeErr(w, errNoBuilds)
-		return
-	}
 	var req e2bapi.BuildRequest
 	if err := decodeBody(r, &req); err != nil {
 		writeAPIError(w, http.StatusBadRequest, err.Error())
@@ -198,10 +204,6 @@ func (bs *builds) add(run *buildRun) {
 // run returns the caller's build id of template; another tenant's is
 // not found.
 func (h *Handler) run(w http.ResponseWriter, r *http.Request) (*buildRun, bool) {
-	if h.builds == nil {
-		writeErr(w, errNoBuilds)
-		return nil, false
-	}
 	h.builds.mu.Lock()
 	run := h.builds.runs[r.PathValue("build")]
 	h.builds.mu.Unlock()
@@ -220,10 +222,6 @@ func (bs *builds) uploads(ctx context.Context) string {
 // uploadLink answers where to PUT a COPY step's files: this server, with
 // the caller's own credentials (the SDK sends only the headers given).
 func (h *Handler) uploadLink(w http.ResponseWriter, r *http.Request) {
-	if h.builds == nil {
-		writeErr(w, errNoBuilds)
-		return
-	}
 	hash := r.PathValue("hash")
 	_, err := os.Stat(filepath.Join(h.builds.uploads(r.Context()), hash+".tar"))
 	scheme := "http"
@@ -245,10 +243,6 @@ func (h *Handler) uploadLink(w http.ResponseWriter, r *http.Request) {
 
 // uploadFiles stores a COPY step's tar, up to maxUpload bytes.
 func (h *Handler) uploadFiles(w http.ResponseWriter, r *http.Request) {
-	if h.builds == nil {
-		writeErr(w, errNoBuilds)
-		return
-	}
 	dir := h.builds.uploads(r.Context())
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		writeErr(w, err)
@@ -302,6 +296,8 @@ func (h *Handler) startBuild(w http.ResponseWriter, r *http.Request) {
 		defer h.builds.wg.Done()
 		h.runBuild(tenant.With(h.builds.ctx, run.owner), run, req, dir)
 	}()
+	// No body, said so: the SDK reads a body it is not told is empty.
+	w.Header().Set("Content-Length", "0")
 	w.WriteHeader(http.StatusAccepted)
 }
 
@@ -345,7 +341,7 @@ func (h *Handler) runBuild(ctx context.Context, run *buildRun, req e2bapi.BuildS
 	}
 	o := sandbox.TemplateOptions{Name: run.names[0], Build: run.id, Image: img.ID, Limits: run.limits, Log: run.writer("info")}
 	if spec.start != "" {
-		o.Start, o.Ready = []string{"/bin/sh", "-c", spec.start}, readyOf(spec.ready)
+		o.Start, o.Ready = []string{"/bin/sh", "-c", spec.start}, spec.ready
 	}
 	if _, err := h.m.BuildTemplate(ctx, o); err != nil {
 		fail("finalize", err)
@@ -492,9 +488,10 @@ func badName(err error) error {
 
 // buildSpec is what a BuildStart becomes.
 type buildSpec struct {
-	dockerfile   []byte
-	noCache      bool
-	start, ready string
+	dockerfile []byte
+	noCache    bool
+	start      string
+	ready      sandbox.Ready
 }
 
 // dockerfile turns req into a Dockerfile over the caller's uploads: each
@@ -504,7 +501,7 @@ type buildSpec struct {
 // wrapped in USER lines. A base template gives its image, and its start
 // and ready commands unless req has its own.
 func (h *Handler) dockerfile(ctx context.Context, req e2bapi.BuildStart) (buildSpec, error) {
-	spec := buildSpec{noCache: req.Force, start: req.StartCmd, ready: req.ReadyCmd}
+	spec := buildSpec{noCache: req.Force, start: req.StartCmd, ready: readyOf(req.ReadyCmd)}
 	if req.FromImageRegistry != nil {
 		return spec, errdefs.New(errdefs.ErrUnsupported, "fromImageRegistry: registry credentials are not supported; pull or import the image into smolvm (smolvm image pull/import) and name it in fromImage")
 	}
@@ -519,8 +516,7 @@ func (h *Handler) dockerfile(ctx context.Context, req e2bapi.BuildStart) (buildS
 		}
 		base = t.ImageID
 		if spec.start == "" && len(t.Start) == 3 {
-			spec.start = t.Start[2] // ["/bin/sh", "-c", CMD]
-			spec.ready = ""
+			spec.start, spec.ready = t.Start[2], t.Ready // ["/bin/sh", "-c", CMD]
 		}
 	case base == "":
 		return spec, errdefs.New(errdefs.ErrInvalid, "fromImage or fromTemplate: required")

@@ -1,0 +1,88 @@
+package e2b
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"smolvm.dev/smolvm/runtime/build"
+	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/tests/testimage"
+	"smolvm.dev/smolvm/tests/testmgr"
+)
+
+// TestSDKTemplates runs templates.mjs through the official e2b npm
+// package against a real smolvm serve: builds from steps with a started
+// server, Sandbox.create of the template, tags, background builds.
+func TestSDKTemplates(t *testing.T) {
+	node, npm := nodeTools(t)
+	installSDK(t, npm)
+	s := smolvmServe(t)
+	busyboxBase(t, s.env)
+	s.runNode(t, node, "templates.mjs")
+}
+
+// busyboxBase builds busybox-base in env's store: busybox, /bin/bash (the
+// SDK's commands run bash -l -c; ash takes those flags), root and E2B's
+// "user" (whom fromDockerfile makes the default) in /etc/passwd, a PATH.
+func busyboxBase(t *testing.T, env *testmgr.Env) {
+	t.Helper()
+	dir := t.TempDir()
+	files := map[string][]byte{"busybox": testimage.Busybox(t), "bash": []byte("#!/bin/sh\nexec /bin/sh \"$@\"\n")}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := build.New(context.Background(), env.Manager, env.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	_, err = b.Build(context.Background(), build.Options{Context: dir, Tags: []string{"busybox-base"}, Progress: &out, Dockerfile: []byte(`FROM scratch
+COPY busybox /bin/busybox
+RUN ["/bin/busybox", "--install", "-s", "/bin"]
+COPY bash /bin/bash
+RUN ["/bin/sh", "-c", "mkdir -p /etc /tmp /root /home/user && chown 1000:1000 /home/user && printf 'root:x:0:0:root:/root:/bin/sh\\nuser:x:1000:1000::/home/user:/bin/sh\\n' > /etc/passwd && printf 'root:x:0:\\nuser:x:1000:\\n' > /etc/group"]
+ENV PATH=/usr/sbin:/usr/bin:/sbin:/bin
+`)})
+	if err != nil {
+		t.Fatalf("busybox-base: %v\n%s", err, out.String())
+	}
+}
+
+// TestReadyOfSDKHelpers reads the commands the SDK's own ready helpers
+// make as smolvm's ready checks.
+func TestReadyOfSDKHelpers(t *testing.T) {
+	node, npm := nodeTools(t)
+	installSDK(t, npm)
+	cmd := exec.Command(node, "--input-type=module", "-e", `
+import { waitForPort, waitForURL, waitForProcess, waitForFile, waitForTimeout } from 'e2b'
+console.log(JSON.stringify([waitForPort(8000), waitForURL('http://localhost:3000/health'), waitForURL("http://127.0.0.1:81/a b'c", 204),
+  waitForProcess('my-daemon'), waitForFile('/tmp/it is ready'), waitForTimeout(5000)].map((r) => r.getCmd())))`)
+	cmd.Dir = compatDir()
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node: %v", err)
+	}
+	var cmds []string
+	if err := json.Unmarshal(out, &cmds); err != nil {
+		t.Fatalf("%s: %v", out, err)
+	}
+	want := []sandbox.Ready{{Port: 8000}, {URL: "http://localhost:3000/health", Status: 200, Timeout: sandbox.DefaultReadyTimeout},
+		{URL: "http://127.0.0.1:81/a b'c", Status: 204, Timeout: sandbox.DefaultReadyTimeout},
+		{Process: "my-daemon"}, {File: "/tmp/it is ready"}, {After: 5 * time.Second}}
+	for i, c := range cmds {
+		if got := readyOf(c); got != want[i] {
+			t.Errorf("%s: %+v, want %+v", c, got, want[i])
+		}
+	}
+	if got := readyOf("test -S /run/app.sock"); got.Cmd != "test -S /run/app.sock" {
+		t.Errorf("any other command: %+v", got)
+	}
+}
