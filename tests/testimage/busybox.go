@@ -29,4 +29,3 @@ func Busybox(t testing.TB) []byte {
 	t.Skip("no static busybox at " + path + " (apt-get install busybox-static)")
 	return nil
 }
-
