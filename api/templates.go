@@ -20,7 +20,10 @@ type TemplateRequest struct {
 	WorkDir string   `json:"workdir,omitempty"`
 	User    string   `json:"user,omitempty"`
 	// Public lets every tenant use it (admin only).
-	Public  bool    `json:"public,omitempty"`
+	Public bool `json:"public,omitempty"`
+	// Hot keeps that many copies of the started state restored and
+	// paused in a pool, which creates claim.
+	Hot     int     `json:"hot,omitempty"`
 	Backend string  `json:"backend,omitempty"`
 	CPUs    float64 `json:"cpus,omitempty"`
 	Memory  Bytes   `json:"memory,omitempty"`
@@ -44,7 +47,7 @@ type TemplateReady struct {
 // Options is what the runtime builds from r.
 func (r TemplateRequest) Options() sandbox.TemplateOptions {
 	o := sandbox.TemplateOptions{Name: r.Name, Image: r.Image, Start: r.Start, Env: r.Env, WorkDir: r.WorkDir, User: r.User,
-		Public: r.Public, Backend: r.Backend,
+		Public: r.Public, Backend: r.Backend, Hot: r.Hot,
 		Limits: sandbox.Limits{CPUs: r.CPUs, Memory: int64(r.Memory), Pids: r.Pids, Disk: int64(r.Disk)}}
 	if q := r.Ready; q != nil {
 		o.Ready = sandbox.Ready{Port: q.Port, URL: q.URL, Status: q.Status, File: q.File, Process: q.Process, Cmd: q.Cmd,

@@ -39,7 +39,13 @@ type Template struct {
 	Built   time.Time `json:"built"`
 	// ReadyAfter is how long the start command took to be ready.
 	ReadyAfter time.Duration `json:"ready_after,omitempty"`
+	// Hot is how many restored, paused copies of the started state the
+	// template's hot pool (HotPool) keeps for creates to claim.
+	Hot int `json:"hot,omitempty"`
 }
+
+// HotPool is the name of the pool that keeps t's hot copies.
+func (t *Template) HotPool() string { return "tmpl-" + t.Build }
 
 // Ready is what tells a template's start command is ready; every check
 // given must pass. None given is ready at once.
@@ -72,6 +78,10 @@ type TemplateOptions struct {
 	Limits  Limits
 	Public  bool // every tenant may use it; only the admin may publish
 	Backend string
+	// Hot keeps that many copies of the started state restored and
+	// paused in a pool (Template.HotPool): a create claims one, in a
+	// resume's time rather than a restore's.
+	Hot int
 	// Log, if set, gets the build's progress lines and, when the start
 	// command fails, its output.
 	Log io.Writer

@@ -50,6 +50,10 @@ func (m *Manager) BuildTemplate(ctx context.Context, o sandbox.TemplateOptions) 
 	}
 	t := &sandbox.Template{Name: o.Name, Tenant: tenant.Owner(ctx), Public: o.Public, Image: ref, ImageID: img.ID,
 		Start: o.Start, Env: o.Env, WorkDir: o.WorkDir, User: o.User}
+	if o.Hot != 0 && len(o.Start) == 0 {
+		return nil, fmt.Errorf("build template %s: %w: hot copies need a start command", o.Name, sandbox.ErrInvalid)
+	}
+	t.Built, t.Build = store.Now(), cmp.Or(o.Build, newBuildID())
 	if len(o.Start) > 0 {
 		t.Ready = o.Ready
 		snap, after, err := m.startedState(ctx, o, img.ID)
@@ -58,9 +62,15 @@ func (m *Manager) BuildTemplate(ctx context.Context, o sandbox.TemplateOptions) 
 		}
 		t.Snapshot, t.ReadyAfter = snap, after
 	}
-	t.Built, t.Build = store.Now(), cmp.Or(o.Build, newBuildID())
+	if o.Hot != 0 {
+		t.Hot = o.Hot
+		if err := m.fillHot(ctx, t); err != nil {
+			m.dropState(ctx, t)
+			return nil, fmt.Errorf("build template %s: %w", o.Name, err)
+		}
+	}
 	if err := m.saveTemplate(ctx, t); err != nil {
-		m.dropSnapshot(ctx, t.Snapshot)
+		m.dropState(ctx, t)
 		return nil, fmt.Errorf("build template %s: %w", o.Name, err)
 	}
 	logf(o.Log, "template %s: built", t.Name)
@@ -80,7 +90,7 @@ func (m *Manager) TagTemplate(ctx context.Context, from, to string) (*sandbox.Te
 	if !tenant.Owns(ctx, t.Tenant) {
 		return nil, fmt.Errorf("tag template %s: it is public: %w", from, tenant.ErrAdminOnly)
 	}
-	t.Name = to
+	t.Name, t.Hot = to, 0 // the pool stays its source's
 	if err := m.saveTemplate(ctx, t); err != nil {
 		return nil, fmt.Errorf("tag template %s: %w", from, err)
 	}
@@ -105,7 +115,18 @@ func (m *Manager) saveTemplate(ctx context.Context, t *sandbox.Template) error {
 		return err
 	}
 	if old != nil && old.Snapshot != t.Snapshot {
-		m.dropSnapshot(ctx, old.Snapshot)
+		m.dropState(ctx, old)
+	}
+	return nil
+}
+
+// fillHot makes t's hot pool and fills it.
+func (m *Manager) fillHot(ctx context.Context, t *sandbox.Template) error {
+	if _, err := m.CreatePool(ctx, sandbox.PoolOptions{Name: t.HotPool(), From: t.Snapshot, Hot: t.Hot}); err != nil {
+		return err
+	}
+	if _, err := m.FillPool(ctx, t.HotPool()); err != nil && !errors.Is(err, sandbox.ErrPoolBudget) {
+		return err
 	}
 	return nil
 }
@@ -283,16 +304,20 @@ func (m *Manager) RemoveTemplate(ctx context.Context, name string) error {
 	if _, err := m.st.DB().ExecContext(ctx, `DELETE FROM templates WHERE tenant = ? AND name = ?`, t.Tenant, t.Name); err != nil {
 		return fmt.Errorf("remove template %s: %w", name, err)
 	}
-	m.dropSnapshot(ctx, t.Snapshot)
+	m.dropState(ctx, t)
 	return nil
 }
 
-// dropSnapshot removes a template's former started state, unless a
-// sandbox restored from it still depends on it.
-func (m *Manager) dropSnapshot(ctx context.Context, id string) {
-	if id == "" {
+// dropState removes t's hot pool and its started state's snapshot,
+// unless a sandbox restored from it still depends on it.
+func (m *Manager) dropState(ctx context.Context, t *sandbox.Template) {
+	if t.Hot != 0 {
+		m.RemovePool(ctx, t.HotPool())
+	}
+	if t.Snapshot == "" {
 		return
 	}
+	id := t.Snapshot
 	// An error (in use, already gone) leaves it to snapshot rm: nothing
 	// of a template depends on it any more.
 	uctx := tenant.Unscoped(ctx)

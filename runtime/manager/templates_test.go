@@ -186,3 +186,36 @@ func TestTemplateNotReady(t *testing.T) {
 		t.Errorf("left %d templates, %d sandboxes, %d snapshots", len(ts), len(sbs), len(sns))
 	}
 }
+
+// A template with hot copies keeps them in its pool; a create claims one,
+// and removing the template removes the pool.
+func TestTemplateHot(t *testing.T) {
+	m := newManager(t)
+	ctx := context.Background()
+	tmpl, err := m.BuildTemplate(ctx, sandbox.TemplateOptions{Name: "hot", Start: testimage.SlowServer(8081, 0), Ready: sandbox.Ready{Port: 8081}, Hot: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := m.Pool(ctx, tmpl.HotPool()); err != nil || p.HotReady != 1 || p.Snapshot != tmpl.Snapshot {
+		t.Fatalf("hot pool: %+v, %v", p, err)
+	}
+	sb, err := m.Create(ctx, sandbox.CreateOptions{Image: "hot", Start: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := m.Pool(ctx, tmpl.HotPool()); p.HotReady != 0 {
+		t.Errorf("the create claimed no hot copy: %+v", p)
+	}
+	if got := m.getPort(t, sb, 8081); len(got) < 16 {
+		t.Errorf("the claimed copy answered %q", got)
+	}
+	if _, err := m.BuildTemplate(ctx, sandbox.TemplateOptions{Name: "cold", Hot: 1}); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Errorf("hot copies without a start command: %v", err)
+	}
+	if err := m.RemoveTemplate(ctx, "hot"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Pool(ctx, tmpl.HotPool()); !errors.Is(err, sandbox.ErrPoolNotFound) {
+		t.Errorf("the hot pool after template rm: %v", err)
+	}
+}

@@ -68,6 +68,8 @@ export interface TemplateOptions {
   public?: boolean
   cpus?: number
   memory?: number | string
+  /** copies to keep restored and paused, which creates claim */
+  hot?: number
 }
 
 export interface Template {
@@ -85,6 +87,7 @@ export interface Template {
   built: string
   /** nanoseconds the start command took to be ready */
   ready_after?: number
+  hot?: number
 }
 
 export interface Snapshot {

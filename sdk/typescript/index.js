@@ -269,9 +269,9 @@ export class Client {
    * Build a template: a sandbox of image runs start until ready passes, and is checkpointed;
    * create({ image: name }) restores it, its server already up. Without start, the image alone.
    */
-  buildTemplate(name, { image, start, ready, env, workdir, user, public: pub, cpus, memory } = {}) {
+  buildTemplate(name, { image, start, ready, env, workdir, user, public: pub, cpus, memory, hot } = {}) {
     const envList = env && Object.entries(env).map(([k, v]) => `${k}=${v}`)
-    return this.#json('POST', '/v1/templates', { json: { name, image, start, ready, env: envList, workdir, user, public: pub, cpus, memory } })
+    return this.#json('POST', '/v1/templates', { json: { name, image, start, ready, env: envList, workdir, user, public: pub, cpus, memory, hot } })
   }
 
   templates() {

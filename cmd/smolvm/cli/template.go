@@ -111,6 +111,7 @@ func (a *app) templateBuildCmd() *cobra.Command {
 	f.StringVarP(&req.WorkDir, "workdir", "w", "", "working directory")
 	f.StringVarP(&req.User, "user", "u", "", "user (name, uid or uid:gid)")
 	f.BoolVar(&req.Public, "public", false, "every tenant may use it (admin only)")
+	f.IntVar(&req.Hot, "hot", 0, fmt.Sprintf("keep this many copies restored and paused, which creates claim (0 to %d)", sandbox.MaxPoolSize))
 	f.StringVar(&req.Backend, "backend", "", "backend to run it on (default: this smolvm's default)")
 	lf.register(f)
 	return c
