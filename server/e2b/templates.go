@@ -41,7 +41,20 @@ import (
 const (
 	maxBuilding = 2   // builds running at once; more wait
 	maxRuns     = 256 // builds remembered; the oldest finished go first
+	uploadsHeld = 2   // a tenant's uploads waiting for builds, in maxUploads
 )
+
+// dirBytes is the size of the files in dir.
+func dirBytes(dir string) int64 {
+	var n int64
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if fi, err := e.Info(); err == nil {
+			n += fi.Size()
+		}
+	}
+	return n
+}
 
 // builds are one Handler's template builds.
 type builds struct {
@@ -248,6 +261,12 @@ func (h *Handler) uploadFiles(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
+	// What waits for builds is bounded per tenant: a build removes the
+	// files it used once it ends.
+	if held := dirBytes(dir); held+max(r.ContentLength, 0) > uploadsHeld*h.maxUpload {
+		writeErr(w, errdefs.New(errdefs.ErrQuota, fmt.Sprintf("uploads waiting for builds hold %d bytes, at most %d: start the builds that use them", held, uploadsHeld*h.maxUpload)))
+		return
+	}
 	f, err := os.CreateTemp(dir, ".upload-*")
 	if err != nil {
 		writeErr(w, err)
@@ -323,6 +342,11 @@ func (h *Handler) runBuild(ctx context.Context, run *buildRun, req e2bapi.BuildS
 	run.mu.Unlock()
 
 	spec, err := h.dockerfile(ctx, req)
+	defer func() {
+		for _, hash := range spec.uploads {
+			os.Remove(filepath.Join(dir, hash+".tar"))
+		}
+	}()
 	if err != nil {
 		fail("base", err)
 		return
@@ -489,6 +513,7 @@ func badName(err error) error {
 // buildSpec is what a BuildStart becomes.
 type buildSpec struct {
 	dockerfile []byte
+	uploads    []string // the hashes of the files its COPY steps use
 	noCache    bool
 	start      string
 	ready      sandbox.Ready
@@ -559,7 +584,10 @@ func (h *Handler) dockerfile(ctx context.Context, req e2bapi.BuildStart) (buildS
 			if _, err := os.Stat(filepath.Join(h.builds.uploads(ctx), s.FilesHash+".tar")); err != nil {
 				return bad("its files were not uploaded")
 			}
-			fmt.Fprintf(&stages, "FROM scratch AS f%s\nADD %s.tar /\n", s.FilesHash, s.FilesHash)
+			if !slices.Contains(spec.uploads, s.FilesHash) {
+				spec.uploads = append(spec.uploads, s.FilesHash)
+				fmt.Fprintf(&stages, "FROM scratch AS f%s\nADD %s.tar /\n", s.FilesHash, s.FilesHash)
+			}
 			chown := ""
 			if u := arg(2); u != "" {
 				if !oneLine(u) || strings.ContainsAny(u, " \t") {
