@@ -472,6 +472,10 @@ func (h *Handler) assignTags(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	if err := checkTags(req.Target, req.Tags); err != nil {
+		writeAPIError(w, http.StatusBadRequest, "target: "+err.Error())
+		return
+	}
 	name, tag := splitName(req.Target)
 	out := e2bapi.TagsAssigned{Tags: []string{}}
 	for _, t := range req.Tags {
@@ -492,6 +496,10 @@ func (h *Handler) removeTags(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	if err := checkTags(req.Name, req.Tags); err != nil {
+		writeAPIError(w, http.StatusBadRequest, "name: "+err.Error())
+		return
+	}
 	for _, t := range req.Tags {
 		if err := h.m.RemoveTemplate(r.Context(), tagged(req.Name, t)); err != nil {
 			writeErr(w, badName(err))
@@ -499,6 +507,18 @@ func (h *Handler) removeTags(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// checkTags checks a tags request's template name and that it names
+// tags.
+func checkTags(name string, tags []string) error {
+	if err := names.Check(names.Template, name); err != nil {
+		return err
+	}
+	if len(tags) == 0 {
+		return errors.New("tags: give at least one")
+	}
+	return nil
 }
 
 // badName makes a bad template name in a body a 400, as the SDK expects
