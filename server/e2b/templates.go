@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -256,9 +257,16 @@ func (h *Handler) uploadLink(w http.ResponseWriter, r *http.Request) {
 
 // uploadFiles stores a COPY step's tar, up to maxUpload bytes.
 func (h *Handler) uploadFiles(w http.ResponseWriter, r *http.Request) {
+	// A failure to store says why, not where: the path is the server's.
+	storeFailed := func(err error) {
+		if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+			err = pe.Err
+		}
+		writeAPIError(w, http.StatusInternalServerError, "store the upload: "+err.Error())
+	}
 	dir := h.builds.uploads(r.Context())
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		writeErr(w, err)
+		storeFailed(err)
 		return
 	}
 	// What waits for builds is bounded per tenant: a build removes the
@@ -269,7 +277,7 @@ func (h *Handler) uploadFiles(w http.ResponseWriter, r *http.Request) {
 	}
 	f, err := os.CreateTemp(dir, ".upload-*")
 	if err != nil {
-		writeErr(w, err)
+		storeFailed(err)
 		return
 	}
 	defer os.Remove(f.Name())
@@ -279,12 +287,12 @@ func (h *Handler) uploadFiles(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case err != nil:
-		writeAPIError(w, http.StatusBadRequest, "upload: "+err.Error())
+		storeFailed(err)
 	case n > h.maxUpload:
 		writeAPIError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("upload larger than %d bytes", h.maxUpload))
 	default:
 		if err := os.Rename(f.Name(), filepath.Join(dir, r.PathValue("hash")+".tar")); err != nil {
-			writeErr(w, err)
+			storeFailed(err)
 			return
 		}
 		w.WriteHeader(http.StatusCreated)
