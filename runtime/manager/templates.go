@@ -43,6 +43,9 @@ func (m *Manager) BuildTemplate(ctx context.Context, o sandbox.TemplateOptions) 
 	if err := o.Ready.Check(); err != nil {
 		return nil, fmt.Errorf("build template %s: %w", o.Name, err)
 	}
+	if o.Hot != 0 && len(o.Start) == 0 {
+		return nil, fmt.Errorf("build template %s: %w: hot copies need a start command", o.Name, sandbox.ErrInvalid)
+	}
 	ref := cmp.Or(o.Image, sandbox.DefaultImage)
 	img, err := m.images.Get(ctx, ref)
 	if err != nil {
@@ -50,9 +53,6 @@ func (m *Manager) BuildTemplate(ctx context.Context, o sandbox.TemplateOptions) 
 	}
 	t := &sandbox.Template{Name: o.Name, Tenant: tenant.Owner(ctx), Public: o.Public, Image: ref, ImageID: img.ID,
 		Start: o.Start, Env: o.Env, WorkDir: o.WorkDir, User: o.User}
-	if o.Hot != 0 && len(o.Start) == 0 {
-		return nil, fmt.Errorf("build template %s: %w: hot copies need a start command", o.Name, sandbox.ErrInvalid)
-	}
 	t.Built, t.Build = store.Now(), cmp.Or(o.Build, newBuildID())
 	if len(o.Start) > 0 {
 		t.Ready = o.Ready
