@@ -260,7 +260,10 @@ func (m *Manager) freshCopy(ctx context.Context, name, imageRef string, img *san
 // with cfg on the backend named be: a created, never started member of a
 // pool of that image, those limits and that backend, locked. Targets boot
 // with no network, so a copy with one gets none. It returns nil if no
-// pool has a target ready.
+// pool has a target ready. A target's OCI spec (hostname, mounts, limits,
+// network namespace) was fixed by runsc create for the pool, not for the
+// copy: whatever differs between copies must reach the restored guest as
+// its identity (resume.json: env, machine ID, deadline, hostname).
 func (m *Manager) target(ctx context.Context, name, imageID string, cfg sandbox.Config, be string) (*record, func(), error) {
 	if cfg.Network.Enabled() {
 		return nil, nil, nil
@@ -327,6 +330,9 @@ func (m *Manager) materialize(ctx context.Context, r *record, sn backend.Snapsho
 		return nil, err
 	}
 	if r.target != "" {
+		// A target's record exists (in its pool): update, not insert, so
+		// update writes image, snapshot and forked_from too (snapshot rm's
+		// in-use check reads snapshot).
 		if err := update(ctx, m.st, r); err != nil {
 			return fail(err)
 		}
@@ -571,4 +577,10 @@ func (m *Manager) transition(ctx context.Context, ref, op string, from, to sandb
 	}
 	m.publish(op+"d", &r.Sandbox)
 	return &r.Sandbox, nil
+}
+
+// RemoveSnapshot deletes a snapshot no sandbox or pool rests on, as the
+// API's DELETE does (MCP's snapshot_remove drives it on this host).
+func (m *Manager) RemoveSnapshot(ctx context.Context, ref string) error {
+	return m.snaps.Remove(ctx, ref, func(id string) (bool, error) { return m.SnapshotInUse(ctx, id) })
 }

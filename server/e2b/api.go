@@ -17,7 +17,6 @@ import (
 	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/internal/jsondup"
 	"smolvm.dev/smolvm/internal/names"
-	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -119,6 +118,15 @@ type detailJSON struct {
 	// AllowInternetAccess and Network say what the sandbox may reach.
 	AllowInternetAccess bool         `json:"allowInternetAccess"`
 	Network             *networkJSON `json:"network,omitempty"`
+	// Lifecycle is what the timeout does (getInfo().lifecycle).
+	Lifecycle lifecycleJSON `json:"lifecycle"`
+}
+
+// lifecycleJSON is E2B's SandboxLifecycle. smolvm resumes a paused
+// sandbox on connect only, never on traffic, so AutoResume is false.
+type lifecycleJSON struct {
+	OnTimeout  string `json:"onTimeout"`
+	AutoResume bool   `json:"autoResume"`
 }
 
 func (h *Handler) newSandboxJSON(sb *sandbox.Sandbox, in info) sandboxJSON {
@@ -138,6 +146,10 @@ func newDetailJSON(sb *sandbox.Sandbox, in info) detailJSON {
 		MemoryMB:   sb.Config.Limits.Memory >> 20,
 		DiskSizeMB: sb.Config.Limits.Disk >> 20,
 		Metadata:   in.Metadata, State: string(sb.State), EnvdVersion: EnvdVersion,
+		Lifecycle: lifecycleJSON{OnTimeout: "kill"},
+	}
+	if sb.Config.OnExpiry == sandbox.ExpiryPause {
+		d.Lifecycle.OnTimeout = "pause"
 	}
 	if sb.StartedAt != nil {
 		d.StartedAt = *sb.StartedAt
@@ -232,14 +244,14 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	}
 	sb, err := h.m.Create(r.Context(), opts)
 	switch {
-	case errors.Is(err, image.ErrNotFound):
+	case errors.Is(err, sandbox.ErrImageNotFound):
 		sb, err = h.fromTemplate(r.Context(), req.TemplateID, opts)
 	case err == nil && req.TemplateID == e2bapi.CodeInterpreterTemplate:
 		// A warm pool (or an image) of that name: the template's
 		// sandboxes run the code interpreter, however they are made.
 		sb, err = h.withKernel(r.Context(), sb)
 	}
-	if errors.Is(err, image.ErrNotFound) || errors.Is(err, image.ErrInvalidRef) {
+	if errors.Is(err, sandbox.ErrImageNotFound) || errors.Is(err, sandbox.ErrInvalidImageRef) {
 		// A template that names nothing is a bad argument to create.
 		err = errdefs.New(errdefs.ErrInvalid, "templateID: "+err.Error())
 	}
@@ -290,7 +302,7 @@ func (h *Handler) getInfo(w http.ResponseWriter, r *http.Request) {
 
 // list answers GET /v2/sandboxes: running and paused sandboxes, filtered
 // by state=running,paused, metadata=k%3Dv%26k2%3Dv2, template and
-// startedAfter as the SDK sends them.
+// startedAfter as the SDK sends them, a page at a time (page.go).
 func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	states := map[string]bool{}
@@ -317,6 +329,11 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	template := q.Get("template")
+	pg, err := pageOf(q)
+	if err != nil {
+		writeAPIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	// E2B state first: a row is saved only after its sandbox's record
 	// exists, so any row the later List lacks belongs to a sandbox that
 	// is gone (removed by the CLI, reaped after expiry) and can go too;
@@ -348,7 +365,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 			h.deleteInfo(r.Context(), id)
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, pg.cut(w, out))
 }
 
 // metadataFilter decodes the metadata query of a list: the SDK encodes

@@ -17,8 +17,6 @@ import (
 	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/runtime/build"
-	"smolvm.dev/smolvm/runtime/manager"
-	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/server/ports"
@@ -39,14 +37,27 @@ const (
 	headerAccessToken = "X-Access-Token"
 )
 
+// Runtime is what E2B's API needs of the runtime: sandboxes, their files
+// one operation at a time (envd; commands only through Exec), their ports,
+// pools to claim from, and whether a snapshot is still in use.
+// runtime/manager is one.
+type Runtime interface {
+	sandbox.Service
+	sandbox.Files
+	sandbox.Ports
+	sandbox.Pools
+	sandbox.SnapshotUsers
+	sandbox.Templates
+}
+
 // Options configure a Handler.
 type Options struct {
-	Manager *manager.Manager
+	Manager Runtime
 	// Store holds E2B's own durable state (metadata, envd tokens); it is
 	// the Manager's store.
 	Store *store.Store
 	// Snapshots, when set, serves E2B's sandbox snapshots (checkpoints).
-	Snapshots *snapshot.Store
+	Snapshots sandbox.Snapshots
 	// Authorize checks the API key of a control-plane request (the SDK
 	// sends it as X-API-KEY). envd requests carry no API key: they are
 	// checked against the per-sandbox access token handed out at create
@@ -81,6 +92,8 @@ type Options struct {
 	// the system's temporary directory).
 	Builder   *build.Builder
 	UploadDir string
+	// Images are the builds' bases (required with Builder).
+	Images sandbox.Images
 }
 
 // Handler serves both E2B APIs: requests with an E2b-Sandbox-Id header
@@ -88,9 +101,9 @@ type Options struct {
 // under a prefix with http.StripPrefix and point E2B_API_URL and
 // E2B_SANDBOX_URL at that prefix.
 type Handler struct {
-	m         *manager.Manager
+	m         Runtime
 	st        *store.Store
-	snaps     *snapshot.Store
+	snaps     sandbox.Snapshots
 	authorize func(*http.Request) (*http.Request, bool)
 	// key derives each sandbox's envd token from its ID (envdToken).
 	key       []byte
@@ -104,6 +117,7 @@ type Handler struct {
 	watches   *watchSet
 	kernels   *kernels
 	builds    *builds // nil without Options.Builder
+	images    sandbox.Images
 	api       *http.ServeMux
 	envdMux   *http.ServeMux
 	// routes and envdRoutes list the patterns of each API, for tests.
@@ -127,12 +141,15 @@ func New(ctx context.Context, o Options) (*Handler, error) {
 	}
 	h := &Handler{
 		m: o.Manager, st: o.Store, snaps: o.Snapshots, authorize: o.Authorize, key: key, maxUpload: o.MaxUpload, ttl: o.DefaultTTL, where: o.Where,
-		ports: o.Ports, domain: o.Domain, limit: o.Limiter, procs: newProcTable(), watches: newWatchSet(), kernels: newKernels(),
+		ports: o.Ports, domain: o.Domain, limit: o.Limiter, procs: newProcTable(), watches: newWatchSet(), kernels: newKernels(), images: o.Images,
 	}
 	if h.maxUpload <= 0 {
 		h.maxUpload = 1 << 30
 	}
 	if o.Builder != nil {
+		if o.Images == nil {
+			return nil, errors.New("e2b: a Builder needs Images")
+		}
 		if h.builds, err = newBuilds(o.Builder, o.UploadDir); err != nil {
 			return nil, err
 		}
@@ -159,6 +176,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		h.serveEnvd(w, r, id)
+		return
+	}
+	if id := h.signer(r.Context(), r); id != "" {
+		h.serveEnvd(w, r, id) // a signed file URL (signed.go)
 		return
 	}
 	r, ok := h.authorize(r)

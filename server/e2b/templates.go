@@ -575,7 +575,7 @@ func (h *Handler) dockerfile(ctx context.Context, req e2bapi.BuildStart) (buildS
 		return spec, errdefs.New(errdefs.ErrInvalid, "fromImage or fromTemplate: required")
 	}
 	user := ""
-	if img, err := h.m.Images().Get(ctx, base); err == nil {
+	if img, err := h.images.Get(ctx, base); err == nil {
 		user = img.Config.User
 	}
 	var stages, body strings.Builder

@@ -51,7 +51,7 @@ func TestNamesOnEveryRoute(t *testing.T) {
 		}
 		h, err := e2b.New(context.Background(), e2b.Options{Manager: env.Manager, Store: env.Store, Snapshots: env.Snapshots,
 			Authorize: func(r *http.Request) (*http.Request, bool) { return httpapi.Authenticate(r, token, nil) }, Ports: ports.New(env.Manager.DialPort),
-			Builder: b, UploadDir: t.TempDir()})
+			Builder: b, UploadDir: t.TempDir(), Images: env.Images})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,10 +22,10 @@ import (
 // the build's process; another tenant sees and uses none of it.
 func TestTemplateRoutes(t *testing.T) {
 	var proxy *ports.Proxy
-	tf := newTenantFixture(t, func(o *httpapi.Options) {
+	tf := withTenants(t, newFixture(t, func(o *httpapi.Options) {
 		proxy = ports.New(o.Manager.DialPort)
 		o.Ports = proxy
-	})
+	}))
 	t.Cleanup(proxy.Close)
 	ctx := context.Background()
 	a, b := tf.clients["a"], tf.clients["b"]

@@ -133,7 +133,7 @@ X-Access-Token). The sandbox needs no network for either.`,
 			}
 			e2bAPI, err := e2b.New(ctx, e2b.Options{
 				Manager: e.mgr, Store: e.st, Snapshots: e.snaps, MaxUpload: limit, DefaultTTL: defaultTTL,
-				Builder: builder, UploadDir: tmp,
+				Builder: builder, UploadDir: tmp, Images: e.images,
 				Authorize: func(r *http.Request) (*http.Request, bool) { return httpapi.Authenticate(r, token, e.mgr.Tenants()) },
 				Ports:     proxy, Domain: domain, Limiter: limiter,
 				Where: "smolvm serves E2B's API at the root and under " + E2BPrefix + ", and its own under /v1",
@@ -157,6 +157,9 @@ X-Access-Token). The sandbox needs no network for either.`,
 				Mounts: []httpapi.Mount{
 					// Ports by name come first: their paths are the sandbox's.
 					{Host: func(h string) bool { return ports.Under(h, domain) }, Handler: http.HandlerFunc(e2bAPI.ServeHost), Public: true},
+					// Public: the e2b SDK never sends the API key to envd, only
+					// the sandbox's envdAccessToken (X-Access-Token), so the E2B
+					// handler checks both itself.
 					{Prefix: E2BPrefix + "/", Handler: http.StripPrefix(E2BPrefix, e2bAPI), Public: true},
 				},
 				Root:    e2bAPI,
