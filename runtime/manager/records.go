@@ -284,8 +284,9 @@ func isHex(s string) bool {
 	return true
 }
 
-// ImageInUse reports whether any sandbox, in any state, was made from the
-// image with this ID. Image removal asks before deleting layers.
+// ImageInUse reports whether any sandbox, in any state, or any template
+// was made from the image with this ID. Image removal (and the build
+// cache's prune) asks before deleting layers.
 func ImageInUse(ctx context.Context, st *store.Store, imageID string) (bool, error) {
 	if err := st.Migrate(ctx, "sandbox", schema); err != nil {
 		return false, err
