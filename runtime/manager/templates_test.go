@@ -219,3 +219,24 @@ func TestTemplateHot(t *testing.T) {
 		t.Errorf("the hot pool after template rm: %v", err)
 	}
 }
+
+// A template keeps its image: image rm (ImageInUse) refuses it until the
+// template goes.
+func TestTemplateKeepsItsImage(t *testing.T) {
+	m := newManager(t)
+	ctx := context.Background()
+	img := m.importImage(t, "keep/me:1", nil, layer(t, file{name: "a", mode: 0o644, body: []byte("x")}))
+	if _, err := m.BuildTemplate(ctx, sandbox.TemplateOptions{Name: "keep", Image: "keep/me:1"}); err != nil {
+		t.Fatal(err)
+	}
+	inUse := func(id string) (bool, error) { return ImageInUse(ctx, m.st, id) }
+	if err := m.images.Remove(ctx, "keep/me:1", inUse); err == nil {
+		t.Fatal("image rm removed a template's image")
+	}
+	if err := m.RemoveTemplate(ctx, "keep"); err != nil {
+		t.Fatal(err)
+	}
+	if used, err := inUse(img.ID); err != nil || used {
+		t.Errorf("after template rm: in use %v, %v", used, err)
+	}
+}
