@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"smolvm.dev/smolvm/api/e2bapi"
 	"smolvm.dev/smolvm/runtime/build"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/tests/testimage"
@@ -84,5 +86,49 @@ console.log(JSON.stringify([waitForPort(8000), waitForURL('http://localhost:3000
 	}
 	if got := readyOf("test -S /run/app.sock"); got.Cmd != "test -S /run/app.sock" {
 		t.Errorf("any other command: %+v", got)
+	}
+}
+
+// TestTemplateUploads: the upload link points back at this server with
+// the caller's key; an upload over --max-upload is refused and not kept,
+// and what waits for builds is bounded.
+func TestTemplateUploads(t *testing.T) {
+	env := testmgr.New(t)
+	b, err := build.New(context.Background(), env.Manager, env.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := serve(t, Options{Manager: env.Manager, Store: env.Store, Snapshots: env.Snapshots, Builder: b, Images: env.Images})
+	key := map[string]string{"X-API-KEY": s.Key}
+	link := func(hash string) e2bapi.FileUpload {
+		status, body := s.send(t, "GET", "/templates/t/files/"+hash, key, "", nil)
+		var u e2bapi.FileUpload
+		if status != http.StatusCreated || json.Unmarshal(body, &u) != nil {
+			t.Fatalf("upload link: %d %s", status, body)
+		}
+		return u
+	}
+	put := func(hash string, n int) int {
+		status, _ := s.send(t, "PUT", "/templates/t/files/"+hash, key, "application/octet-stream", make([]byte, n))
+		return status
+	}
+	const mb = 1 << 20 // serve's MaxUpload in these tests
+	u := link("aa")
+	if u.Present || u.URL != s.URL+"/templates/t/files/aa" || u.Headers["X-API-KEY"] != s.Key {
+		t.Errorf("upload link: %+v", u)
+	}
+	if got := put("aa", mb+1); got != http.StatusRequestEntityTooLarge || link("aa").Present {
+		t.Errorf("an upload over the limit: %d, kept %v", got, link("aa").Present)
+	}
+	for _, h := range []string{"aa", "bb"} {
+		if got := put(h, mb); got != http.StatusCreated || !link(h).Present {
+			t.Fatalf("upload %s: %d", h, got)
+		}
+	}
+	if got := put("cc", 1); got != http.StatusTooManyRequests {
+		t.Errorf("an upload past what may wait: %d", got)
+	}
+	if got := put("..%2Fx", 1); got != http.StatusBadRequest {
+		t.Errorf("a hash that is no hex: %d", got)
 	}
 }
