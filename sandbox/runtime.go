@@ -150,4 +150,20 @@ type Runtime interface {
 	Reaper
 	SnapshotUsers
 	Tenancy
+	Templates
+}
+
+// Templates are images plus, optionally, a started state (Template).
+type Templates interface {
+	// BuildTemplate makes (or replaces) a template of ctx's tenant; with
+	// a start command, once it is ready and checkpointed.
+	BuildTemplate(ctx context.Context, o TemplateOptions) (*Template, error)
+	// TagTemplate makes (or replaces) to, a copy of from under another
+	// name (the same build).
+	TagTemplate(ctx context.Context, from, to string) (*Template, error)
+	// Template returns the template name as ctx's tenant sees it: its
+	// own, else a public one.
+	Template(ctx context.Context, name string) (*Template, error)
+	Templates(ctx context.Context) ([]*Template, error)
+	RemoveTemplate(ctx context.Context, name string) error
 }

@@ -75,7 +75,8 @@ func quote(s string) string {
 
 // KindOf returns the kind of name a path wildcard holds: {id} a sandbox,
 // {snapshot} and {template} a snapshot, {pool} a pool, {port} a port,
-// {tenant} a tenant, {key} a tenant key's ID.
+// {tenant} a tenant, {key} a tenant key's ID, {hash} and {build} a hex
+// ID, {alias} a template name.
 func KindOf(wildcard string) (names.Kind, bool) {
 	switch wildcard {
 	case "id":
@@ -90,6 +91,10 @@ func KindOf(wildcard string) (names.Kind, bool) {
 		return names.Tenant, true
 	case "key":
 		return names.Key, true
+	case "hash", "build":
+		return names.Hex, true
+	case "alias":
+		return names.Template, true
 	}
 	return 0, false
 }

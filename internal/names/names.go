@@ -53,6 +53,10 @@ const (
 	Path
 	// Key is a tenant API key's ID (never its secret).
 	Key
+	// Template is a template's name, with an optional ":TAG".
+	Template
+	// Hex is an ID in hex digits (a content hash, a build's ID).
+	Hex
 )
 
 type rule struct {
@@ -86,7 +90,10 @@ var rules = map[Kind]rule{
 		want: "use letters, digits and '_', '.', '-', ':', '/', '@', starting with a letter or digit"},
 	Port: {what: "port", max: 5, re: regexp.MustCompile(`^[1-9][0-9]{0,4}$`), want: "use a number from 1 to 65535"},
 	Path: {what: "path", max: MaxPath},
-	Key:  {what: "key ID", max: 64, re: regexp.MustCompile(`^[0-9a-f]+$`), want: "use the hex ID that smolvm tenant ls shows"},
+	Template: {what: "template name", max: 128, re: regexp.MustCompile(`^` + word + `*(:` + word + `*)?$`),
+		want: "use up to 128 letters, digits, '_', '.' or '-', starting with a letter or digit, and an optional :TAG of the same"},
+	Hex: {what: "hex ID", max: 64, re: regexp.MustCompile(`^[0-9a-f]+$`), want: "use up to 64 hex digits"},
+	Key: {what: "key ID", max: 64, re: regexp.MustCompile(`^[0-9a-f]+$`), want: "use the hex ID that smolvm tenant ls shows"},
 }
 
 // String names the kind as messages do ("pool name").

@@ -801,3 +801,27 @@ func (k keys) RemoveKey(context.Context, string, string) error {
 func (k keys) Resolve(_ context.Context, secret string) (string, bool) {
 	return k.g.resolve(secret)
 }
+
+// templatesWhy: a template's started state is a checkpoint on the node
+// that built it, and nothing copies it to the others yet.
+const templatesWhy = "a template is built on one node's smolvm serve and is not copied across the cluster (docs/templates.md)"
+
+func (*cluster) BuildTemplate(context.Context, sandbox.TemplateOptions) (*sandbox.Template, error) {
+	return nil, unsupported("building a template", templatesWhy)
+}
+
+func (*cluster) TagTemplate(context.Context, string, string) (*sandbox.Template, error) {
+	return nil, unsupported("tagging a template", templatesWhy)
+}
+
+func (*cluster) Template(context.Context, string) (*sandbox.Template, error) {
+	return nil, unsupported("a template", templatesWhy)
+}
+
+func (*cluster) Templates(context.Context) ([]*sandbox.Template, error) {
+	return nil, unsupported("the templates", templatesWhy)
+}
+
+func (*cluster) RemoveTemplate(context.Context, string) error {
+	return unsupported("removing a template", templatesWhy)
+}

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"debug/elf"
 	"errors"
 	"fmt"
 	"os"
@@ -39,29 +38,6 @@ func newWorld(t testing.TB) *world {
 		t.Fatal(err)
 	}
 	return &world{t: t, env: env, b: b}
-}
-
-// busybox is the host's static busybox, which scratch images run.
-func busybox(t testing.TB) []byte {
-	t.Helper()
-	const path = "/usr/bin/busybox"
-	f, err := elf.Open(path)
-	if err == nil {
-		static := f.Section(".interp") == nil
-		f.Close()
-		if static {
-			b, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return b
-		}
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("no static busybox at " + path + " (scripts/test.sh installs busybox-static)")
-	}
-	t.Skip("no static busybox at " + path + " (apt-get install busybox-static)")
-	return nil
 }
 
 // contextDir writes files (path to content) as a build context.
@@ -119,7 +95,7 @@ func (w *world) sh(img, script string) string {
 // withBusybox is a context holding busybox and files.
 func withBusybox(t testing.TB, files map[string]string) string {
 	dir := contextDir(t, files)
-	if err := os.WriteFile(filepath.Join(dir, "busybox"), busybox(t), 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "busybox"), testimage.Busybox(t), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return dir

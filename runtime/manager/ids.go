@@ -15,6 +15,13 @@ import (
 
 func validName(name string) error { return names.Check(names.Sandbox, name) }
 
+// newBuildID returns a random 32-hex-digit template build ID.
+func newBuildID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
 // newID returns a random 12-hex-digit ID, short enough to type.
 func newID() string {
 	var b [6]byte

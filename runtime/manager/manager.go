@@ -155,6 +155,17 @@ func (m *Manager) Snapshots() *snapshot.Store { return m.snaps }
 // leaves nothing behind: a failure at any step removes what earlier steps
 // made, and a crash mid-way leaves an orphan that GC removes.
 func (m *Manager) Create(ctx context.Context, o sandbox.CreateOptions) (*sandbox.Sandbox, error) {
+	// A template's name (which no image reference with '/' or ':' is)
+	// wins over an image's: see templates.go.
+	if o.Pool == "" && names.Check(names.Template, o.Image) == nil {
+		t, err := m.Template(ctx, o.Image)
+		if err == nil {
+			return m.fromTemplate(ctx, t, o)
+		}
+		if !errors.Is(err, sandbox.ErrTemplateNotFound) {
+			return nil, fmt.Errorf("create: %w", err)
+		}
+	}
 	// Rated here, counted in create: a pooled sandbox already counts.
 	if err := m.rate(ctx, 1); err != nil {
 		return nil, fmt.Errorf("create: %w", err)

@@ -68,6 +68,18 @@ var schema = []string{
 	`ALTER TABLE sandboxes ADD COLUMN tenant TEXT NOT NULL DEFAULT ''`,
 	`ALTER TABLE pools ADD COLUMN tenant TEXT NOT NULL DEFAULT ''`,
 	`ALTER TABLE sandbox_tombstones ADD COLUMN tenant TEXT NOT NULL DEFAULT ''`,
+	// Templates (templates.go): the row is a sandbox.Template as JSON;
+	// the columns are what lookups and the in-use checks filter by.
+	`CREATE TABLE templates (
+		tenant TEXT NOT NULL,
+		name TEXT NOT NULL,
+		public INTEGER NOT NULL,
+		snapshot TEXT NOT NULL,
+		image_id TEXT NOT NULL,
+		doc TEXT NOT NULL,
+		PRIMARY KEY (tenant, name)
+	)`,
+	`CREATE INDEX templates_snapshot ON templates(snapshot)`,
 }
 
 const columns = `id, name, image, image_id, backend, state, config, spec, created_at, started_at, finished_at, expires_at, exit_code, reason, snapshot, forked_from, pool, tenant`
@@ -272,21 +284,23 @@ func isHex(s string) bool {
 	return true
 }
 
-// ImageInUse reports whether any sandbox, in any state, was made from the
-// image with this ID. Image removal asks before deleting layers.
+// ImageInUse reports whether any sandbox, in any state, or any template
+// was made from the image with this ID. Image removal (and the build
+// cache's prune) asks before deleting layers.
 func ImageInUse(ctx context.Context, st *store.Store, imageID string) (bool, error) {
 	if err := st.Migrate(ctx, "sandbox", schema); err != nil {
 		return false, err
 	}
 	var n int
-	err := st.DB().QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes WHERE image_id = ?`, imageID).Scan(&n)
+	err := st.DB().QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM sandboxes WHERE image_id = ?) + (SELECT COUNT(*) FROM templates WHERE image_id = ?)`, imageID, imageID).Scan(&n)
 	return n > 0, err
 }
 
 // SnapshotInUse reports whether a sandbox, in any state, was restored
 // from the snapshot with this ID; snapshot rm keeps such a snapshot so
 // that every sandbox's lineage stays resolvable. A snapshot a hot pool
-// holds copies of is refused with an error naming the pool.
+// holds copies of, or a template's started state, is refused with an
+// error naming the pool or the template.
 func SnapshotInUse(ctx context.Context, st *store.Store, snapshotID string) (bool, error) {
 	if err := st.Migrate(ctx, "sandbox", schema); err != nil {
 		return false, err
@@ -299,6 +313,17 @@ func SnapshotInUse(ctx context.Context, st *store.Store, snapshotID string) (boo
 	}
 	if err == nil {
 		return false, fmt.Errorf("%w: hot pool %s holds copies of it: remove the pool first (smolvm pool rm %s)", snapshot.ErrInUse, pool, pool)
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return false, err
+	}
+	var tmpl string
+	err = st.DB().QueryRowContext(ctx, `SELECT name, tenant FROM templates WHERE snapshot = ? ORDER BY name LIMIT 1`, snapshotID).Scan(&tmpl, &owner)
+	if err == nil && !tenant.Owns(ctx, owner) {
+		return false, fmt.Errorf("%w: it is a template's started state", snapshot.ErrInUse)
+	}
+	if err == nil {
+		return false, fmt.Errorf("%w: it is template %s's started state: remove the template (smolvm template rm %s)", snapshot.ErrInUse, tmpl, tmpl)
 	}
 	if !errors.Is(err, sql.ErrNoRows) {
 		return false, err

@@ -12,6 +12,7 @@ import (
 
 	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/runtime/backend"
+	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
@@ -112,12 +113,22 @@ func notRunning(r *record, op string) error {
 // A hot pool of the snapshot (pool create --from SNAPSHOT --hot N) gives a
 // copy it restored ahead of time: it is resumed and given its identity.
 func (m *Manager) Restore(ctx context.Context, snapRef string, o sandbox.RestoreOptions) (*sandbox.Sandbox, error) {
+	return m.restore(ctx, ctx, snapRef, o, nil)
+}
+
+// restore is Restore with the snapshot looked up as snapCtx's tenant (a
+// public template's snapshot is not the caller's), and env added to the
+// saved environment.
+func (m *Manager) restore(ctx, snapCtx context.Context, snapRef string, o sandbox.RestoreOptions, env []string) (*sandbox.Sandbox, error) {
 	if o.TTL < 0 {
 		return nil, fmt.Errorf("restore %s: %w: time to live %s: must not be negative", snapRef, sandbox.ErrInvalid, o.TTL)
 	}
-	snap, meta, err := m.snapshotMeta(ctx, snapRef)
+	snap, meta, err := m.snapshotMeta(snapCtx, snapRef)
 	if err != nil {
 		return nil, fmt.Errorf("restore %s: %w", snapRef, err)
+	}
+	if len(env) > 0 {
+		meta.Config.Env = guest.MergeEnv(meta.Config.Env, env)
 	}
 	if o.TTL > 0 {
 		meta.Config.TTL = o.TTL
@@ -157,11 +168,11 @@ func (m *Manager) Restore(ctx context.Context, snapRef string, o sandbox.Restore
 	sb, err := m.materialize(ctx, r, sn, false, func(ctx context.Context) (string, error) {
 		// The record exists before the check, so a concurrent snapshot rm
 		// either sees it and refuses, or ran first and Get fails here.
-		snap, err := m.snaps.Get(ctx, snap.ID)
+		snap, err := m.snaps.Get(snapCtx, snap.ID)
 		if err != nil {
 			return "", err
 		}
-		return m.snaps.Verify(ctx, snap)
+		return m.snaps.Verify(snapCtx, snap)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("restore %s: %w", snapRef, err)

@@ -54,6 +54,11 @@ func With(ctx context.Context, name string) context.Context {
 	return context.WithValue(ctx, ctxKey{}, name)
 }
 
+// Unscoped returns ctx acting as the admin, for the runtime's own lookup
+// of what a tenant may use but does not own (a public template's
+// snapshot); what the caller makes with it stays the caller's.
+func Unscoped(ctx context.Context) context.Context { return context.WithValue(ctx, ctxKey{}, nil) }
+
 // Of returns the tenant ctx acts as, and false when it is unscoped (the
 // admin token, or a local caller such as the CLI on its own data dir).
 func Of(ctx context.Context) (string, bool) {

@@ -39,6 +39,57 @@ export interface Browser {
   expires_at?: string
 }
 
+/** What tells a template's start command is ready; every check given must pass. */
+export interface TemplateReady {
+  port?: number
+  /** http://localhost:PORT/PATH, answering status (default 200) */
+  url?: string
+  status?: number
+  file?: string
+  /** found by pgrep (the image needs pgrep) */
+  process?: string
+  /** a command (sh -c) that exits 0 */
+  cmd?: string
+  /** ready no sooner than this after the start */
+  after?: Seconds
+  /** give up after this long (default 1m) */
+  timeout?: Seconds
+}
+
+export interface TemplateOptions {
+  image?: string
+  /** the start command, the sandbox's main process; none: the image alone */
+  start?: string[]
+  ready?: TemplateReady
+  env?: Record<string, string>
+  workdir?: string
+  user?: string
+  /** every tenant may use it (admin only) */
+  public?: boolean
+  cpus?: number
+  memory?: number | string
+  /** copies to keep restored and paused, which creates claim */
+  hot?: number
+}
+
+export interface Template {
+  name: string
+  build: string
+  tenant?: string
+  public?: boolean
+  image: string
+  image_id: string
+  /** the started state's snapshot; absent for the image alone */
+  snapshot?: string
+  start?: string[]
+  ready?: { port?: number; url?: string; status?: number; file?: string; process?: string; cmd?: string; after?: number; timeout?: number }
+  env?: string[]
+  built: string
+  /** nanoseconds the start command took to be ready */
+  ready_after?: number
+  hot?: number
+}
+
 export interface Snapshot {
   id: string
   /** "sha256:…" of the content, once durable */
@@ -172,6 +223,10 @@ export class Client {
   resume(ref: string): Promise<Sandbox>
   snapshots(): Promise<Snapshot[]>
   removeSnapshot(ref: string): Promise<void>
+  buildTemplate(name: string, opts?: TemplateOptions): Promise<Template>
+  templates(): Promise<Template[]>
+  template(name: string): Promise<Template>
+  removeTemplate(name: string): Promise<void>
   browserStart(opts?: { golden?: string; allowHosts?: string[]; allowCidrs?: string[]; mode?: 'egress' | 'full'; image?: string; timeout?: Seconds }): Promise<Snapshot>
   browserNew(opts?: { golden?: string; name?: string; ttl?: Seconds }): Promise<Browser>
   browserRelease(ref: string): Promise<void>

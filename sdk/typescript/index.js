@@ -267,6 +267,27 @@ export class Client {
     await this.#json('DELETE', `/v1/snapshots/${encodeURIComponent(ref)}`)
   }
 
+  /**
+   * Build a template: a sandbox of image runs start until ready passes, and is checkpointed;
+   * create({ image: name }) restores it, its server already up. Without start, the image alone.
+   */
+  buildTemplate(name, { image, start, ready, env, workdir, user, public: pub, cpus, memory, hot } = {}) {
+    const envList = env && Object.entries(env).map(([k, v]) => `${k}=${v}`)
+    return this.#json('POST', '/v1/templates', { json: { name, image, start, ready, env: envList, workdir, user, public: pub, cpus, memory, hot } })
+  }
+
+  templates() {
+    return this.#json('GET', '/v1/templates')
+  }
+
+  template(name) {
+    return this.#json('GET', `/v1/templates/${encodeURIComponent(name)}`)
+  }
+
+  async removeTemplate(name) {
+    await this.#json('DELETE', `/v1/templates/${encodeURIComponent(name)}`)
+  }
+
   /** Boot headless Chromium and checkpoint it as the golden browser; browsers may reach allowHosts/allowCidrs. */
   browserStart({ golden, allowHosts, allowCidrs, mode, image, timeout } = {}) {
     return this.#json('POST', '/v1/browsers/golden', {

@@ -49,6 +49,9 @@ func (h *Handler) apiRoutes() *http.ServeMux {
 	handle("POST /sandboxes/{id}/snapshots", h.createSnapshot)
 	handle("GET /snapshots", h.listSnapshots)
 	handle("DELETE /templates/{template}", h.deleteTemplate)
+	if h.builds != nil { // otherwise unserved (unserved.go)
+		h.templateRoutes(mux, handle)
+	}
 	return mux
 }
 

@@ -16,6 +16,7 @@ import (
 	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/internal/store"
+	"smolvm.dev/smolvm/runtime/build"
 	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/server/ports"
@@ -46,6 +47,7 @@ type Runtime interface {
 	sandbox.Ports
 	sandbox.Pools
 	sandbox.SnapshotUsers
+	sandbox.Templates
 }
 
 // Options configure a Handler.
@@ -85,6 +87,13 @@ type Options struct {
 	// key's tenant or the sandbox's (httpapi.Options.Limiter shares it).
 	// Port traffic takes none, as on the native API.
 	Limiter *httpguard.Limiter
+	// Builder, when set, serves E2B's template builds (templates.go),
+	// whose uploaded files wait in a directory under UploadDir (default:
+	// the system's temporary directory).
+	Builder   *build.Builder
+	UploadDir string
+	// Images are the builds' bases (required with Builder).
+	Images sandbox.Images
 }
 
 // Handler serves both E2B APIs: requests with an E2b-Sandbox-Id header
@@ -107,6 +116,8 @@ type Handler struct {
 	procs     *procTable
 	watches   *watchSet
 	kernels   *kernels
+	builds    *builds // nil without Options.Builder
+	images    sandbox.Images
 	api       *http.ServeMux
 	envdMux   *http.ServeMux
 	// routes and envdRoutes list the patterns of each API, for tests.
@@ -130,10 +141,18 @@ func New(ctx context.Context, o Options) (*Handler, error) {
 	}
 	h := &Handler{
 		m: o.Manager, st: o.Store, snaps: o.Snapshots, authorize: o.Authorize, key: key, maxUpload: o.MaxUpload, ttl: o.DefaultTTL, where: o.Where,
-		ports: o.Ports, domain: o.Domain, limit: o.Limiter, procs: newProcTable(), watches: newWatchSet(), kernels: newKernels(),
+		ports: o.Ports, domain: o.Domain, limit: o.Limiter, procs: newProcTable(), watches: newWatchSet(), kernels: newKernels(), images: o.Images,
 	}
 	if h.maxUpload <= 0 {
 		h.maxUpload = 1 << 30
+	}
+	if o.Builder != nil {
+		if o.Images == nil {
+			return nil, errors.New("e2b: a Builder needs Images")
+		}
+		if h.builds, err = newBuilds(o.Builder, o.UploadDir); err != nil {
+			return nil, err
+		}
 	}
 	h.api = h.apiRoutes()
 	h.envdMux = h.envdServeMux()
@@ -178,9 +197,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	if err := httpguard.Buffer(r, maxRequest); err != nil {
-		httpguard.RefuseBody(w, err, writeAPIError)
-		return
+	// A template's upload is a tar, which uploadFiles streams to disk.
+	if !isUpload(r) {
+		if err := httpguard.Buffer(r, maxRequest); err != nil {
+			httpguard.RefuseBody(w, err, writeAPIError)
+			return
+		}
 	}
 	if httpguard.Routed(w, r, h.api, h.noRoute(r)) {
 		h.api.ServeHTTP(w, r)
@@ -234,7 +256,10 @@ func (h *Handler) Routes() (api, envd []string) {
 // Close ends every command the handler started. Commands survive their
 // clients, not the server: the agent kills a command whose host
 // connection closes.
-func (h *Handler) Close() { h.procs.killAll() }
+func (h *Handler) Close() {
+	h.procs.killAll()
+	h.builds.close()
+}
 
 func newToken() string {
 	var b [16]byte

@@ -47,6 +47,9 @@ func (h *Handler) noRoute(r *http.Request) httpguard.Fail {
 			if what == "" && unservedTemplate(p) {
 				what = templatesWhat
 			}
+			if what == templatesWhat && h.builds != nil {
+				what = "" // served (templates.go): a path no route takes is a 404
+			}
 			if what != "" {
 				writeAPIError(w, http.StatusNotImplemented, fmt.Sprintf("%s %s: smolvm does not serve E2B's %s", r.Method, p, what))
 				return

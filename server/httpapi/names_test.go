@@ -17,6 +17,7 @@ import (
 
 	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/internal/httpguard"
+	"smolvm.dev/smolvm/runtime/build"
 	"smolvm.dev/smolvm/server/e2b"
 	"smolvm.dev/smolvm/server/httpapi"
 	"smolvm.dev/smolvm/server/ports"
@@ -27,7 +28,7 @@ import (
 // with bad names below; a new route must be added to one or the other.
 var (
 	nativeNameless = []string{"GET /healthz", "GET /openapi.json", "GET /metrics", "GET /v1/events", "GET /v1/sandboxes",
-		"GET /v1/images", "GET /v1/snapshots", "GET /v1/pools", "GET /v1/tenants", "GET /v1/usage", "/e2b/",
+		"GET /v1/images", "GET /v1/snapshots", "GET /v1/pools", "GET /v1/tenants", "GET /v1/usage", "GET /v1/templates", "/e2b/",
 		// A run's repo is a path on the server's host, not a name in the
 		// data dir: TestAgentRunsAPI checks it (absolute, a git work tree).
 		"GET /v1/agent/runs", "POST /v1/agent/runs"}
@@ -44,8 +45,13 @@ var (
 func TestNamesOnEveryRoute(t *testing.T) {
 	var e2bRoutes, envdRoutes []string
 	f := newFixtureOn(t, func(o *httpapi.Options, env *testmgr.Env) {
+		b, err := build.New(context.Background(), env.Manager, env.Dir)
+		if err != nil {
+			t.Fatal(err)
+		}
 		h, err := e2b.New(context.Background(), e2b.Options{Manager: env.Manager, Store: env.Store, Snapshots: env.Snapshots,
-			Authorize: func(r *http.Request) (*http.Request, bool) { return httpapi.Authenticate(r, token, nil) }, Ports: ports.New(env.Manager.DialPort)})
+			Authorize: func(r *http.Request) (*http.Request, bool) { return httpapi.Authenticate(r, token, nil) }, Ports: ports.New(env.Manager.DialPort),
+			Builder: b, UploadDir: t.TempDir(), Images: env.Images})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -180,6 +186,7 @@ func TestNamesOnEveryRoute(t *testing.T) {
 	nativeFields := map[string][]string{
 		"POST /v1/sandboxes":                    {"name", "image", "pool"},
 		"POST /v1/pools":                        {"name", "image"},
+		"POST /v1/templates":                    {"name", "image"},
 		"POST /v1/tenants":                      {"name"},
 		"POST /v1/images":                       {"ref"},
 		"POST /v1/sandboxes/{id}/checkpoint":    {"name"},
@@ -209,6 +216,8 @@ func TestNamesOnEveryRoute(t *testing.T) {
 		"POST /v2/sandboxes":             {"templateID"},
 		"POST /sandboxes/{id}/snapshots": {"name"},
 		"GET /snapshots":                 {"?sandboxID", "?name"},
+		"POST /v3/templates":             {"name"},
+		"POST /templates/tags":           {"target"},
 	}
 	for _, pattern := range e2bRoutes {
 		if len(httpguard.Wildcards(pattern)) == 0 && e2bFields[pattern] == nil {

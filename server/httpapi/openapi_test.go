@@ -64,7 +64,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	for name, v := range map[string]any{
 		"CreateRequest": api.CreateRequest{}, "ExecRequest": api.ExecRequest{}, "StopRequest": api.StopRequest{},
 		"TimeoutRequest": api.TimeoutRequest{}, "ForkRequest": api.ForkRequest{}, "CheckpointRequest": api.CheckpointRequest{},
-		"RestoreRequest": api.RestoreRequest{}, "PoolRequest": api.PoolRequest{}, "NetworkUpdateRequest": api.NetworkUpdateRequest{}, "ExecEvent": api.ExecEvent{}, "WSControl": api.WSControl{}, "LogEvent": api.LogEvent{},
+		"RestoreRequest": api.RestoreRequest{}, "PoolRequest": api.PoolRequest{}, "TemplateRequest": api.TemplateRequest{}, "TemplateReady": api.TemplateReady{}, "NetworkUpdateRequest": api.NetworkUpdateRequest{}, "ExecEvent": api.ExecEvent{}, "WSControl": api.WSControl{}, "LogEvent": api.LogEvent{},
 		"Error": api.Error{}, "BrowserStartRequest": api.BrowserStartRequest{}, "BrowserRequest": api.BrowserRequest{},
 		"Browser": api.Browser{}, "ScreenshotRequest": api.ScreenshotRequest{}, "PullRequest": api.PullRequest{},
 	} {

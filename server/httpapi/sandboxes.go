@@ -70,6 +70,7 @@ func (s *Server) registerRoutes() {
 		s.handle(pattern, true, true, body{limit: maxSnapshotImport, stream: true}, h)
 	})
 	s.registerPoolRoutes(route, bare)
+	s.registerTemplateRoutes(route)
 	s.registerTenantRoutes(route, bare)
 	s.registerNetworkRoutes(route)
 	s.registerBrowserRoutes(route)

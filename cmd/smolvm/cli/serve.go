@@ -17,6 +17,7 @@ import (
 
 	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/internal/units"
+	"smolvm.dev/smolvm/runtime/build"
 	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/server/console"
@@ -127,8 +128,14 @@ X-Access-Token). The sandbox needs no network for either.`,
 			// work with either base URL. Its envd requests carry a
 			// per-sandbox access token, not the API token, so it checks
 			// tokens itself.
+			// E2B's template builds are Dockerfile builds (runtime/build).
+			builder, err := build.New(ctx, e.mgr, a.dataDir)
+			if err != nil {
+				return err
+			}
 			e2bAPI, err := e2b.New(ctx, e2b.Options{
 				Manager: e.mgr, Store: e.st, Snapshots: e.snaps, MaxUpload: limit, DefaultTTL: defaultTTL,
+				Builder: builder, UploadDir: tmp, Images: e.images,
 				Authorize: func(r *http.Request) (*http.Request, bool) { return httpapi.Authenticate(r, token, e.mgr.Tenants()) },
 				Ports:     proxy, Domain: domain, Limiter: limiter,
 				Where: "smolvm serves E2B's API at the root and under " + E2BPrefix + ", and its own under /v1",

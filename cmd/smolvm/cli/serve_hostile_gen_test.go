@@ -150,6 +150,9 @@ var (
 		"POST /e2b/v2/sandboxes/{id}/connect", "POST /e2b/sandboxes/{id}/resume", "POST /e2b/sandboxes/{id}/pause",
 		"PUT /e2b/sandboxes/{id}/network", "POST /e2b/sandboxes/{id}/fork", "GET /e2b/sandboxes/{id}/metrics",
 		"POST /e2b/sandboxes/{id}/snapshots", "DELETE /e2b/templates/{template}",
+		"POST /e2b/v3/templates", "GET /e2b/templates/{template}/files/{hash}", "PUT /e2b/templates/{template}/files/{hash}",
+		"POST /e2b/v2/templates/{template}/builds/{build}", "GET /e2b/templates/{template}/builds/{build}/status",
+		"GET /e2b/templates/{template}/{alias}", "POST /e2b/templates/tags", "DELETE /e2b/templates/tags",
 	}
 	hostileEnvd = []string{"/e2b/filesystem.Filesystem/Stat", "/e2b/filesystem.Filesystem/ListDir", "/e2b/filesystem.Filesystem/MakeDir",
 		"/e2b/filesystem.Filesystem/Remove", "/e2b/filesystem.Filesystem/Move", "/e2b/process.Process/List", "/e2b/process.Process/SendSignal",
@@ -165,6 +168,9 @@ var (
 		"snapshot": {"nosuch", "sha256:00", "..", "%2e%2e", "a%2Fb", strings.Repeat("s", 300), "%ff"},
 		"key":      {"0123456789ab", "nosuch", "..", "%00", strings.Repeat("k", 300)},
 		"template": {"nosuch", "..", "a%2Fb", "%ff", strings.Repeat("t", 300)},
+		"hash":     {"00", "nosuch", "..", "%2e%2e", strings.Repeat("f", 65), "%ff"},
+		"build":    {"0123456789abcdef", "nosuch", "..", "a%2Fb"},
+		"alias":    {"nosuch", "a:b", "tags", "..", "%2F", strings.Repeat("a", 200)},
 	}
 	hostileMethods = []string{"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "TRACE", "PROPFIND"}
 	hostileBodies  = []string{"", "{", "[]", "null", `"x"`, "{} {}", `{"name":5}`, `{"args":"ls"}`, `{"args":[1]}`, `{"timeout":"soon"}`,
@@ -413,7 +419,7 @@ func expand(path, ref string, params map[string]string) string {
 // params draws values of every parameter but the target.
 func (g *hostileGen) params() map[string]string {
 	p := map[string]string{"tenant": g.pick(hostileSegments)}
-	for _, k := range []string{"key", "port", "snapshot", "template"} {
+	for _, k := range []string{"key", "port", "snapshot", "template", "hash", "build", "alias"} {
 		p[k] = g.pick(hostileParams[k])
 	}
 	return p

@@ -455,6 +455,41 @@ class Client:
     def remove_snapshot(self, ref: str) -> None:
         self._json("DELETE", "/v1/snapshots/" + urllib.parse.quote(ref, safe=""))
 
+    # -- templates
+
+    def build_template(self, name: str, *, image: Optional[str] = None, start: Optional[List[str]] = None,
+                       ready: Optional[Dict[str, Any]] = None, env: Optional[Dict[str, str]] = None,
+                       workdir: Optional[str] = None, user: Optional[str] = None, public: bool = False,
+                       cpus: Optional[float] = None, memory: Optional[Union[int, str]] = None,
+                       hot: Optional[int] = None) -> Dict[str, Any]:
+        """Build a template: a sandbox of image runs start until ready passes
+        ({"port": 8000}, {"url": "http://localhost:8000/health", "status": 200},
+        {"file": ...}, {"process": ...}, {"cmd": ...}, {"after": "2s"}; every one
+        given must pass, within "timeout"), and is checkpointed. Returns once
+        built; create(image=name) restores it, its server already up. Without
+        start, the template is the image alone. Building a name again replaces it.
+        hot keeps that many copies restored and paused, which creates claim."""
+        req: Dict[str, Any] = {"name": name}
+        for k, v in (("image", image), ("start", start), ("ready", ready), ("workdir", workdir), ("user", user),
+                     ("cpus", cpus), ("memory", memory), ("hot", hot)):
+            if v is not None:
+                req[k] = v
+        if env:
+            req["env"] = [k + "=" + v for k, v in env.items()]
+        if public:
+            req["public"] = True
+        return self._json("POST", "/v1/templates", req)
+
+    def templates(self) -> List[Dict[str, Any]]:
+        """Your templates and the public ones."""
+        return self._json("GET", "/v1/templates") or []
+
+    def template(self, name: str) -> Dict[str, Any]:
+        return self._json("GET", "/v1/templates/" + urllib.parse.quote(name, safe=""))
+
+    def remove_template(self, name: str) -> None:
+        self._json("DELETE", "/v1/templates/" + urllib.parse.quote(name, safe=""))
+
     # -- browsers
 
     def browser_start(self, *, golden: Optional[str] = None, allow_hosts: Optional[List[str]] = None,

@@ -184,6 +184,26 @@ class SDKTest(unittest.TestCase):
         self.assertIn("was removed at", str(cm.exception))
         self.c.remove_snapshot("py-snap")
 
+    def test_template(self):
+        # A server that listens after 1 s; the copy answers its first request.
+        start = ["python3", "-c", "import time, http.server as h; time.sleep(1); "
+                 "h.HTTPServer(('127.0.0.1', 8070), h.SimpleHTTPRequestHandler).serve_forever()"]
+        t = self.c.build_template("py-web", start=start, ready={"port": 8070, "timeout": "1m"}, env={"WHO": "py"})
+        self.assertTrue(t["snapshot"])
+        self.assertIn("py-web", [x["name"] for x in self.c.templates()])
+        self.assertEqual(self.c.template("py-web")["ready"]["port"], 8070)
+        sb = self.c.create(image="py-web")
+        r = self.c.exec(sb.id, ["python3", "-c", "import os, urllib.request as u; "
+                                "print(u.urlopen('http://127.0.0.1:8070/').status, os.environ['WHO'])"])
+        self.assertEqual(r.stdout, b"200 py\n")
+        self.c.kill(sb.id)
+        with self.assertRaises(smolvm.SmolvmError) as cm:
+            self.c.build_template("py-bad", ready={"port": 80})
+        self.assertIn("needs a start command", str(cm.exception))
+        self.c.remove_template("py-web")
+        with self.assertRaises(smolvm.NotFound):
+            self.c.template("py-web")
+
     def test_events(self):
         seen = []
         got = threading.Event()

@@ -162,6 +162,22 @@ test('checkpoint, restore, fork, kill', { skip }, async () => {
   await c.removeSnapshot('ts-snap')
 })
 
+test('templates: build with a started server, create from it, remove', { skip }, async () => {
+  // A server that listens after 1 s; the copy answers its first request.
+  const start = ['python3', '-c', "import time, http.server as h; time.sleep(1); h.HTTPServer(('127.0.0.1', 8071), h.SimpleHTTPRequestHandler).serve_forever()"]
+  const t = await c.buildTemplate('ts-web', { start, ready: { url: 'http://localhost:8071/', timeout: '1m' }, env: { WHO: 'ts' } })
+  assert.ok(t.snapshot)
+  assert.ok((await c.templates()).some((x) => x.name === 'ts-web'))
+  assert.equal((await c.template('ts-web')).ready.url, 'http://localhost:8071/')
+  const sb = await c.create({ image: 'ts-web' })
+  const r = await c.exec(sb.id, ['python3', '-c', "import os, urllib.request as u; print(u.urlopen('http://127.0.0.1:8071/').status, os.environ['WHO'])"])
+  assert.equal(r.stdout.toString(), '200 ts\n')
+  await c.kill(sb.id)
+  await assert.rejects(c.buildTemplate('ts-bad', { ready: { port: 80 } }), (e) => e instanceof InvalidRequestError && /needs a start command/.test(e.message))
+  await c.removeTemplate('ts-web')
+  await assert.rejects(c.template('ts-web'), NotFoundError)
+})
+
 test('agent runs: start, watch, log, stop', { skip, timeout: 300_000 }, async () => {
   const repo = mkdtempSync(join(tmpdir(), 'smolvm-ts-repo-'))
   try {
