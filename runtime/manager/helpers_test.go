@@ -61,6 +61,11 @@ func openManager(t testing.TB, dir string, opts ...func(*Config)) *testManager {
 			m.Remove(context.Background(), r.ID, true)
 		}
 		m.GC(context.Background())
+		// Volumes are mounted under dir too.
+		vs, _ := m.volumes.List(context.Background(), "", true)
+		for _, v := range vs {
+			m.volumes.Remove(context.Background(), v.Tenant, v.Name, true, func(context.Context) ([]string, error) { return nil, nil })
+		}
 	})
 	return &testManager{Manager: m, dir: dir}
 }

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -211,6 +212,12 @@ func (b *Backend) create(s *backend.Spec) (launch, error) {
 	if s.Rootfs.Upper != "" {
 		// The guest writes to a disk image, which no host directory shows.
 		return launch{}, fmt.Errorf("%w: writing through to a host directory (image builds)", sandbox.ErrUnsupported)
+	}
+	// Read-only mounts are copied into the image disk; a volume must be
+	// shared live, which would need a shared file system the guest and
+	// the host write at once (virtiofs), which this backend has not.
+	if slices.ContainsFunc(s.Rootfs.Mounts, func(m backend.Mount) bool { return m.Volume }) {
+		return launch{}, fmt.Errorf("%w: volumes (use the gvisor backend)", sandbox.ErrUnsupported)
 	}
 	l := layout{s.Dir}
 	if err := os.MkdirAll(l.run(), 0o700); err != nil {
