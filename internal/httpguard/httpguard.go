@@ -75,7 +75,7 @@ func quote(s string) string {
 
 // KindOf returns the kind of name a path wildcard holds: {id} a sandbox,
 // {snapshot} and {template} a snapshot, {pool} a pool, {port} a port,
-// {tenant} a tenant, {key} a tenant key's ID.
+// {tenant} a tenant, {key} a tenant key's ID, {volume} a volume.
 func KindOf(wildcard string) (names.Kind, bool) {
 	switch wildcard {
 	case "id":
@@ -90,6 +90,8 @@ func KindOf(wildcard string) (names.Kind, bool) {
 		return names.Tenant, true
 	case "key":
 		return names.Key, true
+	case "volume":
+		return names.Volume, true
 	}
 	return 0, false
 }

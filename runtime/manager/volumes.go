@@ -20,7 +20,7 @@ import (
 func (m *Manager) CreateVolume(ctx context.Context, o sandbox.VolumeOptions) (*sandbox.Volume, error) {
 	v, err := m.volumes.Create(ctx, tenant.Owner(ctx), o)
 	if err != nil {
-		return nil, fmt.Errorf("create %w", err)
+		return nil, err
 	}
 	v.UsedBy = []string{}
 	return v, nil

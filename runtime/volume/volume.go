@@ -115,7 +115,7 @@ func (s *Store) dir(owner, name string) (string, error) {
 // Create makes owner's volume o.Name of o.Size bytes (0: the default).
 func (s *Store) Create(ctx context.Context, owner string, o sandbox.VolumeOptions) (*sandbox.Volume, error) {
 	if err := names.Check(names.Volume, o.Name); err != nil {
-		return nil, fmt.Errorf("%w: %v", sandbox.ErrInvalid, err)
+		return nil, err
 	}
 	if o.Size == 0 {
 		o.Size = sandbox.DefaultVolumeSize
@@ -218,7 +218,7 @@ func run(ctx context.Context, name string, args ...string) error {
 // Get returns owner's volume name.
 func (s *Store) Get(ctx context.Context, owner, name string) (*sandbox.Volume, error) {
 	if err := names.Check(names.Volume, name); err != nil {
-		return nil, fmt.Errorf("%w: %v", sandbox.ErrInvalid, err)
+		return nil, err
 	}
 	vs, err := s.query(ctx, `WHERE tenant = ? AND name = ? AND state = ?`, owner, name, stateReady)
 	if err != nil {
@@ -266,7 +266,7 @@ func (s *Store) query(ctx context.Context, where string, args ...any) ([]*sandbo
 // user.
 func (s *Store) Mount(ctx context.Context, owner, name string) (string, error) {
 	if err := names.Check(names.Volume, name); err != nil {
-		return "", fmt.Errorf("%w: %v", sandbox.ErrInvalid, err)
+		return "", err
 	}
 	dir, err := s.dir(owner, name)
 	if err != nil {

@@ -27,7 +27,7 @@ import (
 // with bad names below; a new route must be added to one or the other.
 var (
 	nativeNameless = []string{"GET /healthz", "GET /openapi.json", "GET /metrics", "GET /v1/events", "GET /v1/sandboxes",
-		"GET /v1/images", "GET /v1/snapshots", "GET /v1/pools", "GET /v1/tenants", "GET /v1/usage", "/e2b/",
+		"GET /v1/images", "GET /v1/snapshots", "GET /v1/pools", "GET /v1/volumes", "GET /v1/tenants", "GET /v1/usage", "/e2b/",
 		// A run's repo is a path on the server's host, not a name in the
 		// data dir: TestAgentRunsAPI checks it (absolute, a git work tree).
 		"GET /v1/agent/runs", "POST /v1/agent/runs"}
@@ -181,6 +181,7 @@ func TestNamesOnEveryRoute(t *testing.T) {
 		"POST /v1/sandboxes":                    {"name", "image", "pool"},
 		"POST /v1/pools":                        {"name", "image"},
 		"POST /v1/tenants":                      {"name"},
+		"POST /v1/volumes":                      {"name"},
 		"POST /v1/images":                       {"ref"},
 		"POST /v1/sandboxes/{id}/checkpoint":    {"name"},
 		"POST /v1/sandboxes/{id}/fork":          {"name_prefix"},
