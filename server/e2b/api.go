@@ -50,6 +50,7 @@ func (h *Handler) apiRoutes() *http.ServeMux {
 	handle("POST /sandboxes/{id}/snapshots", h.createSnapshot)
 	handle("GET /snapshots", h.listSnapshots)
 	handle("DELETE /templates/{template}", h.deleteTemplate)
+	h.volumeRoutes(handle)
 	return mux
 }
 
@@ -114,8 +115,9 @@ type detailJSON struct {
 	State       string            `json:"state"`
 	EnvdVersion string            `json:"envdVersion"`
 	// AllowInternetAccess and Network say what the sandbox may reach.
-	AllowInternetAccess bool         `json:"allowInternetAccess"`
-	Network             *networkJSON `json:"network,omitempty"`
+	AllowInternetAccess bool                 `json:"allowInternetAccess"`
+	Network             *networkJSON         `json:"network,omitempty"`
+	VolumeMounts        []e2bapi.VolumeMount `json:"volumeMounts"`
 }
 
 func (h *Handler) newSandboxJSON(sb *sandbox.Sandbox, in info) sandboxJSON {
@@ -135,6 +137,7 @@ func newDetailJSON(sb *sandbox.Sandbox, in info) detailJSON {
 		MemoryMB:   sb.Config.Limits.Memory >> 20,
 		DiskSizeMB: sb.Config.Limits.Disk >> 20,
 		Metadata:   in.Metadata, State: string(sb.State), EnvdVersion: EnvdVersion,
+		VolumeMounts: volumeMountsJSON(sb),
 	}
 	if sb.StartedAt != nil {
 		d.StartedAt = *sb.StartedAt
@@ -205,14 +208,15 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Metadata are the sandbox's labels too: usage by label sums them.
-	opts := sandbox.CreateOptions{Start: true, Config: sandbox.Config{TTL: h.ttl, Network: netPolicy, Labels: req.Metadata}}
+	opts := sandbox.CreateOptions{Start: true, Config: sandbox.Config{TTL: h.ttl, Network: netPolicy, Labels: req.Metadata, Volumes: volumeMounts(req.VolumeMounts)}}
 	if req.AutoPause != nil && *req.AutoPause {
 		// lifecycle.onTimeout: 'pause'; smolvm serve's reaper pauses it.
 		opts.Config.OnExpiry = sandbox.ExpiryPause
 	}
 	// A warm pool of that name wins: it holds started sandboxes of an
-	// image (by default it is named after it), so create skips the boot.
-	if _, err := h.m.Pool(r.Context(), req.TemplateID); err == nil {
+	// image (by default it is named after it), so create skips the boot;
+	// but its members mount no volumes.
+	if _, err := h.m.Pool(r.Context(), req.TemplateID); err == nil && len(req.VolumeMounts) == 0 {
 		opts.Pool = req.TemplateID
 	} else {
 		opts.Image = req.TemplateID

@@ -113,7 +113,7 @@ func TestBadInput(t *testing.T) {
 			}
 			n++
 			method, path, _ := strings.Cut(pattern, " ")
-			path = strings.NewReplacer("{id}", id, "{template}", "nosuch").Replace(path)
+			path = strings.NewReplacer("{id}", id, "{template}", "nosuch", "{volume}", "nosuch").Replace(path)
 			hdr := map[string]string{"X-API-KEY": testKey}
 			if slices.Contains(envdRoutes, pattern) {
 				hdr = envd
@@ -330,7 +330,7 @@ func TestBadInput(t *testing.T) {
 	})
 
 	t.Run("unserved E2B APIs", func(t *testing.T) {
-		for _, p := range []string{"/volumes", "/secrets", "/templates/aliases/x", "/v3/templates", "/templates/base/builds/b1/status", "/volumecontent/v/file"} {
+		for _, p := range []string{"/secrets", "/templates/aliases/x", "/v3/templates", "/templates/base/builds/b1/status", "/volumecontent/v/file"} {
 			status, body := s.call(t, "GET", p, apiKey, "")
 			wantError(t, p, status, body, http.StatusNotImplemented, "smolvm does not serve E2B's")
 		}

@@ -13,8 +13,7 @@ import (
 // names what is missing, not a 404 the SDK would read as "no such
 // volume" or "no such secret".
 var unservedAPIs = []struct{ prefix, what string }{
-	{"/volumes", "volumes"},
-	{"/volumecontent/", "volumes"},
+	{"/volumecontent/", "volume content API (mount the volume in a sandbox to reach its files)"},
 	{"/secrets", "secrets"},
 	{"/templates/aliases/", templatesWhat},
 	{"/templates/tags", templatesWhat},
