@@ -18,7 +18,11 @@ import (
 
 // CreateVolume implements sandbox.VolumeService.
 func (m *Manager) CreateVolume(ctx context.Context, o sandbox.VolumeOptions) (*sandbox.Volume, error) {
-	v, err := m.volumes.Create(ctx, tenant.Owner(ctx), o)
+	owner, q, _, err := m.quotaOf(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v, err := m.volumes.Create(ctx, owner, o, q.VolumeBytes, tenant.ErrQuota)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -61,7 +62,9 @@ func TestVolumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.Size != 16<<20 || v.Used < 8<<20 || strings.Join(v.UsedBy, ",") != a.Name+","+b.Name {
+	users := []string{a.Name, b.Name}
+	slices.Sort(users)
+	if v.Size != 16<<20 || v.Used < 8<<20 || !slices.Equal(v.UsedBy, users) {
 		t.Errorf("volume: %+v", v)
 	}
 	m.sh(t, a, "rm /data/big")
@@ -161,8 +164,8 @@ func TestVolumeEscape(t *testing.T) {
 func TestVolumeTenants(t *testing.T) {
 	testenv.NeedRoot(t)
 	m := newManager(t)
-	for _, n := range []string{"a", "b"} {
-		if _, err := m.Tenants().Add(context.Background(), n, sandbox.Quota{}); err != nil {
+	for n, q := range map[string]sandbox.Quota{"a": {VolumeBytes: 24 << 20}, "b": {}} {
+		if _, err := m.Tenants().Add(context.Background(), n, q); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -192,6 +195,11 @@ func TestVolumeTenants(t *testing.T) {
 	if _, err := m.GetVolume(ta, "mine"); err != nil {
 		t.Errorf("a's own: %v", err)
 	}
+	// a holds 16 MiB of its 24: 16 more are over the quota, 8 fit.
+	if _, err := m.CreateVolume(ta, sandbox.VolumeOptions{Name: "more", Size: 16 << 20}); !errors.Is(err, errdefs.ErrQuota) {
+		t.Errorf("over the volume quota: %v", err)
+	}
+	newVolume(t, ta, m, "fits", 8<<20)
 }
 
 // TestVolumeCopies: a checkpoint holds no volume's files; a fork's copies

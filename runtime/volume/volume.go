@@ -15,6 +15,7 @@ import (
 	"smolvm.dev/smolvm/internal/flock"
 	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/internal/store"
+	"smolvm.dev/smolvm/internal/units"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -113,7 +114,10 @@ func (s *Store) dir(owner, name string) (string, error) {
 }
 
 // Create makes owner's volume o.Name of o.Size bytes (0: the default).
-func (s *Store) Create(ctx context.Context, owner string, o sandbox.VolumeOptions) (*sandbox.Volume, error) {
+// With limit above 0, the sizes of owner's volumes may not add up to more
+// (checked under the lock, so concurrent creates cannot pass it
+// together); over it, the error wraps overLimit.
+func (s *Store) Create(ctx context.Context, owner string, o sandbox.VolumeOptions, limit int64, overLimit error) (*sandbox.Volume, error) {
 	if err := names.Check(names.Volume, o.Name); err != nil {
 		return nil, err
 	}
@@ -132,6 +136,16 @@ func (s *Store) Create(ctx context.Context, owner string, o sandbox.VolumeOption
 		return nil, err
 	}
 	defer unlock()
+	if limit > 0 {
+		var held int64
+		if err := s.st.DB().QueryRowContext(ctx, `SELECT coalesce(sum(size), 0) FROM volumes WHERE tenant = ?`, owner).Scan(&held); err != nil {
+			return nil, fmt.Errorf("volume %s: %w", o.Name, err)
+		}
+		if held+o.Size > limit {
+			return nil, fmt.Errorf("volume %s: %w: %s of volumes (%s held, %s asked)", o.Name, overLimit,
+				units.FormatBytes(limit), units.FormatBytes(held), units.FormatBytes(o.Size))
+		}
+	}
 	now := store.Now()
 	if _, err := s.st.DB().ExecContext(ctx, `INSERT INTO volumes (tenant, name, size, state, created_at) VALUES (?, ?, ?, ?, ?)`,
 		owner, o.Name, o.Size, stateCreating, now.UnixMilli()); err != nil {
