@@ -21,7 +21,7 @@ type Quota struct {
 	SnapshotBytes int64 `json:"snapshot_bytes,omitempty"`
 	// VolumeBytes sums the sizes (quotas) of the tenant's volumes.
 	VolumeBytes int64 `json:"volume_bytes,omitempty"`
-	Pools         int   `json:"pools,omitempty"`
+	Pools       int   `json:"pools,omitempty"`
 	// CreatesPerMinute bounds creates, restores and fork copies in any
 	// minute.
 	CreatesPerMinute int `json:"creates_per_minute,omitempty"`
