@@ -47,7 +47,7 @@ type VolumeOptions struct {
 const (
 	DefaultVolumeSize int64 = 1 << 30
 	MinVolumeSize     int64 = 8 << 20
-	MaxVolumeSize     int64 = 16 << 40
+	MaxVolumeSize     int64 = 4 << 40
 )
 
 // MaxVolumeMounts bounds the volumes one sandbox mounts.

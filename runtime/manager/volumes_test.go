@@ -246,9 +246,10 @@ func TestVolumeCopies(t *testing.T) {
 	}
 }
 
-// TestVolumeRecover: a create or remove cut short by a crash (its record
-// left creating or removing, its files half made) is finished by the
-// next open.
+// TestVolumeRecover: a create or remove cut short by a crash is finished
+// by the next open: its record left creating (before any file, or with
+// its file system made and mounted) or removing (still mounted), its
+// files and mount go.
 func TestVolumeRecover(t *testing.T) {
 	testenv.NeedRoot(t)
 	m := newManager(t)
@@ -259,12 +260,18 @@ func TestVolumeRecover(t *testing.T) {
 	db := m.st.DB()
 	db.Exec(`UPDATE volumes SET state = 'creating' WHERE name = 'half'`)
 	db.Exec(`UPDATE volumes SET state = 'removing' WHERE name = 'gone'`)
+	db.Exec(`INSERT INTO volumes (tenant, name, size, state, created_at) VALUES ('', 'nofiles', 8388608, 'creating', 0)`)
 	m2 := openManager(t, m.dir)
 	vs, err := m2.ListVolumes(ctx)
-	if err != nil || len(vs) != 1 || vs[0].Name != "kept" {
+	if err != nil || len(vs) != 1 || vs[0].Name != "kept" || vs[0].Used == 0 {
 		t.Fatalf("after recovery: %+v %v", vs, err)
 	}
-	for _, n := range []string{"half", "gone"} {
+	var left int
+	db.QueryRow(`SELECT count(*) FROM volumes`).Scan(&left)
+	if left != 1 {
+		t.Errorf("%d records left, want kept's", left)
+	}
+	for _, n := range []string{"half", "gone", "nofiles"} {
 		if _, err := os.Stat(filepath.Join(m.dir, "volumes", "_", n)); !os.IsNotExist(err) {
 			t.Errorf("%s's files: %v", n, err)
 		}

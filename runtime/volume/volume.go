@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -125,7 +126,7 @@ func (s *Store) Create(ctx context.Context, owner string, o sandbox.VolumeOption
 		o.Size = sandbox.DefaultVolumeSize
 	}
 	if o.Size < sandbox.MinVolumeSize || o.Size > sandbox.MaxVolumeSize {
-		return nil, fmt.Errorf("%w: volume size %d: must be from %d MiB to %d TiB", sandbox.ErrInvalid, o.Size, sandbox.MinVolumeSize>>20, sandbox.MaxVolumeSize>>40)
+		return nil, fmt.Errorf("%w: volume size %d: must be from %s to %s", sandbox.ErrInvalid, o.Size, units.FormatBytes(sandbox.MinVolumeSize), units.FormatBytes(sandbox.MaxVolumeSize))
 	}
 	dir, err := s.dir(owner, o.Name)
 	if err != nil {
@@ -221,8 +222,12 @@ func used(data string) int64 {
 	return int64(fs.Blocks-fs.Bfree) * fs.Bsize
 }
 
+// run runs a tool, which dies with smolvm: a crash leaves no mkfs
+// writing into a volume the next open removes.
 func run(ctx context.Context, name string, args ...string) error {
-	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("%s: %w: %s", name, err, strings.TrimSpace(string(out)))
 	}
