@@ -64,7 +64,7 @@ func (g *Gateway) nativeSpec(req *api.CreateRequest) (v1alpha1.SandboxSpec, erro
 	}{
 		{"hostname", req.Hostname != ""}, {"idle_timeout", req.IdleTimeout != 0},
 		{"on_expiry", req.OnExpiry != "" && req.OnExpiry != sandbox.ExpiryStop}, {"policy", req.TrustRepo != ""},
-		{"start", req.Start != nil && !*req.Start},
+		{"start", req.Start != nil && !*req.Start}, {"volumes", len(req.Volumes) > 0},
 	} {
 		if f.set {
 			return spec, fmt.Errorf("%s: not served by the cluster gateway", f.name)
