@@ -203,8 +203,8 @@ func TestVolumeTenants(t *testing.T) {
 }
 
 // TestVolumeCopies: a checkpoint holds no volume's files; a fork's copies
-// and a restore mount the same volume, shared; a restore whose volume is
-// gone fails as not found.
+// and a restore mount the same volume, shared; a restore fails once a file
+// it held open is gone, and as not found once its volume is.
 func TestVolumeCopies(t *testing.T) {
 	testenv.NeedRoot(t)
 	m := newManager(t)
@@ -234,6 +234,12 @@ func TestVolumeCopies(t *testing.T) {
 	}
 	if out, _, _ := m.sh(t, r, "cat /s/h"); out != "after\n" {
 		t.Errorf("the restore sees %q: the volume was copied into the snapshot", out)
+	}
+	// gVisor reopens a checkpoint's open files by path: once one is gone,
+	// the restore fails (docs/volumes.md), and leaves nothing behind.
+	m.sh(t, src, "rm /s/f")
+	if _, err := m.Restore(ctx, snap.ID, sandbox.RestoreOptions{}); err == nil || !strings.Contains(err.Error(), "no such file") {
+		t.Errorf("restore without a file it held open: %v", err)
 	}
 	for _, sb := range []*sandbox.Sandbox{src, copies[0], r} {
 		m.Remove(ctx, sb.ID, true)
