@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
@@ -77,11 +79,31 @@ func TestVolumes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// As after a host reboot: the host's mount is gone, and the next
+	// sandbox mounts the volume again.
+	hostMount := filepath.Join(m.dir, "volumes", "_", "data", "data")
+	if err := unix.Unmount(hostMount, 0); err != nil {
+		t.Fatal(err)
+	}
 	c := m.run(t, sandbox.Config{Volumes: []sandbox.VolumeMount{{Name: "data", Path: "/data"}}})
 	// nosuid on the host: a sandbox's set-uid bit is kept in the file, but
 	// the host never honours it.
 	if out, _, _ := m.sh(t, c, "cat /data/f; stat -c %a /data/f"); out != "kept\n4755\n" {
 		t.Errorf("after its sandboxes' removal: %q", out)
+	}
+	// A restart boots the sandbox anew, with its volume, mounted again
+	// on the host if need be.
+	if _, err := m.Stop(ctx, c.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Unmount(hostMount, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Start(ctx, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, _ := m.sh(t, c, "cat /data/f"); out != "kept\n" {
+		t.Errorf("after a restart: %q", out)
 	}
 	if _, err := m.Create(ctx, sandbox.CreateOptions{Config: sandbox.Config{Volumes: []sandbox.VolumeMount{{Name: "none", Path: "/x"}}}}); !errors.Is(err, sandbox.ErrVolumeNotFound) {
 		t.Errorf("a missing volume: %v", err)
