@@ -3,6 +3,7 @@ package volume
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -230,6 +231,27 @@ func run(ctx context.Context, name string, args ...string) error {
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("%s: %w: %s", name, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// Check reports what this host lacks to make and mount volumes: the
+// mkfs.ext4 and mount tools, ext4 and loop devices.
+func Check() error {
+	for _, tool := range []string{"mkfs.ext4", "mount"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("%s not found (apt-get install e2fsprogs mount)", tool)
+		}
+	}
+	if _, err := os.Stat("/dev/loop-control"); err != nil {
+		return fmt.Errorf("no loop devices: %w (modprobe loop)", err)
+	}
+	fs, err := os.ReadFile("/proc/filesystems")
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(string(fs), "\text4\n") {
+		return errors.New("the kernel has no ext4 (modprobe ext4)")
 	}
 	return nil
 }
