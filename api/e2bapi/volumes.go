@@ -19,8 +19,7 @@ type Volume struct {
 }
 
 // VolumeAndToken answers POST /volumes and GET /volumes/{id}. Token is
-// for E2B's volume content API (/volumecontent), which smolvm does not
-// serve: it is empty.
+// what E2B's volume content API (/volumecontent) takes.
 type VolumeAndToken struct {
 	Volume
 	Token string `json:"token"`

@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 
 	"smolvm.dev/smolvm/internal/store"
@@ -55,6 +56,22 @@ func (m *Manager) ListVolumes(ctx context.Context) ([]*sandbox.Volume, error) {
 		}
 	}
 	return vs, nil
+}
+
+// VolumeRoot opens ctx's tenant's volume name, mounted on the host, as an
+// os.Root: the host-side reader and writer of its files (E2B's content
+// API). Links a sandbox made there resolve within the volume, and one
+// that leads out of it is refused, never followed onto the host.
+func (m *Manager) VolumeRoot(ctx context.Context, name string) (*os.Root, error) {
+	src, err := m.volumes.Mount(ctx, tenant.Owner(ctx), name)
+	if err != nil {
+		return nil, err
+	}
+	root, err := os.OpenRoot(src)
+	if err != nil {
+		return nil, fmt.Errorf("volume %s: %w", name, err)
+	}
+	return root, nil
 }
 
 // RemoveVolume implements sandbox.VolumeService.

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"smolvm.dev/smolvm/api/e2bapi"
@@ -147,6 +148,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		h.serveEnvd(w, r, id)
+		return
+	}
+	if strings.HasPrefix(r.URL.Path, "/volumecontent/") {
+		h.serveVolumeContent(w, r) // takes a volume's token, not an API key
 		return
 	}
 	r, ok := h.authorize(r)

@@ -11,7 +11,7 @@ import (
 // a tenant's key sees only its tenant's (the Manager looks them up by
 // tenant, so another's answers 404 as a missing one). E2B has no quota
 // in the request: a volume gets smolvm's default size. The content API
-// (/volumecontent) is not served: mount the volume in a sandbox.
+// is volumecontent.go.
 func (h *Handler) volumeRoutes(handle func(string, http.HandlerFunc)) {
 	handle("GET /volumes", h.listVolumes)
 	handle("POST /volumes", h.createVolume)
@@ -19,8 +19,8 @@ func (h *Handler) volumeRoutes(handle func(string, http.HandlerFunc)) {
 	handle("DELETE /volumes/{volume}", h.deleteVolume)
 }
 
-func volumeJSON(v *sandbox.Volume) e2bapi.VolumeAndToken {
-	return e2bapi.VolumeAndToken{Volume: e2bapi.Volume{VolumeID: v.Name, Name: v.Name}}
+func (h *Handler) volumeJSON(v *sandbox.Volume) e2bapi.VolumeAndToken {
+	return e2bapi.VolumeAndToken{Volume: e2bapi.Volume{VolumeID: v.Name, Name: v.Name}, Token: h.volumeToken(v)}
 }
 
 func (h *Handler) listVolumes(w http.ResponseWriter, r *http.Request) {
@@ -31,7 +31,7 @@ func (h *Handler) listVolumes(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]e2bapi.Volume, 0, len(vs))
 	for _, v := range vs {
-		out = append(out, volumeJSON(v).Volume)
+		out = append(out, h.volumeJSON(v).Volume)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -47,7 +47,7 @@ func (h *Handler) createVolume(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, volumeJSON(v))
+	writeJSON(w, http.StatusCreated, h.volumeJSON(v))
 }
 
 func (h *Handler) getVolume(w http.ResponseWriter, r *http.Request) {
@@ -56,7 +56,7 @@ func (h *Handler) getVolume(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, volumeJSON(v))
+	writeJSON(w, http.StatusOK, h.volumeJSON(v))
 }
 
 // deleteVolume refuses a volume a sandbox mounts (409), as smolvm's own
