@@ -89,7 +89,7 @@ test("tenant B reaches none of tenant A's sandboxes and snapshots", async () => 
 test("tenant B reaches none of tenant A's volumes", async () => {
   const name = `a-vol-${Date.now()}`
   const none = `no-vol-${Date.now()}`
-  await Volume.create(name, A)
+  const va = await Volume.create(name, A)
   assert.ok(!(await Volume.list(B)).some((v) => v.name === name), "B lists A's volume")
   const calls = {
     getInfo: (id) => Volume.getInfo(id, B),
@@ -104,8 +104,13 @@ test("tenant B reaches none of tenant A's volumes", async () => {
     assert.equal(theirs, fresh(await outcome(() => call(none), none)), `${what}: A's volume and a missing one differ for B`)
     assert.ok(!theirs.startsWith('ok') || theirs === 'ok false', `${what}: B reached A's volume: ${theirs}`)
   }
-  // B may have a volume of the same name: names are per tenant.
-  await Volume.create(name, B)
+  // B may have a volume of the same name: names are per tenant, and so
+  // are the content API's tokens.
+  process.env.E2B_VOLUME_API_URL ??= process.env.E2B_API_URL
+  await va.writeFile('/secret', 'a-only')
+  const vb = await Volume.create(name, B)
+  assert.equal(await vb.exists('/secret'), false, "B's token reached A's volume")
+  assert.equal(await va.readFile('/secret'), 'a-only')
   assert.equal(await Volume.destroy(name, B), true)
   assert.equal((await Volume.getInfo(name, A)).name, name, "A's volume is as A left it")
   assert.equal(await Volume.destroy(name, A), true)
