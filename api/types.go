@@ -305,7 +305,7 @@ const (
 	CodeDenied       = "denied"       // 403: the sandbox's trust policy refused
 	CodeNotFound     = "not_found"    // 404: never existed, or removed (the message says when)
 	CodeExpired      = "expired"      // 404: expired; ExpiredAt says when
-	CodeConflict     = "conflict"     // 409: wrong state, name in use, budget reached (Class tells them apart)
+	CodeConflict     = "conflict"     // 409: wrong state, name in use, budget reached (Class tells them apart; keep the codes, the SDKs branch on them)
 	CodeTooLarge     = "too_large"    // 413: the limit is in the message
 	CodeMethod       = "method"       // 405: the Allow header lists the methods
 	CodeCannotStart  = "cannot_start" // 422: the main command could not start; Exit says why

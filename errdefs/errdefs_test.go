@@ -112,7 +112,7 @@ func TestErrorTypes(t *testing.T) {
 		sandbox.KindInvalid:  errdefs.ErrInvalid,
 		sandbox.KindIO:       nil,
 	} {
-		err := fmt.Errorf("stat /x: %w", &guest.OpError{Exit: sandbox.Exit{Code: 1, Error: "no", Kind: kind}})
+		err := fmt.Errorf("stat /x: %w", &sandbox.OpError{Exit: sandbox.Exit{Code: 1, Error: "no", Kind: kind}})
 		if errdefs.Class(err) != class {
 			t.Errorf("agent error of kind %q: class %q", kind, errdefs.Name(err))
 		}

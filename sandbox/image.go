@@ -1,6 +1,16 @@
 package sandbox
 
-import "time"
+import (
+	"time"
+
+	"smolvm.dev/smolvm/errdefs"
+)
+
+// Errors of image stores, which callers match with errors.Is.
+var (
+	ErrImageNotFound   = errdefs.New(errdefs.ErrNotFound, "image not found")
+	ErrInvalidImageRef = errdefs.New(errdefs.ErrInvalid, "invalid image reference")
+)
 
 // Image is a stored image.
 type Image struct {
@@ -22,4 +32,22 @@ type ImageConfig struct {
 	WorkingDir string            `json:"workingDir,omitempty"`
 	User       string            `json:"user,omitempty"`
 	Labels     map[string]string `json:"labels,omitempty"`
+}
+
+// PullOptions describe a pull of an image from its registry.
+type PullOptions struct {
+	Progress func(PullProgress)
+	// Insecure allows plain HTTP, for registries on localhost or a LAN.
+	Insecure bool
+	// Platform is "os/arch[/variant]"; the default is linux on the
+	// architecture smolvm runs on.
+	Platform string
+}
+
+// PullProgress reports one layer's progress through a pull or an import.
+type PullProgress struct {
+	Layer  string `json:"layer"` // diffID
+	Done   int64  `json:"done"`
+	Total  int64  `json:"total,omitempty"` // 0 when unknown
+	Status string `json:"status"`          // "downloading", "extracting", "exists", "done"
 }

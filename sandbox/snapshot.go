@@ -3,6 +3,17 @@ package sandbox
 import (
 	"encoding/json"
 	"time"
+
+	"smolvm.dev/smolvm/errdefs"
+)
+
+// Errors of snapshot stores, which callers match with errors.Is.
+var (
+	ErrSnapshotNotFound    = errdefs.New(errdefs.ErrNotFound, "snapshot not found")
+	ErrSnapshotNameInUse   = errdefs.New(errdefs.ErrAlreadyExists, "snapshot name in use")
+	ErrInvalidSnapshotName = errdefs.New(errdefs.ErrInvalid, "invalid snapshot name")
+	// ErrSnapshotNotSealed is an export of a snapshot not yet durable.
+	ErrSnapshotNotSealed = errdefs.New(errdefs.ErrConflict, "snapshot not sealed yet")
 )
 
 // File is one checkpoint file of a snapshot.

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"os"
 	"path"
 	"strings"
 	"time"
@@ -70,6 +71,14 @@ type VolumeService interface {
 	// RemoveVolume deletes a volume and its files; one that a sandbox
 	// mounts needs force.
 	RemoveVolume(ctx context.Context, name string, force bool) error
+}
+
+// VolumeFiles reaches a volume's files from the host, for a server that
+// serves them (E2B's volume content API).
+type VolumeFiles interface {
+	// VolumeRoot opens ctx's tenant's volume name as an os.Root: a link
+	// in it that leads out of the volume is refused, never followed.
+	VolumeRoot(ctx context.Context, name string) (*os.Root, error)
 }
 
 // ParseVolumeMount parses NAME:/path[:ro|:rw], the --volume flag.

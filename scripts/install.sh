@@ -20,7 +20,14 @@ fi
 # every sandbox boot and restore ~140 ms of CPU; seccompgen compiles them
 # into a vendored copy first, as gVisor's own Bazel build does. The small
 # patches in tools/runsc/patches (each says why in docs/performance.md) are
-# applied to that copy; one that no longer applies fails the build.
+# applied to that copy; one that no longer applies fails the build. A
+# patch is a `git apply` diff against vendor/gvisor.dev/gvisor (a/pkg/...
+# paths): copy the file from the module cache into a/ and b/, edit b/, and
+# diff -u. The first build takes 5-6 minutes here. smolvm bench's stock
+# baseline uses this runsc unless --stock-runsc is given: keep an upstream
+# build aside to compare against (docs/testing.md). Debian's runsc (2022)
+# hangs on checkpoint --leave-running, and Debian's CRIU 3.17 fails on
+# this kernel: use this build.
 pin=$(grep -oE 'gvisor\.dev/gvisor v[^ ]+' tools/runsc/go.mod | head -n1 | cut -d' ' -f2)
 [ -n "$pin" ] || { echo "install.sh: no gVisor version pinned in tools/runsc/go.mod" >&2; exit 1; }
 recipe="$pin seccompgen-$(cat tools/runsc/cmd/seccompgen/main.go tools/runsc/patches/*.patch | sha256sum | cut -c1-12)"

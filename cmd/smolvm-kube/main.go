@@ -215,7 +215,10 @@ func runGateway(ctx context.Context, fs *flag.FlagSet, args []string, kube func(
 }
 
 // newScheme knows smolvm.dev's types, Leases and Namespaces (their
-// quota annotation): all smolvm-kube reads.
+// quota annotation): all smolvm-kube reads. Tests run on kubetest's
+// scheme (all of client-go's kinds), so a new kind read in production
+// must be added here, or it fails only in a real cluster ("no kind is
+// registered"); TestScheme lists them.
 func newScheme() (*k8sruntime.Scheme, error) {
 	s := k8sruntime.NewScheme()
 	return s, errors.Join(v1alpha1.AddToScheme(s), coordinationv1.AddToScheme(s), corev1.AddToScheme(s))

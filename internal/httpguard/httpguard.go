@@ -240,7 +240,10 @@ const (
 // are left alone. A body held to a Pace gets these bounds instead of its
 // own, and if it is not all read by then, the connection's reads fail
 // from then on: net/http would otherwise wait, unbounded, for up to
-// 256 KB more of it before closing the connection.
+// 256 KB more of it before closing the connection. Go's own client hides
+// the reset (it reads an answer that comes mid-body; curl after 100
+// Continue and Python's http.client do not), so the hostile test sends
+// large bodies on raw connections too.
 func Drain(w http.ResponseWriter, r *http.Request) {
 	if r.Body == nil || r.Body == http.NoBody || r.Header.Get("Upgrade") != "" {
 		return
@@ -337,7 +340,10 @@ func RefuseBody(w http.ResponseWriter, err error, fail Fail) {
 }
 
 // Allowed returns the methods mux serves r's path with, for a 405's Allow
-// header; none means the path is unknown (404).
+// header; none means the path is unknown (404). A ServeMux answers 404,
+// 405 and a 301 for "." and ".." segments (%2e%2e too) itself, before any
+// auth in a handler wrapper: so the servers check credentials, then the
+// path, then route themselves, telling 405 from 404 with this.
 func Allowed(mux *http.ServeMux, r *http.Request) []string {
 	var allow []string
 	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {

@@ -173,7 +173,11 @@ func Check(k Kind, s string) error {
 // Join joins elems under root, as filepath.Join does, and refuses a result
 // outside root (a NUL byte, or ".." climbing out). It is the last line of
 // defence behind Check: its error names the offending elements, never
-// root, which is a host path callers must not show.
+// root, which is a host path callers must not show. filepath.Join contains
+// nothing: Join(locks, "pool-"+name) with name ../../../x left the data
+// dir, and POST /v1/pools/..%2F..%2Fx/fill made a root-owned file there
+// (the mux decodes %2F inside a {pool} segment); an over-long name failed
+// with "file name too long" in a 500 that showed the data dir's path.
 func Join(root string, elems ...string) (string, error) {
 	root = filepath.Clean(root)
 	p := filepath.Join(append([]string{root}, elems...)...)

@@ -35,7 +35,10 @@ func (d *daemon) copySnapshot(ctx context.Context, snap *v1alpha1.SandboxSnapsho
 	if err != nil {
 		return err
 	}
-	// Its image first: without it the copy could not be restored.
+	// Its image first: without it the copy could not be restored. A
+	// snapshot copy carries no image (POST /v1/snapshots/import keeps the
+	// record's image ID); an image imported from a local layout is on no
+	// registry, so it must be imported on each node by hand.
 	if err := d.ensureImage(ctx, snap.Status.Image, snap.Status.ImageID); err != nil {
 		return fmt.Errorf("copy snapshot %s: %w", snap.Name, err)
 	}

@@ -44,26 +44,6 @@ var ErrUnavailable = errdefs.New(errdefs.ErrUnavailable, "sandbox agent unavaila
 // for a checkpoint, or gone.
 var ErrNotListening = fmt.Errorf("%w: not listening", ErrUnavailable)
 
-// OpError is an operation the agent refused or could not perform.
-type OpError struct{ Exit sandbox.Exit }
-
-func (e *OpError) Error() string { return e.Exit.Error }
-
-// kindClasses gives the error kinds of file operations their classes.
-var kindClasses = map[string]error{
-	sandbox.KindNotFound: errdefs.ErrNotFound,
-	sandbox.KindExists:   errdefs.ErrAlreadyExists,
-	sandbox.KindInvalid:  errdefs.ErrInvalid,
-	sandbox.KindRefused:  errdefs.ErrUnavailable,
-}
-
-// Is matches the class of the refusal's kind, so that a missing path is
-// errdefs.ErrNotFound.
-func (e *OpError) Is(target error) bool {
-	c, ok := kindClasses[e.Exit.Kind]
-	return ok && target == c
-}
-
 // Wait polls until the agent answers a ping or ctx ends.
 func (c *Client) Wait(ctx context.Context) error {
 	delay := time.Millisecond
@@ -131,7 +111,7 @@ func opErr(e sandbox.Exit, err error) error {
 		return err
 	}
 	if e.Error != "" || e.Code != 0 {
-		return &OpError{Exit: e}
+		return &sandbox.OpError{Exit: e}
 	}
 	return nil
 }
@@ -231,16 +211,6 @@ func pumpIn(cn *conn, s *sandbox.Stdio) {
 			return
 		}
 	}
-}
-
-// ErrorKind returns the Kind of an operation the agent refused ("" for any
-// other error), so callers can tell a missing file from a broken channel.
-func ErrorKind(err error) string {
-	var oe *OpError
-	if errors.As(err, &oe) {
-		return oe.Exit.Kind
-	}
-	return ""
 }
 
 // Stat describes path without following a final symlink.

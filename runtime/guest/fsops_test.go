@@ -48,8 +48,8 @@ func TestFileOps(t *testing.T) {
 		t.Fatalf("left behind: %v", ents)
 	}
 
-	if _, err := c.Mkdir(ctx, filepath.Join(dir, "a")); ErrorKind(err) != sandbox.KindExists {
-		t.Fatalf("mkdir of an existing dir: %v (kind %q)", err, ErrorKind(err))
+	if _, err := c.Mkdir(ctx, filepath.Join(dir, "a")); sandbox.ErrorKind(err) != sandbox.KindExists {
+		t.Fatalf("mkdir of an existing dir: %v (kind %q)", err, sandbox.ErrorKind(err))
 	}
 	if fi, err := c.Mkdir(ctx, filepath.Join(dir, "n", "m")); err != nil || fi.Type != "dir" {
 		t.Fatalf("mkdir: %+v %v", fi, err)
@@ -79,13 +79,13 @@ func TestFileOps(t *testing.T) {
 	if err != nil || moved.Name != "g.txt" || moved.Size != 5 {
 		t.Fatalf("rename: %+v %v", moved, err)
 	}
-	if _, err := c.Stat(ctx, p); ErrorKind(err) != sandbox.KindNotFound {
+	if _, err := c.Stat(ctx, p); sandbox.ErrorKind(err) != sandbox.KindNotFound {
 		t.Fatalf("stat of the old name: %v", err)
 	}
 	if err := c.Remove(ctx, filepath.Join(dir, "a")); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Remove(ctx, filepath.Join(dir, "a")); ErrorKind(err) != sandbox.KindNotFound {
+	if err := c.Remove(ctx, filepath.Join(dir, "a")); sandbox.ErrorKind(err) != sandbox.KindNotFound {
 		t.Fatalf("removing twice: %v", err)
 	}
 }

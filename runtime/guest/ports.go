@@ -91,7 +91,7 @@ func closeWrite(c net.Conn) error {
 
 // DialPort connects to TCP port on the sandbox's loopback through the
 // agent. The connection is the port's byte stream; ctx bounds only the
-// dial. Nothing listening is an *OpError of kind sandbox.KindRefused
+// dial. Nothing listening is an *sandbox.OpError of kind sandbox.KindRefused
 // (class unavailable).
 func (c *Client) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	nc, err := c.dial(ctx)
@@ -105,7 +105,7 @@ func (c *Client) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	}
 	if err != nil {
 		nc.Close()
-		var oe *OpError
+		var oe *sandbox.OpError
 		if ctx.Err() != nil && !errors.As(err, &oe) {
 			return nil, ctx.Err()
 		}
@@ -133,7 +133,7 @@ func openPort(nc net.Conn, port int) (net.Conn, error) {
 		if err := json.Unmarshal(b, &e); err != nil {
 			return nil, fmt.Errorf("%w: bad exit frame: %v", ErrUnavailable, err)
 		}
-		return nil, &OpError{Exit: e}
+		return nil, &sandbox.OpError{Exit: e}
 	}
 	return nil, fmt.Errorf("%w: dial port %d: unexpected frame %q", ErrUnavailable, port, typ)
 }

@@ -51,8 +51,8 @@ func TestDialPortRefused(t *testing.T) {
 	ln.Close()
 	ctx := context.Background()
 	_, err = c.DialPort(ctx, port)
-	if !errors.Is(err, errdefs.ErrUnavailable) || ErrorKind(err) != sandbox.KindRefused || !strings.Contains(err.Error(), "nothing answers on port") {
-		t.Fatalf("closed port: %v (kind %q)", err, ErrorKind(err))
+	if !errors.Is(err, errdefs.ErrUnavailable) || sandbox.ErrorKind(err) != sandbox.KindRefused || !strings.Contains(err.Error(), "nothing answers on port") {
+		t.Fatalf("closed port: %v (kind %q)", err, sandbox.ErrorKind(err))
 	}
 	_, err = c.DialPort(ctx, 70000)
 	if !errors.Is(err, errdefs.ErrInvalid) {

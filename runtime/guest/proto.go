@@ -50,8 +50,9 @@ const (
 	OpPut  = "put" // extract the tar stream sent as stdin under Path
 	OpGet  = "get" // stream Path as a tar archive on stdout
 	// OpQuiesce drops every host connection and the listener, which a
-	// checkpoint cannot save, until the host leaves an Identity in the
-	// resume file.
+	// checkpoint cannot save ("Cannot save endpoint with bound host
+	// socket"), until the host leaves an Identity in the resume file; the
+	// agent listens again after the restore.
 	OpQuiesce = "quiesce"
 
 	// File system operations on one path, for APIs that expose files

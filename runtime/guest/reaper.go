@@ -79,6 +79,8 @@ func (r *reaper) start(cmd *exec.Cmd) (int, <-chan unix.WaitStatus, error) {
 	}
 	pid := cmd.Process.Pid
 	// The reaper owns waiting; drop os.Process's handle (a pidfd).
+	// Release sets Pid to -1: read it first (kill(-(-1)) is kill(1),
+	// which once killed the guest itself).
 	cmd.Process.Release()
 	ch := make(chan unix.WaitStatus, 1)
 	if ws, ok := r.unclaimed[pid]; ok {

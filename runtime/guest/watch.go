@@ -16,43 +16,22 @@ import (
 	"smolvm.dev/smolvm/sandbox"
 )
 
-// Watch event operations, as envd names them.
-const (
-	WatchCreate = "create"
-	WatchWrite  = "write"
-	WatchRemove = "remove"
-	WatchRename = "rename" // the entry left this name (its new name, if watched, is a create)
-	WatchChmod  = "chmod"
-)
-
-// WatchEvent is one change under a watched directory. The first event of
-// every watch has no Op: it says the watch is in place, so a caller knows
-// that changes from then on are seen.
-type WatchEvent struct {
-	Op string `json:"op,omitempty"`
-	// Name is the changed entry's path relative to the watched directory.
-	Name string `json:"name,omitempty"`
-}
-
-// Bounds of one watch. gVisor's inotify queue has no limit of its own (no
-// IN_Q_OVERFLOW), so the agent reads it at once into a queue of its own
-// and ends a watch whose client falls that far behind.
-const (
-	// MaxWatchDirs bounds the directories one recursive watch follows.
-	MaxWatchDirs = 4096
-	// MaxWatchQueue bounds the events read but not yet sent.
-	MaxWatchQueue = 4096
-)
-
-// errWatchOverflow ends a watch whose client fell MaxWatchQueue events
+// MaxWatchDirs bounds the directories one recursive watch follows. The
+// events are bounded by sandbox.MaxWatchQueue: gVisor's inotify queue has
+// no limit of its own (no IN_Q_OVERFLOW), so the agent reads it at once
+// into a queue of its own and ends a watch whose client falls that far
 // behind.
-var errWatchOverflow = fmt.Errorf("watch: more than %d events not yet read by the client; events were lost", MaxWatchQueue)
+const MaxWatchDirs = 4096
+
+// errWatchOverflow ends a watch whose client fell sandbox.MaxWatchQueue events
+// behind.
+var errWatchOverflow = fmt.Errorf("watch: more than %d events not yet read by the client; events were lost", sandbox.MaxWatchQueue)
 
 const watchMask = unix.IN_CREATE | unix.IN_MODIFY | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO |
 	unix.IN_ATTRIB | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_ONLYDIR
 
 // watch streams the changes under req.Path (every level below it with
-// req.Recursive) as one JSON WatchEvent per stdout frame, until the client
+// req.Recursive) as one JSON sandbox.WatchEvent per stdout frame, until the client
 // closes the connection or the directory goes away.
 func (s *Server) watch(c *conn, req Request) sandbox.Exit {
 	if req.Path == "" {
@@ -82,7 +61,7 @@ func (s *Server) watch(c *conn, req Request) sandbox.Exit {
 	if err := w.add("", nil); err != nil {
 		return watchExit(err)
 	}
-	if err := c.writeJSON(frameStdout, WatchEvent{}); err != nil {
+	if err := c.writeJSON(frameStdout, sandbox.WatchEvent{}); err != nil {
 		return sandbox.Exit{}
 	}
 
@@ -98,7 +77,7 @@ func (s *Server) watch(c *conn, req Request) sandbox.Exit {
 			}
 		}
 	}()
-	queue := make(chan WatchEvent, MaxWatchQueue)
+	queue := make(chan sandbox.WatchEvent, sandbox.MaxWatchQueue)
 	sendErr := make(chan error, 1)
 	go func() {
 		for ev := range queue {
@@ -113,7 +92,7 @@ func (s *Server) watch(c *conn, req Request) sandbox.Exit {
 		}
 		sendErr <- nil
 	}()
-	err = w.run(ctx, f, func(ev WatchEvent) error {
+	err = w.run(ctx, f, func(ev sandbox.WatchEvent) error {
 		select {
 		case queue <- ev:
 			return nil
@@ -155,7 +134,7 @@ type watcher struct {
 	moved map[uint32]bool
 	// scanned holds entries a new directory's scan reported as created: one
 	// made between its watch and its scan is reported by both, and its
-	// inotify create is dropped. Bounded: past MaxWatchQueue it starts
+	// inotify create is dropped. Bounded: past sandbox.MaxWatchQueue it starts
 	// over (a duplicate create then, never a missed one).
 	scanned map[string]bool
 }
@@ -168,7 +147,7 @@ func newWatcher(fd syscall.RawConn, root string, recursive bool) *watcher {
 // add watches the directory rel and, recursively, those below it. With
 // found, entries found below it are added to it as created: they appeared
 // before the watch on rel was in place (mkdir -p, an extracted archive).
-func (w *watcher) add(rel string, found *[]WatchEvent) error {
+func (w *watcher) add(rel string, found *[]sandbox.WatchEvent) error {
 	if len(w.dirs) >= MaxWatchDirs {
 		return errTooManyDirs
 	}
@@ -205,8 +184,8 @@ func (w *watcher) add(rel string, found *[]WatchEvent) error {
 	for _, e := range ents {
 		name := filepath.Join(rel, e.Name())
 		if found != nil && !isUploadTemp(e.Name()) {
-			*found = append(*found, WatchEvent{Op: WatchCreate, Name: name})
-			if len(w.scanned) >= MaxWatchQueue {
+			*found = append(*found, sandbox.WatchEvent{Op: sandbox.WatchCreate, Name: name})
+			if len(w.scanned) >= sandbox.MaxWatchQueue {
 				clear(w.scanned)
 			}
 			w.scanned[name] = true
@@ -233,7 +212,7 @@ func (w *watcher) drop(rel string) {
 
 // run reads events until f is closed or the watched directory goes away,
 // handing each to emit.
-func (w *watcher) run(ctx context.Context, f *os.File, emit func(WatchEvent) error) error {
+func (w *watcher) run(ctx context.Context, f *os.File, emit func(sandbox.WatchEvent) error) error {
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := f.Read(buf)
@@ -258,7 +237,7 @@ func (w *watcher) run(ctx context.Context, f *os.File, emit func(WatchEvent) err
 
 // handle turns one inotify event into watch events; done is set once the
 // watched directory itself is gone.
-func (w *watcher) handle(wd int32, mask, cookie uint32, name string, emit func(WatchEvent) error) (done bool, err error) {
+func (w *watcher) handle(wd int32, mask, cookie uint32, name string, emit func(sandbox.WatchEvent) error) (done bool, err error) {
 	if mask&unix.IN_Q_OVERFLOW != 0 {
 		return true, errWatchOverflow
 	}
@@ -296,30 +275,30 @@ func (w *watcher) handle(wd int32, mask, cookie uint32, name string, emit func(W
 	var ops []string
 	switch {
 	case mask&unix.IN_CREATE != 0:
-		ops = []string{WatchCreate}
+		ops = []string{sandbox.WatchCreate}
 	case mask&unix.IN_MOVED_TO != 0 && w.moved[cookie]:
 		// An upload's temporary file renamed into place: to a watcher
 		// that is the file being written.
 		delete(w.moved, cookie)
-		ops = []string{WatchCreate, WatchWrite}
+		ops = []string{sandbox.WatchCreate, sandbox.WatchWrite}
 	case mask&unix.IN_MOVED_TO != 0:
-		ops = []string{WatchCreate}
+		ops = []string{sandbox.WatchCreate}
 	case mask&unix.IN_MOVED_FROM != 0:
-		ops = []string{WatchRename}
+		ops = []string{sandbox.WatchRename}
 		if isDir && w.recursive {
 			w.drop(rel)
 		}
 	case mask&unix.IN_MODIFY != 0:
-		ops = []string{WatchWrite}
+		ops = []string{sandbox.WatchWrite}
 	case mask&unix.IN_DELETE != 0:
-		ops = []string{WatchRemove}
+		ops = []string{sandbox.WatchRemove}
 	case mask&unix.IN_ATTRIB != 0:
-		ops = []string{WatchChmod}
+		ops = []string{sandbox.WatchChmod}
 	}
 	// A new directory is watched before anything about it goes out, so a
 	// client acting on the event finds it watched; what it already held
 	// follows its own create.
-	var found []WatchEvent
+	var found []sandbox.WatchEvent
 	switch {
 	case isDir && w.recursive && mask&unix.IN_CREATE != 0:
 		err = w.add(rel, &found)
@@ -330,7 +309,7 @@ func (w *watcher) handle(wd int32, mask, cookie uint32, name string, emit func(W
 		return false, err
 	}
 	for _, op := range ops {
-		if err := emit(WatchEvent{Op: op, Name: rel}); err != nil {
+		if err := emit(sandbox.WatchEvent{Op: op, Name: rel}); err != nil {
 			return false, err
 		}
 	}
@@ -355,7 +334,7 @@ func isUploadTemp(name string) bool {
 // ends, fn fails or the directory goes away. The first call has an empty
 // Op: the watch is in place. A missing directory fails before any call
 // (errdefs.ErrNotFound).
-func (c *Client) Watch(ctx context.Context, path string, recursive bool, fn func(WatchEvent) error) error {
+func (c *Client) Watch(ctx context.Context, path string, recursive bool, fn func(sandbox.WatchEvent) error) error {
 	ew := &eventWriter{fn: fn}
 	err := opErr(c.do(ctx, Request{Op: OpWatch, Path: path, Recursive: recursive}, &sandbox.Stdio{Stdout: ew}))
 	if ew.err != nil {
@@ -369,12 +348,12 @@ func (c *Client) Watch(ctx context.Context, path string, recursive bool, fn func
 
 // eventWriter decodes each stdout frame of a watch: one frame, one event.
 type eventWriter struct {
-	fn  func(WatchEvent) error
+	fn  func(sandbox.WatchEvent) error
 	err error
 }
 
 func (e *eventWriter) Write(p []byte) (int, error) {
-	var ev WatchEvent
+	var ev sandbox.WatchEvent
 	if err := json.Unmarshal(p, &ev); err != nil {
 		e.err = fmt.Errorf("%w: bad watch event: %v", ErrUnavailable, err)
 		return 0, e.err

@@ -12,26 +12,27 @@ import (
 
 	"golang.org/x/sys/unix"
 	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // watchEvents starts a watch on dir and returns its events as they come
 // and its end.
-func watchEvents(t *testing.T, c *Client, dir string, recursive bool) (<-chan WatchEvent, <-chan error, context.CancelFunc) {
+func watchEvents(t *testing.T, c *Client, dir string, recursive bool) (<-chan sandbox.WatchEvent, <-chan error, context.CancelFunc) {
 	t.Helper()
-	events := make(chan WatchEvent, 1024)
-	done, cancel := startWatch(t, c, dir, recursive, func(ev WatchEvent) { events <- ev })
+	events := make(chan sandbox.WatchEvent, 1024)
+	done, cancel := startWatch(t, c, dir, recursive, func(ev sandbox.WatchEvent) { events <- ev })
 	return events, done, cancel
 }
 
 // startWatch starts a watch on dir that hands events to fn, and returns
 // once it is in place.
-func startWatch(t *testing.T, c *Client, dir string, recursive bool, fn func(WatchEvent)) (<-chan error, context.CancelFunc) {
+func startWatch(t *testing.T, c *Client, dir string, recursive bool, fn func(sandbox.WatchEvent)) (<-chan error, context.CancelFunc) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	done, ready := make(chan error, 1), make(chan struct{})
 	go func() {
-		done <- c.Watch(ctx, dir, recursive, func(ev WatchEvent) error {
+		done <- c.Watch(ctx, dir, recursive, func(ev sandbox.WatchEvent) error {
 			if ev.Op == "" {
 				close(ready)
 				return nil
@@ -51,13 +52,13 @@ func startWatch(t *testing.T, c *Client, dir string, recursive bool, fn func(Wat
 }
 
 // expect reads events until each of want has been seen.
-func expect(t *testing.T, events <-chan WatchEvent, want ...WatchEvent) {
+func expect(t *testing.T, events <-chan sandbox.WatchEvent, want ...sandbox.WatchEvent) {
 	t.Helper()
-	missing := map[WatchEvent]bool{}
+	missing := map[sandbox.WatchEvent]bool{}
 	for _, w := range want {
 		missing[w] = true
 	}
-	var seen []WatchEvent
+	var seen []sandbox.WatchEvent
 	timeout := time.After(5 * time.Second)
 	for len(missing) > 0 {
 		select {
@@ -83,32 +84,32 @@ func TestWatch(t *testing.T) {
 		}
 	}
 	must(os.WriteFile(filepath.Join(dir, "a.txt"), []byte("x"), 0o644))
-	expect(t, events, WatchEvent{WatchCreate, "a.txt"}, WatchEvent{WatchWrite, "a.txt"})
+	expect(t, events, sandbox.WatchEvent{Op: sandbox.WatchCreate, Name: "a.txt"}, sandbox.WatchEvent{Op: sandbox.WatchWrite, Name: "a.txt"})
 	// A directory made with its contents at once: what was there before
 	// its watch is reported too.
 	must(os.MkdirAll(filepath.Join(dir, "d", "e"), 0o755))
-	expect(t, events, WatchEvent{WatchCreate, "d"}, WatchEvent{WatchCreate, "d/e"})
+	expect(t, events, sandbox.WatchEvent{Op: sandbox.WatchCreate, Name: "d"}, sandbox.WatchEvent{Op: sandbox.WatchCreate, Name: "d/e"})
 	must(os.WriteFile(filepath.Join(dir, "d", "e", "deep.txt"), []byte("y"), 0o644))
-	expect(t, events, WatchEvent{WatchCreate, "d/e/deep.txt"}, WatchEvent{WatchWrite, "d/e/deep.txt"})
+	expect(t, events, sandbox.WatchEvent{Op: sandbox.WatchCreate, Name: "d/e/deep.txt"}, sandbox.WatchEvent{Op: sandbox.WatchWrite, Name: "d/e/deep.txt"})
 	must(os.Rename(filepath.Join(dir, "a.txt"), filepath.Join(dir, "d", "b.txt")))
-	expect(t, events, WatchEvent{WatchRename, "a.txt"}, WatchEvent{WatchCreate, "d/b.txt"})
+	expect(t, events, sandbox.WatchEvent{Op: sandbox.WatchRename, Name: "a.txt"}, sandbox.WatchEvent{Op: sandbox.WatchCreate, Name: "d/b.txt"})
 	must(os.Chmod(filepath.Join(dir, "d", "b.txt"), 0o600))
-	expect(t, events, WatchEvent{WatchChmod, "d/b.txt"})
+	expect(t, events, sandbox.WatchEvent{Op: sandbox.WatchChmod, Name: "d/b.txt"})
 	must(os.Remove(filepath.Join(dir, "d", "b.txt")))
-	expect(t, events, WatchEvent{WatchRemove, "d/b.txt"})
+	expect(t, events, sandbox.WatchEvent{Op: sandbox.WatchRemove, Name: "d/b.txt"})
 	// A directory moved within the tree is followed under its new name.
 	must(os.Rename(filepath.Join(dir, "d"), filepath.Join(dir, "moved")))
-	expect(t, events, WatchEvent{WatchRename, "d"}, WatchEvent{WatchCreate, "moved"})
+	expect(t, events, sandbox.WatchEvent{Op: sandbox.WatchRename, Name: "d"}, sandbox.WatchEvent{Op: sandbox.WatchCreate, Name: "moved"})
 	must(os.WriteFile(filepath.Join(dir, "moved", "e", "n.txt"), nil, 0o644))
-	expect(t, events, WatchEvent{WatchCreate, "moved/e/n.txt"})
+	expect(t, events, sandbox.WatchEvent{Op: sandbox.WatchCreate, Name: "moved/e/n.txt"})
 
 	// An upload (a temporary file renamed into place) is a create and a
 	// write of its own name; the temporary file never shows.
 	_, err := c.WriteFile(ctx, filepath.Join(dir, "up.txt"), strings.NewReader("data"))
 	must(err)
-	expect(t, events, WatchEvent{WatchCreate, "up.txt"}, WatchEvent{WatchWrite, "up.txt"})
+	expect(t, events, sandbox.WatchEvent{Op: sandbox.WatchCreate, Name: "up.txt"}, sandbox.WatchEvent{Op: sandbox.WatchWrite, Name: "up.txt"})
 	must(os.WriteFile(filepath.Join(dir, "last"), nil, 0o644))
-	for ev := range drainUntil(t, events, WatchEvent{WatchCreate, "last"}) {
+	for ev := range drainUntil(t, events, sandbox.WatchEvent{Op: sandbox.WatchCreate, Name: "last"}) {
 		if strings.Contains(ev.Name, uploadTempMarker) {
 			t.Fatalf("the upload's temporary file showed: %+v", ev)
 		}
@@ -121,9 +122,9 @@ func TestWatch(t *testing.T) {
 }
 
 // drainUntil returns the events up to and including last.
-func drainUntil(t *testing.T, events <-chan WatchEvent, last WatchEvent) map[WatchEvent]bool {
+func drainUntil(t *testing.T, events <-chan sandbox.WatchEvent, last sandbox.WatchEvent) map[sandbox.WatchEvent]bool {
 	t.Helper()
-	seen := map[WatchEvent]bool{}
+	seen := map[sandbox.WatchEvent]bool{}
 	timeout := time.After(5 * time.Second)
 	for {
 		select {
@@ -145,7 +146,7 @@ func TestWatchNotRecursive(t *testing.T) {
 	events, _, _ := watchEvents(t, c, dir, false)
 	os.WriteFile(filepath.Join(dir, "sub", "hidden"), nil, 0o644)
 	os.WriteFile(filepath.Join(dir, "top"), nil, 0o644)
-	if seen := drainUntil(t, events, WatchEvent{WatchCreate, "top"}); seen[WatchEvent{WatchCreate, "sub/hidden"}] {
+	if seen := drainUntil(t, events, sandbox.WatchEvent{Op: sandbox.WatchCreate, Name: "top"}); seen[sandbox.WatchEvent{Op: sandbox.WatchCreate, Name: "sub/hidden"}] {
 		t.Fatal("a watch that is not recursive saw a subdirectory")
 	}
 }
@@ -154,7 +155,7 @@ func TestWatchEnds(t *testing.T) {
 	c, _ := startAgent(t, nil)
 	ctx := context.Background()
 	dir := t.TempDir()
-	nothing := func(WatchEvent) error { return nil }
+	nothing := func(sandbox.WatchEvent) error { return nil }
 	if err := c.Watch(ctx, filepath.Join(dir, "missing"), true, nothing); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("watching a missing directory: %v", err)
 	}
@@ -177,13 +178,13 @@ func TestWatchEnds(t *testing.T) {
 	}
 }
 
-// A client that stops reading loses its watch once MaxWatchQueue events
+// A client that stops reading loses its watch once sandbox.MaxWatchQueue events
 // wait, rather than growing the agent's memory.
 func TestWatchOverflow(t *testing.T) {
 	c, _ := startAgent(t, nil)
 	dir := t.TempDir()
 	block := make(chan struct{})
-	done, _ := startWatch(t, c, dir, false, func(WatchEvent) { <-block }) // a client that never reads again
+	done, _ := startWatch(t, c, dir, false, func(sandbox.WatchEvent) { <-block }) // a client that never reads again
 	f, err := os.Create(filepath.Join(dir, "hot"))
 	if err != nil {
 		t.Fatal(err)
@@ -227,8 +228,8 @@ func TestWatchScanReportsOnce(t *testing.T) {
 	if err := w.add("", nil); err != nil {
 		t.Fatal(err)
 	}
-	var got []WatchEvent
-	emit := func(ev WatchEvent) error { got = append(got, ev); return nil }
+	var got []sandbox.WatchEvent
+	emit := func(ev sandbox.WatchEvent) error { got = append(got, ev); return nil }
 	// The events inotify would queue for d made with x and y in it, x
 	// after d's watch (so both its create and the scan report it), y
 	// before; then y removed and made again.
@@ -246,7 +247,7 @@ func TestWatchScanReportsOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want := []WatchEvent{{WatchCreate, "d"}, {WatchCreate, "d/x"}, {WatchCreate, "d/y"}, {WatchRemove, "d/y"}, {WatchCreate, "d/y"}}
+	want := []sandbox.WatchEvent{{Op: sandbox.WatchCreate, Name: "d"}, {Op: sandbox.WatchCreate, Name: "d/x"}, {Op: sandbox.WatchCreate, Name: "d/y"}, {Op: sandbox.WatchRemove, Name: "d/y"}, {Op: sandbox.WatchCreate, Name: "d/y"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("events %v, want %v", got, want)
 	}

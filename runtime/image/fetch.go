@@ -31,14 +31,7 @@ import (
 )
 
 // PullOptions tune Pull.
-type PullOptions struct {
-	Progress func(Progress)
-	// Insecure allows plain HTTP, for registries on localhost or a LAN.
-	Insecure bool
-	// Platform is "os/arch[/variant]"; the default is linux on the
-	// architecture smolvm runs on.
-	Platform string
-}
+type PullOptions = sandbox.PullOptions
 
 // Annotations that name the images of an OCI layout.
 const (

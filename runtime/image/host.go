@@ -33,6 +33,8 @@ var hostFiles = map[string]string{
 	"etc/group":       "root:x:0:\nnogroup:x:65534:\nsandbox:x:1000:\n",
 	"etc/hosts":       "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n",
 	"etc/resolv.conf": "# Sandboxes have no network.\n",
+	// hosts: files alone (as it once was) never asked DNS, even with a
+	// network.
 	"etc/nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\n" +
 		"hosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n",
 }

@@ -22,8 +22,8 @@ import (
 
 // Errors callers test with errors.Is; they are always wrapped with detail.
 var (
-	ErrNotFound   = errdefs.New(errdefs.ErrNotFound, "image not found")
-	ErrInvalidRef = errdefs.New(errdefs.ErrInvalid, "invalid image reference")
+	ErrNotFound   = sandbox.ErrImageNotFound
+	ErrInvalidRef = sandbox.ErrInvalidImageRef
 	ErrCorrupt    = errdefs.New(errdefs.ErrCorrupt, "corrupt image")
 	ErrDenied     = errdefs.New(errdefs.ErrDenied, "the registry refused the pull")
 	ErrRegistry   = errdefs.New(errdefs.ErrUnavailable, "registry unavailable")
@@ -41,13 +41,9 @@ type Mount struct {
 	Destination string `json:"destination"` // path inside the sandbox
 }
 
-// Progress reports the state of one layer during Import or Pull.
-type Progress struct {
-	Layer  string `json:"layer"` // diffID
-	Done   int64  `json:"done"`
-	Total  int64  `json:"total,omitempty"` // 0 when unknown
-	Status string `json:"status"`          // "downloading", "extracting", "exists", "done"
-}
+// Progress reports the state of one layer during Import or Pull; it is
+// the contract's, so that a store elsewhere reports the same.
+type Progress = sandbox.PullProgress
 
 // Default limits on what one image may unpack to.
 const (
@@ -134,7 +130,8 @@ func HasID(img *sandbox.Image, id string) bool {
 
 // Get finds an image by reference ("alpine" means
 // docker.io/library/alpine:latest), by ID, or by a unique ID prefix of at
-// least 12 hex digits.
+// least 12 hex digits. It knows the builtin image's ID too, which has no
+// row in the images table: look images up by ID through Get, not SQL.
 func (s *Store) Get(ctx context.Context, nameOrID string) (*sandbox.Image, error) {
 	if nameOrID == hostName {
 		return s.host()
@@ -390,3 +387,5 @@ func shortID(id string) string {
 	}
 	return h
 }
+
+var _ sandbox.Images = (*Store)(nil)

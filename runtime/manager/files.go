@@ -122,10 +122,11 @@ func (m *Manager) Logs(ctx context.Context, ref string, o sandbox.LogOptions) er
 	}
 }
 
-// Agent returns a running sandbox's agent client, for API layers that
-// expose files piecemeal (stat, list, rename). Commands must go through
-// Exec, which applies the sandbox's policy.
-func (m *Manager) Agent(ctx context.Context, ref string) (*guest.Client, error) {
+// FS returns a running sandbox's file system, for API layers that expose
+// files piecemeal (stat, list, rename, watch). The agent's client is one,
+// and the interface hides its other operations: commands go through Exec,
+// which applies the sandbox's policy.
+func (m *Manager) FS(ctx context.Context, ref string) (sandbox.FS, error) {
 	r, err := m.running(ctx, ref)
 	if err != nil {
 		return nil, err

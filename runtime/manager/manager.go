@@ -840,4 +840,5 @@ func (m *Manager) running(ctx context.Context, ref string) (*record, error) {
 	return r, nil
 }
 
-var _ sandbox.Service = (*Manager)(nil)
+// The manager is the local runtime: every capability the servers use.
+var _ sandbox.Runtime = (*Manager)(nil)

@@ -445,7 +445,9 @@ func (m *Manager) adopt(ctx context.Context, r *record, cfg sandbox.Config) (*sa
 // under a placeholder identity, then paused, waiting in the pool. A copy
 // of a sandbox with a network gets its own before the restore, as any
 // restored copy does (materialize), published ports included, and keeps
-// it when claimed: its ID does not change.
+// it when claimed: its ID does not change. Its record carries snapshot,
+// so SnapshotInUse refuses to remove that snapshot (naming the pool), and
+// Restore claims a hot copy before anything else (claimHot).
 func (m *Manager) makeHot(ctx context.Context, p *sandbox.Pool) (*sandbox.Sandbox, error) {
 	snap, meta, err := m.snapshotMeta(ctx, p.Snapshot)
 	if err != nil {

@@ -186,4 +186,4 @@ func (m *Manager) admitSnapshot(ctx context.Context) error {
 }
 
 // Tenants returns the data dir's tenants, their keys and quotas.
-func (m *Manager) Tenants() *tenant.Store { return m.tenants }
+func (m *Manager) Tenants() sandbox.Tenants { return m.tenants }

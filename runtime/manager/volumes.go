@@ -99,7 +99,10 @@ func (m *Manager) volumeUsers(ctx context.Context, owner, name string) ([]string
 // mountVolumes puts r's volumes into its spec, each mounted on the host
 // (again, after a reboot). r's record must be written first (see
 // volume.Store.Mount). A volume removed since r was made (a restore of an
-// old snapshot, a start) fails here as not found.
+// old snapshot, a start) fails here as not found. runsc refuses a restore
+// whose mounts differ from the checkpoint's (destinations and options,
+// not sources): a copy mounts its source's volumes at the same paths and
+// modes, from the same config.
 func (m *Manager) mountVolumes(ctx context.Context, r *record) error {
 	r.spec.Rootfs.Mounts = slices.DeleteFunc(r.spec.Rootfs.Mounts, func(mt backend.Mount) bool { return mt.Volume })
 	for _, v := range r.Config.Volumes {

@@ -85,6 +85,8 @@ func (h *helper) start(ctx context.Context) error {
 		return err
 	}
 	h.fw = newFirewall(conn, h.cfg.ID, a)
+	// Denials are read from an NFLOG group: nf_log to the kernel log is
+	// silent outside the init namespace (nf_log_all_netns=0).
 	nl, err := dialNflog(a.LogGroup)
 	if err != nil {
 		return err

@@ -32,11 +32,11 @@ import (
 
 // Errors callers test with errors.Is; they are always wrapped with detail.
 var (
-	ErrNotFound    = errdefs.New(errdefs.ErrNotFound, "snapshot not found")
+	ErrNotFound    = sandbox.ErrSnapshotNotFound
 	ErrCorrupt     = errdefs.New(errdefs.ErrCorrupt, "corrupt snapshot")
 	ErrInUse       = errdefs.New(errdefs.ErrConflict, "snapshot in use")
-	ErrNameInUse   = errdefs.New(errdefs.ErrAlreadyExists, "snapshot name in use")
-	ErrInvalidName = errdefs.New(errdefs.ErrInvalid, "invalid snapshot name")
+	ErrNameInUse   = sandbox.ErrSnapshotNameInUse
+	ErrInvalidName = sandbox.ErrInvalidSnapshotName
 )
 
 // Store is the snapshot store of one data directory. It is safe for
@@ -488,3 +488,5 @@ func shortID(id string) string {
 	}
 	return h
 }
+
+var _ sandbox.Snapshots = (*Store)(nil)

@@ -162,7 +162,9 @@ func (g *Staging) Abort() {
 // (one syncfs) go on in the background (Store.Wait waits for them); the
 // snapshot then has its digest and Durable. Until then the staging's pid
 // lock stays held: if this process dies first, the snapshot is dropped
-// (GC), never listed half-written. A name another snapshot has is
+// (GC), never listed half-written (TestCrashWhileSealing). A 100 MB
+// checkpoint paid ~170 ms of SHA-256 and per-file fsync before Commit
+// returned when this was on the critical path. A name another snapshot has is
 // ErrNameInUse. Commit ends the staging, also on error: a failed Commit
 // leaves nothing behind.
 func (g *Staging) Commit(ctx context.Context, name, imageID string, lin sandbox.Lineage, meta any) (*sandbox.Snapshot, error) {

@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -30,7 +29,7 @@ const (
 
 // ErrNotSealed is a snapshot whose content is not hashed yet, so it
 // cannot be sent: its receiver could not check what it got.
-var ErrNotSealed = errdefs.New(errdefs.ErrConflict, "snapshot not sealed yet")
+var ErrNotSealed = sandbox.ErrSnapshotNotSealed
 
 // Export writes snap, which must be durable, as a tar stream to w. A file
 // that no longer matches its record fails the export as corrupt.

@@ -328,3 +328,5 @@ func (s *Store) Resolve(ctx context.Context, secret string) (string, bool) {
 	err := s.st.DB().QueryRowContext(ctx, `SELECT tenant FROM tenant_keys WHERE hash = ?`, hash(secret)).Scan(&name)
 	return name, err == nil
 }
+
+var _ sandbox.Tenants = (*Store)(nil)

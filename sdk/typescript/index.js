@@ -1,5 +1,7 @@
 // SDK for smolvm's HTTP API (`smolvm serve`): fetch-based, no runtime
-// dependencies. Types are in index.d.ts.
+// dependencies. Types are in index.d.ts. node's fetch has no Unix sockets
+// without undici's dispatcher (a dependency), so the SDK and its tests talk
+// to a TCP listener.
 
 import { request as httpRequest } from 'node:http'
 import { request as httpsRequest } from 'node:https'

@@ -17,7 +17,6 @@ import (
 	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/internal/jsondup"
 	"smolvm.dev/smolvm/internal/names"
-	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -233,14 +232,14 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	}
 	sb, err := h.m.Create(r.Context(), opts)
 	switch {
-	case errors.Is(err, image.ErrNotFound):
+	case errors.Is(err, sandbox.ErrImageNotFound):
 		sb, err = h.fromTemplate(r.Context(), req.TemplateID, opts)
 	case err == nil && req.TemplateID == e2bapi.CodeInterpreterTemplate:
 		// A warm pool (or an image) of that name: the template's
 		// sandboxes run the code interpreter, however they are made.
 		sb, err = h.withKernel(r.Context(), sb)
 	}
-	if errors.Is(err, image.ErrNotFound) || errors.Is(err, image.ErrInvalidRef) {
+	if errors.Is(err, sandbox.ErrImageNotFound) || errors.Is(err, sandbox.ErrInvalidImageRef) {
 		// A template that names nothing is a bad argument to create.
 		err = errdefs.New(errdefs.ErrInvalid, "templateID: "+err.Error())
 	}

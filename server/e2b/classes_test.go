@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"smolvm.dev/smolvm/errdefs"
-	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/tests/testerrs"
 )
@@ -101,7 +100,7 @@ func TestErrorSpecialCases(t *testing.T) {
 			t.Errorf("%v: %+v %+v %+v", c.err, api, rpc, files)
 		}
 	}
-	missing := fsError("stat", "/x", fmt.Errorf("stat: %w", &guest.OpError{Exit: sandbox.Exit{Code: 1, Error: "stat /x: no such file", Kind: sandbox.KindNotFound}}))
+	missing := fsError("stat", "/x", fmt.Errorf("stat: %w", &sandbox.OpError{Exit: sandbox.Exit{Code: 1, Error: "stat /x: no such file", Kind: sandbox.KindNotFound}}))
 	if missing.Code != codeNotFound || missing.Message != "stat /x: no such file or directory" {
 		t.Errorf("a missing file: %+v", missing)
 	}

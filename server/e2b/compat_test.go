@@ -17,6 +17,7 @@ import (
 
 	"smolvm.dev/smolvm/api/e2bapi"
 	"smolvm.dev/smolvm/server/ports"
+	"smolvm.dev/smolvm/tests/fakeruntime"
 	"smolvm.dev/smolvm/tests/testmgr"
 	"smolvm.dev/smolvm/tests/testserve"
 )
@@ -24,11 +25,12 @@ import (
 const testKey = "e2b-test-key"
 
 // server is an E2B API under test: its base URL and API key, and the
-// manager over its data dir.
+// manager over its data dir (nil over the fake runtime).
 type server struct {
 	URL, Key string
 	env      *testmgr.Env
 	h        *Handler // nil for a smolvm serve
+	o        Options  // h's
 }
 
 // newServer serves the handler in-process on a real loopback listener.
@@ -40,11 +42,26 @@ func newServer(t testing.TB) *server {
 // newServerOn serves the handler over env's manager.
 func newServerOn(t testing.TB, env *testmgr.Env) *server {
 	t.Helper()
-	h, err := New(context.Background(), Options{
-		Manager: env.Manager, Store: env.Store, Snapshots: env.Snapshots,
-		Authorize: func(r *http.Request) (*http.Request, bool) { return r, tokenEqual(r.Header.Get("X-API-KEY"), testKey) },
-		MaxUpload: 1 << 20, Ports: ports.New(env.Manager.DialPort),
-	})
+	s := serve(t, Options{Manager: env.Manager, Store: env.Store, Snapshots: env.Snapshots})
+	s.env = env
+	return s
+}
+
+// newFakeServer serves the handler over the in-memory fake runtime, for
+// the tests of the handler alone: no root, no runsc.
+func newFakeServer(t testing.TB) *server {
+	t.Helper()
+	rt := fakeruntime.New(t)
+	return serve(t, Options{Manager: rt, Store: rt.Store(), Snapshots: rt.Snapshots()})
+}
+
+// serve serves the handler with o's runtime and stores, the test's key
+// and a 1 MiB upload limit, in-process on a real loopback listener.
+func serve(t testing.TB, o Options) *server {
+	t.Helper()
+	o.Authorize = func(r *http.Request) (*http.Request, bool) { return r, tokenEqual(r.Header.Get("X-API-KEY"), testKey) }
+	o.MaxUpload, o.Ports = 1<<20, ports.New(o.Manager.DialPort)
+	h, err := New(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +70,7 @@ func newServerOn(t testing.TB, env *testmgr.Env) *server {
 		ts.Close()
 		h.Close()
 	})
-	return &server{URL: ts.URL, Key: testKey, env: env, h: h}
+	return &server{URL: ts.URL, Key: testKey, h: h, o: o}
 }
 
 // testDomain is the --domain of smolvmServe: getHost(port) is

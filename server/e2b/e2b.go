@@ -17,8 +17,6 @@ import (
 	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/internal/store"
-	"smolvm.dev/smolvm/runtime/manager"
-	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/server/ports"
@@ -39,14 +37,28 @@ const (
 	headerAccessToken = "X-Access-Token"
 )
 
+// Runtime is what E2B's API needs of the runtime: sandboxes, their files
+// one operation at a time (envd; commands only through Exec), their ports,
+// pools to claim from, and whether a snapshot is still in use.
+// runtime/manager is one.
+type Runtime interface {
+	sandbox.Service
+	sandbox.Files
+	sandbox.Ports
+	sandbox.Pools
+	sandbox.SnapshotUsers
+	sandbox.VolumeService
+	sandbox.VolumeFiles
+}
+
 // Options configure a Handler.
 type Options struct {
-	Manager *manager.Manager
+	Manager Runtime
 	// Store holds E2B's own durable state (metadata, envd tokens); it is
 	// the Manager's store.
 	Store *store.Store
 	// Snapshots, when set, serves E2B's sandbox snapshots (checkpoints).
-	Snapshots *snapshot.Store
+	Snapshots sandbox.Snapshots
 	// Authorize checks the API key of a control-plane request (the SDK
 	// sends it as X-API-KEY). envd requests carry no API key: they are
 	// checked against the per-sandbox access token handed out at create
@@ -83,9 +95,9 @@ type Options struct {
 // under a prefix with http.StripPrefix and point E2B_API_URL and
 // E2B_SANDBOX_URL at that prefix.
 type Handler struct {
-	m         *manager.Manager
+	m         Runtime
 	st        *store.Store
-	snaps     *snapshot.Store
+	snaps     sandbox.Snapshots
 	authorize func(*http.Request) (*http.Request, bool)
 	// key derives each sandbox's envd token from its ID (envdToken).
 	key       []byte

@@ -90,7 +90,7 @@ func wantError(t *testing.T, what string, status int, body map[string]any, wantS
 }
 
 func TestBadInput(t *testing.T) {
-	s := newServer(t)
+	s := newFakeServer(t)
 	id, token := s.create(t)
 	envd := map[string]string{headerSandboxID: id, headerAccessToken: token}
 
@@ -422,7 +422,7 @@ func FuzzDecoders(f *testing.F) {
 // the template create named) outlives the handler, as it must a server restart, and follows the
 // sandboxes when they go by other paths than the E2B API.
 func TestStateSurvives(t *testing.T) {
-	s := newServer(t)
+	s := newFakeServer(t)
 	status, body := s.call(t, "POST", "/v2/sandboxes", apiKey, `{"templateID":"base","metadata":{"owner":"ci"}}`)
 	if status != http.StatusCreated {
 		t.Fatalf("create: %d %v", status, body)
@@ -430,7 +430,7 @@ func TestStateSurvives(t *testing.T) {
 	id, token := body["sandboxID"].(string), body["envdAccessToken"].(string)
 
 	// A second handler over the same store: what a restarted server is.
-	again := newServerOn(t, s.env)
+	again := serve(t, s.o)
 	status, body = again.call(t, "GET", "/sandboxes/"+id, apiKey, "")
 	// "base" is the builtin image, "host": the template is what create named.
 	if md, _ := body["metadata"].(map[string]any); status != http.StatusOK || md["owner"] != "ci" || body["templateID"] != "base" {
@@ -442,14 +442,14 @@ func TestStateSurvives(t *testing.T) {
 	}
 
 	// Removed behind E2B's back (smolvm rm): the next list forgets it.
-	if err := s.env.Manager.Remove(context.Background(), id, true); err != nil {
+	if err := s.o.Manager.Remove(context.Background(), id, true); err != nil {
 		t.Fatal(err)
 	}
 	if status, body := s.call(t, "GET", "/v2/sandboxes", apiKey, ""); status != http.StatusOK {
 		t.Fatalf("list: %d %v", status, body)
 	}
 	var n int
-	if err := s.env.Store.DB().QueryRow(`SELECT count(*) FROM e2b_sandboxes WHERE id = ?`, id).Scan(&n); err != nil || n != 0 {
+	if err := s.o.Store.DB().QueryRow(`SELECT count(*) FROM e2b_sandboxes WHERE id = ?`, id).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("E2B state of a removed sandbox: %d rows, %v", n, err)
 	}
 }

@@ -16,7 +16,6 @@ import (
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/internal/names"
-	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -248,7 +247,7 @@ func checkPath(field, p string) error {
 func fsError(op, p string, err error) *rpcError {
 	msg := err.Error()
 	switch {
-	case guest.ErrorKind(err) == sandbox.KindIO:
+	case sandbox.ErrorKind(err) == sandbox.KindIO:
 		// The sandbox refused it (busy, read-only, not empty, another
 		// device): the caller's to fix, not a failure of the server.
 		return rpcErrorf(codeFailedPrecond, "%s %s: %s", op, p, msg)
@@ -311,8 +310,8 @@ type entryResponse struct {
 }
 
 // fsBegin decodes a filesystem request into req, checks its paths and
-// returns the sandbox's agent.
-func (h *Handler) fsBegin(ctx context.Context, c *envdCall, raw []byte, req any, paths func() map[string]string) (*guest.Client, *rpcError) {
+// returns the sandbox's file system.
+func (h *Handler) fsBegin(ctx context.Context, c *envdCall, raw []byte, req any, paths func() map[string]string) (sandbox.FS, *rpcError) {
 	if rerr := decodeMessage(raw, req); rerr != nil {
 		return nil, rerr
 	}
@@ -321,20 +320,20 @@ func (h *Handler) fsBegin(ctx context.Context, c *envdCall, raw []byte, req any,
 			return nil, rpcErrorf(codeInvalidArgument, "%v", err)
 		}
 	}
-	ac, err := h.m.Agent(ctx, c.sb.ID)
+	fsys, err := h.m.FS(ctx, c.sb.ID)
 	if err != nil {
 		return nil, rpcFrom(err)
 	}
-	return ac, nil
+	return fsys, nil
 }
 
 func (h *Handler) stat(ctx context.Context, c *envdCall, raw []byte) (any, *rpcError) {
 	var req pathRequest
-	ac, rerr := h.fsBegin(ctx, c, raw, &req, req.paths)
+	fsys, rerr := h.fsBegin(ctx, c, raw, &req, req.paths)
 	if rerr != nil {
 		return nil, rerr
 	}
-	fi, err := ac.Stat(ctx, req.Path)
+	fi, err := fsys.Stat(ctx, req.Path)
 	if err != nil {
 		return nil, fsError("stat", req.Path, err)
 	}
@@ -348,11 +347,11 @@ type listDirRequest struct {
 
 func (h *Handler) listDir(ctx context.Context, c *envdCall, raw []byte) (any, *rpcError) {
 	var req listDirRequest
-	ac, rerr := h.fsBegin(ctx, c, raw, &req, func() map[string]string { return map[string]string{"path": req.Path} })
+	fsys, rerr := h.fsBegin(ctx, c, raw, &req, func() map[string]string { return map[string]string{"path": req.Path} })
 	if rerr != nil {
 		return nil, rerr
 	}
-	fis, err := ac.List(ctx, req.Path, int(req.Depth))
+	fis, err := fsys.List(ctx, req.Path, int(req.Depth))
 	if err != nil {
 		return nil, fsError("list", req.Path, err)
 	}
@@ -367,11 +366,11 @@ func (h *Handler) listDir(ctx context.Context, c *envdCall, raw []byte) (any, *r
 
 func (h *Handler) makeDir(ctx context.Context, c *envdCall, raw []byte) (any, *rpcError) {
 	var req pathRequest
-	ac, rerr := h.fsBegin(ctx, c, raw, &req, req.paths)
+	fsys, rerr := h.fsBegin(ctx, c, raw, &req, req.paths)
 	if rerr != nil {
 		return nil, rerr
 	}
-	fi, err := ac.Mkdir(ctx, req.Path)
+	fi, err := fsys.Mkdir(ctx, req.Path)
 	if err != nil {
 		return nil, fsError("make directory", req.Path, err)
 	}
@@ -385,13 +384,13 @@ type moveRequest struct {
 
 func (h *Handler) move(ctx context.Context, c *envdCall, raw []byte) (any, *rpcError) {
 	var req moveRequest
-	ac, rerr := h.fsBegin(ctx, c, raw, &req, func() map[string]string {
+	fsys, rerr := h.fsBegin(ctx, c, raw, &req, func() map[string]string {
 		return map[string]string{"source": req.Source, "destination": req.Destination}
 	})
 	if rerr != nil {
 		return nil, rerr
 	}
-	fi, err := ac.Rename(ctx, req.Source, req.Destination)
+	fi, err := fsys.Rename(ctx, req.Source, req.Destination)
 	if err != nil {
 		return nil, fsError("move", req.Source, err)
 	}
@@ -400,11 +399,11 @@ func (h *Handler) move(ctx context.Context, c *envdCall, raw []byte) (any, *rpcE
 
 func (h *Handler) remove(ctx context.Context, c *envdCall, raw []byte) (any, *rpcError) {
 	var req pathRequest
-	ac, rerr := h.fsBegin(ctx, c, raw, &req, req.paths)
+	fsys, rerr := h.fsBegin(ctx, c, raw, &req, req.paths)
 	if rerr != nil {
 		return nil, rerr
 	}
-	if err := ac.Remove(ctx, req.Path); err != nil {
+	if err := fsys.Remove(ctx, req.Path); err != nil {
 		return nil, fsError("remove", req.Path, err)
 	}
 	return struct{}{}, nil
@@ -417,13 +416,13 @@ func (h *Handler) readFile(c *envdCall) {
 		writeAPIError(c.w, http.StatusBadRequest, err.Error())
 		return
 	}
-	ac, err := h.m.Agent(c.r.Context(), c.sb.ID)
+	fsys, err := h.m.FS(c.r.Context(), c.sb.ID)
 	if err != nil {
 		httpError(c.w, err)
 		return
 	}
 	lw := &lazyWriter{w: c.w}
-	if err := ac.ReadFile(c.r.Context(), p, lw); err != nil {
+	if err := fsys.ReadFile(c.r.Context(), p, lw); err != nil {
 		if !lw.started {
 			httpError(c.w, fsError("read", p, err))
 		}
@@ -464,7 +463,7 @@ type writtenEntry struct {
 // 0.5.7, one application/octet-stream body, optionally gzip-encoded.
 func (h *Handler) writeFiles(c *envdCall) {
 	qpath := c.r.URL.Query().Get("path")
-	ac, err := h.m.Agent(c.r.Context(), c.sb.ID)
+	fsys, err := h.m.FS(c.r.Context(), c.sb.ID)
 	if err != nil {
 		httpError(c.w, err)
 		return
@@ -476,7 +475,7 @@ func (h *Handler) writeFiles(c *envdCall) {
 			writeAPIError(c.w, http.StatusBadRequest, err.Error())
 			return false
 		}
-		fi, status, err := h.upload(c.r.Context(), ac, p, body)
+		fi, status, err := h.upload(c.r.Context(), fsys, p, body)
 		if err != nil {
 			if status == http.StatusRequestEntityTooLarge {
 				httpguard.Refuse(c.w) // the rest of the body stays unread
@@ -552,9 +551,9 @@ func partPath(disposition string) string {
 // bytes. Past the limit the reader fails, which aborts the upload: the
 // agent writes to a temporary file and renames it only when complete, so
 // nothing is left behind.
-func (h *Handler) upload(ctx context.Context, ac *guest.Client, p string, body io.Reader) (sandbox.FileInfo, int, error) {
+func (h *Handler) upload(ctx context.Context, fsys sandbox.FS, p string, body io.Reader) (sandbox.FileInfo, int, error) {
 	lr := &limitReader{r: body, n: h.maxUpload}
-	fi, err := ac.WriteFile(ctx, p, lr)
+	fi, err := fsys.WriteFile(ctx, p, lr)
 	if lr.over {
 		return fi, http.StatusRequestEntityTooLarge, fmt.Errorf("%s: upload larger than %d bytes", p, h.maxUpload)
 	}

@@ -7,8 +7,6 @@ import (
 	"net/http"
 
 	"smolvm.dev/smolvm/api/e2bapi"
-	"smolvm.dev/smolvm/runtime/image"
-	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -36,7 +34,7 @@ func (h *Handler) fromTemplate(ctx context.Context, template string, o sandbox.C
 			// first request to its port (kernels.ensure).
 			return h.m.SetTTL(ctx, sb.ID, o.Config.TTL)
 		}
-		if !errors.Is(err, snapshot.ErrNotFound) && !errors.Is(err, snapshot.ErrInvalidName) {
+		if !errors.Is(err, sandbox.ErrSnapshotNotFound) && !errors.Is(err, sandbox.ErrInvalidSnapshotName) {
 			return nil, err
 		}
 	}
@@ -52,7 +50,7 @@ func (h *Handler) fromTemplate(ctx context.Context, template string, o sandbox.C
 		}
 		return h.withKernel(ctx, sb)
 	}
-	return nil, fmt.Errorf("%w: %q is neither an image nor a snapshot", image.ErrNotFound, template)
+	return nil, fmt.Errorf("%w: %q is neither an image nor a snapshot", sandbox.ErrImageNotFound, template)
 }
 
 func (h *Handler) createSnapshot(w http.ResponseWriter, r *http.Request) {
@@ -70,7 +68,7 @@ func (h *Handler) createSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sn, err := h.m.Checkpoint(r.Context(), sb.ID, sandbox.CheckpointOptions{Name: req.Name})
-	if errors.Is(err, snapshot.ErrInvalidName) || errors.Is(err, snapshot.ErrNameInUse) {
+	if errors.Is(err, sandbox.ErrInvalidSnapshotName) || errors.Is(err, sandbox.ErrSnapshotNameInUse) {
 		err = fmt.Errorf("name: %w", err)
 	}
 	if err != nil {
@@ -118,7 +116,7 @@ func (h *Handler) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	}
 	err := h.snaps.Remove(r.Context(), id, func(id string) (bool, error) { return h.m.SnapshotInUse(r.Context(), id) })
 	switch {
-	case errors.Is(err, snapshot.ErrInvalidName):
+	case errors.Is(err, sandbox.ErrInvalidSnapshotName):
 		// An ID that is no snapshot name names no snapshot.
 		writeAPIError(w, http.StatusNotFound, err.Error())
 	case err != nil:

@@ -8,11 +8,11 @@ import (
 	"sync"
 	"time"
 
-	"smolvm.dev/smolvm/runtime/guest"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // envd's Filesystem.WatchDir: a stream of changes under a directory, read
-// by the sandbox's agent with inotify (guest.Client.Watch). It lasts until
+// by the sandbox's agent with inotify (sandbox.FS.Watch). It lasts until
 // the client leaves, the call's timeout (the SDK's timeoutMs, 60 s by
 // default) passes, or the directory goes away. A checkpoint or fork ends
 // it too: the agent drops its host connections for them. A pause does not:
@@ -42,17 +42,17 @@ type filesystemEvent struct {
 	Type string `json:"type"`
 }
 
-func newFilesystemEvent(ev guest.WatchEvent) *filesystemEvent {
+func newFilesystemEvent(ev sandbox.WatchEvent) *filesystemEvent {
 	return &filesystemEvent{Name: ev.Name, Type: eventTypes[ev.Op]}
 }
 
 // eventTypes names the agent's watch operations as envd's EventType.
 var eventTypes = map[string]string{
-	guest.WatchCreate: "EVENT_TYPE_CREATE",
-	guest.WatchWrite:  "EVENT_TYPE_WRITE",
-	guest.WatchRemove: "EVENT_TYPE_REMOVE",
-	guest.WatchRename: "EVENT_TYPE_RENAME",
-	guest.WatchChmod:  "EVENT_TYPE_CHMOD",
+	sandbox.WatchCreate: "EVENT_TYPE_CREATE",
+	sandbox.WatchWrite:  "EVENT_TYPE_WRITE",
+	sandbox.WatchRemove: "EVENT_TYPE_REMOVE",
+	sandbox.WatchRename: "EVENT_TYPE_RENAME",
+	sandbox.WatchChmod:  "EVENT_TYPE_CHMOD",
 }
 
 // watchSet holds the open watches of every sandbox: a count of each
@@ -114,7 +114,7 @@ func (h *Handler) watchDir(c *envdCall) {
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	ac, err := h.m.Agent(ctx, c.sb.ID)
+	fsys, err := h.m.FS(ctx, c.sb.ID)
 	if err != nil {
 		envdError(c.w, c.r, err)
 		return
@@ -122,7 +122,7 @@ func (h *Handler) watchDir(c *envdCall) {
 	var st *stream
 	kaCtx, stopKeepalive := context.WithCancel(ctx)
 	var keepalives sync.WaitGroup
-	err = ac.Watch(ctx, req.Path, req.Recursive, func(ev guest.WatchEvent) error {
+	err = fsys.Watch(ctx, req.Path, req.Recursive, func(ev sandbox.WatchEvent) error {
 		if ev.Op == "" {
 			st = newStream(c.w)
 			keepalives.Add(1)
@@ -168,7 +168,7 @@ func keepalive(ctx context.Context, r *http.Request, st *stream, msg any) {
 
 // envd's polled watchers (CreateWatcher, GetWatcherEvents, RemoveWatcher),
 // which E2B's Python SDK uses for watch_dir: the same agent watch, its
-// events kept for the caller to fetch, at most guest.MaxWatchQueue of
+// events kept for the caller to fetch, at most sandbox.MaxWatchQueue of
 // them. A watcher that falls that far behind ends, and says so at its next
 // fetch. One that ended is forgotten a minute after its end if nobody
 // fetched it.
@@ -186,11 +186,11 @@ type polledWatch struct {
 	ended bool
 }
 
-func (pw *polledWatch) add(ev guest.WatchEvent) error {
+func (pw *polledWatch) add(ev sandbox.WatchEvent) error {
 	pw.mu.Lock()
 	defer pw.mu.Unlock()
-	if len(pw.events) >= guest.MaxWatchQueue {
-		return fmt.Errorf("watcher: more than %d events not fetched; events were lost", guest.MaxWatchQueue)
+	if len(pw.events) >= sandbox.MaxWatchQueue {
+		return fmt.Errorf("watcher: more than %d events not fetched; events were lost", sandbox.MaxWatchQueue)
 	}
 	pw.events = append(pw.events, *newFilesystemEvent(ev))
 	return nil
@@ -207,7 +207,7 @@ type watcherRequest struct {
 
 func (h *Handler) createWatcher(ctx context.Context, c *envdCall, raw []byte) (any, *rpcError) {
 	var req createWatcherRequest
-	ac, rerr := h.fsBegin(ctx, c, raw, &req, func() map[string]string { return map[string]string{"path": req.Path} })
+	fsys, rerr := h.fsBegin(ctx, c, raw, &req, func() map[string]string { return map[string]string{"path": req.Path} })
 	if rerr != nil {
 		return nil, rerr
 	}
@@ -223,7 +223,7 @@ func (h *Handler) createWatcher(ctx context.Context, c *envdCall, raw []byte) (a
 	go func() {
 		defer release()
 		var ok bool
-		err := ac.Watch(wctx, req.Path, req.Recursive, func(ev guest.WatchEvent) error {
+		err := fsys.Watch(wctx, req.Path, req.Recursive, func(ev sandbox.WatchEvent) error {
 			if ev.Op == "" {
 				ok = true
 				started <- nil

@@ -1,5 +1,5 @@
 // Package httpapi serves smolvm's native HTTP API (the wire types are in
-// package api): the handlers of `smolvm serve` over a manager.Manager,
+// package api): the handlers of `smolvm serve` over a sandbox.Runtime,
 // with token auth, a concurrency limit and metrics.
 package httpapi
 
@@ -16,9 +16,6 @@ import (
 
 	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/internal/httpguard"
-	"smolvm.dev/smolvm/runtime/image"
-	"smolvm.dev/smolvm/runtime/manager"
-	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/server/ports"
@@ -27,9 +24,11 @@ import (
 
 // Options configure a Server.
 type Options struct {
-	Manager   *manager.Manager
-	Images    *image.Store
-	Snapshots *snapshot.Store
+	// Manager runs the sandboxes: runtime/manager on this host.
+	Manager sandbox.Runtime
+	// Images and Snapshots are its image and snapshot stores.
+	Images    sandbox.Images
+	Snapshots sandbox.Snapshots
 	// Token is the bearer token every request must carry; empty turns
 	// auth off (only sensible on a private Unix socket). It is the admin's:
 	// it sees every tenant's objects. The keys of the Manager's tenants
@@ -286,7 +285,7 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, pattern string) (
 
 // tenants returns the Manager's tenants, nil without a Manager (tests of
 // the guards alone).
-func (s *Server) tenants() *tenant.Store {
+func (s *Server) tenants() sandbox.Tenants {
 	if s.o.Manager == nil {
 		return nil
 	}

@@ -16,7 +16,7 @@ import (
 // running; a sandbox carrying the browser label, as every copy of a
 // golden does, is released. (TestBrowser releases real Chromium ones.)
 func TestReleaseOnlyBrowsers(t *testing.T) {
-	f := newFixture(t, nil)
+	f := newFakeFixture(t, nil)
 	ctx := context.Background()
 	plain := f.create("plain", "")
 	for _, ref := range []string{plain.ID, plain.Name, "never-made"} {

@@ -13,7 +13,6 @@ import (
 
 	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/errdefs"
-	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/tests/testerrs"
 )
@@ -104,7 +103,7 @@ func TestErrorSpecialCases(t *testing.T) {
 	if status != 400 || e.Code != api.CodeInvalid || e.Class != "invalid" || e.Field != "name" {
 		t.Errorf("a refused request: %d %+v", status, e)
 	}
-	status, e = respond(t, fileError(&guest.OpError{Exit: sandbox.Exit{Code: 1, Error: "stat /x: no such file", Kind: sandbox.KindNotFound}}))
+	status, e = respond(t, fileError(&sandbox.OpError{Exit: sandbox.Exit{Code: 1, Error: "stat /x: no such file", Kind: sandbox.KindNotFound}}))
 	if status != 404 || e.Code != CodeNoSuchFile || e.Class != "not_found" {
 		t.Errorf("a missing file: %d %+v", status, e)
 	}

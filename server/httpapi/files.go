@@ -15,7 +15,6 @@ import (
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/internal/names"
-	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -47,7 +46,7 @@ func sandboxPath(r *http.Request) (string, error) {
 
 // fileError maps the agent's refusal of a file operation.
 func fileError(err error) error {
-	var oe *guest.OpError
+	var oe *sandbox.OpError
 	if !errors.As(err, &oe) {
 		return err
 	}

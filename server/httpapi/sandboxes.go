@@ -224,12 +224,12 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request) {
 			reply(w, img, nil)
 			return
 		}
-		if !errors.Is(err, image.ErrNotFound) {
+		if !errors.Is(err, sandbox.ErrImageNotFound) {
 			writeError(w, err)
 			return
 		}
 	}
-	img, err := s.o.Images.Pull(r.Context(), req.Ref, image.PullOptions{Insecure: req.Insecure, Platform: req.Platform})
+	img, err := s.o.Images.Pull(r.Context(), req.Ref, sandbox.PullOptions{Insecure: req.Insecure, Platform: req.Platform})
 	if err == nil && req.ID != "" && !image.HasID(img, req.ID) {
 		err = errdefs.New(errdefs.ErrConflict, fmt.Sprintf("pull %s: it is image %s now, not %s (the tag has moved; pull the image by its digest)", req.Ref, img.ID, req.ID))
 	}

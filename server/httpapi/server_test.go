@@ -21,16 +21,18 @@ import (
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/server/httpapi"
+	"smolvm.dev/smolvm/tests/fakeruntime"
 	"smolvm.dev/smolvm/tests/testmgr"
 )
 
 const token = "test-token"
 
-// fixture is a real server (real HTTP on loopback, real Manager, real
-// runsc) and a client for it.
+// fixture is a real server (real HTTP on loopback) over a real Manager
+// (real runsc), or over the in-memory fake runtime for the handler-level
+// tests, and a client for it.
 type fixture struct {
 	t   *testing.T
-	env *testmgr.Env
+	env *testmgr.Env // nil over the fake
 	url string
 	c   *client.Client
 	// spool is the server's upload spool directory.
@@ -50,9 +52,23 @@ func newFixture(t *testing.T, tune func(*httpapi.Options), mgr ...func(*manager.
 // mount handlers over its store).
 func newFixtureOn(t *testing.T, tune func(*httpapi.Options, *testmgr.Env), mgr ...func(*manager.Config)) *fixture {
 	env := testmgr.New(t, mgr...)
-	spool := t.TempDir()
-	o := httpapi.Options{Manager: env.Manager, Images: env.Images, Snapshots: env.Snapshots, Token: token, TempDir: spool}
-	tune(&o, env)
+	f := serve(t, httpapi.Options{Manager: env.Manager, Images: env.Images, Snapshots: env.Snapshots}, func(o *httpapi.Options) { tune(o, env) })
+	f.env = env
+	return f
+}
+
+// newFakeFixture is newFixture over the fake runtime: no root, no runsc.
+func newFakeFixture(t *testing.T, tune func(*httpapi.Options)) *fixture {
+	rt := fakeruntime.New(t)
+	return serve(t, httpapi.Options{Manager: rt, Images: rt.Images(), Snapshots: rt.Snapshots()}, tune)
+}
+
+// serve serves o, with the test's token and spool, tuned by tune (if set).
+func serve(t *testing.T, o httpapi.Options, tune func(*httpapi.Options)) *fixture {
+	o.Token, o.TempDir = token, t.TempDir()
+	if tune != nil {
+		tune(&o)
+	}
 	srv := httpapi.New(o)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
@@ -60,7 +76,7 @@ func newFixtureOn(t *testing.T, tune func(*httpapi.Options, *testmgr.Env), mgr .
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{t: t, env: env, url: hs.URL, c: c, spool: spool, srv: srv}
+	return &fixture{t: t, url: hs.URL, c: c, spool: o.TempDir, srv: srv}
 }
 
 // do sends a raw request with the token and returns status and body.

@@ -70,9 +70,9 @@ func TestSlowBodyCut(t *testing.T) {
 // once, and tenant b, the admin and a caller without a key are answered
 // at once all the while.
 func TestSlowBodiesFair(t *testing.T) {
-	tf := newTenantFixture(t, func(o *httpapi.Options) {
+	tf := withTenants(t, newFakeFixture(t, func(o *httpapi.Options) {
 		o.MaxInFlight, o.MaxQueue, o.BodyTimeout = 4, 4, time.Minute
-	})
+	}))
 	addr := strings.TrimPrefix(tf.url, "http://")
 	stop := make(chan struct{})
 	answers := make(chan slowAnswer, 8)

@@ -7,7 +7,6 @@ import (
 
 	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/internal/names"
-	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -37,7 +36,7 @@ func (s *Server) registerSnapshotRoutes(route, bare, transfer func(string, http.
 func (s *Server) exportSnapshot(w http.ResponseWriter, r *http.Request) {
 	snap, err := s.o.Snapshots.Get(r.Context(), r.PathValue("snapshot"))
 	if err == nil && (!snap.Durable || snap.Digest == "") {
-		err = fmt.Errorf("export %s: %w: retry once it is durable", snap.ID, snapshot.ErrNotSealed)
+		err = fmt.Errorf("export %s: %w: retry once it is durable", snap.ID, sandbox.ErrSnapshotNotSealed)
 	}
 	if err != nil {
 		writeError(w, err)

@@ -16,7 +16,7 @@ import (
 func (s *Server) registerTenantRoutes(route, bare func(string, http.HandlerFunc)) {
 	// Usage is every tenant's for the admin, one's own for a tenant.
 	route("GET /v1/usage", s.usage)
-	only := func(h func(*tenant.Store, http.ResponseWriter, *http.Request)) http.HandlerFunc {
+	only := func(h func(sandbox.Tenants, http.ResponseWriter, *http.Request)) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			if _, scoped := tenant.Of(r.Context()); scoped {
 				writeError(w, tenant.ErrAdminOnly)
@@ -25,14 +25,14 @@ func (s *Server) registerTenantRoutes(route, bare func(string, http.HandlerFunc)
 			h(s.tenants(), w, r)
 		}
 	}
-	admin := func(pattern string, h func(*tenant.Store, http.ResponseWriter, *http.Request)) {
+	admin := func(pattern string, h func(sandbox.Tenants, http.ResponseWriter, *http.Request)) {
 		route(pattern, only(h))
 	}
-	admin("GET /v1/tenants", func(ts *tenant.Store, w http.ResponseWriter, r *http.Request) {
+	admin("GET /v1/tenants", func(ts sandbox.Tenants, w http.ResponseWriter, r *http.Request) {
 		list, err := ts.List(r.Context())
 		reply(w, list, err)
 	})
-	admin("POST /v1/tenants", func(ts *tenant.Store, w http.ResponseWriter, r *http.Request) {
+	admin("POST /v1/tenants", func(ts sandbox.Tenants, w http.ResponseWriter, r *http.Request) {
 		var req api.TenantRequest
 		if err := decode(r.Body, &req); err != nil {
 			writeError(w, err)
@@ -45,18 +45,18 @@ func (s *Server) registerTenantRoutes(route, bare func(string, http.HandlerFunc)
 		t, err := ts.Add(r.Context(), req.Name, req.Quota)
 		created(w, t, err)
 	})
-	admin("GET /v1/tenants/{tenant}", func(ts *tenant.Store, w http.ResponseWriter, r *http.Request) {
+	admin("GET /v1/tenants/{tenant}", func(ts sandbox.Tenants, w http.ResponseWriter, r *http.Request) {
 		t, err := ts.Get(r.Context(), r.PathValue("tenant"))
 		reply(w, t, err)
 	})
-	admin("DELETE /v1/tenants/{tenant}", func(ts *tenant.Store, w http.ResponseWriter, r *http.Request) {
+	admin("DELETE /v1/tenants/{tenant}", func(ts sandbox.Tenants, w http.ResponseWriter, r *http.Request) {
 		if err := ts.Remove(r.Context(), r.PathValue("tenant")); err != nil {
 			writeError(w, err)
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
-	admin("PUT /v1/tenants/{tenant}/quota", func(ts *tenant.Store, w http.ResponseWriter, r *http.Request) {
+	admin("PUT /v1/tenants/{tenant}/quota", func(ts sandbox.Tenants, w http.ResponseWriter, r *http.Request) {
 		var q sandbox.Quota
 		if err := decode(r.Body, &q); err != nil {
 			writeError(w, err)
@@ -65,7 +65,7 @@ func (s *Server) registerTenantRoutes(route, bare func(string, http.HandlerFunc)
 		t, err := ts.SetQuota(r.Context(), r.PathValue("tenant"), q)
 		reply(w, t, err)
 	})
-	bare("POST /v1/tenants/{tenant}/keys", only(func(ts *tenant.Store, w http.ResponseWriter, r *http.Request) {
+	bare("POST /v1/tenants/{tenant}/keys", only(func(ts sandbox.Tenants, w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("tenant")
 		k, secret, err := ts.AddKey(r.Context(), name)
 		if err != nil {
@@ -74,7 +74,7 @@ func (s *Server) registerTenantRoutes(route, bare func(string, http.HandlerFunc)
 		}
 		created(w, api.NewKey{TenantKey: k, Tenant: name, Key: secret}, nil)
 	}))
-	admin("DELETE /v1/tenants/{tenant}/keys/{key}", func(ts *tenant.Store, w http.ResponseWriter, r *http.Request) {
+	admin("DELETE /v1/tenants/{tenant}/keys/{key}", func(ts sandbox.Tenants, w http.ResponseWriter, r *http.Request) {
 		if err := ts.RemoveKey(r.Context(), r.PathValue("tenant"), r.PathValue("key")); err != nil {
 			writeError(w, err)
 			return

@@ -17,7 +17,6 @@ import (
 	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/sandbox"
-	"smolvm.dev/smolvm/server/httpapi"
 	"smolvm.dev/smolvm/tests/testdeps"
 )
 
@@ -30,12 +29,12 @@ type tenantFixture struct {
 	clients map[string]*client.Client
 }
 
-func newTenantFixture(t *testing.T, tune ...func(*httpapi.Options)) *tenantFixture {
-	f := newFixture(t, func(o *httpapi.Options) {
-		for _, fn := range tune {
-			fn(o)
-		}
-	})
+func newTenantFixture(t *testing.T) *tenantFixture {
+	return withTenants(t, newFixture(t, nil))
+}
+
+// withTenants adds tenants a and b to f's server.
+func withTenants(t *testing.T, f *fixture) *tenantFixture {
 	tf := &tenantFixture{fixture: f, keys: map[string]string{}, keyIDs: map[string]string{}, clients: map[string]*client.Client{}}
 	for _, name := range []string{"a", "b"} {
 		if code, body, _ := f.do("POST", "/v1/tenants", `{"name":"`+name+`"}`); code != http.StatusCreated {
@@ -510,7 +509,7 @@ func TestTenantErrorsNameNoOthers(t *testing.T) {
 // Smolvm-Tenant (client.As), with exactly that tenant's view and
 // ownership; a tenant's own key cannot use the header to be another.
 func TestTenantAs(t *testing.T) {
-	tf := newTenantFixture(t)
+	tf := withTenants(t, newFakeFixture(t, nil))
 	ctx := context.Background()
 	asA := tf.c.As("a")
 	sb, err := asA.Create(ctx, sandbox.CreateOptions{Name: "made-as-a", Start: true, Config: sandbox.Config{TTL: time.Hour}})
@@ -554,7 +553,7 @@ func TestTenantAs(t *testing.T) {
 // another's or the admin's) the request names no one principal and is
 // refused, whichever header would be read first.
 func TestTenantCredentialsDisagree(t *testing.T) {
-	tf := newTenantFixture(t)
+	tf := withTenants(t, newFakeFixture(t, nil))
 	a, b := tf.keys["a"], tf.keys["b"]
 	send := func(hdr http.Header) (int, string) {
 		req := httptest.NewRequest("GET", "/v1/sandboxes", nil)

@@ -15,6 +15,7 @@ import (
 	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/runtime/tenant"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // TokenFile is the token's file name in the data dir.
@@ -90,7 +91,7 @@ func CheckToken(r *http.Request, token string) bool {
 // off (empty token) every request is the admin's.
 //
 // The admin may act as a tenant that exists, named in api.HeaderTenant.
-func Authenticate(r *http.Request, token string, tenants *tenant.Store) (*http.Request, bool) {
+func Authenticate(r *http.Request, token string, tenants sandbox.Tenants) (*http.Request, bool) {
 	if CheckToken(r, token) {
 		name := r.Header.Get(api.HeaderTenant)
 		if name == "" {

@@ -25,7 +25,9 @@ type Fail func(w http.ResponseWriter, r *http.Request, err error)
 
 // Proxy forwards requests to sandbox ports. Its one Transport keeps idle
 // connections per sandbox and port, so steady traffic pays for a dial
-// through the agent once, not per request.
+// through the agent once, not per request. Ports go through the agent,
+// not the network (--net none is the default); kept connections die at a
+// checkpoint or fork (the quiesce drops them), and the Transport redials.
 type Proxy struct {
 	tr *http.Transport
 }

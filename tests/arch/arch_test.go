@@ -50,8 +50,6 @@ var rules = []rule{
 // moving what it needs to where it belongs (issue 33). A fixed one must
 // leave this list: the test fails on an entry that no longer occurs.
 var pending = map[string]bool{
-	"server/e2b -> runtime/guest":       true,
-	"server/httpapi -> runtime/guest":   true,
 	"workflow/browser -> runtime/guest": true,
 	"workflow/browser -> runtime/image": true,
 }

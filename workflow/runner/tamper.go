@@ -15,7 +15,11 @@ import (
 // TestCheck is what the agent's test files say on the base code: the
 // tests were run on a copy of the base checkpoint with the test files of
 // the change written over the pristine ones. It understands any language
-// the test output is parsed in, where the guard only knows patterns.
+// the test output is parsed in, where the guard only knows patterns. No
+// pattern judges a test edit: with test files writable by policy,
+// assert.strictEqual(add(2, 3), 5) rewritten as assert.ok(true) (or
+// assert.ok(add(2, 3)), truthy for a wrong sum) passed the guard, and the
+// tampered iteration became the best (TestWeakenedOnBase).
 type TestCheck struct {
 	Files []string `json:"files"` // the test files the change edits, adds or deletes
 	// Weakened failed on the base code with the pristine test files and

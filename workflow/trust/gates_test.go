@@ -246,7 +246,9 @@ func TestGatesConcurrent(t *testing.T) {
 			if i%2 == 1 {
 				text = echoDenied
 			}
-			// Replaced whole, so no check reads a half-written file.
+			// Replaced whole, so no check reads a half-written file: a
+			// policy rewritten in place can be read empty, which is the
+			// default policy (ask), and an exec then waits for an approval.
 			tmp := filepath.Join(repo, ".smolvm", "policy.toml.new")
 			if err := errors.Join(os.WriteFile(tmp, []byte(text), 0o644), os.Rename(tmp, filepath.Join(repo, FileName))); err != nil {
 				edits <- err

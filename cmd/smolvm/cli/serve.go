@@ -150,6 +150,9 @@ X-Access-Token). The sandbox needs no network for either.`,
 				Mounts: []httpapi.Mount{
 					// Ports by name come first: their paths are the sandbox's.
 					{Host: func(h string) bool { return ports.Under(h, domain) }, Handler: http.HandlerFunc(e2bAPI.ServeHost), Public: true},
+					// Public: the e2b SDK never sends the API key to envd, only
+					// the sandbox's envdAccessToken (X-Access-Token), so the E2B
+					// handler checks both itself.
 					{Prefix: E2BPrefix + "/", Handler: http.StripPrefix(E2BPrefix, e2bAPI), Public: true},
 				},
 				Root:    e2bAPI,

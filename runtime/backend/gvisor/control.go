@@ -196,6 +196,9 @@ const gvisorModule = "gvisor.dev/gvisor"
 
 // gvisorPin is the gVisor version whose wire structs smolvm carries: the
 // one tools/runsc/go.mod pins and go.mod requires (TestControlWirePinned).
+// checkRunsc compares runsc's build info with this constant, not with
+// smolvm's own build info, which a test binary lacks. The wire structs
+// change with the pin (both go.mod files; TestControlWireMatchesGVisor).
 const gvisorPin = "v0.0.0-20260905035102-160fafc42237"
 
 // controlConn is one connection to a sandbox's control server, speaking

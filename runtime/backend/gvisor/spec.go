@@ -103,7 +103,8 @@ func ociSpec(s *backend.Spec, root string) *specs.Spec {
 			Rlimits:      []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20}},
 		},
 		// The gofer serves the image read-only whatever this says; the
-		// sandbox writes to the overlay (see overlayFlag).
+		// sandbox writes to the overlay (see overlayFlag). Readonly stays
+		// unset: it wins over --overlay2, leaving even the overlay read-only.
 		Root:     &specs.Root{Path: root},
 		Hostname: s.Hostname,
 		Mounts:   mounts,

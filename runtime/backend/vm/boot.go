@@ -16,7 +16,7 @@ import (
 
 // bootModules are the modules the initramfs loads, with what they need
 // (from modules.dep): Debian builds virtio, ext4 (and its crc32c) and
-// overlayfs as modules.
+// overlayfs as modules; crc32c_generic must be loaded before ext4.
 var bootModules = []string{"virtio_mmio", "virtio_console", "virtio_blk", "crc32c_generic", "ext4", "overlay"}
 
 // kernelVersion is the version in a Debian kernel's file name
@@ -141,6 +141,7 @@ func moduleFiles(dir string, names []string) ([]string, error) {
 // image disk (read-only) under the sandbox's writable disk with
 // overlayfs, copies the agent's config from its disk into the run dir
 // (which the agent mirrors to the host) and hands PID 1 to the agent. Disks are found by serial, not by probe order.
+// /proc is mounted before busybox --install, which links to /proc/self/exe.
 const initScript = `#!/bin/busybox sh
 export PATH=/bin
 busybox mkdir -p /proc /sys /dev /lower /upper /newroot

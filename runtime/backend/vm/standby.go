@@ -170,6 +170,9 @@ func (b *Backend) dropStandby(s *backend.Spec) {
 // The QEMU has dropped root by now (and cannot be handed files before
 // preconfig ends: add-fd is refused): its disks are made reachable by its
 // uid (diskNode), and its RAM file handed to it read-only (addRAM).
+// The order matters: object-add the RAM, qom-set /machine's
+// memory-backend, blockdev-add the disk (the -device names it), then
+// x-exit-preconfig, which is when the machine is built.
 func (b *Backend) build(ctx context.Context, q *qmp, s *backend.Spec, ln launch) error {
 	uid, err := sandboxUID(b.cfg.Cache, s.Dir)
 	if err != nil {

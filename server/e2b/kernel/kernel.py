@@ -474,7 +474,10 @@ class Handler(BaseHTTPRequestHandler):
                     peek = b''
                 watch = [out]  # EOF, or (unlikely) a pipelined request
                 if not peek:
-                    # The client going away interrupts the cell.
+                    # The client going away interrupts the cell: the SDK
+                    # has no interrupt call (its timeoutMs aborts the
+                    # fetch), and the agent half-closes the port when
+                    # serve's upstream connection closes.
                     gone = True
                     proc.send_signal(signal.SIGINT)
             if out in ready and not ctx.read():
