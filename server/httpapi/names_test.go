@@ -31,7 +31,7 @@ var (
 		// A run's repo is a path on the server's host, not a name in the
 		// data dir: TestAgentRunsAPI checks it (absolute, a git work tree).
 		"GET /v1/agent/runs", "POST /v1/agent/runs"}
-	e2bNameless = []string{"GET /sandboxes", "GET /v2/sandboxes"}
+	e2bNameless = []string{"GET /sandboxes", "GET /v2/sandboxes", "GET /volumes"}
 )
 
 // TestNamesOnEveryRoute sends malformed names (traversal, over-long,
@@ -210,6 +210,7 @@ func TestNamesOnEveryRoute(t *testing.T) {
 		"POST /v2/sandboxes":             {"templateID"},
 		"POST /sandboxes/{id}/snapshots": {"name"},
 		"GET /snapshots":                 {"?sandboxID", "?name"},
+		"POST /volumes":                  {"name"},
 	}
 	for _, pattern := range e2bRoutes {
 		if len(httpguard.Wildcards(pattern)) == 0 && e2bFields[pattern] == nil {
