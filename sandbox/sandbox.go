@@ -123,6 +123,8 @@ const (
 )
 
 // DefaultImage is the builtin image: the host's /usr under a synthetic /etc.
+// Sandboxes that name no image run it until the base image is built
+// (image.Store.Default).
 const DefaultImage = "host"
 
 // Defaults and bounds for limits. A limit below the minimum cannot boot a

@@ -29,9 +29,12 @@ rm -rf "$tools"
 # sandboxes (the host image shows the host's /usr). The code interpreter's
 # scenarios draw a matplotlib figure inside a sandbox (image/png results).
 # Browser sandboxes (go test ./workflow/browser) run Debian's chromium from
-# the host image and drive it with playwright-core (sdk/browser-test);
+# the host image and drive it with playwright-core (sdk/browser-test); the
+# web console's tests (go test ./server/console) drive it on the host with
+# playwright-core and axe-core (sdk/console-test);
 # TestBrowserImage builds the browser image with mmdebstrap from Debian's
-# archive (its root filesystem is then cached in ~/.cache/smolvm-test).
+# archive (its root filesystem is then cached in ~/.cache/smolvm-test), and
+# TestCLIBaseImage the base image (smolvm image build base), the same way.
 missing=()
 command -v ip >/dev/null || missing+=(iproute2)
 for p in curl python3; do
@@ -66,6 +69,7 @@ export PATH=${PREFIX:-/usr/local}/bin:$PATH
 export SMOLVM_RUNSC=${SMOLVM_RUNSC:-$(command -v runsc)}
 (cd sdk/e2b-compat && npm ci --no-audit --no-fund --loglevel=error)
 (cd sdk/browser-test && npm ci --no-audit --no-fund --loglevel=error)
+(cd sdk/console-test && npm ci --no-audit --no-fund --loglevel=error)
 go vet ./...
 # The fast tier first, as nobody: it must need no root, runsc, QEMU,
 # kube-apiserver, node or Chromium (testenv.Integration, testenv.NeedRoot).

@@ -146,6 +146,10 @@ type Rootfs struct {
 	// step's layer once the sandbox is gone. WritableSize does not apply.
 	// A backend that cannot write through refuses it.
 	Upper string `json:",omitempty"`
+	// Host says the layers and mounts show the host's own directories
+	// (the builtin host image): a backend that copies an image's files
+	// refuses it before reading them.
+	Host bool `json:",omitempty"`
 }
 
 // Layer is one read-only layer of an image.

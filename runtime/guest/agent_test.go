@@ -181,3 +181,36 @@ func TestSignalPastUnreadStdin(t *testing.T) {
 		t.Fatal("a SIGKILL sent after 2 MiB of unread stdin never arrived")
 	}
 }
+
+// TestExecNamesMissingDir: a command whose working directory is missing
+// or a file fails naming the directory, not the program (os/exec says
+// "fork/exec /bin/sh: no such file or directory" for a failed chdir).
+func TestExecNamesMissingDir(t *testing.T) {
+	c, _ := startAgent(t, nil)
+	file := filepath.Join(t.TempDir(), "f")
+	os.WriteFile(file, nil, 0o644)
+	for dir, want := range map[string]string{
+		"/no/such/dir": "working directory /no/such/dir: no such file or directory",
+		file:           "working directory " + file + ": not a directory",
+	} {
+		_, _, exit := execIO(t, c, "", sandbox.Process{Args: []string{"sh", "-c", "true"}, Dir: dir})
+		if exit.Error != want || exit.Code == 0 {
+			t.Errorf("exec in %s: %+v; want an error %q", dir, exit, want)
+		}
+	}
+	if out, _, exit := execIO(t, c, "", sandbox.Process{Args: []string{"pwd"}, Dir: "/tmp"}); out != "/tmp\n" || exit.Code != 0 {
+		t.Fatalf("exec in /tmp: %q %+v", out, exit)
+	}
+}
+
+// TestListFileIsInvalid: listing a file is the caller's wrong path
+// (KindInvalid), as envd's ListDir answers it, not an I/O failure.
+func TestListFileIsInvalid(t *testing.T) {
+	c, _ := startAgent(t, nil)
+	file := filepath.Join(t.TempDir(), "f")
+	os.WriteFile(file, nil, 0o644)
+	_, err := c.List(context.Background(), file, 1)
+	if sandbox.ErrorKind(err) != sandbox.KindInvalid {
+		t.Fatalf("list of a file: %v (kind %q); want kind %q", err, sandbox.ErrorKind(err), sandbox.KindInvalid)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"syscall"
 
 	"smolvm.dev/smolvm/internal/archive"
 	"smolvm.dev/smolvm/sandbox"
@@ -66,6 +67,10 @@ func fileExit(err error) sandbox.Exit {
 		kind = sandbox.KindNotFound
 	case errors.Is(err, fs.ErrExist):
 		kind = sandbox.KindExists
+	case errors.Is(err, syscall.ENOTDIR):
+		// A path that goes through a file, or a listing of one: the
+		// caller's path is wrong (envd's ListDir answers it so).
+		kind = sandbox.KindInvalid
 	}
 	return sandbox.Exit{Code: 1, Error: err.Error(), Kind: kind}
 }

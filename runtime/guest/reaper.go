@@ -2,10 +2,14 @@ package guest
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
 	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 	"smolvm.dev/smolvm/sandbox"
@@ -75,7 +79,7 @@ func (r *reaper) start(cmd *exec.Cmd) (int, <-chan unix.WaitStatus, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := cmd.Start(); err != nil {
-		return 0, nil, err
+		return 0, nil, startError(cmd, err)
 	}
 	pid := cmd.Process.Pid
 	// The reaper owns waiting; drop os.Process's handle (a pidfd).
@@ -98,4 +102,21 @@ func exitOf(ws unix.WaitStatus) sandbox.Exit {
 		return sandbox.Exit{Code: 128 + int(ws.Signal()), Signal: int(ws.Signal())}
 	}
 	return sandbox.Exit{Code: ws.ExitStatus()}
+}
+
+// startError names the working directory when it is what failed: the
+// child's chdir fails after the fork, and os/exec reports that as the
+// program's ("fork/exec /bin/bash: no such file or directory").
+func startError(cmd *exec.Cmd, err error) error {
+	fi, serr := os.Stat(cmd.Dir)
+	var pe *fs.PathError
+	switch {
+	case cmd.Dir == "":
+		return err
+	case errors.As(serr, &pe):
+		return fmt.Errorf("working directory %s: %w", cmd.Dir, pe.Err)
+	case serr == nil && !fi.IsDir():
+		return fmt.Errorf("working directory %s: %w", cmd.Dir, syscall.ENOTDIR)
+	}
+	return err
 }

@@ -205,9 +205,9 @@ func (m *Manager) create(ctx context.Context, o sandbox.CreateOptions, pool, upp
 	if err := validName(name); err != nil {
 		return nil, err
 	}
-	ref := o.Image
-	if ref == "" {
-		ref = sandbox.DefaultImage
+	ref, err := m.imageRef(ctx, o.Image)
+	if err != nil {
+		return nil, fmt.Errorf("create: %w", err)
 	}
 	img, err := m.images.Get(ctx, ref)
 	if err != nil {
@@ -371,7 +371,7 @@ func (m *Manager) refreshSpec(ctx context.Context, r *record) error {
 // rootfs describes img's root filesystem, with a writable layer of
 // disk bytes (0: no cap).
 func (m *Manager) rootfs(img *sandbox.Image, disk int64) backend.Rootfs {
-	out := backend.Rootfs{ImageID: img.ID, WritableSize: disk}
+	out := backend.Rootfs{ImageID: img.ID, WritableSize: disk, Host: img.Builtin}
 	for _, l := range m.images.Layers(img) {
 		out.Layers = append(out.Layers, backend.Layer{Digest: l.DiffID, Dir: l.Dir})
 	}
@@ -381,14 +381,28 @@ func (m *Manager) rootfs(img *sandbox.Image, disk int64) backend.Rootfs {
 	return out
 }
 
-// ImageRootfs resolves an image to what a backend mounts, for tools that
-// drive a backend directly (benchmark baselines).
+// ImageRootfs resolves an image (empty: the default, as Create's) to what
+// a backend mounts, for tools that drive a backend directly (benchmark
+// baselines, which so run the image smolvm's sandboxes do).
 func (m *Manager) ImageRootfs(ctx context.Context, ref string) (backend.Rootfs, error) {
+	ref, err := m.imageRef(ctx, ref)
+	if err != nil {
+		return backend.Rootfs{}, err
+	}
 	img, err := m.images.Get(ctx, ref)
 	if err != nil {
 		return backend.Rootfs{}, err
 	}
 	return m.rootfs(img, 0), nil
+}
+
+// imageRef is ref, or for "" the image a sandbox naming none runs: the
+// base image once built, else the builtin host image.
+func (m *Manager) imageRef(ctx context.Context, ref string) (string, error) {
+	if ref != "" {
+		return ref, nil
+	}
+	return m.images.Default(ctx)
 }
 
 func firstNonEmpty(s ...string) string {

@@ -25,9 +25,11 @@ import (
 
 // CreatePool records a pool. It starts empty: FillPool fills it.
 func (m *Manager) CreatePool(ctx context.Context, o sandbox.PoolOptions) (*sandbox.Pool, error) {
-	if o.Image == "" {
-		o.Image = sandbox.DefaultImage
+	ref, err := m.imageRef(ctx, o.Image)
+	if err != nil {
+		return nil, fmt.Errorf("create pool: %w", err)
 	}
+	o.Image = ref
 	if o.Name == "" {
 		o.Name = o.Image
 	}

@@ -571,3 +571,9 @@ func (m *Manager) transition(ctx context.Context, ref, op string, from, to sandb
 	m.publish(op+"d", &r.Sandbox)
 	return &r.Sandbox, nil
 }
+
+// RemoveSnapshot deletes a snapshot no sandbox or pool rests on, as the
+// API's DELETE does (MCP's snapshot_remove drives it on this host).
+func (m *Manager) RemoveSnapshot(ctx context.Context, ref string) error {
+	return m.snaps.Remove(ctx, ref, func(id string) (bool, error) { return m.SnapshotInUse(ctx, id) })
+}

@@ -321,12 +321,18 @@ func (s *Store) RemoveKey(ctx context.Context, name, id string) error {
 // Resolve returns the tenant whose key secret is, or false. Only keys
 // shaped like one reach the database.
 func (s *Store) Resolve(ctx context.Context, secret string) (string, bool) {
+	name, _, ok := s.ResolveKey(ctx, secret)
+	return name, ok
+}
+
+// ResolveKey is Resolve that also returns the key's ID, for records that
+// must end with the key (the console's sessions reference it).
+func (s *Store) ResolveKey(ctx context.Context, secret string) (name, id string, ok bool) {
 	if !strings.HasPrefix(secret, KeyPrefix) || len(secret) != len(KeyPrefix)+64 {
-		return "", false
+		return "", "", false
 	}
-	var name string
-	err := s.st.DB().QueryRowContext(ctx, `SELECT tenant FROM tenant_keys WHERE hash = ?`, hash(secret)).Scan(&name)
-	return name, err == nil
+	err := s.st.DB().QueryRowContext(ctx, `SELECT tenant, id FROM tenant_keys WHERE hash = ?`, hash(secret)).Scan(&name, &id)
+	return name, id, err == nil
 }
 
 var _ sandbox.Tenants = (*Store)(nil)

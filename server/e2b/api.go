@@ -114,9 +114,18 @@ type detailJSON struct {
 	State       string            `json:"state"`
 	EnvdVersion string            `json:"envdVersion"`
 	// AllowInternetAccess and Network say what the sandbox may reach.
-	AllowInternetAccess bool                 `json:"allowInternetAccess"`
-	Network             *networkJSON         `json:"network,omitempty"`
-	VolumeMounts        []e2bapi.VolumeMount `json:"volumeMounts"`
+	AllowInternetAccess bool         `json:"allowInternetAccess"`
+	Network             *networkJSON `json:"network,omitempty"`
+	// Lifecycle is what the timeout does (getInfo().lifecycle).
+	Lifecycle    lifecycleJSON        `json:"lifecycle"`
+	VolumeMounts []e2bapi.VolumeMount `json:"volumeMounts"`
+}
+
+// lifecycleJSON is E2B's SandboxLifecycle. smolvm resumes a paused
+// sandbox on connect only, never on traffic, so AutoResume is false.
+type lifecycleJSON struct {
+	OnTimeout  string `json:"onTimeout"`
+	AutoResume bool   `json:"autoResume"`
 }
 
 func (h *Handler) newSandboxJSON(sb *sandbox.Sandbox, in info) sandboxJSON {
@@ -137,6 +146,10 @@ func newDetailJSON(sb *sandbox.Sandbox, in info) detailJSON {
 		DiskSizeMB: sb.Config.Limits.Disk >> 20,
 		Metadata:   in.Metadata, State: string(sb.State), EnvdVersion: EnvdVersion,
 		VolumeMounts: volumeMountsJSON(sb),
+		Lifecycle:    lifecycleJSON{OnTimeout: "kill"},
+	}
+	if sb.Config.OnExpiry == sandbox.ExpiryPause {
+		d.Lifecycle.OnTimeout = "pause"
 	}
 	if sb.StartedAt != nil {
 		d.StartedAt = *sb.StartedAt
@@ -290,7 +303,7 @@ func (h *Handler) getInfo(w http.ResponseWriter, r *http.Request) {
 
 // list answers GET /v2/sandboxes: running and paused sandboxes, filtered
 // by state=running,paused, metadata=k%3Dv%26k2%3Dv2, template and
-// startedAfter as the SDK sends them.
+// startedAfter as the SDK sends them, a page at a time (page.go).
 func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	states := map[string]bool{}
@@ -317,6 +330,11 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	template := q.Get("template")
+	pg, err := pageOf(q)
+	if err != nil {
+		writeAPIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	// E2B state first: a row is saved only after its sandbox's record
 	// exists, so any row the later List lacks belongs to a sandbox that
 	// is gone (removed by the CLI, reaped after expiry) and can go too;
@@ -348,7 +366,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 			h.deleteInfo(r.Context(), id)
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, pg.cut(w, out))
 }
 
 // metadataFilter decodes the metadata query of a list: the SDK encodes

@@ -162,6 +162,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveEnvd(w, r, id)
 		return
 	}
+	if id := h.signer(r.Context(), r); id != "" {
+		h.serveEnvd(w, r, id) // a signed file URL (signed.go)
+		return
+	}
 	if strings.HasPrefix(r.URL.Path, "/volumecontent/") {
 		h.serveVolumeContent(w, r) // takes a volume's token, not an API key
 		return

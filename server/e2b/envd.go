@@ -58,7 +58,11 @@ func (h *Handler) envdServeMux() *http.ServeMux {
 // unknown method is a 404 (what connect-go answers, and what Connect
 // clients read as unimplemented), a wrong HTTP method a 405.
 func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
-	r, sb, err := h.tokenSandbox(r, id, r.Header.Values(headerAccessToken), nil)
+	envd := r.Header.Values(headerAccessToken)
+	if len(envd) == 0 && h.signedBy(r, id) {
+		envd = []string{h.envdToken(id)} // a signed file URL stands for the token (signed.go)
+	}
+	r, sb, err := h.tokenSandbox(r, id, envd, nil)
 	switch {
 	case errors.Is(err, errNoAccess):
 		envdError(w, r, rpcErrorf(codeUnauthenticated, "missing or invalid envd access token (X-Access-Token)"))

@@ -79,6 +79,11 @@ type Options struct {
 	Runner  *runner.Runner
 	RunsDir string
 	Getenv  func(string) string
+	// Session, when set, admits a request that carries no API key by a
+	// browser session (server/console's Admit): r acting as its
+	// principal, false for none; an error refuses it (403: an action
+	// without the session's CSRF token).
+	Session func(*http.Request) (*http.Request, bool, error)
 }
 
 // Mount is an extra handler under Prefix (a path ending in "/"), or for
@@ -266,9 +271,7 @@ func Listener(ln net.Listener, errorLog *log.Logger) net.Listener {
 func (s *Server) admit(w http.ResponseWriter, r *http.Request, pattern string) (*http.Request, bool) {
 	if !s.public[pattern] {
 		var ok bool
-		if r, ok = Authenticate(r, s.o.Token, s.tenants()); !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="smolvm"`)
-			writeError(w, &api.Error{Status: http.StatusUnauthorized, Code: api.CodeUnauthorized, Message: "missing or wrong API token (Authorization: Bearer … or X-API-KEY), or the admin's naming a tenant that does not exist (" + api.HeaderTenant + ")"})
+		if r, ok = s.authenticate(w, r, pattern); !ok {
 			return r, false
 		}
 	}

@@ -98,11 +98,15 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	var archive io.Reader = spool
-	if !isTar(r.Header.Get("Content-Type")) {
-		archive = singleFile(path.Base(dst), n, spool)
+	// A file is written as sandbox.Service's WriteFile says, making its
+	// parents (as the CLI and MCP do directly); an archive is extracted
+	// with cp semantics, into a directory that must exist.
+	if isTar(r.Header.Get("Content-Type")) {
+		err = s.o.Manager.PutArchive(r.Context(), id, dst, spool)
+	} else {
+		err = s.o.Manager.WriteFile(r.Context(), id, dst, spool)
 	}
-	if err := s.o.Manager.PutArchive(r.Context(), id, dst, archive); err != nil {
+	if err != nil {
 		writeError(w, fileError(err))
 		return
 	}
@@ -111,23 +115,6 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 
 func isTar(contentType string) bool {
 	return strings.HasPrefix(contentType, api.ContentTypeTar)
-}
-
-// singleFile is a tar stream of one regular file.
-func singleFile(name string, size int64, body io.Reader) io.Reader {
-	pr, pw := io.Pipe()
-	go func() {
-		tw := tar.NewWriter(pw)
-		err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: size, Typeflag: tar.TypeReg})
-		if err == nil {
-			_, err = io.CopyN(tw, body, size)
-		}
-		if err == nil {
-			err = tw.Close()
-		}
-		pw.CloseWithError(err)
-	}()
-	return pr
 }
 
 // download sends the file at path, or with ?format=tar (or Accept:

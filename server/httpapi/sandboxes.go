@@ -75,6 +75,7 @@ func (s *Server) registerRoutes() {
 	s.registerNetworkRoutes(route)
 	s.registerBrowserRoutes(route)
 	s.registerAgentRoutes(route, bare)
+	s.registerMemoryRoutes(route)
 	s.registerPortRoutes()
 }
 

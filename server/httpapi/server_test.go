@@ -259,6 +259,14 @@ func TestServerSandboxes(t *testing.T) {
 		if string(got) != "data\n" {
 			t.Fatalf("read back %q", got)
 		}
+		// A file's parents are made, as sandbox.Service's WriteFile says
+		// and the manager does directly (smolvm mcp --host relies on it).
+		if err := f.c.WriteFile(ctx, "box", "/tmp/new/deeper/f", strings.NewReader("deep")); err != nil {
+			t.Fatalf("write under missing parents: %v", err)
+		}
+		if out, _, _ := f.sh("box", "cat /tmp/new/deeper/f"); out != "deep" {
+			t.Fatalf("read back under made parents: %q", out)
+		}
 		if _, err := f.c.ReadFile(ctx, "box", "/tmp/nope"); err == nil || !strings.Contains(err.Error(), "no such file") {
 			t.Fatalf("missing file: %v", err)
 		}

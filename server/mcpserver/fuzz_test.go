@@ -12,7 +12,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"smolvm.dev/smolvm/client"
-	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/server/mcpserver"
 )
 
@@ -112,7 +111,7 @@ func absent(tb testing.TB) *client.Client {
 }
 
 // initialized starts a server over svc and goes through MCP's handshake.
-func initialized(t *testing.T, svc sandbox.Service) *served {
+func initialized(t *testing.T, svc mcpserver.Service) *served {
 	s := startServer(t, mcpserver.New(svc, "test", nil))
 	s.send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"test","version":"0"}}}`)
 	s.await(t, float64(0))

@@ -25,9 +25,18 @@ import (
 // result lands in a context window, so more is cut and said to be cut.
 const MaxOutput = 1 << 20
 
+// Service is what the tools drive: sandbox.Service, and the removal of
+// the snapshots sandbox_checkpoint makes. The local manager and the
+// client (smolvm mcp --host) both have it.
+type Service interface {
+	sandbox.Service
+	// RemoveSnapshot deletes a snapshot no sandbox or pool rests on.
+	RemoveSnapshot(ctx context.Context, ref string) error
+}
+
 // New returns an MCP server whose tools drive m. version is smolvm's; dial
 // reaches browsers' published DevTools ports (nil: directly).
-func New(m sandbox.Service, version string, dial browser.Dialer) *mcp.Server {
+func New(m Service, version string, dial browser.Dialer) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "smolvm", Version: version}, &mcp.ServerOptions{
 		Instructions: "smolvm sandboxes are isolated machines (gVisor); those made here have no network. Create one, " +
 			"run commands and move files in it; checkpoint, restore and fork it to branch work. " +
@@ -43,6 +52,7 @@ func New(m sandbox.Service, version string, dial browser.Dialer) *mcp.Server {
 	mcp.AddTool(s, &mcp.Tool{Name: "file_write", Description: "Write a file in a sandbox, creating parent directories."}, t.writeFile)
 	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_checkpoint", Description: "Save a running sandbox (memory, processes, files) as a snapshot; it keeps running."}, t.checkpoint)
 	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_restore", Description: "Start a new sandbox from a snapshot."}, t.restore)
+	mcp.AddTool(s, &mcp.Tool{Name: "snapshot_remove", Description: "Remove a snapshot that sandbox_checkpoint made, once nothing restored from it still needs it."}, t.removeSnapshot)
 	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_fork", Description: "Make running copies of a running sandbox."}, t.fork)
 	mcp.AddTool(s, &mcp.Tool{Name: "browser_screenshot", Description: "Take a PNG screenshot of a web page in a fresh headless Chromium " +
 		"(restored from the golden browser that `smolvm browser start` made; its network policy applies), removed afterwards."}, t.screenshot)
@@ -50,7 +60,7 @@ func New(m sandbox.Service, version string, dial browser.Dialer) *mcp.Server {
 }
 
 type tools struct {
-	m    sandbox.Service
+	m    Service
 	dial browser.Dialer
 }
 
@@ -327,6 +337,24 @@ func (t *tools) restore(ctx context.Context, _ *mcp.CallToolRequest, in restoreI
 		return nil, sandboxInfo{}, err
 	}
 	return nil, info(sb), nil
+}
+
+type snapshotRef struct {
+	Snapshot string `json:"snapshot" jsonschema:"snapshot ID or name"`
+}
+
+type snapshotRemoved struct {
+	Removed string `json:"removed"`
+}
+
+func (t *tools) removeSnapshot(ctx context.Context, _ *mcp.CallToolRequest, in snapshotRef) (*mcp.CallToolResult, snapshotRemoved, error) {
+	if in.Snapshot == "" {
+		return nil, snapshotRemoved{}, invalid("snapshot: required")
+	}
+	if err := t.m.RemoveSnapshot(ctx, in.Snapshot); err != nil {
+		return nil, snapshotRemoved{}, fmt.Errorf("remove snapshot %s: %w", in.Snapshot, err)
+	}
+	return nil, snapshotRemoved{Removed: in.Snapshot}, nil
 }
 
 type forkIn struct {

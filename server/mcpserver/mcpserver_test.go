@@ -92,7 +92,7 @@ func TestToolsOverStdio(t *testing.T) {
 	for _, tl := range tools.Tools {
 		names = append(names, tl.Name)
 	}
-	for _, want := range []string{"sandbox_create", "sandbox_exec", "file_read", "file_write", "sandbox_checkpoint", "sandbox_restore", "sandbox_fork"} {
+	for _, want := range []string{"sandbox_create", "sandbox_exec", "file_read", "file_write", "sandbox_checkpoint", "sandbox_restore", "snapshot_remove", "sandbox_fork"} {
 		if !strings.Contains(strings.Join(names, " "), want) {
 			t.Fatalf("tool %s missing from %v", want, names)
 		}
@@ -139,6 +139,17 @@ func TestToolsOverStdio(t *testing.T) {
 	must(t, cs, "file_read", map[string]any{"sandbox": "rewound", "path": "/work/notes.txt"}, &r)
 	if r.Content != "step 1" {
 		t.Fatalf("the restored sandbox reads %q, want the checkpoint's", r.Content)
+	}
+
+	// A snapshot nothing rests on goes, and a restore of it then fails.
+	var rm struct{ Removed string }
+	must(t, cs, "sandbox_checkpoint", map[string]any{"sandbox": sb.ID, "name": "scratch"}, &snap)
+	must(t, cs, "snapshot_remove", map[string]any{"snapshot": "scratch"}, &rm)
+	if rm.Removed != "scratch" {
+		t.Fatalf("snapshot_remove: %+v", rm)
+	}
+	if msg := call(t, cs, "sandbox_restore", map[string]any{"snapshot": "scratch"}, &restored); !strings.Contains(msg, "scratch") {
+		t.Fatalf("restore of a removed snapshot: %q", msg)
 	}
 
 	var forks struct{ Sandboxes []sbInfo }

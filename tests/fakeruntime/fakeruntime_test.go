@@ -52,7 +52,7 @@ func fsScript(t *testing.T, rt sandbox.Runtime) {
 	_, err = fs.Mkdir(ctx, base+"/a")
 	kind("mkdir of an existing dir", err, sandbox.KindExists)
 	_, err = fs.List(ctx, base+"/a/b.txt", 1)
-	kind("list of a file", err, sandbox.KindIO)
+	kind("list of a file", err, sandbox.KindInvalid)
 	var buf bytes.Buffer
 	kind("read of a dir", fs.ReadFile(ctx, base+"/a", &buf), sandbox.KindIO)
 	kind("remove of a missing path", fs.Remove(ctx, base+"/nothing"), sandbox.KindNotFound)

@@ -127,7 +127,7 @@ func (fs *memFS) List(_ context.Context, p string, depth int) ([]sandbox.FileInf
 		return nil, err
 	}
 	if !n.dir {
-		return nil, refuse(sandbox.KindIO, "list %s: not a directory", p)
+		return nil, refuse(sandbox.KindInvalid, "list %s: not a directory", p)
 	}
 	depth = max(depth, 1)
 	out := []sandbox.FileInfo{}
@@ -146,7 +146,7 @@ func (fs *memFS) mkdirAll(p string) error {
 	for _, d := range parents(p) {
 		n, ok := fs.nodes[d]
 		if ok && !n.dir {
-			return refuse(sandbox.KindIO, "mkdir %s: not a directory", d)
+			return refuse(sandbox.KindInvalid, "mkdir %s: not a directory", d)
 		}
 		if !ok {
 			fs.nodes[d] = &node{dir: true, mode: iofs.ModeDir | 0o755, mtime: time.Now().UTC()}

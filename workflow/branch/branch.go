@@ -342,7 +342,12 @@ func (c *Coordinator) prepare(ctx context.Context, r *Run, o Options) (string, e
 	if _, _, err := git(ctx, "", "--git-dir", r.Git, "--work-tree", tree, "checkout", "-f", r.Base, "--", "."); err != nil {
 		return "", fmt.Errorf("export %s: %w", short(r.Base), err)
 	}
-	sb, err := c.Service.Create(ctx, sandbox.CreateOptions{Image: o.Image, Start: true,
+	// The host image by default, as the runner's (its toolchains).
+	img := o.Image
+	if img == "" {
+		img = sandbox.DefaultImage
+	}
+	sb, err := c.Service.Create(ctx, sandbox.CreateOptions{Image: img, Start: true,
 		Config: sandbox.Config{Cmd: []string{"sleep", "infinity"}, Limits: o.Limits}})
 	if err != nil {
 		return "", fmt.Errorf("create the set-up sandbox: %w", err)

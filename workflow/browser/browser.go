@@ -4,6 +4,7 @@
 package browser
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -150,7 +151,8 @@ func Start(ctx context.Context, svc sandbox.Service, o StartOptions) (*sandbox.S
 		// load 25, against 0.04-0.75 s for a warmed copy's.
 		Labels: map[string]string{sandbox.LabelWarm: fmt.Sprintf("%d/json/version", CDPPort), Label: o.Golden},
 	}
-	sb, err := svc.Create(ctx, sandbox.CreateOptions{Image: o.Image, Config: cfg, Start: true})
+	// The host image by default, not the base image, which has no Chromium.
+	sb, err := svc.Create(ctx, sandbox.CreateOptions{Image: cmp.Or(o.Image, sandbox.DefaultImage), Config: cfg, Start: true})
 	if err != nil {
 		return nil, fmt.Errorf("browser start: %w", err)
 	}

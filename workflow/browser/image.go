@@ -12,20 +12,5 @@ const ImageName = "browser"
 // agent's, which every sandbox has). Chromium is in bookworm-security only, so the recipe has the
 // security suite; a security update changes what the same recipe builds.
 func ImageRecipe() image.Recipe {
-	return image.Recipe{
-		Name:    ImageName,
-		Suite:   "bookworm",
-		Variant: "essential",
-		Sources: []string{
-			"deb http://deb.debian.org/debian bookworm main",
-			"deb http://deb.debian.org/debian bookworm-updates main",
-			"deb http://deb.debian.org/debian-security bookworm-security main",
-		},
-		Packages: []string{"chromium", "fonts-liberation", "ca-certificates"},
-		Exclude:  []string{"/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*", "/usr/share/locale/*"},
-		// Debian 12.0's release day: any fixed time makes the tarball
-		// reproducible.
-		Epoch: 1686355200,
-		Env:   []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-	}
+	return image.Bookworm(ImageName, "chromium", "fonts-liberation", "ca-certificates")
 }

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -88,7 +89,9 @@ func startBox(ctx context.Context, svc sandbox.Service, o Options, name, tree st
 			return "", fmt.Errorf("restore %s: %w", o.From, err)
 		}
 	} else if sb, err = svc.Create(ctx, sandbox.CreateOptions{
-		Name: name, Image: o.Image, Start: true,
+		// The host image by default, not the base image: a run uses the
+		// toolchains the host has (pytest, go), which the base lacks.
+		Name: name, Image: cmp.Or(o.Image, sandbox.DefaultImage), Start: true,
 		Config: sandbox.Config{Cmd: []string{"sleep", "infinity"}, Limits: o.Limits},
 	}); err != nil {
 		return "", fmt.Errorf("create sandbox: %w", err)

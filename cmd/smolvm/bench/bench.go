@@ -50,7 +50,7 @@ type Series = series.Series
 func Run(ctx context.Context, o Options) ([]Series, error) {
 	cold := Series{Name: "cold start: create+start+exec true", Baseline: "runsc run -detach + runsc exec true"}
 	stockCold := Series{Name: "runsc run -detach + runsc exec true"}
-	rootfs, err := o.Manager.ImageRootfs(ctx, sandbox.DefaultImage)
+	rootfs, err := o.Manager.ImageRootfs(ctx, "") // the image smolvm's sandboxes run
 	if err != nil {
 		return nil, err
 	}

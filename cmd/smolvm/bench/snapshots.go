@@ -40,7 +40,7 @@ type Memory struct {
 // on its own line, with exec true through each as their start-up cost.
 func Snapshots(ctx context.Context, o Options, snaps *snapshot.Store, n int) ([]Series, []Memory, error) {
 	m := o.Manager
-	rootfs, err := m.ImageRootfs(ctx, sandbox.DefaultImage)
+	rootfs, err := m.ImageRootfs(ctx, "") // the image smolvm's sandboxes run
 	if err != nil {
 		return nil, nil, err
 	}

@@ -16,8 +16,11 @@ import (
 // vmBackend opens the microVM backend, its kernels and disks cached in
 // the data dir.
 func (a *app) vmBackend() (*vm.Backend, error) {
-	return vm.New(vm.Config{Cache: filepath.Join(a.dataDir, "vm"), Kernel: a.kernel})
+	return vm.New(vm.Config{Cache: filepath.Join(a.dataDir, "vm"), Kernel: a.kernel, Accel: a.accel, Warn: a.warn})
 }
+
+// warn prints a warning on stderr.
+func (a *app) warn(msg string) { fmt.Fprintln(a.stderr, "smolvm: warning: "+msg) }
 
 // hostConfig is the data dir's config.json: this host's defaults, such
 // as {"backend": "vm"}.
@@ -73,18 +76,15 @@ func (a *app) defaultBackend() (string, error) {
 }
 
 // addVM adds the microVM backend to bs where it works. It is required
-// only when it is the default (def); a host without QEMU otherwise runs
-// gVisor alone (smolvm doctor says why).
+// only when it is the default (def) or an accelerator is asked for; a
+// host without QEMU otherwise runs gVisor alone (smolvm doctor says why).
 func (a *app) addVM(bs []backend.Backend, def string) ([]backend.Backend, error) {
 	vb, err := a.vmBackend()
 	if err != nil {
-		if def == "vm" {
+		if def == "vm" || a.accel != "" {
 			return nil, err
 		}
 		return bs, nil
-	}
-	if def == "vm" && vb.Accel() == vm.AccelTCG {
-		fmt.Fprintln(os.Stderr, "smolvm: warning: no usable /dev/kvm: VMs run under TCG emulation, slowly (fine for tests)")
 	}
 	return append(bs, vb), nil
 }

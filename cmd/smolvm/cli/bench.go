@@ -78,7 +78,7 @@ func (a *app) benchCmd() *cobra.Command {
 	cmd.Flags().IntVar(&viaAPI, "api", 0, "also time this many execs through the HTTP API (with the direct ones in the same run), 100 concurrent streaming execs, and --cold creates")
 	cmd.Flags().StringVar(&backendName, "backend", "", "backend to measure beside gvisor in the same run (vm; default: this host's default backend; gvisor: beside stock runsc)")
 	cmd.Flags().StringVar(&stock, "stock-runsc", "", "runsc of the stock baseline (default: smolvm's own runsc, which carries tools/runsc/patches; give an upstream build to compare with it)")
-	cmd.Flags().StringVar(&img, "image", "", "image the compared backends run (--backend vm needs an OCI image, not the builtin host one)")
+	cmd.Flags().StringVar(&img, "image", "", "image the compared backends run (default: the base image if built; --backend vm refuses the builtin host one)")
 	cmd.Flags().IntVar(&snaps, "snapshots", 0, "times to measure each snapshot operation (checkpoint, restore, fork, pool); 0 skips them")
 	return cmd
 }
@@ -86,8 +86,14 @@ func (a *app) benchCmd() *cobra.Command {
 // benchBackend measures backendName beside gVisor, on img, and says
 // which accelerator a VM ran under and how loaded the host was.
 func (a *app) benchBackend(ctx context.Context, e *env, backendName, img string, cold, execs, snaps int) error {
-	if img == "" || img == sandbox.DefaultImage {
-		return fmt.Errorf("bench --backend %s: give --image, an OCI image (smolvm image import): the builtin %q image cannot become a VM disk", backendName, sandbox.DefaultImage)
+	if img == "" {
+		var err error
+		if img, err = e.images.Default(ctx); err != nil {
+			return err
+		}
+	}
+	if img == sandbox.DefaultImage {
+		return fmt.Errorf("bench --backend %s: the builtin %q image cannot become a VM disk: build the base image (smolvm image build base) or give --image", backendName, sandbox.DefaultImage)
 	}
 	if backendName == "vm" {
 		vb, err := a.vmBackend()

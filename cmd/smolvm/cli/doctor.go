@@ -100,7 +100,7 @@ func (a *app) doctorChecks() []check {
 		add("kvm", "warn", fmt.Sprintf("KVM unusable (%v): the vm backend falls back to TCG emulation, slow, for tests", err))
 	}
 	if vb, err := a.vmBackend(); err != nil {
-		add("vm backend", "warn", fmt.Sprintf("unavailable: %v (needs qemu-system-x86, qemu-utils, linux-image-amd64, busybox-static)", err))
+		add("vm backend", "warn", fmt.Sprintf("unavailable: %v (needs %s)", err, vm.Packages))
 	} else {
 		add("vm backend", "ok", "QEMU microvm under "+vb.Accel()+" (--backend vm)")
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -31,28 +32,36 @@ func (a *app) imageCmd() *cobra.Command {
 
 // recipes are the images smolvm knows how to build, by name.
 func recipes() map[string]image.Recipe {
-	return map[string]image.Recipe{browser.ImageName: browser.ImageRecipe()}
+	return map[string]image.Recipe{image.BaseName: image.BaseRecipe(), browser.ImageName: browser.ImageRecipe()}
+}
+
+// recipeNames lists the recipes for help and errors.
+func recipeNames() string {
+	return strings.Join(slices.Sorted(maps.Keys(recipes())), ", ")
 }
 
 func (a *app) imageBuildCmd() *cobra.Command {
 	var jsonOut bool
+	var cache string
 	c := a.withSession(&cobra.Command{
 		Use:   "build RECIPE",
-		Short: "Build an image from one of smolvm's recipes (browser: Debian's chromium) with mmdebstrap, once",
+		Short: "Build an image from one of smolvm's recipes (base: Debian with python3, node, git, curl; browser: Debian's chromium) with mmdebstrap, once",
 		Long: "Build an image from a recipe with mmdebstrap (root, apt access) and store it under the recipe's name. " +
-			"An image of the same recipe already stored is kept and printed. Recipes: " + browser.ImageName + ".",
+			"An image of the same recipe already stored is kept and printed. Recipes: " + recipeNames() + ". " +
+			"Once base is stored, sandboxes that name no image run it instead of the builtin host image.",
 		Args: cobra.ExactArgs(1),
 	}, func(s *session, args []string) error {
 		r, ok := recipes()[args[0]]
 		if !ok {
-			return imageError(fmt.Errorf("%w: no recipe %q (recipes: %s)", sandbox.ErrInvalid, args[0], browser.ImageName))
+			return imageError(fmt.Errorf("%w: no recipe %q (recipes: %s)", sandbox.ErrInvalid, args[0], recipeNames()))
 		}
 		return a.storeImage(s, "Built", jsonOut, func(images *image.Store, progress func(image.Progress)) (*sandbox.Image, error) {
-			img, _, err := images.Build(s.ctx, r, image.BuildOptions{Progress: progress})
+			img, _, err := images.Build(s.ctx, r, image.BuildOptions{Progress: progress, Cache: cache})
 			return img, err
 		})
 	})
 	c.Flags().BoolVar(&jsonOut, "json", false, "print progress events and the image as JSON lines")
+	c.Flags().StringVar(&cache, "cache", "", "keep the root filesystem tarball in this directory by recipe digest, so that the same recipe builds into other data dirs without mmdebstrap")
 	return c
 }
 

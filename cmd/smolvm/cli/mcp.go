@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
@@ -29,7 +30,11 @@ func (a *app) mcpCmd() *cobra.Command {
 		if m, ok := ops.(*manager.Manager); ok {
 			dial = m.DialPublished
 		}
-		return mcpserver.New(ops, buildVersion(), dial).Run(s.ctx, mcpserver.Transport(a.stdin, a.stdout))
+		svc, ok := ops.(mcpserver.Service)
+		if !ok {
+			return fmt.Errorf("mcp: %T cannot remove snapshots", ops) // both of session's services can
+		}
+		return mcpserver.New(svc, buildVersion(), dial).Run(s.ctx, mcpserver.Transport(a.stdin, a.stdout))
 	})
 }
 

@@ -47,6 +47,7 @@ type app struct {
 	dataDir string
 	runsc   string
 	kernel  string
+	accel   string
 	// host, when set, is a server the sandbox commands go through.
 	host string
 	// self is the smolvm binary, run in the background to refill pools;
@@ -115,6 +116,7 @@ func (a *app) rootCmd() *cobra.Command {
 	pf.StringVar(&a.dataDir, "data-dir", envOr("SMOLVM_DATA_DIR", defaultDataDir()), "state directory (env SMOLVM_DATA_DIR)")
 	pf.StringVar(&a.host, "host", os.Getenv("SMOLVM_HOST"), "smolvm serve to use: unix:///path or http(s)://host:port (env SMOLVM_HOST; token in SMOLVM_TOKEN); default: work directly")
 	pf.StringVar(&a.runsc, "runsc", os.Getenv("SMOLVM_RUNSC"), "path to runsc (env SMOLVM_RUNSC; default: next to smolvm, then $PATH)")
+	pf.StringVar(&a.accel, "accel", os.Getenv("SMOLVM_ACCEL"), "accelerator of the vm backend: kvm or tcg (env SMOLVM_ACCEL; default: KVM where /dev/kvm creates VMs, else TCG); one given must work")
 	pf.StringVar(&a.kernel, "kernel", os.Getenv("SMOLVM_KERNEL"), "guest kernel of the vm backend (env SMOLVM_KERNEL; default: the newest /boot/vmlinuz-*); {\"backend\": \"vm\"} in <data dir>/config.json, or SMOLVM_BACKEND=vm, makes vm the default backend")
 
 	root.AddCommand(

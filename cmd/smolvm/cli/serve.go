@@ -17,7 +17,9 @@ import (
 
 	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/internal/units"
+	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/server/console"
 	"smolvm.dev/smolvm/server/e2b"
 	"smolvm.dev/smolvm/server/httpapi"
 	"smolvm.dev/smolvm/server/ports"
@@ -143,6 +145,16 @@ X-Access-Token). The sandbox needs no network for either.`,
 			if err != nil {
 				return err
 			}
+			// The console's sessions reference the key they signed in
+			// with, which only the tenant store itself names.
+			keys, err := tenant.Open(ctx, e.st)
+			if err != nil {
+				return err
+			}
+			con, err := console.New(ctx, console.Options{Store: e.st, ResolveKey: keys.ResolveKey, Token: token})
+			if err != nil {
+				return err
+			}
 			srv := httpapi.New(httpapi.Options{
 				Manager: e.mgr, Images: e.images, Snapshots: e.snaps, Token: token, TempDir: tmp,
 				MaxUpload: limit, Limiter: limiter, BodyTimeout: pace.Timeout, MinBodyRate: pace.MinRate,
@@ -154,7 +166,11 @@ X-Access-Token). The sandbox needs no network for either.`,
 					// the sandbox's envdAccessToken (X-Access-Token), so the E2B
 					// handler checks both itself.
 					{Prefix: E2BPrefix + "/", Handler: http.StripPrefix(E2BPrefix, e2bAPI), Public: true},
+					// The web console signs browsers in itself; their
+					// session then reaches /v1 (Session).
+					{Prefix: console.Prefix, Handler: con, Public: true},
 				},
+				Session: con.Admit,
 				Root:    e2bAPI,
 				Runner:  &runner.Runner{Service: e.mgr, Log: runLog, Ledger: ledger},
 				RunsDir: a.runsDir(), Getenv: os.Getenv,

@@ -128,6 +128,26 @@ func TestTenantServe(t *testing.T) {
 	if err != nil || !res.IsError || !strings.Contains(toolText(res), "never existed") {
 		t.Errorf("mcp exec in the team's sandbox with the other key: %v %s", err, toolText(res))
 	}
+	// Through serve as directly: file_write makes the parents, and
+	// snapshot_remove removes what sandbox_checkpoint made.
+	for _, step := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"sandbox_create", map[string]any{"name": "mcp-box"}},
+		{"file_write", map[string]any{"sandbox": "mcp-box", "path": "/tmp/made/by/mcp.txt", "content": "deep"}},
+		{"sandbox_checkpoint", map[string]any{"sandbox": "mcp-box", "name": "mcp-snap"}},
+		{"snapshot_remove", map[string]any{"snapshot": "mcp-snap"}},
+		{"sandbox_remove", map[string]any{"sandbox": "mcp-box"}},
+	} {
+		if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: step.tool, Arguments: step.args}); err != nil || res.IsError {
+			t.Fatalf("mcp --host %s %v: %v %s", step.tool, step.args, err, toolText(res))
+		}
+	}
+	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "snapshot_remove", Arguments: map[string]any{"snapshot": "mcp-snap"}})
+	if err != nil || !res.IsError || !strings.HasPrefix(toolText(res), "not_found: ") {
+		t.Errorf("mcp snapshot_remove of a removed snapshot: %v %s", err, toolText(res))
+	}
 
 	// Revoked while serving: the next request is refused.
 	c.must("tenant", "key", "rm", "team", keys["team"].ID)

@@ -84,7 +84,7 @@ func imageDisk(cache string, r backend.Rootfs) (string, error) {
 		return nil
 	})
 	if size > maxImage {
-		return "", fmt.Errorf("image %s is %d MiB with its mounts, over the %d MiB a VM disk image may take (the builtin host image copies the host's /usr: use an OCI image)", r.ImageID, size>>20, maxImage>>20)
+		return "", fmt.Errorf("image %s is %d MiB with its mounts, over the %d MiB a VM disk image may take", r.ImageID, size>>20, maxImage>>20)
 	}
 	size = size + size/4 + 32<<20
 	tmp := out + ".tmp" + strconv.Itoa(os.Getpid())

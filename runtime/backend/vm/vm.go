@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,6 +44,10 @@ type Config struct {
 	QEMU, Busybox string
 	// Accel is "kvm", "tcg" or empty: KVM if it works here, else TCG.
 	Accel string
+	// Warn, if set, is told once, at the first QEMU the backend launches
+	// under TCG, that VMs run slowly: a command that runs no VM says
+	// nothing.
+	Warn func(string)
 }
 
 // Backend drives QEMU. A sandbox is a QEMU process and a relay process
@@ -54,6 +59,10 @@ type Backend struct {
 	kernel     string // uncompressed
 	accel, cpu string
 	bootCPU    time.Duration // see waitAgent; tests shorten it
+
+	// tcgWarned says Warn once per backend (a pointer: tests copy a
+	// Backend).
+	tcgWarned *sync.Once
 
 	// initrds are the initramfs images built, by the files they hold:
 	// building one reads and hashes the agent, busybox and modules,
@@ -102,6 +111,30 @@ func (b *Backend) initrd(agent string) (string, error) {
 
 var _ backend.Backend = (*Backend)(nil)
 
+// Packages are the Debian packages the backend needs: QEMU, a kernel,
+// a static busybox for the initramfs, mkfs.ext4 for disks and xz for the
+// kernel's payload.
+const Packages = "qemu-system-x86 linux-image-amd64 busybox-static e2fsprogs xz-utils"
+
+// checkTools finds the programs the backend runs besides QEMU, so that a
+// host lacking one hears which package to install before any sandbox,
+// rather than from a create halfway through.
+func checkTools(busybox string) error {
+	var missing []string
+	for _, t := range []struct{ bin, pkg string }{{"mkfs.ext4", "e2fsprogs"}, {"xz", "xz-utils"}} {
+		if _, err := exec.LookPath(t.bin); err != nil {
+			missing = append(missing, t.bin+" ("+t.pkg+")")
+		}
+	}
+	if _, err := os.Stat(busybox); err != nil {
+		missing = append(missing, busybox+" (busybox-static)")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing %s: apt-get install %s", strings.Join(missing, ", "), Packages)
+	}
+	return nil
+}
+
 // New returns a VM backend, preparing its kernel. Under TCG it works but
 // is slow: Accel tells callers which one it got.
 func New(cfg Config) (*Backend, error) {
@@ -120,6 +153,9 @@ func New(cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("vm backend: %w (install qemu-system-x86)", err)
 	}
 	cfg.QEMU = qemu
+	if err := checkTools(cfg.Busybox); err != nil {
+		return nil, fmt.Errorf("vm backend: %w", err)
+	}
 	if cfg.Kernel == "" {
 		k, err := defaultKernel()
 		if err != nil {
@@ -130,7 +166,7 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.Modules == "" {
 		cfg.Modules = filepath.Join("/lib/modules", kernelVersion(cfg.Kernel))
 	}
-	b := &Backend{cfg: cfg, bootCPU: bootCPU, initrds: &initrds{built: map[initrdKey]string{}}}
+	b := &Backend{cfg: cfg, bootCPU: bootCPU, tcgWarned: &sync.Once{}, initrds: &initrds{built: map[initrdKey]string{}}}
 	if b.accel, b.cpu, err = chooseAccel(cfg.Accel, ProbeKVM()); err != nil {
 		return nil, fmt.Errorf("vm backend: %w", err)
 	}
@@ -212,6 +248,11 @@ func (b *Backend) create(s *backend.Spec) (launch, error) {
 	if s.Rootfs.Upper != "" {
 		// The guest writes to a disk image, which no host directory shows.
 		return launch{}, fmt.Errorf("%w: writing through to a host directory (image builds)", sandbox.ErrUnsupported)
+	}
+	if s.Rootfs.Host {
+		// Refused before imageDisk would size the host's /usr (7 s here)
+		// to find it too big.
+		return launch{}, fmt.Errorf("%w: the builtin host image shows the host's own /usr, which a VM cannot share: use the base image (smolvm image build base) or another OCI image", sandbox.ErrUnsupported)
 	}
 	// Read-only mounts are copied into the image disk; a volume must be
 	// shared live, which would need a shared file system the guest and
@@ -536,6 +577,11 @@ func tscFlags() string {
 // ramfd.Exec, so that its checkpoint's RAM file can be handed to it at
 // the restore (standby.go).
 func (b *Backend) startQEMU(s *backend.Spec, ln launch, standby bool) error {
+	if b.accel == AccelTCG && b.cfg.Warn != nil {
+		b.tcgWarned.Do(func() {
+			b.cfg.Warn("no usable /dev/kvm: this VM runs under TCG emulation, slowly (fine for tests)")
+		})
+	}
 	l := layout{s.Dir}
 	logf, err := os.OpenFile(l.qemuLog(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
@@ -881,13 +927,49 @@ func (b *Backend) State(ctx context.Context, s *backend.Spec) (backend.Status, e
 
 func (b *Backend) pausedFile(s *backend.Spec) string { return filepath.Join(s.Dir, "paused") }
 
-// MainExit implements backend.Backend.
+// MainExit implements backend.Backend. A VM whose guest recorded no exit
+// was ended from outside: by a signal QEMU caught and logged (SIGTERM,
+// SIGINT, SIGHUP: 128+N), or else killed (no exit, which the manager
+// reports as 137).
 func (b *Backend) MainExit(ctx context.Context, s *backend.Spec) (*backend.Exit, error) {
-	e, err := backend.ReadExit(layout{s.Dir}.exitFile())
+	l := layout{s.Dir}
+	e, err := backend.ReadExit(l.exitFile())
 	if err != nil {
 		return nil, fmt.Errorf("exit of %s: %w", s.ID, err)
 	}
-	return e, nil
+	if e != nil {
+		return e, nil
+	}
+	if _, alive := b.qemu(s); alive {
+		return nil, nil
+	}
+	return qemuSignalExit(l.qemuLog()), nil
+}
+
+// qemuSignalRE is what QEMU logs when a signal ends it.
+var qemuSignalRE = regexp.MustCompile(`terminating on signal (\d+)`)
+
+// qemuSignalExit is the exit of a QEMU that logged (to logPath) the
+// signal that ended it, or nil.
+func qemuSignalExit(logPath string) *backend.Exit {
+	p, err := os.ReadFile(logPath)
+	if err != nil {
+		return nil
+	}
+	m := qemuSignalRE.FindSubmatch(p)
+	if m == nil {
+		return nil
+	}
+	sig, err := strconv.Atoi(string(m[1]))
+	if err != nil || sig <= 0 || sig > 64 {
+		return nil
+	}
+	fi, err := os.Stat(logPath)
+	if err != nil {
+		return nil
+	}
+	return &backend.Exit{At: fi.ModTime(), Exit: sandbox.Exit{Code: 128 + sig, Signal: sig,
+		Reason: "VM ended by " + unix.SignalName(syscall.Signal(sig))}}
 }
 
 // MainLog implements backend.Backend.

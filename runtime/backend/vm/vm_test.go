@@ -699,3 +699,66 @@ func killQEMU(t *testing.T, b *Backend, s *backend.Spec, pid int) {
 		}
 	}
 }
+
+// TestMissingTools: a host without mkfs.ext4 or xz hears which packages
+// to install when the backend opens, not from a create halfway through.
+func TestMissingTools(t *testing.T) {
+	qemu, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		t.Skip("qemu-system-x86 not installed")
+	}
+	bin := t.TempDir()
+	if err := os.Symlink(qemu, filepath.Join(bin, "qemu-system-x86_64")); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin)
+	_, err = New(Config{Cache: t.TempDir(), Busybox: "/no/busybox"})
+	for _, want := range []string{"mkfs.ext4 (e2fsprogs)", "xz (xz-utils)", "/no/busybox (busybox-static)", "apt-get install " + Packages} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("the backend without its tools: %v; want it to name %q", err, want)
+		}
+	}
+}
+
+// TestHostImageRefused: the builtin host image is refused before its
+// files are read: its mount here does not exist, and sizing it would fail
+// otherwise.
+func TestHostImageRefused(t *testing.T) {
+	b := &Backend{cfg: Config{Cache: t.TempDir()}}
+	root := busyboxRoot(t)
+	root.Host = true
+	root.Mounts = []backend.Mount{{Source: "/no/such/usr", Destination: "/usr"}}
+	_, err := b.create(&backend.Spec{ID: "host", Dir: filepath.Join(t.TempDir(), "s"), Rootfs: root})
+	if !errors.Is(err, sandbox.ErrUnsupported) || !strings.Contains(err.Error(), "smolvm image build base") {
+		t.Fatalf("create of the host image: %v; want it refused as unsupported, naming the base image", err)
+	}
+}
+
+// TestTerminatedQEMU: a QEMU ended by SIGTERM (a pre-launched one: no
+// boot needed) reports 143 and the signal, not a kill's 137.
+func TestTerminatedQEMU(t *testing.T) {
+	b := testBackend(t)
+	s := &backend.Spec{ID: "term", Hostname: "t", Dir: filepath.Join(t.TempDir(), "s"), GuestBinary: testenv.Guest(t), Rootfs: busyboxRoot(t)}
+	ctx := context.Background()
+	defer b.Delete(ctx, s)
+	if err := b.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	pid, ok := b.qemu(s)
+	if !ok {
+		t.Fatal("no QEMU after create")
+	}
+	syscall.Kill(pid, syscall.SIGTERM)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if st, _ := b.State(ctx, s); st == backend.StatusStopped {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("QEMU still runs 10 s after SIGTERM")
+		}
+	}
+	e, err := b.MainExit(ctx, s)
+	if err != nil || e == nil || e.Code != 143 || e.Signal != 15 || !strings.Contains(e.Reason, "SIGTERM") {
+		t.Fatalf("main exit of a VM ended by SIGTERM: %+v, %v; want 143, signal 15", e, err)
+	}
+}

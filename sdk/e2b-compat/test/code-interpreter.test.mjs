@@ -151,5 +151,44 @@ test('js contexts: state persists within one, results, errors; an unknown langua
   assert.equal(res.status, 400)
   const body = await res.json()
   assert.equal(body.code, 400)
-  assert.match(body.message, /language "cobol" is not supported: use python, or js/)
+  assert.match(body.message, /language "cobol" is not supported: use python, bash, or js or typescript/)
+})
+
+test('js top-level await keeps its declarations; bash contexts keep their shell; typescript needs node to strip types', async () => {
+  const sbx = await newSandbox()
+  const js = await sbx.createCodeContext({ language: 'js' })
+  const ex = await sbx.runCode('const r = await new Promise((ok) => setTimeout(() => ok(41), 10))\nr + 1', { context: js })
+  assert.equal(ex.error, undefined)
+  assert.equal(ex.text, '42')
+  assert.equal((await sbx.runCode('r * 2', { context: js })).text, '82', 'a declaration after await stays global')
+  assert.equal((await sbx.runCode('await (', { context: js })).error?.name, 'SyntaxError')
+
+  const bash = await sbx.createCodeContext({ language: 'bash', cwd: '/tmp' })
+  assert.equal(bash.language, 'bash')
+  const out = []
+  const err = []
+  const b = await sbx.runCode('x=5; cd /; echo "x=$x"; echo warn >&2; printf "no newline"', {
+    context: bash, onStdout: (m) => out.push(m.line), onStderr: (m) => err.push(m.line),
+  })
+  assert.equal(b.error, undefined)
+  assert.equal(out.join(''), 'x=5\nno newline')
+  assert.deepEqual(err, ['warn\n'])
+  assert.deepEqual((await sbx.runCode('echo "$x $PWD"', { context: bash })).logs.stdout, ['5 /\n'], 'variables and cwd persist')
+  const failed = await sbx.runCode('false', { context: bash })
+  assert.equal(failed.error?.value, '1', 'a failing status is the error, as bash_kernel reports it')
+  const env = await sbx.runCode('echo "[$GREETING]"', { context: bash, envs: { GREETING: 'hi there' } })
+  assert.deepEqual(env.logs.stdout, ['[hi there]\n'])
+  assert.deepEqual((await sbx.runCode('echo "[$GREETING]"', { context: bash })).logs.stdout, ['[]\n'], 'envs last one cell')
+  await assert.rejects(sbx.runCode('sleep 30', { context: bash, timeoutMs: 1000 }), TimeoutError)
+  assert.deepEqual((await sbx.runCode('echo $x', { context: bash })).logs.stdout, ['5\n'], 'an interrupted cell leaves the shell')
+  assert.equal((await sbx.runCode('exit 3', { context: bash })).error?.name, 'ContextRestarting')
+  assert.deepEqual((await sbx.runCode('echo alive', { language: 'bash' })).logs.stdout, ['alive\n'])
+
+  // TypeScript runs through node's own type stripping, where node has it.
+  const node = await sbx.commands.run(`node -e "process.stdout.write(typeof require('node:module').stripTypeScriptTypes)"`)
+  if (node.stdout === 'function') {
+    assert.equal((await sbx.runCode('const t: number = 41; t + 1', { language: 'typescript' })).text, '42')
+  } else {
+    await assert.rejects(sbx.runCode('1', { language: 'ts', requestTimeoutMs: 5000 }), /400/)
+  }
 })

@@ -62,6 +62,7 @@ test('create, getInfo, list, connect, kill', async () => {
   assert.equal(info.templateId, template, 'the template create named, not the image it maps to')
   assert.deepEqual(info.metadata, { suite: 'compat', tag })
   assert.equal(info.state, 'running')
+  assert.deepEqual(info.lifecycle, { onTimeout: 'kill', autoResume: false }, 'the timeout kills by default')
   assert.ok(info.endAt > new Date(), 'endAt is in the future')
 
   const page = await Sandbox.list({ query: { metadata: { tag } } }).nextItems()
@@ -219,6 +220,39 @@ test('files: write, read, list, exists, makeDir, rename, remove', async () => {
   await assert.rejects(sbx.files.read('/work/nope'), FileNotFoundError)
   await assert.rejects(sbx.files.read('/tmp/../etc/passwd'), InvalidArgumentError)
   await assert.rejects(sbx.files.list('/work/../..'), InvalidArgumentError)
+  await assert.rejects(sbx.files.list('/work/bin.dat'), (e) => e instanceof InvalidArgumentError && /not a directory/.test(e.message),
+    'a listing of a file is the caller\'s wrong path, as envd answers it')
+  const nocwd = await sbx.commands.run('pwd', { cwd: '/no/such/dir' }).catch((e) => e)
+  assert.match(String(nocwd.message ?? nocwd), /working directory \/no\/such\/dir: no such file or directory/)
+})
+
+test('downloadUrl and uploadUrl: signed URLs that work without headers, for that file only', async () => {
+  const sbx = await newSandbox()
+  await sbx.files.write('/tmp/signed.txt', 'fetched by URL')
+  const down = await sbx.downloadUrl('/tmp/signed.txt')
+  assert.ok(!down.includes(sbx.sandboxId), 'with E2B_SANDBOX_URL set the URL names no sandbox: the signature finds it')
+  const got = await fetch(down)
+  assert.equal(got.status, 200)
+  assert.equal(await got.text(), 'fetched by URL')
+
+  const up = await sbx.uploadUrl('/tmp/uploaded.txt')
+  const form = new FormData()
+  form.append('file', new Blob(['sent by URL']), 'uploaded.txt')
+  const put = await fetch(up, { method: 'POST', body: form })
+  assert.equal(put.status, 200, await put.clone().text())
+  assert.equal(await sbx.files.read('/tmp/uploaded.txt'), 'sent by URL')
+
+  // The signature covers the path, the operation and the expiry.
+  const other = new URL(down)
+  other.searchParams.set('path', '/etc/passwd')
+  assert.equal((await fetch(other)).status, 401)
+  assert.equal((await fetch(up)).status, 401, 'a write signature does not read')
+  const expired = await sbx.downloadUrl('/tmp/signed.txt', { useSignatureExpiration: -10 })
+  assert.equal((await fetch(expired)).status, 401)
+  const lasting = await sbx.downloadUrl('/tmp/signed.txt', { useSignatureExpiration: 60 })
+  assert.equal((await fetch(lasting)).status, 200)
+  await sbx.kill()
+  assert.equal((await fetch(down)).status, 401, 'a removed sandbox\'s URL opens nothing')
 })
 
 test('a wrong API key is refused', async () => {
@@ -371,6 +405,27 @@ test('list filters by metadata, state, template and start time as the SDK sends 
   assert.deepEqual(await ids({ metadata: { tag }, template: 'no-such-template' }), [])
   assert.ok((await ids({ metadata: { tag }, startedAfter: new Date(startedAt.getTime() - 1) })).includes(one.sandboxId))
   assert.deepEqual(await ids({ metadata: { tag }, startedAfter: new Date(Date.now() + 60_000) }), [])
+})
+
+test('list pages with limit and nextToken, newest first, as the SDK\'s paginator reads them', async () => {
+  const tag = `p${Date.now()}`
+  const made = []
+  for (let i = 0; i < 3; i++) made.push((await newSandbox({ metadata: { tag } })).sandboxId)
+  const pager = Sandbox.list({ query: { metadata: { tag } }, limit: 2 })
+  const first = await pager.nextItems()
+  assert.equal(first.length, 2)
+  assert.ok(pager.hasNext, 'a full page leaves a token')
+  const second = await pager.nextItems()
+  assert.equal(second.length, 1)
+  assert.equal(pager.hasNext, false, 'the last page has no token')
+  const seen = [...first, ...second]
+  assert.deepEqual(seen.map((s) => s.sandboxId).sort(), [...made].sort(), 'every sandbox once')
+  for (let i = 1; i < seen.length; i++) assert.ok(seen[i - 1].startedAt >= seen[i].startedAt, 'newest first')
+  const res = await fetch(`${process.env.E2B_API_URL}/v2/sandboxes?limit=0`, { headers: { 'X-API-KEY': process.env.E2B_API_KEY } })
+  assert.equal(res.status, 400)
+  const bad = await fetch(`${process.env.E2B_API_URL}/v2/sandboxes?nextToken=junk`, { headers: { 'X-API-KEY': process.env.E2B_API_KEY } })
+  assert.equal(bad.status, 400)
+  assert.match((await bad.json()).message, /nextToken/)
 })
 
 test('what smolvm does not serve is an E2B error that says so', async () => {
@@ -528,6 +583,7 @@ test('network: none by default, a network of its own when asked', async () => {
 
 test("lifecycle onTimeout 'pause': the timeout pauses, connect resumes", async () => {
   const sbx = await newSandbox({ timeoutMs: 5000, lifecycle: { onTimeout: 'pause' } })
+  assert.deepEqual((await sbx.getInfo()).lifecycle, { onTimeout: 'pause', autoResume: false })
   await sbx.files.write('/tmp/kept', 'yes')
   await waitFor(async () => (await sbx.getInfo()).state === 'paused', 20_000, 'the timeout to pause the sandbox')
   const back = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 60_000 })

@@ -8,9 +8,12 @@
 #   python3 kernel.py --worker     one context's interpreter (started by it)
 import ast
 import base64
+import functools
 import json
 import os
+import re
 import select
+import shlex
 import shutil
 import signal
 import socket
@@ -222,6 +225,117 @@ def run_cell(code, ns, count, emit):
         emit.send({'type': 'error', 'name': type(e).__name__, 'value': str(e), 'traceback': ''.join(tb.format())})
 
 
+# --- the bash worker: one bash context's shell ---------------------------
+
+def bash_worker():
+    """A bash context: one bash process whose state (variables, functions,
+    cwd) lives on from cell to cell, as Jupyter's bash kernel keeps it.
+    Each cell is sourced from a file, then bash prints a marker line with
+    the cell's status on stdout and another on stderr; what comes before
+    them is the cell's output. A status other than 0 is the cell's error,
+    named as bash_kernel names it (no name, the status as its value)."""
+    emit = Emitter(os.dup(1))
+    os.dup2(2, 1)
+    marker = 'smolvm-end-' + uuid.uuid4().hex
+    sh = start_bash()
+    cell = os.path.join('/tmp', 'smolvm-cell-%d.sh' % os.getpid())
+    count = 0
+    emit.end()  # ready
+    while True:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        line = sys.stdin.readline()
+        if not line:
+            sh.kill()
+            return
+        req = json.loads(line)
+        count += 1
+        emit.send({'type': 'number_of_executions', 'execution_count': count})
+        env = req.get('env_vars') or {}
+        bad = [k for k in env if not re.fullmatch(r'[A-Za-z_][A-Za-z0-9_]*', k)]
+        if bad:
+            emit.send({'type': 'error', 'name': 'ValueError', 'value': 'env_vars: %r is not a shell variable name' % bad[0],
+                       'traceback': ''})
+            emit.end()
+            continue
+        with open(cell, 'w') as f:
+            f.write(req['code'] + '\n')
+        script = ''.join('__smolvm_set_%d=${%s+x}; __smolvm_old_%d=${%s-}; export %s=%s\n'
+                         % (i, k, i, k, k, shlex.quote(str(v))) for i, (k, v) in enumerate(env.items()))
+        script += "source %s </dev/null; __smolvm_status=$?\n" % cell
+        script += ''.join('if [ -n "$__smolvm_set_%d" ]; then export %s="$__smolvm_old_%d"; else unset %s; fi\n'
+                          % (i, k, i, k) for i, k in enumerate(env))
+        script += "printf '%s %%d\\n' $__smolvm_status; printf '%s\\n' >&2\n" % (marker, marker)
+        signal.signal(signal.SIGINT, lambda *_: interrupt_group(sh.pid))
+        status = bash_cell(sh, script.encode(), marker.encode(), emit)
+        if status is None:
+            # The cell ended bash (exit, exec): a new one, as a restart.
+            sh.wait()
+            sh = start_bash()
+            emit.send({'type': 'error', 'name': 'ContextRestarting', 'value': 'bash exited', 'traceback': ''})
+        elif status == 130:
+            emit.send({'type': 'error', 'name': 'KeyboardInterrupt', 'value': 'interrupted', 'traceback': ''})
+        elif status != 0:
+            emit.send({'type': 'error', 'name': '', 'value': str(status), 'traceback': ''})
+        emit.end()
+
+
+def start_bash():
+    """A bash in its own session, so an interrupt reaches the cell's whole
+    process group. The kernel runs in the background of a shell, where
+    SIGINT is ignored, and an ignored signal stays ignored across exec
+    (bash cannot even trap it): bash gets the default, and its INT trap
+    ends the cell, not bash."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        sh = subprocess.Popen(['bash', '--noprofile', '--norc'], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, bufsize=0, start_new_session=True)
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    write_all(sh.stdin.fileno(), b"trap 'return 130 2>/dev/null' INT\n")
+    return sh
+
+
+def interrupt_group(pgid):
+    try:
+        os.killpg(pgid, signal.SIGINT)
+    except ProcessLookupError:
+        pass  # bash ended meanwhile: bash_cell sees it
+
+
+def bash_cell(sh, script, marker, emit):
+    """Runs script in sh and streams its output until both markers; the
+    cell's status, or None if bash ended."""
+    write_all(sh.stdin.fileno(), script)
+    pending = {sh.stdout.fileno(): [b'', 'stdout'], sh.stderr.fileno(): [b'', 'stderr']}
+    status = None
+    while pending:
+        try:
+            ready, _, _ = select.select(list(pending), [], [])
+        except InterruptedError:
+            continue
+        for fd in ready:
+            buf, kind = pending[fd]
+            data = os.read(fd, 1 << 16)
+            if not data:
+                return None
+            buf += data
+            i = buf.find(marker)
+            if i < 0:
+                # Keep what could be the start of a marker for the next read.
+                keep = max(0, len(buf) - len(marker))
+                out, pending[fd][0] = buf[:keep], buf[keep:]
+            elif not buf.endswith(b'\n'):
+                out, pending[fd][0] = buf[:i], buf[i:]  # the marker's line is not whole yet
+            else:
+                out = buf[:i]
+                if kind == 'stdout':
+                    status = int(buf[i + len(marker):])
+                del pending[fd]
+            if out:
+                emit.send({'type': kind, 'text': out.decode(errors='replace')}, stream=True)
+    return status
+
+
 # --- the server --------------------------------------------------------
 
 DEFAULT_CWD = '/home/user' if os.path.isdir('/home/user') else '/'
@@ -234,22 +348,38 @@ WORKER_JS = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'worker.js'
 HEADER_DELAY = 0.05
 
 # The languages and their names (as E2B's server normalizes them).
-LANGUAGES = {'python': 'python', 'py': 'python', 'js': 'javascript', 'javascript': 'javascript'}
+LANGUAGES = {'python': 'python', 'py': 'python', 'js': 'javascript', 'javascript': 'javascript',
+             'ts': 'typescript', 'typescript': 'typescript', 'bash': 'bash', 'sh': 'bash'}
 
 
 def language(name):
     """The language name stands for, or an HTTPError saying what is served."""
     lang = LANGUAGES.get(name.strip().lower()) if isinstance(name, str) else None
     if lang is None:
-        raise HTTPError(400, 'language %s is not supported: use python, or js where the sandbox has node'
+        raise HTTPError(400, 'language %s is not supported: use python, bash, or js or typescript where the sandbox has node'
                         % json.dumps(name))
-    if lang == 'javascript' and not shutil.which('node'):
+    if lang in ('javascript', 'typescript') and not shutil.which('node'):
         raise HTTPError(400, 'language %s: node is not installed in this sandbox' % json.dumps(name))
+    if lang == 'typescript' and not strips_types():
+        raise HTTPError(400, 'language %s: this sandbox\'s node cannot strip types (node 22.13 or later can)'
+                        % json.dumps(name))
+    if lang == 'bash' and not shutil.which('bash'):
+        raise HTTPError(400, 'language %s: bash is not installed in this sandbox' % json.dumps(name))
     return lang
 
 
+@functools.cache
+def strips_types():
+    """Whether node has module.stripTypeScriptTypes, which TypeScript
+    contexts run each cell through: node's own type stripping, not a
+    second compiler. Asked once."""
+    probe = "process.exit(typeof require('node:module').stripTypeScriptTypes === 'function' ? 0 : 1)"
+    return subprocess.run(['node', '-e', probe], stderr=subprocess.DEVNULL).returncode == 0
+
+
 class Context:
-    """One context: a worker process (python3 or node) holding its state.
+    """One context: a worker process (python3, node, or python3 holding a
+    bash) holding its state.
     A worker answers each request line with message lines ending in END,
     and writes one END when it is ready."""
 
@@ -264,8 +394,10 @@ class Context:
     def start(self):
         # Unbuffered pipes: execute selects on the worker's stdout and the
         # client's socket in one thread, and reads whole lines itself.
-        if self.language == 'javascript':
-            args = ['node', WORKER_JS]
+        if self.language in ('javascript', 'typescript'):
+            args = ['node', WORKER_JS] + (['--typescript'] if self.language == 'typescript' else [])
+        elif self.language == 'bash':
+            args = [sys.executable, '-u', os.path.abspath(__file__), '--bash-worker']
         else:
             args = [sys.executable, '-u', os.path.abspath(__file__), '--worker']
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=self.cwd, bufsize=0)
@@ -531,5 +663,7 @@ def main():
 if __name__ == '__main__':
     if sys.argv[1:] == ['--worker']:
         worker()
+    elif sys.argv[1:] == ['--bash-worker']:
+        bash_worker()
     else:
         main()

@@ -81,8 +81,41 @@ function traceback(e) {
   return lines.filter((l) => !l.startsWith('    at ') || l.includes('<cell ')).join('\n')
 }
 
+// A TypeScript context runs each cell through node's own type stripping
+// (kernel.py offers typescript only where node has it).
+const stripTypes = process.argv.includes('--typescript') ? require('node:module').stripTypeScriptTypes : null
+
+// A cell with top-level await is not a script. Node's REPL evaluator
+// rewrites such a cell into an async function whose declarations still
+// land in the global scope (as the REPL and Jupyter's JavaScript kernels
+// do), so it is borrowed for those cells; a REPL on idle streams, made at
+// the first one.
+let repl = null
+function replEval(code, filename) {
+  if (repl === null) {
+    const { PassThrough } = require('node:stream')
+    repl = require('node:repl').start({ input: new PassThrough(), output: new PassThrough(), terminal: false, useGlobal: true, prompt: '' })
+  }
+  return new Promise((resolve, reject) => {
+    repl.eval(code, repl.context, filename, (err, value) => {
+      if (err) reject(err.err ?? err) // a repl.Recoverable wraps a SyntaxError
+      else resolve(value)
+    })
+  })
+}
+
 async function runCell(code, count) {
-  let value = new vm.Script(code, { filename: `<cell ${count}>` }).runInThisContext({ breakOnSigint: true })
+  const filename = `<cell ${count}>`
+  if (stripTypes !== null) code = stripTypes(code)
+  let value
+  let script = null
+  try {
+    script = new vm.Script(code, { filename })
+  } catch (e) {
+    if (!(e instanceof SyntaxError) || !code.includes('await')) throw e
+  }
+  if (script !== null) value = script.runInThisContext({ breakOnSigint: true })
+  else value = replEval(code, filename)
   if (value instanceof Promise) {
     value = await Promise.race([value, new Promise((_, reject) => { interrupt = () => reject(new Interrupted()) })])
   }
