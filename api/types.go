@@ -46,6 +46,8 @@ type CreateRequest struct {
 	Network *sandbox.Network `json:"network,omitempty"`
 	// Labels tag the sandbox for usage by label.
 	Labels map[string]string `json:"labels,omitempty"`
+	// Volumes are the caller's volumes to mount (POST /v1/volumes).
+	Volumes []sandbox.VolumeMount `json:"volumes,omitempty"`
 	// Start defaults to true.
 	Start *bool `json:"start,omitempty"`
 	// Backend runs the sandbox; absent is the server's default (or the

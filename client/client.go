@@ -241,7 +241,7 @@ func (c *Client) Create(ctx context.Context, o sandbox.CreateOptions) (*sandbox.
 		Name: o.Name, Image: o.Image, Cmd: cfg.Cmd, Env: cfg.Env, WorkDir: cfg.WorkDir, User: cfg.User,
 		Hostname: cfg.Hostname, CPUs: cfg.Limits.CPUs, Memory: api.Bytes(cfg.Limits.Memory), Pids: cfg.Limits.Pids,
 		Disk: api.Bytes(cfg.Limits.Disk), Timeout: &ttl, IdleTimeout: api.Duration(cfg.IdleTimeout),
-		OnExpiry: cfg.OnExpiry, TrustRepo: cfg.TrustRepo, Network: cfg.Network, Labels: cfg.Labels, Start: &o.Start, Pool: o.Pool, Backend: o.Backend,
+		OnExpiry: cfg.OnExpiry, TrustRepo: cfg.TrustRepo, Network: cfg.Network, Labels: cfg.Labels, Volumes: cfg.Volumes, Start: &o.Start, Pool: o.Pool, Backend: o.Backend,
 	}
 	return c.sandboxCall(ctx, http.MethodPost, "/v1/sandboxes", req)
 }

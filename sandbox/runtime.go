@@ -151,6 +151,7 @@ type Runtime interface {
 	SnapshotUsers
 	Tenancy
 	Templates
+	VolumeService
 }
 
 // Templates are images plus, optionally, a started state (Template).

@@ -82,6 +82,9 @@ type Config struct {
 	// Labels are the caller's key=value tags (E2B's metadata too); usage
 	// can be broken down by them. Copies keep their source's.
 	Labels map[string]string `json:"labels,omitempty"`
+	// Volumes are the tenant's volumes mounted into the sandbox; copies
+	// (restore, fork) mount the same volumes, not copies of them.
+	Volumes []VolumeMount `json:"volumes,omitempty"`
 }
 
 // LabelWarm on a sandbox names an HTTP endpoint inside it, PORT/PATH

@@ -19,7 +19,9 @@ type Quota struct {
 	CPUs   float64 `json:"cpus,omitempty"`
 	// SnapshotBytes sums the sizes of the tenant's snapshots.
 	SnapshotBytes int64 `json:"snapshot_bytes,omitempty"`
-	Pools         int   `json:"pools,omitempty"`
+	// VolumeBytes sums the sizes (quotas) of the tenant's volumes.
+	VolumeBytes int64 `json:"volume_bytes,omitempty"`
+	Pools       int   `json:"pools,omitempty"`
 	// CreatesPerMinute bounds creates, restores and fork copies in any
 	// minute.
 	CreatesPerMinute int `json:"creates_per_minute,omitempty"`
@@ -29,7 +31,7 @@ type Quota struct {
 // enough that sums over a tenant's sandboxes stay exact.
 const (
 	MaxQuotaCount = 1_000_000 // sandboxes, vCPUs, pools, creates per minute
-	MaxQuotaBytes = 1 << 50   // memory, snapshot bytes: 1 PiB
+	MaxQuotaBytes = 1 << 50   // memory, snapshot and volume bytes: 1 PiB
 )
 
 // QuotaError is a quota limit out of range; Field is its JSON name. It is
@@ -54,7 +56,7 @@ func (q Quota) Check() error {
 		max   int64
 	}{
 		{"sandboxes", int64(q.Sandboxes), MaxQuotaCount}, {"memory", q.Memory, MaxQuotaBytes},
-		{"snapshot_bytes", q.SnapshotBytes, MaxQuotaBytes}, {"pools", int64(q.Pools), MaxQuotaCount},
+		{"snapshot_bytes", q.SnapshotBytes, MaxQuotaBytes}, {"volume_bytes", q.VolumeBytes, MaxQuotaBytes}, {"pools", int64(q.Pools), MaxQuotaCount},
 		{"creates_per_minute", int64(q.CreatesPerMinute), MaxQuotaCount},
 	} {
 		if l.value < 0 || l.value > l.max {

@@ -92,6 +92,7 @@ type CreateRequest struct {
 	} `json:"autoResume"`
 	AllowInternetAccess *bool           `json:"allow_internet_access"`
 	Network             *NetworkRequest `json:"network"`
+	VolumeMounts        []VolumeMount   `json:"volumeMounts"`
 }
 
 // NetworkRequest is the part of E2B's network settings smolvm can honour:

@@ -76,7 +76,7 @@ func quote(s string) string {
 // KindOf returns the kind of name a path wildcard holds: {id} a sandbox,
 // {snapshot} and {template} a snapshot, {pool} a pool, {port} a port,
 // {tenant} a tenant, {key} a tenant key's ID, {hash} and {build} a hex
-// ID, {alias} a template name.
+// ID, {alias} a template name, {volume} a volume.
 func KindOf(wildcard string) (names.Kind, bool) {
 	switch wildcard {
 	case "id":
@@ -95,6 +95,8 @@ func KindOf(wildcard string) (names.Kind, bool) {
 		return names.Hex, true
 	case "alias":
 		return names.Template, true
+	case "volume":
+		return names.Volume, true
 	}
 	return 0, false
 }

@@ -57,6 +57,8 @@ const (
 	Template
 	// Hex is an ID in hex digits (a content hash, a build's ID).
 	Hex
+	// Volume is a named volume's name.
+	Volume
 )
 
 type rule struct {
@@ -69,7 +71,7 @@ type rule struct {
 
 const (
 	word = `[A-Za-z0-9][A-Za-z0-9_.-]`
-	// short is the rule of sandbox, pool and tenant names.
+	// short is the rule of sandbox, pool, tenant and volume names.
 	short = "use 1-63 letters, digits, '_', '.' or '-', starting with a letter or digit"
 )
 
@@ -81,6 +83,7 @@ var rules = map[Kind]rule{
 	Sandbox: {what: "sandbox name", max: 63, re: regexp.MustCompile(`^` + word + `*$`), want: short},
 	Pool:    {what: "pool name", max: 63, re: regexp.MustCompile(`^` + word + `*$`), want: short},
 	Tenant:  {what: "tenant name", max: 63, re: regexp.MustCompile(`^` + word + `*$`), want: short},
+	Volume:  {what: "volume name", max: 63, re: regexp.MustCompile(`^` + word + `*$`), want: short},
 	Snapshot: {what: "snapshot name", max: 128, re: regexp.MustCompile(`^(sha256:[0-9a-f]{1,64}|` + word + `*)$`),
 		want: "use up to 128 letters, digits, '_', '.' or '-', starting with a letter or digit, or a snapshot ID"},
 	Context: {what: "context ID", max: 128, re: regexp.MustCompile(`^` + word + `*$`),

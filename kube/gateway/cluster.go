@@ -144,7 +144,7 @@ func (c *cluster) spec(o sandbox.CreateOptions) (v1alpha1.SandboxSpec, error) {
 	}{
 		{"hostname", cfg.Hostname != ""}, {"idle_timeout", cfg.IdleTimeout != 0},
 		{"on_expiry", cfg.OnExpiry != "" && cfg.OnExpiry != sandbox.ExpiryStop}, {"policy", cfg.TrustRepo != ""},
-		{"start", !o.Start},
+		{"start", !o.Start}, {"volumes", len(cfg.Volumes) > 0},
 	} {
 		if f.set {
 			return spec, errdefs.New(errdefs.ErrInvalid, f.name+": not served by the cluster gateway")
@@ -824,4 +824,23 @@ func (*cluster) Templates(context.Context) ([]*sandbox.Template, error) {
 
 func (*cluster) RemoveTemplate(context.Context, string) error {
 	return unsupported("removing a template", templatesWhy)
+}
+
+// volumesWhy: a volume is an ext4 image on one node's disk.
+const volumesWhy = "volumes are a node's (docs/volumes.md)"
+
+func (*cluster) CreateVolume(context.Context, sandbox.VolumeOptions) (*sandbox.Volume, error) {
+	return nil, unsupported("creating a volume", volumesWhy)
+}
+
+func (*cluster) GetVolume(context.Context, string) (*sandbox.Volume, error) {
+	return nil, unsupported("a volume", volumesWhy)
+}
+
+func (*cluster) ListVolumes(context.Context) ([]*sandbox.Volume, error) {
+	return nil, unsupported("the volumes", volumesWhy)
+}
+
+func (*cluster) RemoveVolume(context.Context, string, bool) error {
+	return unsupported("removing a volume", volumesWhy)
 }

@@ -113,6 +113,8 @@ func (g *Gateway) e2bSpec(ctx context.Context, ns string, req *e2bapi.CreateRequ
 		return spec, errors.New("autoPauseMemory: false is not supported; a paused smolvm sandbox keeps its memory")
 	case req.AutoResume != nil && req.AutoResume.Enabled:
 		return spec, errors.New("autoResume: not supported; resume a paused sandbox with Sandbox.connect")
+	case len(req.VolumeMounts) > 0:
+		return spec, errors.New("volumeMounts: not served by the cluster gateway; volumes are a node's (docs/volumes.md)")
 	}
 	var netReq e2bapi.NetworkRequest
 	if req.Network != nil {

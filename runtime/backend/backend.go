@@ -135,7 +135,7 @@ type Rootfs struct {
 	// Layers, so what a backend builds from them it may cache by ID.
 	ImageID string
 	Layers  []Layer // lowest first
-	Mounts  []Mount // mounted over the layers, read-only
+	Mounts  []Mount // mounted over the layers, read-only unless Writable
 	// WritableSize caps the writable layer in bytes (0: no cap); a
 	// sandbox that fills it gets ENOSPC, and the host disk is untouched.
 	WritableSize int64
@@ -161,10 +161,14 @@ type Layer struct {
 	Dir string
 }
 
-// Mount is a read-only bind mount from the host.
+// Mount is a bind mount from the host, read-only unless Writable.
 type Mount struct {
 	Source      string
 	Destination string
+	// Volume marks a named volume: a live directory that other sandboxes
+	// and later ones share, so a backend must mount it, never copy it.
+	Volume   bool `json:",omitempty"`
+	Writable bool `json:",omitempty"`
 }
 
 // Exit is how a sandbox's main process ended.

@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"smolvm.dev/smolvm/internal/store"
+	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/tests/testdeps"
 	"smolvm.dev/smolvm/tests/testenv"
@@ -61,6 +62,11 @@ func openManager(t testing.TB, dir string, opts ...func(*Config)) *testManager {
 			m.Remove(context.Background(), r.ID, true)
 		}
 		m.GC(context.Background())
+		// Volumes are mounted under dir too.
+		vs, _ := m.ListVolumes(context.Background())
+		for _, v := range vs {
+			m.RemoveVolume(tenant.With(context.Background(), v.Tenant), v.Name, true)
+		}
 	})
 	return &testManager{Manager: m, dir: dir}
 }

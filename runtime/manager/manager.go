@@ -28,6 +28,7 @@ import (
 	"smolvm.dev/smolvm/runtime/network"
 	"smolvm.dev/smolvm/runtime/snapshot"
 	"smolvm.dev/smolvm/runtime/tenant"
+	"smolvm.dev/smolvm/runtime/volume"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -46,6 +47,7 @@ type Manager struct {
 	net         *network.Host
 	gate        Gate
 	tenants     *tenant.Store
+	volumes     *volume.Store
 	quota       quotas
 }
 
@@ -113,13 +115,17 @@ func assemble(ctx context.Context, c Config, st *store.Store, backends *backend.
 	if err != nil {
 		return nil, err
 	}
+	volumes, err := volume.Open(ctx, c.DataDir, st)
+	if err != nil {
+		return nil, err
+	}
 	for _, d := range []string{"sandboxes", "locks"} {
 		if err := os.MkdirAll(filepath.Join(c.DataDir, d), 0o700); err != nil {
 			return nil, err
 		}
 	}
 	m := &Manager{dataDir: c.DataDir, st: st, images: images, backends: backends, snaps: snaps, guestBinary: c.GuestBinary, refill: c.Refill,
-		tenants: tenants, quota: quotas{pending: map[string]demand{}, creates: map[string][]time.Time{}}}
+		tenants: tenants, volumes: volumes, quota: quotas{pending: map[string]demand{}, creates: map[string][]time.Time{}}}
 	if c.Gate != nil {
 		m.gate = c.Gate(st)
 	}
@@ -257,6 +263,9 @@ func (m *Manager) create(ctx context.Context, o sandbox.CreateOptions, pool, upp
 		return fail(err)
 	}
 	release() // the record counts now
+	if err := m.mountVolumes(ctx, r); err != nil {
+		return fail(err)
+	}
 	if err := m.setupNetwork(ctx, r); err != nil {
 		return fail(err)
 	}
@@ -287,6 +296,9 @@ func (m *Manager) checkConfig(cfg *sandbox.Config) error {
 		}
 	}
 	if err := validate(cfg); err != nil {
+		return err
+	}
+	if err := sandbox.CheckVolumeMounts(cfg.Volumes); err != nil {
 		return err
 	}
 	if cfg.Network != nil && m.net == nil {
@@ -476,6 +488,9 @@ func (m *Manager) Start(ctx context.Context, ref string) (*sandbox.Sandbox, erro
 		defer release()
 		boot = r.be.Restart
 		if err := m.refreshSpec(ctx, r); err != nil {
+			return nil, fmt.Errorf("start %s: %w", r.Name, err)
+		}
+		if err := m.mountVolumes(ctx, r); err != nil {
 			return nil, fmt.Errorf("start %s: %w", r.Name, err)
 		}
 		if r.Config.Network != nil {

@@ -322,6 +322,8 @@ func (m *Manager) claim(ctx context.Context, o sandbox.CreateOptions) (*sandbox.
 		// Pool members boot before anyone asks, with --net none; a network
 		// is set up at create, so it cannot be given to one afterwards.
 		return nil, fmt.Errorf("create: %w: pooled sandboxes have no network; drop --pool to use --net", sandbox.ErrInvalid)
+	case len(o.Config.Volumes) > 0:
+		return nil, fmt.Errorf("create: %w: pooled sandboxes mount no volumes; drop --pool to use --volume", sandbox.ErrInvalid)
 	case !limitsFit(o.Config.Limits, p.Limits):
 		return nil, fmt.Errorf("create: %w: pool %s has limits %+v; leave limits unset or equal", sandbox.ErrInvalid, p.Name, p.Limits)
 	}

@@ -259,13 +259,13 @@ func (m *Manager) freshCopy(ctx context.Context, name, imageRef string, img *san
 // target takes a restore target for a copy of a sandbox of image imageID
 // with cfg on the backend named be: a created, never started member of a
 // pool of that image, those limits and that backend, locked. Targets boot
-// with no network, so a copy with one gets none. It returns nil if no
-// pool has a target ready. A target's OCI spec (hostname, mounts, limits,
+// with no network and no volumes, so a copy with either gets none. It
+// returns nil if no pool has a target ready. A target's OCI spec (hostname, mounts, limits,
 // network namespace) was fixed by runsc create for the pool, not for the
 // copy: whatever differs between copies must reach the restored guest as
 // its identity (resume.json: env, machine ID, deadline, hostname).
 func (m *Manager) target(ctx context.Context, name, imageID string, cfg sandbox.Config, be string) (*record, func(), error) {
-	if cfg.Network.Enabled() {
+	if cfg.Network.Enabled() || len(cfg.Volumes) > 0 {
 		return nil, nil, nil
 	}
 	pools, err := m.poolNames(ctx)
@@ -339,6 +339,10 @@ func (m *Manager) materialize(ctx context.Context, r *record, sn backend.Snapsho
 	} else {
 		// A failed insert may still have written the row (see create).
 		if err := insert(ctx, m.st, r); err != nil {
+			return fail(err)
+		}
+		// The snapshot holds no volume: the copy mounts the same ones.
+		if err := m.mountVolumes(ctx, r); err != nil {
 			return fail(err)
 		}
 		if err := m.setupNetwork(ctx, r); err != nil {

@@ -1,12 +1,13 @@
 // Two tenants' API keys through the official e2b SDK: tenant B cannot
 // list, connect to, kill, pause, time out, read the files of, or restore
-// the snapshots of tenant A's sandboxes; every such call answers as for a
-// sandbox or snapshot that never existed. The Go test (e2b/compat_test.go,
+// the snapshots of tenant A's sandboxes, nor see, destroy or mount A's
+// volumes; every such call answers as for a sandbox, snapshot or volume
+// that never existed. The Go test (e2b/compat_test.go,
 // TestSDKTenants) starts the server, makes the tenants and their keys, and
 // passes them as SMOLVM_KEY_A and SMOLVM_KEY_B.
 import { test, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { Sandbox } from 'e2b'
+import { Sandbox, Volume } from 'e2b'
 
 const keyA = process.env.SMOLVM_KEY_A
 const keyB = process.env.SMOLVM_KEY_B
@@ -83,4 +84,34 @@ test("tenant B reaches none of tenant A's sandboxes and snapshots", async () => 
   assert.equal(await a.files.read('/tmp/secret'), 'a-only')
   assert.deepEqual((await Sandbox.listSnapshots(A).nextItems()).map((s) => s.snapshotId), [snap.snapshotId])
   assert.equal((await Sandbox.connect(a.sandboxId, A)).sandboxId, a.sandboxId)
+})
+
+test("tenant B reaches none of tenant A's volumes", async () => {
+  const name = `a-vol-${Date.now()}`
+  const none = `no-vol-${Date.now()}`
+  const va = await Volume.create(name, A)
+  assert.ok(!(await Volume.list(B)).some((v) => v.name === name), "B lists A's volume")
+  const calls = {
+    getInfo: (id) => Volume.getInfo(id, B),
+    connect: (id) => Volume.connect(id, B).then((v) => v.volumeId),
+    destroy: (id) => Volume.destroy(id, B),
+    mount: (id) => Sandbox.create('base', { ...B, timeoutMs: 60_000, volumeMounts: { '/v': id } }).then((s) => { created.push(s); return s.sandboxId }),
+  }
+  // A refused create names the sandbox it would have made.
+  const fresh = (s) => s.replace(/sb-[0-9a-f]{12}/g, 'sb-NEW')
+  for (const [what, call] of Object.entries(calls)) {
+    const theirs = fresh(await outcome(() => call(name), name))
+    assert.equal(theirs, fresh(await outcome(() => call(none), none)), `${what}: A's volume and a missing one differ for B`)
+    assert.ok(!theirs.startsWith('ok') || theirs === 'ok false', `${what}: B reached A's volume: ${theirs}`)
+  }
+  // B may have a volume of the same name: names are per tenant, and so
+  // are the content API's tokens.
+  process.env.E2B_VOLUME_API_URL ??= process.env.E2B_API_URL
+  await va.writeFile('/secret', 'a-only')
+  const vb = await Volume.create(name, B)
+  assert.equal(await vb.exists('/secret'), false, "B's token reached A's volume")
+  assert.equal(await va.readFile('/secret'), 'a-only')
+  assert.equal(await Volume.destroy(name, B), true)
+  assert.equal((await Volume.getInfo(name, A)).name, name, "A's volume is as A left it")
+  assert.equal(await Volume.destroy(name, A), true)
 })

@@ -104,6 +104,24 @@ export interface Snapshot {
   lineage: { sandbox: string; sandbox_name: string; parent: string }
 }
 
+export interface Volume {
+  name: string
+  /** the quota in bytes: writes beyond it fail with ENOSPC */
+  size: number
+  used: number
+  created_at: string
+  tenant?: string
+  /** sandboxes whose config mounts it */
+  used_by: string[]
+}
+
+export interface VolumeMount {
+  name: string
+  /** absolute path inside the sandbox */
+  path: string
+  readOnly?: boolean
+}
+
 export interface SandboxEvent {
   type: string
   id: string
@@ -135,6 +153,8 @@ export interface CreateOptions {
   idleTimeout?: Seconds
   onExpiry?: 'stop' | 'pause'
   start?: boolean
+  /** Volumes to mount (createVolume); several sandboxes may mount one. */
+  volumes?: VolumeMount[]
 }
 
 export interface ExecOptions {
@@ -227,6 +247,10 @@ export class Client {
   templates(): Promise<Template[]>
   template(name: string): Promise<Template>
   removeTemplate(name: string): Promise<void>
+  createVolume(name: string, opts?: { size?: number | string }): Promise<Volume>
+  volumes(): Promise<Volume[]>
+  volume(name: string): Promise<Volume>
+  removeVolume(name: string, opts?: { force?: boolean }): Promise<void>
   browserStart(opts?: { golden?: string; allowHosts?: string[]; allowCidrs?: string[]; mode?: 'egress' | 'full'; image?: string; timeout?: Seconds }): Promise<Snapshot>
   browserNew(opts?: { golden?: string; name?: string; ttl?: Seconds }): Promise<Browser>
   browserRelease(ref: string): Promise<void>

@@ -132,8 +132,11 @@ export class Client {
 
   /** Create (and start) a sandbox; timeout is its time to live (seconds or "15m"; default 15m; 0: none). */
   create(opts = {}) {
-    const { env, timeout, idleTimeout, onExpiry, start = true, ...rest } = opts
-    const req = { ...rest, env: envList(env), timeout: duration(timeout), idle_timeout: duration(idleTimeout), on_expiry: onExpiry, start }
+    const { env, timeout, idleTimeout, onExpiry, volumes, start = true, ...rest } = opts
+    const req = {
+      ...rest, env: envList(env), timeout: duration(timeout), idle_timeout: duration(idleTimeout), on_expiry: onExpiry, start,
+      volumes: volumes?.map(({ name, path, readOnly }) => ({ name, path, read_only: readOnly })),
+    }
     return this.#json('POST', '/v1/sandboxes', { json: req })
   }
 
@@ -286,6 +289,25 @@ export class Client {
 
   async removeTemplate(name) {
     await this.#json('DELETE', `/v1/templates/${encodeURIComponent(name)}`)
+  }
+
+  /** Create a volume of size bytes (or "10g"; default 1 GiB): a file system that outlives sandboxes. */
+  createVolume(name, { size } = {}) {
+    return this.#json('POST', '/v1/volumes', { json: { name, size } })
+  }
+
+  volumes() {
+    return this.#json('GET', '/v1/volumes')
+  }
+
+  /** Throws NotFoundError for a missing volume, and for another tenant's. */
+  volume(name) {
+    return this.#json('GET', `/v1/volumes/${encodeURIComponent(name)}`)
+  }
+
+  /** Throws ConflictError while sandboxes mount it, unless force. */
+  async removeVolume(name, { force = false } = {}) {
+    await this.#json('DELETE', `/v1/volumes/${encodeURIComponent(name)}`, { query: { force } })
   }
 
   /** Boot headless Chromium and checkpoint it as the golden browser; browsers may reach allowHosts/allowCidrs. */

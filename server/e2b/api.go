@@ -52,6 +52,7 @@ func (h *Handler) apiRoutes() *http.ServeMux {
 	if h.builds != nil { // otherwise unserved (unserved.go)
 		h.templateRoutes(mux, handle)
 	}
+	h.volumeRoutes(handle)
 	return mux
 }
 
@@ -119,7 +120,8 @@ type detailJSON struct {
 	AllowInternetAccess bool         `json:"allowInternetAccess"`
 	Network             *networkJSON `json:"network,omitempty"`
 	// Lifecycle is what the timeout does (getInfo().lifecycle).
-	Lifecycle lifecycleJSON `json:"lifecycle"`
+	Lifecycle    lifecycleJSON        `json:"lifecycle"`
+	VolumeMounts []e2bapi.VolumeMount `json:"volumeMounts"`
 }
 
 // lifecycleJSON is E2B's SandboxLifecycle. smolvm resumes a paused
@@ -146,7 +148,8 @@ func newDetailJSON(sb *sandbox.Sandbox, in info) detailJSON {
 		MemoryMB:   sb.Config.Limits.Memory >> 20,
 		DiskSizeMB: sb.Config.Limits.Disk >> 20,
 		Metadata:   in.Metadata, State: string(sb.State), EnvdVersion: EnvdVersion,
-		Lifecycle: lifecycleJSON{OnTimeout: "kill"},
+		VolumeMounts: volumeMountsJSON(sb),
+		Lifecycle:    lifecycleJSON{OnTimeout: "kill"},
 	}
 	if sb.Config.OnExpiry == sandbox.ExpiryPause {
 		d.Lifecycle.OnTimeout = "pause"
@@ -220,14 +223,15 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Metadata are the sandbox's labels too: usage by label sums them.
-	opts := sandbox.CreateOptions{Start: true, Config: sandbox.Config{TTL: h.ttl, Network: netPolicy, Labels: req.Metadata}}
+	opts := sandbox.CreateOptions{Start: true, Config: sandbox.Config{TTL: h.ttl, Network: netPolicy, Labels: req.Metadata, Volumes: volumeMounts(req.VolumeMounts)}}
 	if req.AutoPause != nil && *req.AutoPause {
 		// lifecycle.onTimeout: 'pause'; smolvm serve's reaper pauses it.
 		opts.Config.OnExpiry = sandbox.ExpiryPause
 	}
 	// A warm pool of that name wins: it holds started sandboxes of an
-	// image (by default it is named after it), so create skips the boot.
-	if _, err := h.m.Pool(r.Context(), req.TemplateID); err == nil {
+	// image (by default it is named after it), so create skips the boot;
+	// but its members mount no volumes.
+	if _, err := h.m.Pool(r.Context(), req.TemplateID); err == nil && len(req.VolumeMounts) == 0 {
 		opts.Pool = req.TemplateID
 	} else {
 		opts.Image = req.TemplateID

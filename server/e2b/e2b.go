@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"smolvm.dev/smolvm/api/e2bapi"
@@ -48,6 +49,8 @@ type Runtime interface {
 	sandbox.Pools
 	sandbox.SnapshotUsers
 	sandbox.Templates
+	sandbox.VolumeService
+	sandbox.VolumeFiles
 }
 
 // Options configure a Handler.
@@ -180,6 +183,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if id := h.signer(r.Context(), r); id != "" {
 		h.serveEnvd(w, r, id) // a signed file URL (signed.go)
+		return
+	}
+	if strings.HasPrefix(r.URL.Path, "/volumecontent/") {
+		h.serveVolumeContent(w, r) // takes a volume's token, not an API key
 		return
 	}
 	r, ok := h.authorize(r)

@@ -113,7 +113,7 @@ func TestBadInput(t *testing.T) {
 			}
 			n++
 			method, path, _ := strings.Cut(pattern, " ")
-			path = strings.NewReplacer("{id}", id, "{template}", "nosuch").Replace(path)
+			path = strings.NewReplacer("{id}", id, "{template}", "nosuch", "{volume}", "nosuch").Replace(path)
 			hdr := map[string]string{"X-API-KEY": testKey}
 			if slices.Contains(envdRoutes, pattern) {
 				hdr = envd
@@ -330,9 +330,15 @@ func TestBadInput(t *testing.T) {
 	})
 
 	t.Run("unserved E2B APIs", func(t *testing.T) {
-		for _, p := range []string{"/volumes", "/secrets", "/templates/aliases/x", "/v3/templates", "/templates/base/builds/b1/status", "/volumecontent/v/file"} {
+		for _, p := range []string{"/secrets", "/templates/aliases/x", "/v3/templates", "/templates/base/builds/b1/status"} {
 			status, body := s.call(t, "GET", p, apiKey, "")
 			wantError(t, p, status, body, http.StatusNotImplemented, "smolvm does not serve E2B's")
+		}
+		// The volume content API takes a volume's token: an API key, none
+		// or a wrong one is a 401 that tells nothing of the volume.
+		for _, hdr := range []map[string]string{apiKey, nil, {"Authorization": "Bearer nope"}} {
+			status, body := s.call(t, "GET", "/volumecontent/v/file?path=/f", hdr, "")
+			wantError(t, "/volumecontent/v/file", status, body, http.StatusUnauthorized, "missing or invalid volume token")
 		}
 		// A served route's bad name is that route's answer, not a 501.
 		status, body := s.call(t, "DELETE", "/templates/%2F", apiKey, "")

@@ -13,8 +13,6 @@ import (
 // names what is missing, not a 404 the SDK would read as "no such
 // volume" or "no such secret".
 var unservedAPIs = []struct{ prefix, what string }{
-	{"/volumes", "volumes"},
-	{"/volumecontent/", "volumes"},
 	{"/secrets", "secrets"},
 	{"/templates/aliases/", templatesWhat},
 	{"/templates/tags", templatesWhat},

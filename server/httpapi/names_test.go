@@ -28,11 +28,13 @@ import (
 // with bad names below; a new route must be added to one or the other.
 var (
 	nativeNameless = []string{"GET /healthz", "GET /openapi.json", "GET /metrics", "GET /v1/events", "GET /v1/sandboxes",
-		"GET /v1/images", "GET /v1/snapshots", "GET /v1/pools", "GET /v1/tenants", "GET /v1/usage", "GET /v1/templates", "/e2b/",
+		"GET /v1/images", "GET /v1/snapshots", "GET /v1/pools", "GET /v1/tenants", "GET /v1/usage", "GET /v1/templates", "GET /v1/volumes", "/e2b/",
 		// A run's repo is a path on the server's host, not a name in the
 		// data dir: TestAgentRunsAPI checks it (absolute, a git work tree).
-		"GET /v1/agent/runs", "POST /v1/agent/runs"}
-	e2bNameless = []string{"GET /sandboxes", "GET /v2/sandboxes"}
+		"GET /v1/agent/runs", "POST /v1/agent/runs",
+		// So is project memory's repo (admin only, as agent runs).
+		"GET /v1/memory", "POST /v1/memory", "POST /v1/memory/verify"}
+	e2bNameless = []string{"GET /sandboxes", "GET /v2/sandboxes", "GET /volumes"}
 )
 
 // TestNamesOnEveryRoute sends malformed names (traversal, over-long,
@@ -188,6 +190,7 @@ func TestNamesOnEveryRoute(t *testing.T) {
 		"POST /v1/pools":                        {"name", "image"},
 		"POST /v1/templates":                    {"name", "image"},
 		"POST /v1/tenants":                      {"name"},
+		"POST /v1/volumes":                      {"name"},
 		"POST /v1/images":                       {"ref"},
 		"POST /v1/sandboxes/{id}/checkpoint":    {"name"},
 		"POST /v1/sandboxes/{id}/fork":          {"name_prefix"},
@@ -218,6 +221,7 @@ func TestNamesOnEveryRoute(t *testing.T) {
 		"GET /snapshots":                 {"?sandboxID", "?name"},
 		"POST /v3/templates":             {"name"},
 		"POST /templates/tags":           {"target"},
+		"POST /volumes":                  {"name"},
 	}
 	for _, pattern := range e2bRoutes {
 		if len(httpguard.Wildcards(pattern)) == 0 && e2bFields[pattern] == nil {

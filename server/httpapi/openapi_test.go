@@ -67,6 +67,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		"RestoreRequest": api.RestoreRequest{}, "PoolRequest": api.PoolRequest{}, "TemplateRequest": api.TemplateRequest{}, "TemplateReady": api.TemplateReady{}, "NetworkUpdateRequest": api.NetworkUpdateRequest{}, "ExecEvent": api.ExecEvent{}, "WSControl": api.WSControl{}, "LogEvent": api.LogEvent{},
 		"Error": api.Error{}, "BrowserStartRequest": api.BrowserStartRequest{}, "BrowserRequest": api.BrowserRequest{},
 		"Browser": api.Browser{}, "ScreenshotRequest": api.ScreenshotRequest{}, "PullRequest": api.PullRequest{},
+		"VolumeRequest": api.VolumeRequest{}, "Volume": sandbox.Volume{}, "VolumeMount": sandbox.VolumeMount{},
 	} {
 		var fields []string
 		typ := reflect.TypeOf(v)

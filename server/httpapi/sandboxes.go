@@ -71,6 +71,7 @@ func (s *Server) registerRoutes() {
 	})
 	s.registerPoolRoutes(route, bare)
 	s.registerTemplateRoutes(route)
+	s.registerVolumeRoutes(route)
 	s.registerTenantRoutes(route, bare)
 	s.registerNetworkRoutes(route)
 	s.registerBrowserRoutes(route)
@@ -104,7 +105,7 @@ func (s *Server) createOptions(req *api.CreateRequest) (sandbox.CreateOptions, e
 	start := req.Start == nil || *req.Start
 	return sandbox.CreateOptions{Name: req.Name, Image: req.Image, Backend: req.Backend, Start: start, Pool: req.Pool, Config: sandbox.Config{
 		Cmd: req.Cmd, Env: req.Env, WorkDir: req.WorkDir, User: req.User, Hostname: req.Hostname,
-		TTL: ttl, IdleTimeout: time.Duration(req.IdleTimeout), OnExpiry: req.OnExpiry, TrustRepo: req.TrustRepo, Network: req.Network, Labels: req.Labels,
+		TTL: ttl, IdleTimeout: time.Duration(req.IdleTimeout), OnExpiry: req.OnExpiry, TrustRepo: req.TrustRepo, Network: req.Network, Labels: req.Labels, Volumes: req.Volumes,
 		Limits: sandbox.Limits{CPUs: req.CPUs, Memory: int64(req.Memory), Pids: req.Pids, Disk: int64(req.Disk)},
 	}}, nil
 }

@@ -40,6 +40,8 @@ type Runtime struct {
 	removed []removal
 	pools   map[string]*sandbox.Pool
 	subs    map[chan sandbox.Event]subscriber
+	vols    map[string]*sandbox.Volume // by owner/name
+	volDir  string
 }
 
 // subscriber is whose events a subscription gets: owner's, or every
@@ -77,7 +79,7 @@ func New(t testing.TB) *Runtime {
 		t.Fatal(err)
 	}
 	r := &Runtime{st: st, tenants: ts, boxes: map[string]*box{}, pools: map[string]*sandbox.Pool{},
-		subs: map[chan sandbox.Event]subscriber{}}
+		subs: map[chan sandbox.Event]subscriber{}, vols: map[string]*sandbox.Volume{}, volDir: t.TempDir()}
 	r.images = &Images{}
 	r.snaps = &Snapshots{r: r, byID: map[string]*snapshot{}}
 	return r

@@ -11,6 +11,7 @@ import (
 	"smolvm.dev/smolvm/runtime/image"
 	"smolvm.dev/smolvm/runtime/manager"
 	"smolvm.dev/smolvm/runtime/snapshot"
+	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/tests/testdeps"
 	"smolvm.dev/smolvm/tests/testenv"
 	"smolvm.dev/smolvm/workflow/trust"
@@ -61,6 +62,11 @@ func Open(t testing.TB, dir string, opts ...func(*manager.Config)) *Env {
 			m.Remove(context.Background(), sb.ID, true)
 		}
 		m.GC(context.Background())
+		// Volumes are mounted under dir too; each is its tenant's.
+		vs, _ := m.ListVolumes(context.Background())
+		for _, v := range vs {
+			m.RemoveVolume(tenant.With(context.Background(), v.Tenant), v.Name, true)
+		}
 	})
 	return &Env{Dir: dir, Store: m.Store(), Images: m.Images(), Snapshots: m.Snapshots(), Manager: m, GuestBinary: c.GuestBinary}
 }

@@ -70,9 +70,26 @@ func (s *session) runtime() (*env, error) {
 	return s.env, nil
 }
 
+// services is what both a Manager and a client offer.
+type services interface {
+	sandbox.Service
+	sandbox.VolumeService
+}
+
 // sandboxes returns the sandbox operations: through the server --host
 // (SMOLVM_HOST) names, with SMOLVM_TOKEN, or directly on the data dir.
 func (s *session) sandboxes() (sandbox.Service, error) {
+	svc, err := s.services()
+	return svc, err
+}
+
+// volumes returns the volume operations, as sandboxes does.
+func (s *session) volumes() (sandbox.VolumeService, error) {
+	svc, err := s.services()
+	return svc, err
+}
+
+func (s *session) services() (services, error) {
 	if s.host != "" {
 		return client.New(s.host, os.Getenv("SMOLVM_TOKEN"))
 	}
@@ -214,17 +231,23 @@ func removeCmd[S any](a *app, c *cobra.Command, open func(*session) (S, error),
 			return err
 		}
 		used := func(id string) (bool, error) { return inUse(s.ctx, s.st, id) }
-		var last error
-		for _, n := range names {
-			if err := remove(from, s.ctx, n, used); err != nil {
-				if last != nil {
-					fmt.Fprintln(a.stderr, "smolvm:", last)
-				}
-				last = err
-				continue
-			}
-			fmt.Fprintln(a.stdout, "Removed", n)
-		}
-		return last
+		return a.removeEach(names, func(n string) error { return remove(from, s.ctx, n, used) })
 	})
+}
+
+// removeEach removes every name: each success prints "Removed NAME", all
+// failures but the last are printed, the last is returned.
+func (a *app) removeEach(names []string, remove func(string) error) error {
+	var last error
+	for _, n := range names {
+		if err := remove(n); err != nil {
+			if last != nil {
+				fmt.Fprintln(a.stderr, "smolvm:", last)
+			}
+			last = err
+			continue
+		}
+		fmt.Fprintln(a.stdout, "Removed", n)
+	}
+	return last
 }

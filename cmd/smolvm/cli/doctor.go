@@ -16,6 +16,7 @@ import (
 	"smolvm.dev/smolvm/runtime/backend/gvisor"
 	"smolvm.dev/smolvm/runtime/backend/vm"
 	"smolvm.dev/smolvm/runtime/network"
+	"smolvm.dev/smolvm/runtime/volume"
 )
 
 // check is one line of doctor's report.
@@ -107,6 +108,11 @@ func (a *app) doctorChecks() []check {
 		add("network", "warn", fmt.Sprintf("--net egress/full unavailable: %v (needs root, network namespaces, veth and nf_tables)", err))
 	} else {
 		add("network", "ok", "namespaces, veth and nftables: --net egress and --net full work")
+	}
+	if err := volume.Check(); err != nil {
+		add("volumes", "warn", "unavailable: "+err.Error())
+	} else {
+		add("volumes", "ok", "mkfs.ext4, loop devices and ext4: smolvm volume create works")
 	}
 	if _, err := exec.LookPath("git"); err == nil {
 		add("git", "ok", "for smolvm memory")

@@ -44,6 +44,7 @@ func serveAPI(t *testing.T, c *testCLI) string {
 // the same, but for the sandboxes' names and IDs.
 func TestCLIRemoteMatchesDirect(t *testing.T) {
 	c := newSandboxCLI(t)
+	t.Cleanup(func() { c.host = ""; c.run("volume", "rm", "-f", "box-direct-vol", "box-remote-vol") })
 	host := serveAPI(t, c)
 	in := filepath.Join(t.TempDir(), "in.txt")
 	os.WriteFile(in, []byte("data\n"), 0o644)
@@ -68,6 +69,13 @@ func TestCLIRemoteMatchesDirect(t *testing.T) {
 			{"rm", name},
 			{"run", "--rm", "--backend", "gvisor", "--", "echo", "on gvisor"},
 			{"run", "-d", "--backend", "nope"},
+			{"volume", "create", "--size", "16m", name + "-vol"},
+			{"run", "--rm", "-v", name + "-vol:/v", "--", "sh", "-c", "echo in > /v/f; cat /v/f"},
+			{"run", "-d", "--name", name + "-m", "-v", name + "-vol:/v:ro"},
+			{"volume", "rm", name + "-vol"},
+			{"rm", "-f", name + "-m"},
+			{"volume", "rm", name + "-vol"},
+			{"volume", "rm", name + "-vol"},
 		}
 	}
 	type result struct {
@@ -101,7 +109,8 @@ func TestCLIRemoteMatchesDirect(t *testing.T) {
 	}
 	// The scripts must have exercised what they claim.
 	if direct[0].code != 5 || direct[0].out != "hi\n" || direct[1].code != 127 || direct[3].code != 7 || direct[4].code != 127 ||
-		direct[5].out != "5\n" || direct[6].code != 137 || direct[10].code != 125 {
+		direct[5].out != "5\n" || direct[6].code != 137 || direct[10].code != 125 ||
+		direct[18].out != "in\n" || direct[20].code != 125 || direct[22].code != 0 || direct[23].code != 125 {
 		t.Errorf("direct results are not what the script expects: %+v", direct)
 	}
 

@@ -127,7 +127,7 @@ func (a *app) rootCmd() *cobra.Command {
 		a.execCmd(), a.cpCmd(), a.lsCmd(), a.inspectCmd(), a.logsCmd(), a.timeoutCmd(), a.gcCmd(), a.serveCmd(), a.benchCmd(), a.doctorCmd(),
 		a.memoryCmd(),
 		a.imageCmd(), a.buildCmd(),
-		a.checkpointCmd(), a.restoreCmd(), a.forkCmd(), a.pauseCmd(), a.resumeCmd(), a.snapshotCmd(), a.poolCmd(), a.templateCmd(),
+		a.checkpointCmd(), a.restoreCmd(), a.forkCmd(), a.pauseCmd(), a.resumeCmd(), a.snapshotCmd(), a.poolCmd(), a.templateCmd(), a.volumeCmd(),
 		a.applyCmd(), a.gitCmd(),
 		a.mcpCmd(),
 		a.agentCmd(), a.branchCmd(),

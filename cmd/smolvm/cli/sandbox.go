@@ -72,7 +72,7 @@ type createFlags struct {
 	env, labels                          []string
 	timeout, idle                        time.Duration
 	net                                  netFlags
-	publish                              []string
+	publish, volumes                     []string
 }
 
 func (f *createFlags) register(fs *pflag.FlagSet) {
@@ -91,6 +91,7 @@ func (f *createFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.idle, "idle-timeout", 0, "stop the sandbox once no exec or cp has run for this long (0: none)")
 	fs.StringVar(&f.policy, "policy", "", "repository whose .smolvm/policy.toml every command in the sandbox must pass")
 	f.net.register(fs)
+	fs.StringArrayVarP(&f.volumes, "volume", "v", nil, "mount a volume (smolvm volume create): NAME:/path[:ro] (repeatable)")
 	fs.StringArrayVarP(&f.publish, "publish", "p", nil, "publish a TCP port: [HOSTIP:][HOSTPORT:]PORT (default host address 127.0.0.1; no HOSTPORT: a free one)")
 }
 
@@ -109,6 +110,13 @@ func (f *createFlags) options(fs *pflag.FlagSet, cmd []string, start bool) (sand
 	}
 	if o.Config.Labels, err = parseLabels(f.labels); err != nil {
 		return o, err
+	}
+	for _, v := range f.volumes {
+		m, err := sandbox.ParseVolumeMount(v)
+		if err != nil {
+			return o, err
+		}
+		o.Config.Volumes = append(o.Config.Volumes, m)
 	}
 	pol := f.net.policy()
 	for _, p := range f.publish {

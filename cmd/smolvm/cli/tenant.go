@@ -45,7 +45,7 @@ func (s *session) tenants() (*tenant.Store, error) {
 // quotaFlags are the flags of a quota.
 type quotaFlags struct {
 	sandboxes, pools, creates int
-	memory, snapshots         string
+	memory, snapshots, vols   string
 	cpus                      float64
 }
 
@@ -54,6 +54,7 @@ func (q *quotaFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&q.memory, "memory", "", "memory limits of those sandboxes together (e.g. 8g)")
 	f.Float64Var(&q.cpus, "cpus", 0, "vCPU limits of those sandboxes together")
 	f.StringVar(&q.snapshots, "snapshot-bytes", "", "size of the tenant's snapshots together (e.g. 20g)")
+	f.StringVar(&q.vols, "volume-bytes", "", "sizes of the tenant's volumes together (e.g. 100g)")
 	f.IntVar(&q.pools, "pools", 0, "warm pools")
 	f.IntVar(&q.creates, "creates-per-minute", 0, "creates, restores and fork copies in any minute")
 }
@@ -86,7 +87,10 @@ func (q *quotaFlags) apply(f *pflag.FlagSet, to *sandbox.Quota) error {
 	if err := bytes("memory", q.memory, &to.Memory); err != nil {
 		return err
 	}
-	return bytes("snapshot-bytes", q.snapshots, &to.SnapshotBytes)
+	if err := bytes("snapshot-bytes", q.snapshots, &to.SnapshotBytes); err != nil {
+		return err
+	}
+	return bytes("volume-bytes", q.vols, &to.VolumeBytes)
 }
 
 // quotaText describes q, "none" for no limits.
@@ -101,6 +105,7 @@ func quotaText(q sandbox.Quota) string {
 	add(q.Memory > 0, "memory="+units.FormatBytes(q.Memory))
 	add(q.CPUs > 0, fmt.Sprintf("cpus=%g", q.CPUs))
 	add(q.SnapshotBytes > 0, "snapshot-bytes="+units.FormatBytes(q.SnapshotBytes))
+	add(q.VolumeBytes > 0, "volume-bytes="+units.FormatBytes(q.VolumeBytes))
 	add(q.Pools > 0, fmt.Sprintf("pools=%d", q.Pools))
 	add(q.CreatesPerMinute > 0, fmt.Sprintf("creates-per-minute=%d", q.CreatesPerMinute))
 	if len(parts) == 0 {

@@ -64,7 +64,17 @@ func ociSpec(s *backend.Spec, root string) *specs.Spec {
 		{Destination: guestRunDir, Type: "bind", Source: l.run(), Options: []string{"rbind", "rw", "nosuid", "nodev"}},
 	}
 	for _, m := range s.Rootfs.Mounts {
-		mounts = append(mounts, specs.Mount{Destination: m.Destination, Type: "bind", Source: m.Source, Options: []string{"rbind", "ro", "nodev"}})
+		// A volume's files are served by the gofer, which opens every
+		// path component relative to the mount's root without following
+		// symlinks: a link inside resolves in the sandbox's own tree.
+		opts := []string{"rbind", "ro", "nodev"}
+		if m.Volume {
+			opts = []string{"bind", "ro", "nodev", "nosuid"}
+		}
+		if m.Writable {
+			opts[1] = "rw"
+		}
+		mounts = append(mounts, specs.Mount{Destination: m.Destination, Type: "bind", Source: m.Source, Options: opts})
 	}
 	// The agent alone also holds CAP_SYS_ADMIN, to set a copy's hostname:
 	// it drops it from its bounding set at start (guest.ReserveAdmin), so

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -252,6 +253,12 @@ func (b *Backend) create(s *backend.Spec) (launch, error) {
 		// Refused before imageDisk would size the host's /usr (7 s here)
 		// to find it too big.
 		return launch{}, fmt.Errorf("%w: the builtin host image shows the host's own /usr, which a VM cannot share: use the base image (smolvm image build base) or another OCI image", sandbox.ErrUnsupported)
+	}
+	// Read-only mounts are copied into the image disk; a volume must be
+	// shared live, which would need a shared file system the guest and
+	// the host write at once (virtiofs), which this backend has not.
+	if slices.ContainsFunc(s.Rootfs.Mounts, func(m backend.Mount) bool { return m.Volume }) {
+		return launch{}, fmt.Errorf("%w: volumes (use the gvisor backend)", sandbox.ErrUnsupported)
 	}
 	l := layout{s.Dir}
 	if err := os.MkdirAll(l.run(), 0o700); err != nil {

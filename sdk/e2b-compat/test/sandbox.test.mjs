@@ -14,6 +14,8 @@ import {
   TimeoutError,
   Volume,
   VolumeError,
+  VolumeNotFoundError,
+  VolumePathNotFoundError,
 } from 'e2b'
 
 for (const v of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) {
@@ -438,11 +440,59 @@ test('what smolvm does not serve is an E2B error that says so', async () => {
   const body = await res.json()
   assert.equal(body.code, 'unimplemented', JSON.stringify(body))
   assert.match(body.message, /does not serve/)
-  // The control plane: parts of E2B's API smolvm lacks are a 501 naming
-  // them, not a 404 the SDK would read as "no such volume".
-  const err = await Volume.list().catch((e) => e)
-  assert.ok(err instanceof VolumeError, `got ${err}`)
-  assert.match(err.message, /smolvm does not serve E2B's volumes/)
+})
+
+test('volumes: create, mount in two sandboxes, getInfo, list, destroy', async () => {
+  const name = `vol${Date.now()}`
+  const vol = await Volume.create(name)
+  assert.equal(vol.volumeId, name, "a smolvm volume's ID is its name")
+  assert.ok((await Volume.list()).some((v) => v.volumeId === name && v.name === name))
+  assert.equal((await Volume.getInfo(name)).name, name)
+  const a = await newSandbox({ volumeMounts: { '/data': vol } })
+  const b = await newSandbox({ volumeMounts: { '/mnt/v': name } })
+  await a.files.write('/data/f', 'shared')
+  assert.equal(await b.files.read('/mnt/v/f'), 'shared')
+  assert.deepEqual((await a.getInfo()).volumeMounts, [{ name, path: '/data' }])
+
+  // The content API (its URL is the control plane's here) and the
+  // sandboxes see the same files.
+  process.env.E2B_VOLUME_API_URL ??= process.env.E2B_API_URL
+  assert.equal(await vol.readFile('/f'), 'shared')
+  await vol.writeFile('/dir/from-api.txt', 'api')
+  assert.equal(await a.files.read('/data/dir/from-api.txt'), 'api')
+  assert.deepEqual((await vol.list('/')).map((e) => `${e.name} ${e.type}`).sort(), ['dir directory', 'f file', 'lost+found directory'])
+  assert.deepEqual((await vol.list('/', { depth: 2 })).map((e) => e.path).filter((p) => p.startsWith('/dir')).sort(), ['/dir', '/dir/from-api.txt'])
+  assert.equal((await vol.makeDir('/made')).type, 'directory')
+  assert.equal(await vol.exists('/made'), true)
+  await vol.remove('/made')
+  assert.equal(await vol.exists('/made'), false)
+  await assert.rejects(vol.readFile('/nope'), VolumePathNotFoundError)
+  // Links a sandbox makes resolve within the volume; one leading out of
+  // it (to /, to the host directory beside the volume's mount) is
+  // refused, never followed on the host.
+  await a.commands.run('ln -s / /data/root && ln -s .. /data/up && ln -s f /data/inside')
+  assert.equal(await vol.readFile('/inside'), 'shared')
+  assert.equal((await vol.getInfo('/root')).type, 'symlink')
+  for (const p of ['/root/etc/hostname', '/up/disk.ext4', '/up/data/f']) {
+    const e = await vol.readFile(p).catch((e) => e)
+    assert.ok(e instanceof VolumeError && /leads out of the volume/.test(e.message), `readFile ${p}: ${e}`)
+  }
+  await assert.rejects(vol.list('/root'), /leads out of the volume/)
+  await assert.rejects(vol.writeFile('/up/planted', 'x'), /leads out of the volume/)
+  await assert.rejects(vol.readFile('/../disk.ext4'), VolumeError)
+  const wrong = await new Volume(name, name, 'wrong-token').readFile('/f').catch((e) => e)
+  assert.ok(wrong instanceof AuthenticationError && /volume token/.test(wrong.message), `a wrong token: ${wrong}`)
+  const inUse = await Volume.destroy(name).catch((e) => e)
+  assert.ok(inUse instanceof VolumeError && /in use/.test(inUse.message), `destroy while mounted: ${inUse}`)
+  await a.kill()
+  await b.kill()
+  const c = await newSandbox({ volumeMounts: { '/again': name } })
+  assert.equal(await c.files.read('/again/f'), 'shared', 'the volume outlives its sandboxes')
+  await c.kill()
+  assert.equal(await Volume.destroy(name), true)
+  assert.equal(await Volume.destroy(name), false, 'a missing volume: 404')
+  await assert.rejects(Volume.getInfo(name), VolumeNotFoundError)
+  await assert.rejects(newSandbox({ volumeMounts: { '/x': name } }), (e) => /no such volume/.test(e.message))
 })
 
 test('fork copies a running sandbox', async () => {

@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any, Callable, Dict, Iterator, List, Optional, Union
 
 __all__ = [
-    "Client", "Sandbox", "Snapshot", "ExecResult", "ExecEvent", "Event", "Pty",
+    "Client", "Sandbox", "Snapshot", "Volume", "ExecResult", "ExecEvent", "Event", "Pty",
     "SmolvmError", "NotFound", "Expired", "Unauthorized", "Timeout", "Conflict", "InvalidRequest", "TooLarge", "Busy",
 ]
 
@@ -140,6 +140,22 @@ class Snapshot:
     def _from(cls, d: dict) -> "Snapshot":
         return cls(id=d["id"], name=d.get("name", ""), size=d.get("size", 0), created=_time(d.get("created")),
                    durable=d.get("durable", False), digest=d.get("digest", ""), raw=d)
+
+
+@dataclass
+class Volume:
+    """A named volume: a file system of size bytes that outlives sandboxes."""
+    name: str
+    size: int
+    used: int = 0
+    created_at: Optional[datetime] = None
+    tenant: str = ""
+    used_by: List[str] = field(default_factory=list)  # sandboxes whose config mounts it
+
+    @classmethod
+    def _from(cls, d: dict) -> "Volume":
+        return cls(name=d["name"], size=d.get("size", 0), used=d.get("used", 0), created_at=_time(d.get("created_at")),
+                   tenant=d.get("tenant", ""), used_by=d.get("used_by") or [])
 
 
 @dataclass
@@ -275,12 +291,14 @@ class Client:
                env: Optional[Dict[str, str]] = None, workdir: Optional[str] = None, user: Optional[str] = None,
                cpus: Optional[float] = None, memory: Optional[Union[int, str]] = None, disk: Optional[Union[int, str]] = None,
                pids: Optional[int] = None, timeout: Optional[Seconds] = None, idle_timeout: Optional[Seconds] = None,
-               on_expiry: Optional[str] = None, pool: Optional[str] = None, start: bool = True) -> Sandbox:
+               on_expiry: Optional[str] = None, pool: Optional[str] = None, start: bool = True,
+               volumes: Optional[List[Dict[str, Any]]] = None) -> Sandbox:
         """Create (and start) a sandbox. timeout is its time to live in
         seconds or as "15m"; None takes the server's default (15 minutes), 0 is none.
-        pool takes a ready sandbox from that pool (see smolvm pool)."""
+        pool takes a ready sandbox from that pool (see smolvm pool).
+        volumes mounts volumes: [{"name": "cache", "path": "/cache", "read_only": False}]."""
         req: Dict[str, Any] = {"start": start}
-        for k, v in (("name", name), ("image", image), ("cmd", cmd), ("workdir", workdir), ("user", user),
+        for k, v in (("name", name), ("image", image), ("cmd", cmd), ("workdir", workdir), ("user", user), ("volumes", volumes),
                      ("cpus", cpus), ("memory", memory), ("disk", disk), ("pids", pids), ("on_expiry", on_expiry), ("pool", pool),
                      ("timeout", _duration(timeout)), ("idle_timeout", _duration(idle_timeout))):
             if v is not None:
@@ -489,6 +507,26 @@ class Client:
 
     def remove_template(self, name: str) -> None:
         self._json("DELETE", "/v1/templates/" + urllib.parse.quote(name, safe=""))
+
+    # -- volumes
+
+    def create_volume(self, name: str, size: Optional[Union[int, str]] = None) -> Volume:
+        """size is the quota, in bytes or as "10g"; None is the server's default (1 GiB)."""
+        req: Dict[str, Any] = {"name": name}
+        if size is not None:
+            req["size"] = size
+        return Volume._from(self._json("POST", "/v1/volumes", req))
+
+    def volumes(self) -> List[Volume]:
+        return [Volume._from(d) for d in self._json("GET", "/v1/volumes") or []]
+
+    def volume(self, name: str) -> Volume:
+        """Raises NotFound for a missing volume, and for another tenant's."""
+        return Volume._from(self._json("GET", "/v1/volumes/" + urllib.parse.quote(name, safe="")))
+
+    def remove_volume(self, name: str, force: bool = False) -> None:
+        """Raises Conflict while sandboxes mount it, unless force."""
+        self._json("DELETE", "/v1/volumes/" + urllib.parse.quote(name, safe=""), query={"force": "true" if force else "false"})
 
     # -- browsers
 

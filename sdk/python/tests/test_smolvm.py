@@ -43,6 +43,8 @@ class SDKTest(unittest.TestCase):
     def tearDownClass(cls):
         for sb in cls.c.list():
             cls.c.kill(sb.id)
+        for v in cls.c.volumes():  # mounted under cls.dir
+            cls.c.remove_volume(v.name, force=True)
         cls.server.terminate()
         cls.server.wait(30)
         cls.server.stderr.close()
@@ -122,6 +124,27 @@ class SDKTest(unittest.TestCase):
         with self.assertRaises(smolvm.InvalidRequest) as cm:
             self.c.write_file(self.box.id, "../../etc/passwd", "x")
         self.assertEqual(cm.exception.field, "path")
+
+    def test_volumes(self):
+        v = self.c.create_volume("py-vol", size="16m")
+        self.assertEqual((v.name, v.size, v.used_by), ("py-vol", 16 << 20, []))
+        with self.assertRaises(smolvm.InvalidRequest) as cm:
+            self.c.create_volume("../up")
+        self.assertEqual(cm.exception.field, "name")
+        w = self.c.create(volumes=[{"name": "py-vol", "path": "/v"}])
+        r = self.c.create(volumes=[{"name": "py-vol", "path": "/v", "read_only": True}])
+        self.c.write_file(w.id, "/v/f", "shared")
+        self.assertEqual(self.c.read_file(r.id, "/v/f"), b"shared")
+        self.assertNotEqual(self.c.exec(r.id, ["sh", "-c", "echo x > /v/g"]).exit_code, 0)
+        self.assertEqual(sorted(self.c.volume("py-vol").used_by), sorted([w.name, r.name]))
+        with self.assertRaises(smolvm.Conflict):
+            self.c.remove_volume("py-vol")
+        self.c.kill(w.id)
+        self.c.kill(r.id)
+        self.assertIn("py-vol", [v.name for v in self.c.volumes()])
+        self.c.remove_volume("py-vol")
+        with self.assertRaises(smolvm.NotFound):
+            self.c.volume("py-vol")
 
     def test_typed_errors(self):
         with self.assertRaises(smolvm.NotFound) as cm:

@@ -8,7 +8,7 @@ import { spawn, execFileSync } from 'node:child_process'
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { Client, NotFoundError, ExpiredError, UnauthorizedError, TimeoutError, InvalidRequestError } from '../index.js'
+import { Client, NotFoundError, ExpiredError, UnauthorizedError, TimeoutError, InvalidRequestError, ConflictError } from '../index.js'
 
 const bin = process.env.SMOLVM_BIN || 'smolvm'
 const skip = process.getuid() !== 0 ? 'needs root' : false
@@ -35,6 +35,8 @@ before(async () => {
 after(async () => {
   if (skip) return
   for (const sb of await c.list()) await c.kill(sb.id)
+  // Volumes are mounted under dir.
+  for (const v of await c.volumes()) await c.removeVolume(v.name, { force: true })
   server.kill('SIGTERM')
   await new Promise((resolve) => server.on('exit', resolve))
   rmSync(dir, { recursive: true, force: true })
@@ -103,6 +105,24 @@ test('files', { skip }, async () => {
   assert.deepEqual([...(await c.readFile(box.id, '/tmp/hello.bin'))], [0, 255, 100])
   await assert.rejects(c.readFile(box.id, '/tmp/nothing-here'), NotFoundError)
   await assert.rejects(c.writeFile(box.id, '../../etc/passwd', 'x'), (e) => e instanceof InvalidRequestError && e.field === 'path')
+})
+
+test('volumes: create, mount read-write and read-only, list, remove', { skip }, async () => {
+  const v = await c.createVolume('ts-vol', { size: '16m' })
+  assert.deepEqual([v.name, v.size, v.used_by], ['ts-vol', 16 << 20, []])
+  await assert.rejects(c.createVolume('../up'), (e) => e instanceof InvalidRequestError && e.field === 'name')
+  const w = await c.create({ volumes: [{ name: 'ts-vol', path: '/v' }] })
+  const r = await c.create({ volumes: [{ name: 'ts-vol', path: '/v', readOnly: true }] })
+  await c.writeFile(w.id, '/v/f', 'shared')
+  assert.equal((await c.readFile(r.id, '/v/f')).toString(), 'shared')
+  assert.notEqual((await c.exec(r.id, ['sh', '-c', 'echo x > /v/g'])).exitCode, 0)
+  assert.deepEqual((await c.volume('ts-vol')).used_by.sort(), [w.name, r.name].sort())
+  await assert.rejects(c.removeVolume('ts-vol'), ConflictError)
+  await c.kill(w.id)
+  await c.kill(r.id)
+  assert.ok((await c.volumes()).some((x) => x.name === 'ts-vol'))
+  await c.removeVolume('ts-vol')
+  await assert.rejects(c.volume('ts-vol'), NotFoundError)
 })
 
 test('typed errors', { skip }, async () => {
