@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"smolvm.dev/smolvm/errdefs"
@@ -25,6 +26,12 @@ const FileName = "state.db"
 // busy timeout serialize writers without corrupting anything.
 type Store struct {
 	db *sql.DB
+	// applied is each component's schema version as Open read it (and
+	// Migrate raised it): a component already there needs no write
+	// transaction, which every CLI command would otherwise take, waiting
+	// for any other writer, for each component it opens.
+	mu      sync.Mutex
+	applied map[string]int
 }
 
 // Open opens (creating if needed) the database in dir. Each package that
@@ -45,8 +52,8 @@ func Open(ctx context.Context, dir string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	s := &Store{db: db}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS migrations (component TEXT PRIMARY KEY, applied INTEGER NOT NULL)`); err != nil {
+	s := &Store{db: db, applied: map[string]int{}}
+	if err := s.readApplied(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
@@ -80,18 +87,46 @@ func (s *Store) Close() error { return s.db.Close() }
 // through Migrate) next to the core ones.
 func (s *Store) DB() *sql.DB { return s.db }
 
+// readApplied makes the migrations table if it is missing and reads every
+// component's version.
+func (s *Store) readApplied(ctx context.Context) error {
+	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS migrations (component TEXT PRIMARY KEY, applied INTEGER NOT NULL)`); err != nil {
+		return err
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT component, applied FROM migrations`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c string
+		var n int
+		if err := rows.Scan(&c, &n); err != nil {
+			return err
+		}
+		s.applied[c] = n
+	}
+	return rows.Err()
+}
+
 // Migrate applies the statements of component's schema that have not been
 // applied yet. Statements are append-only: a released statement is never
-// edited, a change is a new statement at the end.
+// edited, a change is a new statement at the end. A component already at
+// its last statement costs no transaction.
 func (s *Store) Migrate(ctx context.Context, component string, stmts []string) error {
-	return s.Tx(ctx, func(tx *sql.Tx) error {
-		var applied int
+	s.mu.Lock()
+	applied := s.applied[component]
+	s.mu.Unlock()
+	if applied >= len(stmts) {
+		return newer(component, applied, len(stmts))
+	}
+	err := s.Tx(ctx, func(tx *sql.Tx) error {
 		err := tx.QueryRowContext(ctx, `SELECT applied FROM migrations WHERE component = ?`, component).Scan(&applied)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("migrate %s: %w", component, err)
 		}
 		if applied > len(stmts) {
-			return fmt.Errorf("migrate %s: database is at schema %d, newer than this smolvm (%d): upgrade smolvm", component, applied, len(stmts))
+			return newer(component, applied, len(stmts))
 		}
 		for i := applied; i < len(stmts); i++ {
 			if _, err := tx.ExecContext(ctx, stmts[i]); err != nil {
@@ -102,6 +137,21 @@ func (s *Store) Migrate(ctx context.Context, component string, stmts []string) e
 			ON CONFLICT(component) DO UPDATE SET applied = excluded.applied`, component, len(stmts))
 		return err
 	})
+	if err == nil {
+		s.mu.Lock()
+		s.applied[component] = len(stmts)
+		s.mu.Unlock()
+	}
+	return err
+}
+
+// newer refuses a database whose component is at a later schema than
+// this smolvm's; nil when it is at the same one.
+func newer(component string, applied, have int) error {
+	if applied <= have {
+		return nil
+	}
+	return fmt.Errorf("migrate %s: database is at schema %d, newer than this smolvm (%d): upgrade smolvm", component, applied, have)
 }
 
 // Tx runs fn in a write transaction, committing if fn returns nil.
