@@ -4,6 +4,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,7 +16,7 @@ import (
 
 	"smolvm.dev/smolvm/errdefs"
 
-	_ "modernc.org/sqlite" // pure-Go SQLite driver: keeps smolvm one static binary.
+	"modernc.org/sqlite" // pure-Go SQLite driver: keeps smolvm one static binary.
 )
 
 // FileName is the database file inside the data directory.
@@ -44,14 +45,12 @@ func Open(ctx context.Context, dir string) (*Store, error) {
 	if err := private(path); err != nil {
 		return nil, err
 	}
-	// _txlock=immediate makes every transaction take the write lock up front,
+	// journal_size_limit bounds the WAL that keepWAL leaves between
+	// commands. _txlock=immediate makes every transaction take the write lock up front,
 	// so two CLIs racing on the same row wait instead of failing with
 	// SQLITE_BUSY halfway through a read-modify-write.
-	dsn := "file:" + path + "?_pragma=busy_timeout(15000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"
-	db, err := sql.Open("sqlite", dsn)
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
-	}
+	dsn := "file:" + path + "?_pragma=busy_timeout(15000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_pragma=journal_size_limit(4194304)&_txlock=immediate"
+	db := sql.OpenDB(keepWAL{dsn: dsn, d: &sqlite.Driver{}})
 	s := &Store{db: db, applied: map[string]int{}}
 	if err := s.readApplied(ctx); err != nil {
 		db.Close()
@@ -59,6 +58,32 @@ func Open(ctx context.Context, dir string) (*Store, error) {
 	}
 	return s, nil
 }
+
+// keepWAL opens connections that leave the -wal and -shm files in place
+// when the last one closes (SQLITE_FCNTL_PERSIST_WAL; the WAL is
+// checkpointed and emptied all the same). Otherwise every CLI command
+// deleted both as it exited and the next one made them again: two
+// unlinks, two creates and the index's initialisation per command.
+type keepWAL struct {
+	dsn string
+	d   *sqlite.Driver
+}
+
+func (k keepWAL) Connect(context.Context) (driver.Conn, error) {
+	c, err := k.d.Open(k.dsn)
+	if err != nil {
+		return nil, err
+	}
+	if fc, ok := c.(sqlite.FileControl); ok {
+		if _, err := fc.FileControlPersistWAL("main", 1); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("keep the WAL: %w", err)
+		}
+	}
+	return c, nil
+}
+
+func (k keepWAL) Driver() driver.Driver { return k.d }
 
 // private makes the database file, and its -wal and -shm files if they
 // exist, readable by the owner only, creating the database file first if

@@ -104,3 +104,47 @@ func TestMigrateUpToDate(t *testing.T) {
 		t.Errorf("migrate to an older schema: %v", err)
 	}
 }
+
+// TestCloseKeepsWAL: the last connection's close leaves the -wal and -shm
+// files (emptied), so the next command's open makes neither again, and
+// what was written is in the database.
+func TestCloseKeepsWAL(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Migrate(ctx, "test", []string{`CREATE TABLE t (v TEXT)`}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.DB().ExecContext(ctx, `INSERT INTO t VALUES ('x')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	shm, err := os.Stat(filepath.Join(dir, FileName+"-shm"))
+	if err != nil {
+		t.Fatalf("-shm after close: %v", err)
+	}
+	wal, err := os.Stat(filepath.Join(dir, FileName+"-wal"))
+	if err != nil {
+		t.Fatalf("-wal after close: %v", err)
+	}
+	if wal.Size() != 0 {
+		t.Errorf("-wal after close: %d bytes, want it checkpointed and emptied", wal.Size())
+	}
+	again, err := Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	var v string
+	if err := again.DB().QueryRowContext(ctx, `SELECT v FROM t`).Scan(&v); err != nil || v != "x" {
+		t.Errorf("row after reopen: %q, %v", v, err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, FileName+"-shm")); err != nil || !os.SameFile(fi, shm) {
+		t.Errorf("-shm made again by the next open: %v", err)
+	}
+}
