@@ -142,13 +142,9 @@ func browserTestDir() string {
 	return filepath.Join(filepath.Dir(file), "..", "..", "sdk", "browser-test")
 }
 
-// playwright runs sdk/browser-test/cdp.mjs in the test's host namespace,
-// where browsers' ports are published.
-func (w *world) playwright(t *testing.T, cdp, page, mode, shot string) (r struct {
-	Cookies []string
-	Storage *string
-	Title   string
-}) {
+// playwrightCore returns node and sdk/browser-test, with playwright-core
+// installed there.
+func playwrightCore(t testing.TB) (node, dir string) {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
@@ -157,7 +153,7 @@ func (w *world) playwright(t *testing.T, cdp, page, mode, shot string) (r struct
 		}
 		t.Skip("node not installed")
 	}
-	dir := browserTestDir()
+	dir = browserTestDir()
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "playwright-core", "package.json")); err != nil {
 		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")
 		cmd.Dir = dir
@@ -165,6 +161,18 @@ func (w *world) playwright(t *testing.T, cdp, page, mode, shot string) (r struct
 			t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
 		}
 	}
+	return node, dir
+}
+
+// playwright runs sdk/browser-test/cdp.mjs in the test's host namespace,
+// where browsers' ports are published.
+func (w *world) playwright(t *testing.T, cdp, page, mode, shot string) (r struct {
+	Cookies []string
+	Storage *string
+	Title   string
+}) {
+	t.Helper()
+	node, dir := playwrightCore(t)
 	args := []string{"--net=" + w.net.HostNS, node, "cdp.mjs", cdp, page, mode}
 	if shot != "" {
 		args = append(args, shot)
