@@ -77,7 +77,11 @@ var flags = []string{
 	// process start costs seconds of Chromium under gVisor, and each
 	// browser is a sandbox of its own already.
 	"--renderer-process-limit=1", "--disable-site-isolation-trials",
-	"--disable-features=site-per-process,IsolateOrigins",
+	// No omnibox popups: headless Chromium preloads them as two WebUI
+	// targets in a renderer of their own, which every copy restored and
+	// Playwright's connectOverCDP attached to and waited on (its slowest
+	// steps, 0.4-0.6 s at load 25).
+	"--disable-features=site-per-process,IsolateOrigins,WebUIOmniboxPopup,WebUIOmniboxAimPopup",
 	"--remote-debugging-port=" + strconv.Itoa(devtoolsPort),
 	"--remote-allow-origins=*", "--user-data-dir=/tmp/chromium",
 }

@@ -191,7 +191,10 @@ func (w *world) playwright(t *testing.T, cdp, page, mode, shot string) (r struct
 	return r
 }
 
-// onePage checks that b has one page, about:blank, as the golden left it.
+// onePage checks that b has one target, the page about:blank, as the
+// golden left it: no other page, and none of Chromium's preloaded browser
+// UI (the omnibox popups, which cost a renderer and the slowest steps of
+// Playwright's connectOverCDP).
 func (w *world) onePage(t *testing.T, b *browser.Browser) {
 	t.Helper()
 	hc := &http.Client{Transport: &http.Transport{DialContext: w.dial}}
@@ -204,14 +207,8 @@ func (w *world) onePage(t *testing.T, b *browser.Browser) {
 	if err := json.NewDecoder(resp.Body).Decode(&targets); err != nil {
 		t.Fatal(err)
 	}
-	var pages []string
-	for _, tg := range targets {
-		if tg.Type == "page" {
-			pages = append(pages, tg.URL)
-		}
-	}
-	if len(pages) != 1 || pages[0] != "about:blank" {
-		t.Errorf("a new browser's pages: %q, want [about:blank]", pages)
+	if len(targets) != 1 || targets[0].Type != "page" || targets[0].URL != "about:blank" {
+		t.Errorf("a new browser's targets: %+v, want one page at about:blank", targets)
 	}
 }
 
