@@ -18,6 +18,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"smolvm.dev/smolvm/internal/lazyre"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -64,7 +65,7 @@ const (
 type rule struct {
 	what  string
 	max   int
-	re    *regexp.Regexp
+	re    func() *regexp.Regexp
 	want  string
 	slash bool // '/' separates path components
 }
@@ -80,23 +81,23 @@ const (
 // many copies, and these compile at every smolvm start (1.5 ms against
 // 0.14 ms).
 var rules = map[Kind]rule{
-	Sandbox: {what: "sandbox name", max: 63, re: regexp.MustCompile(`^` + word + `*$`), want: short},
-	Pool:    {what: "pool name", max: 63, re: regexp.MustCompile(`^` + word + `*$`), want: short},
-	Tenant:  {what: "tenant name", max: 63, re: regexp.MustCompile(`^` + word + `*$`), want: short},
-	Volume:  {what: "volume name", max: 63, re: regexp.MustCompile(`^` + word + `*$`), want: short},
-	Snapshot: {what: "snapshot name", max: 128, re: regexp.MustCompile(`^(sha256:[0-9a-f]{1,64}|` + word + `*)$`),
+	Sandbox: {what: "sandbox name", max: 63, re: lazyre.New(`^` + word + `*$`), want: short},
+	Pool:    {what: "pool name", max: 63, re: lazyre.New(`^` + word + `*$`), want: short},
+	Tenant:  {what: "tenant name", max: 63, re: lazyre.New(`^` + word + `*$`), want: short},
+	Volume:  {what: "volume name", max: 63, re: lazyre.New(`^` + word + `*$`), want: short},
+	Snapshot: {what: "snapshot name", max: 128, re: lazyre.New(`^(sha256:[0-9a-f]{1,64}|` + word + `*)$`),
 		want: "use up to 128 letters, digits, '_', '.' or '-', starting with a letter or digit, or a snapshot ID"},
-	Context: {what: "context ID", max: 128, re: regexp.MustCompile(`^` + word + `*$`),
+	Context: {what: "context ID", max: 128, re: lazyre.New(`^` + word + `*$`),
 		want: "use up to 128 letters, digits, '_', '.' or '-', starting with a letter or digit"},
 	// 255 is Docker's limit on a reference's name.
-	Image: {what: "image reference", max: 255, re: regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:/@-]*$`), slash: true,
+	Image: {what: "image reference", max: 255, re: lazyre.New(`^[A-Za-z0-9][A-Za-z0-9_.:/@-]*$`), slash: true,
 		want: "use letters, digits and '_', '.', '-', ':', '/', '@', starting with a letter or digit"},
-	Port: {what: "port", max: 5, re: regexp.MustCompile(`^[1-9][0-9]{0,4}$`), want: "use a number from 1 to 65535"},
+	Port: {what: "port", max: 5, re: lazyre.New(`^[1-9][0-9]{0,4}$`), want: "use a number from 1 to 65535"},
 	Path: {what: "path", max: MaxPath},
-	Template: {what: "template name", max: 128, re: regexp.MustCompile(`^` + word + `*(:` + word + `*)?$`),
+	Template: {what: "template name", max: 128, re: lazyre.New(`^` + word + `*(:` + word + `*)?$`),
 		want: "use up to 128 letters, digits, '_', '.' or '-', starting with a letter or digit, and an optional :TAG of the same"},
-	Hex: {what: "hex ID", max: 64, re: regexp.MustCompile(`^[0-9a-f]+$`), want: "use up to 64 hex digits"},
-	Key: {what: "key ID", max: 64, re: regexp.MustCompile(`^[0-9a-f]+$`), want: "use the hex ID that smolvm tenant ls shows"},
+	Hex: {what: "hex ID", max: 64, re: lazyre.New(`^[0-9a-f]+$`), want: "use up to 64 hex digits"},
+	Key: {what: "key ID", max: 64, re: lazyre.New(`^[0-9a-f]+$`), want: "use the hex ID that smolvm tenant ls shows"},
 }
 
 // String names the kind as messages do ("pool name").
@@ -166,7 +167,7 @@ func Check(k Kind, s string) error {
 			return fail("must not contain an empty element")
 		}
 	}
-	if !r.re.MatchString(s) {
+	if !r.re().MatchString(s) {
 		return fail(r.want)
 	}
 	if k == Port {

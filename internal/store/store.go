@@ -4,17 +4,19 @@ package store
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"smolvm.dev/smolvm/errdefs"
 
-	_ "modernc.org/sqlite" // pure-Go SQLite driver: keeps smolvm one static binary.
+	"modernc.org/sqlite" // pure-Go SQLite driver: keeps smolvm one static binary.
 )
 
 // FileName is the database file inside the data directory.
@@ -25,6 +27,12 @@ const FileName = "state.db"
 // busy timeout serialize writers without corrupting anything.
 type Store struct {
 	db *sql.DB
+	// applied is each component's schema version as Open read it (and
+	// Migrate raised it): a component already there needs no write
+	// transaction, which every CLI command would otherwise take, waiting
+	// for any other writer, for each component it opens.
+	mu      sync.Mutex
+	applied map[string]int
 }
 
 // Open opens (creating if needed) the database in dir. Each package that
@@ -37,21 +45,45 @@ func Open(ctx context.Context, dir string) (*Store, error) {
 	if err := private(path); err != nil {
 		return nil, err
 	}
-	// _txlock=immediate makes every transaction take the write lock up front,
+	// journal_size_limit bounds the WAL that keepWAL leaves between
+	// commands. _txlock=immediate makes every transaction take the write lock up front,
 	// so two CLIs racing on the same row wait instead of failing with
 	// SQLITE_BUSY halfway through a read-modify-write.
-	dsn := "file:" + path + "?_pragma=busy_timeout(15000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"
-	db, err := sql.Open("sqlite", dsn)
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
-	}
-	s := &Store{db: db}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS migrations (component TEXT PRIMARY KEY, applied INTEGER NOT NULL)`); err != nil {
+	dsn := "file:" + path + "?_pragma=busy_timeout(15000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_pragma=journal_size_limit(4194304)&_txlock=immediate"
+	db := sql.OpenDB(keepWAL{dsn: dsn, d: &sqlite.Driver{}})
+	s := &Store{db: db, applied: map[string]int{}}
+	if err := s.readApplied(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	return s, nil
 }
+
+// keepWAL opens connections that leave the -wal and -shm files in place
+// when the last one closes (SQLITE_FCNTL_PERSIST_WAL; the WAL is
+// checkpointed and emptied all the same). Otherwise every CLI command
+// deleted both as it exited and the next one made them again: two
+// unlinks, two creates and the index's initialisation per command.
+type keepWAL struct {
+	dsn string
+	d   *sqlite.Driver
+}
+
+func (k keepWAL) Connect(context.Context) (driver.Conn, error) {
+	c, err := k.d.Open(k.dsn)
+	if err != nil {
+		return nil, err
+	}
+	if fc, ok := c.(sqlite.FileControl); ok {
+		if _, err := fc.FileControlPersistWAL("main", 1); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("keep the WAL: %w", err)
+		}
+	}
+	return c, nil
+}
+
+func (k keepWAL) Driver() driver.Driver { return k.d }
 
 // private makes the database file, and its -wal and -shm files if they
 // exist, readable by the owner only, creating the database file first if
@@ -80,18 +112,46 @@ func (s *Store) Close() error { return s.db.Close() }
 // through Migrate) next to the core ones.
 func (s *Store) DB() *sql.DB { return s.db }
 
+// readApplied makes the migrations table if it is missing and reads every
+// component's version.
+func (s *Store) readApplied(ctx context.Context) error {
+	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS migrations (component TEXT PRIMARY KEY, applied INTEGER NOT NULL)`); err != nil {
+		return err
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT component, applied FROM migrations`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c string
+		var n int
+		if err := rows.Scan(&c, &n); err != nil {
+			return err
+		}
+		s.applied[c] = n
+	}
+	return rows.Err()
+}
+
 // Migrate applies the statements of component's schema that have not been
 // applied yet. Statements are append-only: a released statement is never
-// edited, a change is a new statement at the end.
+// edited, a change is a new statement at the end. A component already at
+// its last statement costs no transaction.
 func (s *Store) Migrate(ctx context.Context, component string, stmts []string) error {
-	return s.Tx(ctx, func(tx *sql.Tx) error {
-		var applied int
+	s.mu.Lock()
+	applied := s.applied[component]
+	s.mu.Unlock()
+	if applied >= len(stmts) {
+		return newer(component, applied, len(stmts))
+	}
+	err := s.Tx(ctx, func(tx *sql.Tx) error {
 		err := tx.QueryRowContext(ctx, `SELECT applied FROM migrations WHERE component = ?`, component).Scan(&applied)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("migrate %s: %w", component, err)
 		}
 		if applied > len(stmts) {
-			return fmt.Errorf("migrate %s: database is at schema %d, newer than this smolvm (%d): upgrade smolvm", component, applied, len(stmts))
+			return newer(component, applied, len(stmts))
 		}
 		for i := applied; i < len(stmts); i++ {
 			if _, err := tx.ExecContext(ctx, stmts[i]); err != nil {
@@ -102,6 +162,21 @@ func (s *Store) Migrate(ctx context.Context, component string, stmts []string) e
 			ON CONFLICT(component) DO UPDATE SET applied = excluded.applied`, component, len(stmts))
 		return err
 	})
+	if err == nil {
+		s.mu.Lock()
+		s.applied[component] = len(stmts)
+		s.mu.Unlock()
+	}
+	return err
+}
+
+// newer refuses a database whose component is at a later schema than
+// this smolvm's; nil when it is at the same one.
+func newer(component string, applied, have int) error {
+	if applied <= have {
+		return nil
+	}
+	return fmt.Errorf("migrate %s: database is at schema %d, newer than this smolvm (%d): upgrade smolvm", component, applied, have)
 }
 
 // Tx runs fn in a write transaction, committing if fn returns nil.

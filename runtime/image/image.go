@@ -9,12 +9,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
 
 	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/internal/lazyre"
 	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/sandbox"
@@ -117,11 +117,11 @@ func Open(ctx context.Context, dataDir string, st *store.Store) (*Store, error) 
 	return s, nil
 }
 
-var idPattern = regexp.MustCompile(`^(sha256:)?[0-9a-f]{12,64}$`)
+var idPattern = lazyre.New(`^(sha256:)?[0-9a-f]{12,64}$`)
 
 // IsID reports whether s is an image ID or a prefix of one that Get
 // takes: 12 to 64 hex digits, with or without "sha256:".
-func IsID(s string) bool { return idPattern.MatchString(s) }
+func IsID(s string) bool { return idPattern().MatchString(s) }
 
 // HasID reports whether img's ID is id, or begins with it.
 func HasID(img *sandbox.Image, id string) bool {
@@ -139,7 +139,7 @@ func (s *Store) Get(ctx context.Context, nameOrID string) (*sandbox.Image, error
 	if err := names.Check(names.Image, nameOrID); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidRef, err)
 	}
-	if idPattern.MatchString(nameOrID) {
+	if idPattern().MatchString(nameOrID) {
 		id, err := s.resolveID(ctx, nameOrID)
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return nil, err

@@ -15,10 +15,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"time"
 
 	"smolvm.dev/smolvm/internal/flock"
+	"smolvm.dev/smolvm/internal/lazyre"
 	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/internal/units"
@@ -320,10 +320,10 @@ func (m *Manager) newBackend(name string) (backend.Backend, error) {
 	return be, nil
 }
 
-var hostnameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+var hostnameRE = lazyre.New(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 func hostnameFor(name, id string) string {
-	if hostnameRE.MatchString(name) {
+	if hostnameRE().MatchString(name) {
 		return name
 	}
 	return "sb-" + id

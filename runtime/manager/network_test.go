@@ -547,3 +547,56 @@ func httpGetAt(t *testing.T, ns, addr, path string) string {
 		}
 	}
 }
+
+// TestNetTwoDataDirs runs networked sandboxes of two data dirs in one host
+// namespace at once: slots (addresses, NFLOG groups) are taken host-wide,
+// so each gets its own, reaches what its policy allows, and logs its own
+// denials.
+func TestNetTwoDataDirs(t *testing.T) {
+	m1, w := newNetManager(t)
+	m2 := newManager(t, func(c *Config) { c.Network = w.Host(testenv.Smolvm(t)) })
+	ctx := context.Background()
+	pol := &sandbox.Network{Mode: sandbox.NetEgress, Hosts: []string{"allowed.test"}}
+	sb1 := m1.run(t, sandbox.Config{Network: pol})
+	sb2 := m2.run(t, sandbox.Config{Network: pol})
+	st1, err := m1.NetStatus(ctx, sb1.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st2, err := m2.NetStatus(ctx, sb2.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st1.Addrs.Slot == st2.Addrs.Slot || st1.Addrs.LogGroup == st2.Addrs.LogGroup {
+		t.Errorf("two data dirs share slot %d / group %d", st1.Addrs.Slot, st1.Addrs.LogGroup)
+	}
+	for _, c := range []struct {
+		m  *testManager
+		sb *sandbox.Sandbox
+	}{{m1, sb1}, {m2, sb2}} {
+		expectFetch(t, c.m, c.sb, "internet", "http://allowed.test/")
+		expectFetch(t, c.m, c.sb, "ERR", "http://"+nettest.Other4+"/")
+		var evs []sandbox.NetworkEvent
+		for deadline := time.Now().Add(5 * time.Second); len(evs) == 0 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			if evs, err = c.m.NetEvents(ctx, c.sb.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(evs) == 0 {
+			t.Errorf("%s: no denial logged", c.sb.ID)
+		}
+	}
+	// A slot freed in one data dir is taken again by the other.
+	if err := m1.Remove(ctx, sb1.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	sb3 := m2.run(t, sandbox.Config{Network: pol})
+	st3, err := m2.NetStatus(ctx, sb3.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st3.Addrs.Slot != st1.Addrs.Slot {
+		t.Errorf("slot after the first data dir freed %d: %d", st1.Addrs.Slot, st3.Addrs.Slot)
+	}
+	expectFetch(t, m2, sb3, "internet", "http://allowed.test/")
+}

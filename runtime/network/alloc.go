@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 
 	"smolvm.dev/smolvm/internal/store"
@@ -53,34 +54,53 @@ func addrsFor(idx int, id string) sandbox.NetworkAddrs {
 // vethName is the host end's name: "smv" and the 12-digit ID fit IFNAMSIZ.
 func vethName(id string) string { return "smv" + id }
 
-// allocate records a free slot for id, or returns the one it has.
-func allocate(ctx context.Context, st *store.Store, id string) (sandbox.NetworkAddrs, error) {
+// allocate records a free slot for id, or returns the one it has. taken
+// are slots other data dirs hold in the host namespace; the caller holds
+// the host-wide lock (Host.lockSlots) until the slot's veth carries its
+// address there, so no two data dirs pick one slot.
+func allocate(ctx context.Context, st *store.Store, id string, taken map[int]bool) (sandbox.NetworkAddrs, error) {
 	if a, err := lookupSlot(ctx, st, id); err == nil || !errors.Is(err, sql.ErrNoRows) {
 		return a, err
 	}
-	// The lowest free slot, in one statement: SQLite runs it atomically,
-	// and a concurrent insert of the same slot fails the primary key.
-	var err error
-	for try := 0; try < 5; try++ {
-		_, err = st.DB().ExecContext(ctx, `INSERT INTO net_slots (idx, sandbox, created_at)
-			SELECT s, ?, ? FROM (
-				SELECT 0 AS s WHERE NOT EXISTS (SELECT 1 FROM net_slots WHERE idx = 0)
-				UNION ALL
-				SELECT idx + 1 FROM net_slots a WHERE NOT EXISTS (SELECT 1 FROM net_slots b WHERE b.idx = a.idx + 1)
-				ORDER BY s LIMIT 1)
-			WHERE s < ?`, id, store.Now().UnixMilli(), maxSlots)
-		if err == nil || ctx.Err() != nil {
-			break
-		}
-	}
+	rows, err := st.DB().QueryContext(ctx, `SELECT idx FROM net_slots`)
 	if err != nil {
 		return sandbox.NetworkAddrs{}, fmt.Errorf("allocate addresses for %s: %w", id, err)
 	}
-	a, err := lookupSlot(ctx, st, id)
-	if errors.Is(err, sql.ErrNoRows) {
+	used := map[int]bool{}
+	maps.Copy(used, taken)
+	for rows.Next() {
+		var idx int
+		if err := rows.Scan(&idx); err != nil {
+			rows.Close()
+			return sandbox.NetworkAddrs{}, fmt.Errorf("allocate addresses for %s: %w", id, err)
+		}
+		used[idx] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return sandbox.NetworkAddrs{}, fmt.Errorf("allocate addresses for %s: %w", id, err)
+	}
+	idx := 0
+	for used[idx] {
+		idx++
+	}
+	if idx >= maxSlots {
 		return sandbox.NetworkAddrs{}, fmt.Errorf("allocate addresses for %s: all %d slots in use", id, maxSlots)
 	}
-	return a, err
+	if _, err := st.DB().ExecContext(ctx, `INSERT INTO net_slots (idx, sandbox, created_at) VALUES (?, ?, ?)`,
+		idx, id, store.Now().UnixMilli()); err != nil {
+		return sandbox.NetworkAddrs{}, fmt.Errorf("allocate addresses for %s: %w", id, err)
+	}
+	return addrsFor(idx, id), nil
+}
+
+// slotOf is the slot whose pair holds address a, if a is in the range.
+func slotOf(a netip.Addr) (int, bool) {
+	if !a.Is4() || !netip.PrefixFrom(base4, 16).Contains(a) {
+		return 0, false
+	}
+	b := a.As4()
+	return (int(b[2])<<8 | int(b[3])) >> 2, true
 }
 
 func lookupSlot(ctx context.Context, st *store.Store, id string) (sandbox.NetworkAddrs, error) {

@@ -24,6 +24,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"smolvm.dev/smolvm/internal/flock"
 	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -46,7 +47,14 @@ type Host struct {
 	// Helper is the command line that runs the helper process, to which
 	// the sandbox's directory is appended (smolvm net-helper).
 	Helper []string
+	// Lock is the host-wide lock file under which every data dir takes
+	// its slots; empty is DefaultLock.
+	Lock string
 }
+
+// DefaultLock is the slot lock every smolvm on the host shares, whatever
+// its data dir: slots (addresses, NFLOG groups) are the host namespace's.
+const DefaultLock = "/run/smolvm/network.lock"
 
 // helperConfig is what the helper reads from its directory.
 type helperConfig struct {
@@ -86,7 +94,21 @@ func (h *Host) Setup(ctx context.Context, id string, p *sandbox.Network) (err er
 	if len(h.Helper) == 0 {
 		return errors.New("no network helper command configured")
 	}
-	a, err := allocate(ctx, h.Store, id)
+	unlock, err := h.lockSlots()
+	if err != nil {
+		return err
+	}
+	locked := true
+	defer func() {
+		if locked {
+			unlock()
+		}
+	}()
+	taken, err := h.takenSlots()
+	if err != nil {
+		return fmt.Errorf("network of %s: %w", id, err)
+	}
+	a, err := allocate(ctx, h.Store, id, taken)
 	if err != nil {
 		return err
 	}
@@ -116,10 +138,50 @@ func (h *Host) Setup(ctx context.Context, id string, p *sandbox.Network) (err er
 	if err := h.hostSide(id, a, p); err != nil {
 		return fmt.Errorf("network of %s: %w", id, err)
 	}
+	// The veth carries the slot's address now: other data dirs see it.
+	unlock()
+	locked = false
 	if err := h.reset(ctx, id); err != nil {
 		return err
 	}
 	return h.startHelper(ctx, id)
+}
+
+// lockSlots takes the host-wide slot lock.
+func (h *Host) lockSlots() (unlock func(), err error) {
+	p := h.Lock
+	if p == "" {
+		p = DefaultLock
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return nil, fmt.Errorf("slot lock: %w", err)
+	}
+	unlock, err = flock.Lock(p)
+	if err != nil {
+		return nil, fmt.Errorf("slot lock: %w", err)
+	}
+	return unlock, nil
+}
+
+// takenSlots are the slots whose gateway address an interface of the host
+// namespace carries: this data dir's and every other's.
+func (h *Host) takenSlots() (map[int]bool, error) {
+	taken := map[int]bool{}
+	err := InNetNS(h.NetNS, func() error {
+		addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+		if err != nil {
+			return fmt.Errorf("list host addresses: %w", err)
+		}
+		for _, ad := range addrs {
+			if a, ok := netip.AddrFromSlice(ad.IP.To4()); ok {
+				if idx, ok := slotOf(a); ok {
+					taken[idx] = true
+				}
+			}
+		}
+		return nil
+	})
+	return taken, err
 }
 
 // hostSide makes the veth pair and the firewall in the host namespace.

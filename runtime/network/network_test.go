@@ -3,6 +3,7 @@ package network
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"testing"
 
@@ -29,9 +30,10 @@ func TestDescribePacket(t *testing.T) {
 	}
 }
 
-// TestAllocateConcurrent allocates from many goroutines over one database,
-// as concurrent CLIs do: every sandbox gets a different slot, and released
-// slots are reused.
+// TestAllocateConcurrent allocates from many goroutines over one database
+// under the slot lock, as concurrent CLIs do: every sandbox gets a
+// different slot, none another data dir holds, and released slots are
+// reused.
 func TestAllocateConcurrent(t *testing.T) {
 	ctx := context.Background()
 	st, err := store.Open(ctx, t.TempDir())
@@ -42,6 +44,8 @@ func TestAllocateConcurrent(t *testing.T) {
 	if err := st.Migrate(ctx, "network", schema); err != nil {
 		t.Fatal(err)
 	}
+	h := &Host{Store: st, Lock: filepath.Join(t.TempDir(), "lock")}
+	taken := map[int]bool{0: true, 7: true}
 	var mu sync.Mutex
 	slots := map[int]string{}
 	var wg sync.WaitGroup
@@ -50,13 +54,22 @@ func TestAllocateConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			id := fmt.Sprintf("%012x", i)
-			a, err := allocate(ctx, st, id)
+			unlock, err := h.lockSlots()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			a, err := allocate(ctx, st, id, taken)
+			unlock()
 			if err != nil {
 				t.Error(err)
 				return
 			}
 			mu.Lock()
 			defer mu.Unlock()
+			if taken[a.Slot] {
+				t.Errorf("%s got slot %d, which another data dir holds", id, a.Slot)
+			}
 			if other, ok := slots[a.Slot]; ok {
 				t.Errorf("slot %d given to %s and %s", a.Slot, other, id)
 			}
@@ -68,7 +81,7 @@ func TestAllocateConcurrent(t *testing.T) {
 		t.Fatalf("%d slots for 32 sandboxes", len(slots))
 	}
 	release(ctx, st, slots[5])
-	a, err := allocate(ctx, st, "new")
+	a, err := allocate(ctx, st, "new", taken)
 	if err != nil || a.Slot != 5 {
 		t.Fatalf("after releasing slot 5: %+v, %v", a, err)
 	}

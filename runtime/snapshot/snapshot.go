@@ -14,7 +14,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -24,6 +23,7 @@ import (
 
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/internal/flock"
+	"smolvm.dev/smolvm/internal/lazyre"
 	"smolvm.dev/smolvm/internal/names"
 	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/runtime/tenant"
@@ -140,8 +140,8 @@ func (s *Store) path(id string) (string, error) {
 }
 
 var (
-	hexDir    = regexp.MustCompile(`^[0-9a-f]{64}$`)
-	idPattern = regexp.MustCompile(`^(sha256:)?[0-9a-f]{6,64}$`)
+	hexDir    = lazyre.New(`^[0-9a-f]{64}$`)
+	idPattern = lazyre.New(`^(sha256:)?[0-9a-f]{6,64}$`)
 )
 
 // checkRef checks a snapshot name or ID given by a user (names.Snapshot).
@@ -158,7 +158,7 @@ func checkName(name string) error {
 	if err := checkRef(name); err != nil {
 		return err
 	}
-	if idPattern.MatchString(name) {
+	if idPattern().MatchString(name) {
 		return nameError{fmt.Errorf("%w: snapshot name %q: it looks like a snapshot ID", names.ErrInvalid, name)}
 	}
 	return nil
@@ -196,7 +196,7 @@ func (s *Store) resolve(ctx context.Context, nameOrID string) (string, error) {
 	if !errors.Is(err, sql.ErrNoRows) {
 		return "", fmt.Errorf("get snapshot %s: %w", nameOrID, err)
 	}
-	if !idPattern.MatchString(nameOrID) {
+	if !idPattern().MatchString(nameOrID) {
 		return "", fmt.Errorf("%w: %s", ErrNotFound, nameOrID)
 	}
 	// IDs are hex; those of snapshots made before digests were separate
@@ -445,7 +445,7 @@ func (s *Store) GC(ctx context.Context) ([]string, error) {
 			if !abandoned(p, time.Now()) {
 				continue
 			}
-		case hexDir.MatchString(e.Name()):
+		case hexDir().MatchString(e.Name()):
 			if known[e.Name()] {
 				continue
 			}

@@ -144,7 +144,7 @@ func readRecord(tr *tar.Reader) (*sandbox.Snapshot, error) {
 	if err := json.NewDecoder(io.LimitReader(tr, maxRecord)).Decode(&rec); err != nil {
 		return nil, fmt.Errorf("%w: record: %w", ErrCorrupt, err)
 	}
-	if !hexDir.MatchString(rec.ID) {
+	if !hexDir().MatchString(rec.ID) {
 		return nil, fmt.Errorf("%w: record: ID %q is not 64 hex digits", ErrCorrupt, rec.ID)
 	}
 	if len(rec.Files) == 0 {

@@ -12,6 +12,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/internal/lazyre"
 	"smolvm.dev/smolvm/workflow/rules"
 	"smolvm.dev/smolvm/workflow/runner"
 )
@@ -118,7 +119,7 @@ func GitHubCI(repo, job string) (CI, error) {
 				}
 				slices.Sort(names)
 				for _, k := range names {
-					if strings.Contains(m[k], "${{") || !envName.MatchString(k) {
+					if strings.Contains(m[k], "${{") || !envName().MatchString(k) {
 						ci.Unsupported = append(ci.Unsupported, fmt.Sprintf("%s env %s: expressions are not supported", where, k))
 						continue
 					}
@@ -165,7 +166,7 @@ func GitHubCI(repo, job string) (CI, error) {
 				}
 				slices.Sort(names)
 				for _, k := range names {
-					if strings.Contains(s.Env[k], "${{") || !envName.MatchString(k) {
+					if strings.Contains(s.Env[k], "${{") || !envName().MatchString(k) {
 						ci.Unsupported = append(ci.Unsupported, fmt.Sprintf("%s env %s: expressions are not supported", name, k))
 						continue
 					}
@@ -180,7 +181,7 @@ func GitHubCI(repo, job string) (CI, error) {
 	return CI{}, errdefs.New(errdefs.ErrNotFound, fmt.Sprintf("no job %q in %s/.github/workflows (jobs: %s)", job, repo, strings.Join(jobs, ", ")))
 }
 
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+var envName = lazyre.New(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 func cmp(a, b string) string {
 	if a != "" {

@@ -1,8 +1,16 @@
 package browser_test
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,6 +18,7 @@ import (
 
 	"smolvm.dev/smolvm/cmd/smolvm/bench"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/server/httpapi"
 	"smolvm.dev/smolvm/workflow/browser"
 )
 
@@ -118,6 +127,12 @@ func BenchmarkBrowser(b *testing.B) {
 	}
 	b.ReportMetric(float64(resident)/n/(1<<20), "idle-resident-MiB")
 	b.ReportMetric(float64(before-after)/n/(1<<20), "idle-host-MiB")
+	reportLoad(b)
+}
+
+// reportLoad reports the one-minute load average, which every figure must
+// be read beside on a shared machine.
+func reportLoad(b *testing.B) {
 	if l, err := os.ReadFile("/proc/loadavg"); err == nil {
 		load, _ := strconv.ParseFloat(strings.Fields(string(l))[0], 64)
 		b.ReportMetric(load, "load1")
@@ -138,4 +153,141 @@ func memAvailable(b *testing.B) int64 {
 	}
 	b.Fatal("no MemAvailable in /proc/meminfo")
 	return 0
+}
+
+// BenchmarkBrowserRun times what a user's browser run waits for, step by
+// step, in one run: POST /v1/browsers claiming a hot copy until its CDP
+// endpoint answers (fork), Playwright's connectOverCDP (connect), the
+// navigation of the page every browser starts with to a small page
+// (goto), and the first screenshot; the run end to end (total: fork to
+// screenshot). Apart: a new page's creation (newPage), which a run that
+// opens another page pays, and on the same browser a second WebSocket's
+// open and its CDP round trips (Browser.getVersion), which no page work
+// slows: what the path to DevTools costs per message. Playwright runs in
+// one node process for every run (sdk/browser-test/bench.mjs), so node's
+// start-up is in no figure.
+func BenchmarkBrowserRun(b *testing.B) {
+	w := newWorld(b)
+	node, dir := playwrightCore(b)
+	ctx := context.Background()
+	if _, err := w.mgr.CreatePool(ctx, sandbox.PoolOptions{Name: "browsers", From: browser.DefaultGolden, Hot: 1}); err != nil {
+		b.Fatal(err)
+	}
+	defer w.mgr.RemovePool(context.WithoutCancel(ctx), "browsers")
+	api := serveAPI(b, w)
+
+	pw := exec.Command("nsenter", "--net="+w.net.HostNS, node, "bench.mjs")
+	pw.Dir, pw.Stderr = dir, os.Stderr
+	in, err := pw.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	outPipe, err := pw.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pw.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer pw.Wait()
+	defer in.Close()
+	out := bufio.NewScanner(outPipe)
+
+	steps := []string{"fork", "connect", "goto", "screenshot", "total", "newPage", "ws-open", "cdp-rtt"}
+	series := map[string]*bench.Series{}
+	for _, s := range steps {
+		series[s] = &bench.Series{Name: s}
+	}
+	for range b.N {
+		if _, err := w.mgr.FillPool(ctx, "browsers"); err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(time.Second) // as a served pool's copy has settled (see BenchmarkBrowser)
+		t0 := time.Now()
+		var br browser.Browser
+		if err := api.do(ctx, http.MethodPost, "/v1/browsers", http.StatusCreated, &br); err != nil {
+			b.Fatal(err)
+		}
+		fork := time.Since(t0)
+		line, _ := json.Marshal(map[string]string{"cdp": br.CDP, "url": pageURL("allowed.test", 1)})
+		if _, err := in.Write(append(line, '\n')); err != nil {
+			b.Fatal(err)
+		}
+		if !out.Scan() {
+			b.Fatalf("playwright: %v", out.Err())
+		}
+		var ms map[string]float64
+		if err := json.Unmarshal(out.Bytes(), &ms); err != nil {
+			b.Fatalf("playwright: %v: %s", err, out.Bytes())
+		}
+		if ms["bytes"] == 0 {
+			b.Fatalf("playwright: no screenshot: %s", out.Bytes())
+		}
+		open, rtt, err := browser.RoundTrips(ctx, br.CDP, w.dial, 20)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := api.do(ctx, http.MethodDelete, "/v1/browsers/"+br.ID, http.StatusNoContent, nil); err != nil {
+			b.Fatal(err)
+		}
+		series["ws-open"].Samples = append(series["ws-open"].Samples, open)
+		series["cdp-rtt"].Samples = append(series["cdp-rtt"].Samples, rtt...)
+		series["fork"].Samples = append(series["fork"].Samples, fork)
+		d := func(step string) time.Duration { return time.Duration(ms[step] * float64(time.Millisecond)) }
+		series["total"].Samples = append(series["total"].Samples, fork+d("connect")+d("goto")+d("screenshot"))
+		for _, s := range []string{"connect", "goto", "screenshot", "newPage"} {
+			series[s].Samples = append(series[s].Samples, d(s))
+		}
+	}
+	for _, s := range steps {
+		b.ReportMetric(float64(series[s].Quantile(0.5).Microseconds())/1000, s+"-p50-ms")
+		b.ReportMetric(float64(series[s].Quantile(0.99).Microseconds())/1000, s+"-p99-ms")
+	}
+	reportLoad(b)
+}
+
+// apiClient speaks to an in-process smolvm serve API over its Unix socket.
+type apiClient struct {
+	hc    *http.Client
+	token string
+}
+
+// serveAPI serves the HTTP API for w's Manager on a Unix socket.
+func serveAPI(b *testing.B, w *world) *apiClient {
+	sock := filepath.Join(b.TempDir(), "api.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const token = "bench"
+	hs := &http.Server{Handler: httpapi.New(httpapi.Options{Manager: w.mgr, Token: token, TempDir: b.TempDir()})}
+	go hs.Serve(ln)
+	b.Cleanup(func() { hs.Close() })
+	dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}
+	return &apiClient{hc: &http.Client{Transport: &http.Transport{DialContext: dial}}, token: token}
+}
+
+// do sends a bodyless request and decodes the answer into out, if given.
+func (c *apiClient) do(ctx context.Context, method, path string, want int, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, "http://smolvm"+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, body)
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(body, out)
 }

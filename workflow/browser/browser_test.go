@@ -142,13 +142,9 @@ func browserTestDir() string {
 	return filepath.Join(filepath.Dir(file), "..", "..", "sdk", "browser-test")
 }
 
-// playwright runs sdk/browser-test/cdp.mjs in the test's host namespace,
-// where browsers' ports are published.
-func (w *world) playwright(t *testing.T, cdp, page, mode, shot string) (r struct {
-	Cookies []string
-	Storage *string
-	Title   string
-}) {
+// playwrightCore returns node and sdk/browser-test, with playwright-core
+// installed there.
+func playwrightCore(t testing.TB) (node, dir string) {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
@@ -157,7 +153,7 @@ func (w *world) playwright(t *testing.T, cdp, page, mode, shot string) (r struct
 		}
 		t.Skip("node not installed")
 	}
-	dir := browserTestDir()
+	dir = browserTestDir()
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "playwright-core", "package.json")); err != nil {
 		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")
 		cmd.Dir = dir
@@ -165,6 +161,18 @@ func (w *world) playwright(t *testing.T, cdp, page, mode, shot string) (r struct
 			t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
 		}
 	}
+	return node, dir
+}
+
+// playwright runs sdk/browser-test/cdp.mjs in the test's host namespace,
+// where browsers' ports are published.
+func (w *world) playwright(t *testing.T, cdp, page, mode, shot string) (r struct {
+	Cookies []string
+	Storage *string
+	Title   string
+}) {
+	t.Helper()
+	node, dir := playwrightCore(t)
 	args := []string{"--net=" + w.net.HostNS, node, "cdp.mjs", cdp, page, mode}
 	if shot != "" {
 		args = append(args, shot)
@@ -183,7 +191,10 @@ func (w *world) playwright(t *testing.T, cdp, page, mode, shot string) (r struct
 	return r
 }
 
-// onePage checks that b has one page, about:blank, as the golden left it.
+// onePage checks that b has one target, the page about:blank, as the
+// golden left it: no other page, and none of Chromium's preloaded browser
+// UI (the omnibox popups, which cost a renderer and the slowest steps of
+// Playwright's connectOverCDP).
 func (w *world) onePage(t *testing.T, b *browser.Browser) {
 	t.Helper()
 	hc := &http.Client{Transport: &http.Transport{DialContext: w.dial}}
@@ -196,14 +207,8 @@ func (w *world) onePage(t *testing.T, b *browser.Browser) {
 	if err := json.NewDecoder(resp.Body).Decode(&targets); err != nil {
 		t.Fatal(err)
 	}
-	var pages []string
-	for _, tg := range targets {
-		if tg.Type == "page" {
-			pages = append(pages, tg.URL)
-		}
-	}
-	if len(pages) != 1 || pages[0] != "about:blank" {
-		t.Errorf("a new browser's pages: %q, want [about:blank]", pages)
+	if len(targets) != 1 || targets[0].Type != "page" || targets[0].URL != "about:blank" {
+		t.Errorf("a new browser's targets: %+v, want one page at about:blank", targets)
 	}
 }
 

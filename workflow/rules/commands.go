@@ -2,8 +2,9 @@ package rules
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
+
+	"smolvm.dev/smolvm/internal/lazyre"
 )
 
 // Commands are the shell commands a repository's root rule files give for
@@ -19,9 +20,9 @@ type Commands struct {
 }
 
 var (
-	heading    = regexp.MustCompile(`^(#{1,6})\s+(.*)$`)
-	testWords  = regexp.MustCompile(`(?i)\btest(s|ing)?\b|\bchecks?\b`)
-	setupWords = regexp.MustCompile(`(?i)\b(set ?up|install(ation|ing)?|bootstrap|dependencies|dev(elopment)? environment|build(ing)?)\b`)
+	heading    = lazyre.New(`^(#{1,6})\s+(.*)$`)
+	testWords  = lazyre.New(`(?i)\btest(s|ing)?\b|\bchecks?\b`)
+	setupWords = lazyre.New(`(?i)\b(set ?up|install(ation|ing)?|bootstrap|dependencies|dev(elopment)? environment|build(ing)?)\b`)
 	shellLangs = map[string]bool{"": true, "sh": true, "bash": true, "shell": true, "console": true, "zsh": true}
 )
 
@@ -37,9 +38,9 @@ func (r *Repo) Commands() Commands {
 		for _, b := range shellBlocks(ru.Text) {
 			from := fmt.Sprintf("%s:%d", ru.Source, ru.Line+b.line)
 			switch {
-			case testWords.MatchString(b.heading):
+			case testWords().MatchString(b.heading):
 				c.Test, c.TestFrom = b.script, from
-			case setupWords.MatchString(b.heading):
+			case setupWords().MatchString(b.heading):
 				c.Setup, c.SetupFrom = b.script, from
 			}
 		}
@@ -81,7 +82,7 @@ func shellBlocks(text string) []block {
 			}
 			continue
 		}
-		if m := heading.FindStringSubmatch(t); m != nil {
+		if m := heading().FindStringSubmatch(t); m != nil {
 			head, taken = m[2], false
 			continue
 		}

@@ -2,11 +2,12 @@ package rules
 
 import (
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"smolvm.dev/smolvm/internal/lazyre"
 )
 
 // frontmatter is the YAML block between "---" lines at the top of a rule file.
@@ -92,13 +93,13 @@ func parseFrontmatter(src string) (fm frontmatter, body string, issues []issue) 
 	return fm, body, []issue{{Error, "frontmatter-malformed", line, "frontmatter: " + msg}}
 }
 
-var yamlLine = regexp.MustCompile(`\bline (\d+)`)
+var yamlLine = lazyre.New(`\bline (\d+)`)
 
 // fileLines renumbers the "line N" of a YAML error, counted in the block,
 // as lines of the file, and returns the first one (2 if there is none).
 func fileLines(msg string) (string, int) {
 	first := 0
-	msg = yamlLine.ReplaceAllStringFunc(msg, func(s string) string {
+	msg = yamlLine().ReplaceAllStringFunc(msg, func(s string) string {
 		n, err := strconv.Atoi(strings.TrimPrefix(s, "line "))
 		if err != nil {
 			return s
@@ -156,7 +157,7 @@ func yamlFields(text string) (fields []field, err error) {
 	return fields, nil
 }
 
-var plainKey = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_-]*):(?:\s+(.*))?$`)
+var plainKey = lazyre.New(`^([A-Za-z_][A-Za-z0-9_-]*):(?:\s+(.*))?$`)
 
 // plainFields reads a block as flat "key: value" lines with optional
 // "- item" lists, the way Cursor itself reads its frontmatter.
@@ -176,7 +177,7 @@ func plainFields(block []string) ([]field, bool) {
 			last.list = append(last.list, unquote(strings.TrimSpace(item)))
 			continue
 		}
-		m := plainKey.FindStringSubmatch(strings.TrimRight(line, " \t"))
+		m := plainKey().FindStringSubmatch(strings.TrimRight(line, " \t"))
 		if m == nil {
 			return nil, false
 		}

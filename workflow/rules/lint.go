@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"smolvm.dev/smolvm/internal/lazyre"
 )
 
 // DefaultMaxFile is the size above which a single rule file draws a warning.
@@ -50,13 +52,13 @@ type topic struct {
 
 type choice struct {
 	name string
-	re   *regexp.Regexp
+	re   func() *regexp.Regexp
 	// context, when set, must also match the clause: it keeps common
 	// words such as "black" from counting outside talk of formatting.
-	context *regexp.Regexp
+	context func() *regexp.Regexp
 }
 
-func ci(expr string) *regexp.Regexp { return regexp.MustCompile(`(?i)` + expr) }
+func ci(expr string) func() *regexp.Regexp { return lazyre.New(`(?i)` + expr) }
 
 var topics = []topic{
 	{"test command", []choice{
@@ -127,15 +129,15 @@ type claim struct {
 func claims(r *Rule) map[int][]claim {
 	out := map[int][]claim{}
 	for i, line := range strings.Split(r.Text, "\n") {
-		line = uvPip.ReplaceAllString(line, "uv")
+		line = uvPip().ReplaceAllString(line, "uv")
 		for _, clause := range splitClauses(line) {
 			for ti, t := range topics {
 				for _, c := range t.choices {
-					if c.context != nil && !c.context.MatchString(line) {
+					if c.context != nil && !c.context().MatchString(line) {
 						continue
 					}
-					for _, m := range c.re.FindAllStringIndex(clause, -1) {
-						if negation.MatchString(clause[:m[0]]) {
+					for _, m := range c.re().FindAllStringIndex(clause, -1) {
+						if negation().MatchString(clause[:m[0]]) {
 							continue
 						}
 						if !slices.ContainsFunc(out[ti], func(cl claim) bool { return cl.choice == c.name }) {
@@ -152,7 +154,7 @@ func claims(r *Rule) map[int][]claim {
 func splitClauses(line string) []string {
 	var out []string
 	start := 0
-	for _, m := range clauseSep.FindAllStringIndex(line, -1) {
+	for _, m := range clauseSep().FindAllStringIndex(line, -1) {
 		out = append(out, line[start:m[0]])
 		start = m[1]
 	}

@@ -8,10 +8,11 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
+
+	"smolvm.dev/smolvm/internal/lazyre"
 )
 
 // maxImportDepth is how many @import hops are followed from a CLAUDE.md,
@@ -239,7 +240,7 @@ func (l *loader) loadWhole(r Rule) {
 	}
 }
 
-var importRe = regexp.MustCompile(`^@(\S+)$`)
+var importRe = lazyre.New(`^@(\S+)$`)
 
 // loadClaude adds r.Source split at its @import lines, with each imported
 // file's rules in place of the line that imports it. chain holds the files
@@ -259,7 +260,7 @@ func (l *loader) loadClaude(r Rule, chain []string) {
 		case fence != "" && strings.HasPrefix(t, fence):
 			fence = ""
 		case fence == "":
-			if m := importRe.FindStringSubmatch(t); m != nil {
+			if m := importRe().FindStringSubmatch(t); m != nil {
 				l.add(r, seg.String(), start)
 				seg.Reset()
 				start = i + 2

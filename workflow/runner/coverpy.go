@@ -6,9 +6,10 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
+
+	"smolvm.dev/smolvm/internal/lazyre"
 )
 
 // pyCollector is the sitecustomize.py the verdict run puts first on
@@ -26,13 +27,13 @@ const (
 
 // runsPython is a test command that starts python: python3 -m pytest,
 // -m unittest, pytest, a script under python.
-var runsPython = regexp.MustCompile(`(^|[^\w.-])(python[0-9.]*|pytest)($|[^\w.-])`)
+var runsPython = lazyre.New(`(^|[^\w.-])(python[0-9.]*|pytest)($|[^\w.-])`)
 
 // pyCoverCommand is test with the collector on PYTHONPATH (ahead of what
 // the environment has there), measuring files (repository paths), when
 // test runs python and a Python file changed.
 func pyCoverCommand(test string, files []string) (string, []string, bool) {
-	if !runsPython.MatchString(test) || len(files) == 0 {
+	if !runsPython().MatchString(test) || len(files) == 0 {
 		return test, nil, false
 	}
 	abs := make([]string, len(files))

@@ -4,17 +4,19 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"smolvm.dev/smolvm/internal/lazyre"
 )
 
 // Test runners that select tests by name, found in a test command: the
 // match's end (or group 1's, for node) is where the selection goes.
 var (
-	goTestCmd = regexp.MustCompile(`(?:^|[\s;&|(])go\s+test\b`)
-	nodeTest  = regexp.MustCompile(`(?:^|[\s;&|(])node(?:\s+-\S+)*?\s+(--test)(?:\s|$)`)
-	pytestCmd = regexp.MustCompile(`(?:^|[\s;&|(])(?:python3?\s+-m\s+)?pytest(?:\s+(.*))?$`)
+	goTestCmd = lazyre.New(`(?:^|[\s;&|(])go\s+test\b`)
+	nodeTest  = lazyre.New(`(?:^|[\s;&|(])node(?:\s+-\S+)*?\s+(--test)(?:\s|$)`)
+	pytestCmd = lazyre.New(`(?:^|[\s;&|(])(?:python3?\s+-m\s+)?pytest(?:\s+(.*))?$`)
 	// A go test -json name is PACKAGE.TestName[/subtest…]; the package
 	// path may hold dots (gopkg.in/yaml.v3), a test function's name not.
-	goTestName = regexp.MustCompile(`\.((?:Test|Example|Fuzz)\w*)(?:/|$)`)
+	goTestName = lazyre.New(`\.((?:Test|Example|Fuzz)\w*)(?:/|$)`)
 )
 
 // pytest options that take a value as the next word.
@@ -31,13 +33,13 @@ func narrow(cmd, format string, names []string) (string, bool) {
 	}
 	switch format {
 	case "go-json":
-		loc := goTestCmd.FindStringIndex(cmd)
+		loc := goTestCmd().FindStringIndex(cmd)
 		if loc == nil {
 			return "", false
 		}
 		var funcs []string
 		for _, n := range names {
-			m := goTestName.FindStringSubmatch(n)
+			m := goTestName().FindStringSubmatch(n)
 			if m == nil {
 				return "", false // a package that failed to build, or died
 			}
@@ -47,7 +49,7 @@ func narrow(cmd, format string, names []string) (string, bool) {
 		}
 		return cmd[:loc[1]] + " -run " + shellQuote("^("+strings.Join(funcs, "|")+")$") + cmd[loc[1]:], true
 	case "tap":
-		loc := nodeTest.FindStringSubmatchIndex(cmd)
+		loc := nodeTest().FindStringSubmatchIndex(cmd)
 		if loc == nil {
 			return "", false
 		}
@@ -61,7 +63,7 @@ func narrow(cmd, format string, names []string) (string, bool) {
 		}
 		return cmd[:loc[3]] + strings.Join(pats, "") + cmd[loc[3]:], true
 	case "pytest":
-		m := pytestCmd.FindStringSubmatch(cmd)
+		m := pytestCmd().FindStringSubmatch(cmd)
 		if m == nil || strings.ContainsAny(m[1], ";&|<>()$`'\"\\") {
 			return "", false
 		}

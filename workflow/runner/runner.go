@@ -12,12 +12,12 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
 
 	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/internal/lazyre"
 	"smolvm.dev/smolvm/internal/proc"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/workflow/runner/guard"
@@ -429,7 +429,7 @@ func (r *run) loop(ctx context.Context, sb *string, from int) (*Run, error) {
 			r.emit(n, "tests", it.Result, "")
 			// Digits (durations, addresses, line numbers) vary between
 			// runs of the same failure.
-			key = strings.Join(r.realFailing(*it.Result), "\n") + "\x00" + digits.ReplaceAllString(it.Result.Failure, "0")
+			key = strings.Join(r.realFailing(*it.Result), "\n") + "\x00" + digits().ReplaceAllString(it.Result.Failure, "0")
 			if it.Passed() > cur.Passed() {
 				stuck, lastKey = 0, "" // progress, whatever the failure says
 			}
@@ -452,7 +452,7 @@ func (r *run) loop(ctx context.Context, sb *string, from int) (*Run, error) {
 	return r.finish(ctx, reason)
 }
 
-var digits = regexp.MustCompile(`[0-9]+`)
+var digits = lazyre.New(`[0-9]+`)
 
 // iterate judges the agent's change in *sb: the guard first, then the
 // tests, then a checkpoint. A rejected change is rolled back by

@@ -9,12 +9,12 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
 
 	"smolvm.dev/smolvm/errdefs"
+	"smolvm.dev/smolvm/internal/lazyre"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/workflow/runner/testparse"
 )
@@ -407,13 +407,13 @@ func applyIn(ctx context.Context, svc sandbox.Service, sb, what, patch string, f
 
 // modified matches the files a patch modifies ("--- a/PATH"), as the
 // harness's DIFF_MODIFIED_FILE_REGEX does.
-var modified = regexp.MustCompile(`(?m)^--- a/(.*)$`)
+var modified = lazyre.New(`(?m)^--- a/(.*)$`)
 
 // resetTests puts the files testPatch modifies back in sb as the base
 // commit has them, so the model's edits to them do not stand in the way of
 // the test patch (the harness's git checkout BASE -- FILES).
 func (w *work) resetTests(ctx context.Context, svc sandbox.Service, sb, testPatch string) error {
-	for _, m := range modified.FindAllStringSubmatch(testPatch, -1) {
+	for _, m := range modified().FindAllStringSubmatch(testPatch, -1) {
 		f := strings.TrimRight(m[1], "\r\t ")
 		data, err := gitBytes(ctx, w.dir, nil, "cat-file", "blob", w.base+":"+f)
 		if err != nil {

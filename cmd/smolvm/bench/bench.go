@@ -54,6 +54,7 @@ func Run(ctx context.Context, o Options) ([]Series, error) {
 	if err != nil {
 		return nil, err
 	}
+	steps, stockSteps := coldStepSeries()
 	for i := 0; i < o.Cold; i++ {
 		d, err := coldStart(ctx, o.Manager)
 		if err != nil {
@@ -65,6 +66,18 @@ func Run(ctx context.Context, o Options) ([]Series, error) {
 			return nil, err
 		}
 		stockCold.Samples = append(stockCold.Samples, d)
+		mine, err := coldSteps(ctx, o.Manager)
+		if err != nil {
+			return nil, err
+		}
+		theirs, err := stockColdSteps(ctx, o, rootfs, i)
+		if err != nil {
+			return nil, err
+		}
+		for j := range steps {
+			steps[j].Samples = append(steps[j].Samples, mine[j])
+			stockSteps[j].Samples = append(stockSteps[j].Samples, theirs[j])
+		}
 	}
 
 	execS := Series{Name: "exec true (Go API)", Baseline: "runsc exec true"}
@@ -98,7 +111,67 @@ func Run(ctx context.Context, o Options) ([]Series, error) {
 			stockExec.Samples = append(stockExec.Samples, time.Since(t))
 		}
 	}
-	return []Series{cold, stockCold, execS, stockExec}, nil
+	out := []Series{cold, stockCold}
+	for j := range steps {
+		out = append(out, steps[j], stockSteps[j])
+	}
+	return append(out, execS, stockExec), nil
+}
+
+// coldStepNames are a cold start's steps, smolvm's and stock runsc's side
+// by side: where the time goes. Split, each step is its own call (runsc
+// create, then runsc start), which the one-call cold start above is not.
+var coldStepNames = [3][2]string{
+	{"cold step 1: create (record, rootfs, runsc create)", "stock step 1: runsc create"},
+	{"cold step 2: start (runsc start, agent answers)", "stock step 2: runsc start"},
+	{"cold step 3: first exec true", "stock step 3: first runsc exec true"},
+}
+
+func coldStepSeries() (mine, stock [3]Series) {
+	for i, n := range coldStepNames {
+		mine[i], stock[i] = Series{Name: n[0], Baseline: n[1]}, Series{Name: n[1]}
+	}
+	return mine, stock
+}
+
+// coldSteps times a cold start split into its steps.
+func coldSteps(ctx context.Context, m *manager.Manager) (d [3]time.Duration, err error) {
+	t := time.Now()
+	sb, err := m.Create(ctx, sandbox.CreateOptions{})
+	if err != nil {
+		return d, err
+	}
+	defer m.Remove(context.WithoutCancel(ctx), sb.ID, true)
+	d[0], t = time.Since(t), time.Now()
+	if _, err := m.Start(ctx, sb.ID); err != nil {
+		return d, err
+	}
+	d[1], t = time.Since(t), time.Now()
+	exit, err := m.Exec(ctx, sb.ID, sandbox.Process{Args: []string{"true"}}, sandbox.Stdio{})
+	if err != nil || exit.Code != 0 {
+		return d, fmt.Errorf("first exec: %v %+v", err, exit)
+	}
+	d[2] = time.Since(t)
+	return d, nil
+}
+
+// stockColdSteps is coldSteps for stock runsc; its bundle is written
+// untimed, as stockColdStart's is.
+func stockColdSteps(ctx context.Context, o Options, rootfs backend.Rootfs, i int) (d [3]time.Duration, err error) {
+	id := fmt.Sprintf("stock-steps-%d", i)
+	s, err := gvisor.NewStock(o.stock(), rootfs, filepath.Join(o.Dir, id), id)
+	if err != nil {
+		return d, err
+	}
+	defer s.Delete(context.WithoutCancel(ctx))
+	for j, step := range []func(context.Context) error{s.Create, s.Start, func(ctx context.Context) error { return s.Exec(ctx, "/usr/bin/true") }} {
+		t := time.Now()
+		if err := step(ctx); err != nil {
+			return d, err
+		}
+		d[j] = time.Since(t)
+	}
+	return d, nil
 }
 
 func coldStart(ctx context.Context, m *manager.Manager) (time.Duration, error) {

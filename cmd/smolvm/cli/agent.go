@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -16,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"smolvm.dev/smolvm/internal/lazyre"
 	"smolvm.dev/smolvm/workflow/forge"
 	"smolvm.dev/smolvm/workflow/runner"
 )
@@ -519,7 +519,7 @@ func (a *app) agentEvalSWEBench(s *session, f *agentFlags, sf sweFlags, path str
 	// The harness's names: logs/run_evaluation/RUN_ID/MODEL/ID and
 	// MODEL.RUN_ID.json, "/" in MODEL as "__"; an agent's command line
 	// loses its other odd characters too.
-	model = unsafeName.ReplaceAllString(strings.ReplaceAll(model, "/", "__"), "_")
+	model = unsafeName().ReplaceAllString(strings.ReplaceAll(model, "/", "__"), "_")
 	so.LogDir = filepath.Join(a.dataDir, "agent", "swebench", sf.runID, model)
 	rep, err := rn.EvalSWEBench(s.ctx, insts, so, agentFor, o)
 	out := cmp.Or(sf.report, model+"."+sf.runID+".json")
@@ -535,7 +535,7 @@ func (a *app) agentEvalSWEBench(s *session, f *agentFlags, sf sweFlags, path str
 }
 
 // unsafeName matches what a file name is better without.
-var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._:@-]+`)
+var unsafeName = lazyre.New(`[^A-Za-z0-9._:@-]+`)
 
 func (a *app) printEval(rep runner.EvalReport) {
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)

@@ -65,6 +65,9 @@ func (s *Stock) Run(ctx context.Context) error {
 	return s.cmd(ctx, "run", "--detach", "--bundle", layout{s.dir}.bundle(), s.id)
 }
 
+// Start is `runsc start` of a created sandbox.
+func (s *Stock) Start(ctx context.Context) error { return s.cmd(ctx, "start", s.id) }
+
 // Exec is `runsc exec ID ARGS...`.
 func (s *Stock) Exec(ctx context.Context, args ...string) error {
 	return s.cmd(ctx, append([]string{"exec", s.id}, args...)...)

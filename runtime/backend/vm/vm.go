@@ -16,7 +16,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,6 +25,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"smolvm.dev/smolvm/internal/lazyre"
 	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/sandbox"
@@ -947,7 +947,7 @@ func (b *Backend) MainExit(ctx context.Context, s *backend.Spec) (*backend.Exit,
 }
 
 // qemuSignalRE is what QEMU logs when a signal ends it.
-var qemuSignalRE = regexp.MustCompile(`terminating on signal (\d+)`)
+var qemuSignalRE = lazyre.New(`terminating on signal (\d+)`)
 
 // qemuSignalExit is the exit of a QEMU that logged (to logPath) the
 // signal that ended it, or nil.
@@ -956,7 +956,7 @@ func qemuSignalExit(logPath string) *backend.Exit {
 	if err != nil {
 		return nil
 	}
-	m := qemuSignalRE.FindSubmatch(p)
+	m := qemuSignalRE().FindSubmatch(p)
 	if m == nil {
 		return nil
 	}

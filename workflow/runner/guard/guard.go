@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"smolvm.dev/smolvm/internal/lazyre"
 	"smolvm.dev/smolvm/workflow/trust"
 )
 
@@ -108,7 +109,7 @@ func Check(diff string, o Options) []Violation {
 		}
 		for _, l := range f.Added {
 			for _, w := range weak {
-				if w.re.MatchString(l) && !slices.ContainsFunc(f.Removed, w.re.MatchString) {
+				if w.re().MatchString(l) && !slices.ContainsFunc(f.Removed, w.re().MatchString) {
 					add(Weakened, f, "loosens an assertion (%s): %s", w.what, strings.TrimSpace(l))
 				}
 			}
@@ -129,23 +130,23 @@ func Feedback(vs []Violation) string {
 }
 
 var (
-	goTest = regexp.MustCompile(`^\s*func\s+(Test\w*|Benchmark\w*|Fuzz\w*|Example\w*)\s*\(`)
-	pyTest = regexp.MustCompile(`^\s*(?:async\s+)?def\s+(test\w*)\s*\(`)
-	pyCls  = regexp.MustCompile(`^\s*class\s+(Test\w*)\b`)
-	jsTest = regexp.MustCompile(`\b(?:test|it)(?:\.\w+)?\s*\(\s*(['"` + "`" + `])(.+?)['"` + "`" + `]`)
+	goTest = lazyre.New(`^\s*func\s+(Test\w*|Benchmark\w*|Fuzz\w*|Example\w*)\s*\(`)
+	pyTest = lazyre.New(`^\s*(?:async\s+)?def\s+(test\w*)\s*\(`)
+	pyCls  = lazyre.New(`^\s*class\s+(Test\w*)\b`)
+	jsTest = lazyre.New(`\b(?:test|it)(?:\.\w+)?\s*\(\s*(['"` + "`" + `])(.+?)['"` + "`" + `]`)
 
-	assertion = regexp.MustCompile(`\bassert\w*\b|\bt\.(?:Error|Errorf|Fatal|Fatalf|Fail|FailNow)\b|\b(?:require|assert)\.\w+\(|\bexpect\s*\(|\bself\.assert\w+\(|\bpytest\.raises\b`)
+	assertion = lazyre.New(`\bassert\w*\b|\bt\.(?:Error|Errorf|Fatal|Fatalf|Fail|FailNow)\b|\b(?:require|assert)\.\w+\(|\bexpect\s*\(|\bself\.assert\w+\(|\bpytest\.raises\b`)
 )
 
 func testNames(lines []string) []string {
 	var names []string
 	for _, l := range lines {
-		for _, re := range []*regexp.Regexp{goTest, pyTest, pyCls} {
-			if m := re.FindStringSubmatch(l); m != nil {
+		for _, re := range []func() *regexp.Regexp{goTest, pyTest, pyCls} {
+			if m := re().FindStringSubmatch(l); m != nil {
 				names = append(names, m[1])
 			}
 		}
-		if m := jsTest.FindStringSubmatch(l); m != nil {
+		if m := jsTest().FindStringSubmatch(l); m != nil {
 			names = append(names, m[2])
 		}
 	}
@@ -160,29 +161,29 @@ func hasTests(f File) bool {
 
 type pattern struct {
 	what string
-	re   *regexp.Regexp
+	re   func() *regexp.Regexp
 }
 
 var skipMarkers = []pattern{
-	{"t.Skip", regexp.MustCompile(`\b\w+\.Skip(?:Now|f)?\(`)},
-	{"a pytest skip mark", regexp.MustCompile(`@pytest\.mark\.skip(?:if)?\b|\bpytest\.skip\(|@unittest\.skip\w*|\braise\s+(?:unittest\.)?SkipTest\b`)},
-	{"an xfail mark", regexp.MustCompile(`@pytest\.mark\.xfail\b|\bpytest\.xfail\(|@unittest\.expectedFailure\b`)},
-	{"a .skip", regexp.MustCompile(`\b(?:test|it|describe|suite)\.(?:skip|todo)\b|\b(?:xit|xdescribe|xtest)\s*\(|\{\s*skip\s*:`)},
-	{"a .only (every other test stops running)", regexp.MustCompile(`\b(?:test|it|describe|suite)\.only\b|\b(?:fit|fdescribe)\s*\(|\{\s*only\s*:`)},
+	{"t.Skip", lazyre.New(`\b\w+\.Skip(?:Now|f)?\(`)},
+	{"a pytest skip mark", lazyre.New(`@pytest\.mark\.skip(?:if)?\b|\bpytest\.skip\(|@unittest\.skip\w*|\braise\s+(?:unittest\.)?SkipTest\b`)},
+	{"an xfail mark", lazyre.New(`@pytest\.mark\.xfail\b|\bpytest\.xfail\(|@unittest\.expectedFailure\b`)},
+	{"a .skip", lazyre.New(`\b(?:test|it|describe|suite)\.(?:skip|todo)\b|\b(?:xit|xdescribe|xtest)\s*\(|\{\s*skip\s*:`)},
+	{"a .only (every other test stops running)", lazyre.New(`\b(?:test|it|describe|suite)\.only\b|\b(?:fit|fdescribe)\s*\(|\{\s*only\s*:`)},
 }
 
 // weak are assertion forms that pass whatever the code does.
 var weak = []pattern{
-	{"always true", regexp.MustCompile(`\bassert\s+(?:True|1|not\s+False)\b\s*(?:,|$)|\bassertTrue\(\s*True\s*\)|\bor\s+True\b|\|\|\s*true\b`)},
-	{"truthiness only", regexp.MustCompile(`\.toBeTruthy\(\)|\.toBeDefined\(\)|\bassertIsNotNone\(|\bassert\s+\w+\s+is\s+not\s+None\s*$`)},
-	{"comparison made lenient", regexp.MustCompile(`\bassert\b[^=!<>]*(?:>=|<=)|pytest\.approx\([^)]*(?:rel|abs)\s*=\s*(?:[1-9]|0\.[1-9])`)},
-	{"error discarded", regexp.MustCompile(`\bexcept\s*(?:Exception|BaseException)?\s*:\s*pass\b|\bcontextlib\.suppress\(`)},
+	{"always true", lazyre.New(`\bassert\s+(?:True|1|not\s+False)\b\s*(?:,|$)|\bassertTrue\(\s*True\s*\)|\bor\s+True\b|\|\|\s*true\b`)},
+	{"truthiness only", lazyre.New(`\.toBeTruthy\(\)|\.toBeDefined\(\)|\bassertIsNotNone\(|\bassert\s+\w+\s+is\s+not\s+None\s*$`)},
+	{"comparison made lenient", lazyre.New(`\bassert\b[^=!<>]*(?:>=|<=)|pytest\.approx\([^)]*(?:rel|abs)\s*=\s*(?:[1-9]|0\.[1-9])`)},
+	{"error discarded", lazyre.New(`\bexcept\s*(?:Exception|BaseException)?\s*:\s*pass\b|\bcontextlib\.suppress\(`)},
 }
 
-func count(lines []string, re *regexp.Regexp) int {
+func count(lines []string, re func() *regexp.Regexp) int {
 	n := 0
 	for _, l := range lines {
-		n += len(re.FindAllStringIndex(l, -1))
+		n += len(re().FindAllStringIndex(l, -1))
 	}
 	return n
 }

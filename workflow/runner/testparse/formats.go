@@ -5,9 +5,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"encoding/xml"
-	"regexp"
 	"slices"
 	"strings"
+
+	"smolvm.dev/smolvm/internal/lazyre"
 )
 
 // goEvent is one line of go test -json (test2json), including the build
@@ -236,9 +237,9 @@ func joinNonEmpty(a, b string) string {
 	return a + "\n" + b
 }
 
-var tapSubtest = regexp.MustCompile(`^(\s*)# Subtest: (.*)$`)
+var tapSubtest = lazyre.New(`^(\s*)# Subtest: (.*)$`)
 
-var tapPoint = regexp.MustCompile(`^(\s*)(not ok|ok)\b\s*\d*\s*(?:-\s*)?(.*?)(?:\s+#\s*(SKIP|TODO)\b.*)?$`)
+var tapPoint = lazyre.New(`^(\s*)(not ok|ok)\b\s*\d*\s*(?:-\s*)?(.*?)(?:\s+#\s*(SKIP|TODO)\b.*)?$`)
 
 // parseTAP reads TAP (node --test's default reporter when not on a
 // terminal, tap-spec producers). Suites (node's describe) are test points
@@ -258,7 +259,7 @@ func parseTAP(out []byte) (Result, bool) {
 	var ts tests
 	var names []string // by indent depth: the "# Subtest:" names open there
 	for i := 0; i < len(lines); i++ {
-		if m := tapSubtest.FindStringSubmatch(lines[i]); m != nil {
+		if m := tapSubtest().FindStringSubmatch(lines[i]); m != nil {
 			d := len(m[1]) / 4
 			if len(names) > d {
 				names = names[:d]
@@ -269,7 +270,7 @@ func parseTAP(out []byte) (Result, bool) {
 			names = append(names, m[2])
 			continue
 		}
-		m := tapPoint.FindStringSubmatch(lines[i])
+		m := tapPoint().FindStringSubmatch(lines[i])
 		if m == nil {
 			continue
 		}
@@ -316,12 +317,12 @@ var (
 	// -rA short summary: "PASSED tests/test_a.py::test_x",
 	// "FAILED tests/test_a.py::test_y - AssertionError: …",
 	// "SKIPPED [1] tests/test_a.py:9: reason".
-	pySummary = regexp.MustCompile(`^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\s+(?:\[\d+\]\s+)?(\S+?)(?::\d+:)?(?:\s.*)?$`)
+	pySummary = lazyre.New(`^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\s+(?:\[\d+\]\s+)?(\S+?)(?::\d+:)?(?:\s.*)?$`)
 	// -v: "tests/test_a.py::test_x PASSED   [ 50%]".
-	pyVerbose = regexp.MustCompile(`^(\S+::\S+)\s+(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b`)
+	pyVerbose = lazyre.New(`^(\S+::\S+)\s+(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b`)
 	// "____ test_y ____" opens a failure's section.
-	pySection = regexp.MustCompile(`^_{3,} (?:ERROR at \w+ of )?(\S+?) _{3,}$`)
-	pyBanner  = regexp.MustCompile(`^={3,} .* ={3,}$`)
+	pySection = lazyre.New(`^_{3,} (?:ERROR at \w+ of )?(\S+?) _{3,}$`)
+	pyBanner  = lazyre.New(`^={3,} .* ={3,}$`)
 )
 
 func parsePytest(out []byte) (Result, bool) {
@@ -338,12 +339,12 @@ func parsePytest(out []byte) (Result, bool) {
 	}
 	for _, l := range strings.Split(string(out), "\n") {
 		l = strings.TrimRight(l, "\r")
-		if m := pySection.FindStringSubmatch(l); m != nil {
+		if m := pySection().FindStringSubmatch(l); m != nil {
 			flush()
 			cur = m[1]
 			continue
 		}
-		if pyBanner.MatchString(l) {
+		if pyBanner().MatchString(l) {
 			flush()
 			continue
 		}
@@ -352,9 +353,9 @@ func parsePytest(out []byte) (Result, bool) {
 			continue
 		}
 		var word, name string
-		if m := pySummary.FindStringSubmatch(l); m != nil {
+		if m := pySummary().FindStringSubmatch(l); m != nil {
 			word, name = m[1], m[2]
-		} else if m := pyVerbose.FindStringSubmatch(l); m != nil {
+		} else if m := pyVerbose().FindStringSubmatch(l); m != nil {
 			word, name = m[2], m[1]
 		} else {
 			continue

@@ -1,9 +1,10 @@
 package testparse
 
 import (
-	"regexp"
 	"strconv"
 	"strings"
+
+	"smolvm.dev/smolvm/internal/lazyre"
 )
 
 // python3 -m unittest writes to stderr. Verbose (-v) names every test:
@@ -13,12 +14,12 @@ import (
 // the failures (their "FAIL: name" sections); the rest are counted from
 // "Ran N tests" and the closing "OK (skipped=1)" or "FAILED (...)".
 var (
-	utName    = regexp.MustCompile(`^\s*(\w+) \(([\w.]+)\)((?: \(.*\))?)`)
-	utStatus  = regexp.MustCompile(` \.\.\. (ok|FAIL|ERROR|skipped\b.*|expected failure|unexpected success)$`)
-	utSection = regexp.MustCompile(`^(FAIL|ERROR|UNEXPECTED SUCCESS): (\w+) \(([\w.]+)\)((?: \(.*\))?)$`)
-	utRan     = regexp.MustCompile(`^Ran (\d+) tests? in `)
-	utEnd     = regexp.MustCompile(`^(OK|FAILED)(?: \((.*)\))?$`)
-	utRule    = regexp.MustCompile(`^(?:=|-){20,}$`)
+	utName    = lazyre.New(`^\s*(\w+) \(([\w.]+)\)((?: \(.*\))?)`)
+	utStatus  = lazyre.New(` \.\.\. (ok|FAIL|ERROR|skipped\b.*|expected failure|unexpected success)$`)
+	utSection = lazyre.New(`^(FAIL|ERROR|UNEXPECTED SUCCESS): (\w+) \(([\w.]+)\)((?: \(.*\))?)$`)
+	utRan     = lazyre.New(`^Ran (\d+) tests? in `)
+	utEnd     = lazyre.New(`^(OK|FAILED)(?: \((.*)\))?$`)
+	utRule    = lazyre.New(`^(?:=|-){20,}$`)
 )
 
 // utID is a test's unittest ID (what python3 -m unittest selects it
@@ -35,9 +36,9 @@ func parseUnittest(out []byte) (Result, bool) {
 	lines := strings.Split(strings.ReplaceAll(string(out), "\r", ""), "\n")
 	ran, end := -1, ""
 	for _, l := range lines {
-		if m := utRan.FindStringSubmatch(l); m != nil {
+		if m := utRan().FindStringSubmatch(l); m != nil {
 			ran, _ = strconv.Atoi(m[1])
-		} else if m := utEnd.FindStringSubmatch(l); m != nil && ran >= 0 {
+		} else if m := utEnd().FindStringSubmatch(l); m != nil && ran >= 0 {
 			end = m[2]
 		}
 	}
@@ -62,13 +63,13 @@ func utVerbose(lines []string, ts *tests) bool {
 	pending := ""
 	seen := false
 	for _, l := range lines {
-		if utRule.MatchString(l) {
+		if utRule().MatchString(l) {
 			break // the failure sections start
 		}
-		if m := utName.FindStringSubmatch(l); m != nil {
+		if m := utName().FindStringSubmatch(l); m != nil {
 			pending = utID(m[1], m[2], m[3])
 		}
-		m := utStatus.FindStringSubmatch(l)
+		m := utStatus().FindStringSubmatch(l)
 		if m == nil || pending == "" {
 			continue
 		}
@@ -91,16 +92,16 @@ func utVerbose(lines []string, ts *tests) bool {
 // the section (the traceback) as their output.
 func utSections(lines []string, ts *tests) {
 	for i := 0; i < len(lines); i++ {
-		m := utSection.FindStringSubmatch(lines[i])
+		m := utSection().FindStringSubmatch(lines[i])
 		if m == nil {
 			continue
 		}
 		var b strings.Builder
 		j := i + 1
-		if j < len(lines) && utRule.MatchString(lines[j]) {
+		if j < len(lines) && utRule().MatchString(lines[j]) {
 			j++
 		}
-		for ; j < len(lines) && !utRule.MatchString(lines[j]); j++ {
+		for ; j < len(lines) && !utRule().MatchString(lines[j]); j++ {
 			b.WriteString(lines[j] + "\n")
 		}
 		t := ts.get(utID(m[2], m[3], m[4]))
