@@ -46,7 +46,11 @@ const (
 
 // rpcError is a Connect error. The SDK maps codes to its error classes:
 // not_found to NotFoundError (FileNotFoundError for files), invalid_argument
-// to InvalidArgumentError, unauthenticated to AuthenticationError.
+// to InvalidArgumentError, unauthenticated to AuthenticationError. The code
+// is a string: E2B's numeric {"code": 404} is the control plane's and
+// /files' shape only, and connect-web reads a bare HTTP 404 as
+// unimplemented. protobuf-es refuses unknown JSON fields, so envd's replies
+// carry no field the protocol lacks.
 type rpcError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`

@@ -27,7 +27,9 @@ import (
 // switches behaviour on it: from 0.4.0 it stops sending a default user
 // ("user") with every call, from 0.5.2 it offers closeStdin, and from
 // 0.5.7 it may upload files as application/octet-stream. 0.6.2 and later
-// would ask for file metadata and watch features not served here.
+// would ask for file metadata and watch features not served here. Those
+// thresholds live in sdk/e2b-compat/node_modules/e2b/dist/index.mjs: read
+// them again when the SDK is bumped.
 const EnvdVersion = "0.5.7"
 
 // Headers the SDK sends with every envd request. One server serves every

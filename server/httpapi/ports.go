@@ -22,7 +22,9 @@ const portRoute = "/v1/sandboxes/{id}/ports/{port}/"
 // portMethods are the methods the port route forwards (GET covers HEAD).
 var portMethods = []string{"GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 
-// registerPortRoutes registers the port route for each method. It is not
+// registerPortRoutes registers the port route for each method, since
+// openapi.json needs METHOD /path patterns (E2B's Host form and its
+// E2b-Sandbox-Port header check no path at all). It is not
 // limited (a WebSocket may stay open for hours), and its path below the
 // port may have empty segments (httpguard.ForwardedPath).
 func (s *Server) registerPortRoutes() {
