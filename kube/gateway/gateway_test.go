@@ -342,7 +342,10 @@ func TestGateway(t *testing.T) {
 	t.Run("E2BTenants", func(t *testing.T) {
 		// Two keys, two namespaces: B reaches none of A's sandboxes and
 		// snapshots, and each call answers as for one that never existed.
-		runSDK(t, c, "tenants.mjs", []string{"SMOLVM_KEY_A=" + keyA, "SMOLVM_KEY_B=" + keyB})
+		// Volumes are a node's: the gateway answers their API with 501
+		// (TestVolumesRefused), so their scenario is a single serve's.
+		runSDK(t, c, "tenants.mjs", []string{"SMOLVM_KEY_A=" + keyA, "SMOLVM_KEY_B=" + keyB},
+			"tenant B reaches none of tenant A's sandboxes")
 	})
 }
 
