@@ -127,6 +127,10 @@ const (
 // (image.Store.Default).
 const DefaultImage = "host"
 
+// BaseImage is the base image's name (`smolvm image build base`): Debian
+// with the usual tools, the default once built.
+const BaseImage = "base"
+
 // Defaults and bounds for limits. A limit below the minimum cannot boot a
 // sandbox, so it is refused up front rather than failing obscurely.
 const (

@@ -17,6 +17,9 @@ import (
 // snapshot of that name exists.
 const DefaultTemplate = "base"
 
+// BaseImage is the image the SDK's Template().fromBaseImage() names.
+const BaseImage = "e2bdev/base"
+
 // EnvdPort is envd's port, which the SDK names in E2b-Sandbox-Port;
 // every other port is the sandbox's own.
 const EnvdPort = "49983"

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // BaseName is the base image's name in the store (`smolvm image build
 // base`): once stored, sandboxes that name no image run it rather than
 // the builtin host image.
-const BaseName = "base"
+const BaseName = sandbox.BaseImage
 
 // Bookworm is a recipe of Debian 12 (bookworm, with its updates and
 // security suites) from Debian's archive: mmdebstrap's essential set

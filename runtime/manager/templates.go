@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"smolvm.dev/smolvm/internal/names"
@@ -344,11 +345,41 @@ func (m *Manager) fromTemplate(ctx context.Context, t *sandbox.Template, o sandb
 	case len(o.Config.Cmd) > 0:
 		return nil, fmt.Errorf("create: %w: template %s has a started state: its main process is its start command, %q", sandbox.ErrInvalid, t.Name, t.Start)
 	}
+	if drops := restoreDrops(o.Config); len(drops) > 0 {
+		return nil, fmt.Errorf("create: %w: template %s has a started state, which a copy restores as it was built: it cannot take %s (make a template without a start command, or build one with them)", sandbox.ErrInvalid, t.Name, strings.Join(drops, ", "))
+	}
 	snapCtx := ctx
 	if !tenant.Owns(ctx, t.Tenant) {
 		snapCtx = tenant.Unscoped(ctx) // a public template: the admin's snapshot
 	}
 	return m.restore(ctx, snapCtx, t.Snapshot, sandbox.RestoreOptions{Name: o.Name, TTL: o.Config.TTL, Labels: o.Config.Labels}, o.Config.Env)
+}
+
+// restoreDrops names what c asks for that a restore of a started state
+// cannot give: the copy runs in the state's sandbox, with its network,
+// mounts, limits, identity and lifecycle. Silently dropping them once
+// gave a volume-less, unlimited copy to a create that asked for both.
+func restoreDrops(c sandbox.Config) []string {
+	var drops []string
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{
+		{"a network", c.Network.Enabled()},
+		{"volumes", len(c.Volumes) > 0},
+		{"limits", c.Limits != (sandbox.Limits{})},
+		{"a hostname", c.Hostname != ""},
+		{"a working directory", c.WorkDir != ""},
+		{"a user", c.User != ""},
+		{"a trust policy", c.TrustRepo != ""},
+		{"an idle timeout", c.IdleTimeout != 0},
+		{"pause on expiry", c.OnExpiry == sandbox.ExpiryPause},
+	} {
+		if f.set {
+			drops = append(drops, f.name)
+		}
+	}
+	return drops
 }
 
 func logf(w io.Writer, format string, args ...any) {

@@ -91,6 +91,23 @@ func TestTemplateStartedState(t *testing.T) {
 		t.Errorf("create's env in the copy: %q", out)
 	}
 
+	// What a restore cannot give is refused by name, not dropped.
+	for what, c := range map[string]sandbox.Config{
+		"a network":       {Network: &sandbox.Network{Mode: sandbox.NetEgress}},
+		"volumes":         {Volumes: []sandbox.VolumeMount{{Name: "v", Path: "/v"}}},
+		"limits":          {Limits: sandbox.Limits{Memory: 256 << 20}},
+		"a user":          {User: "nobody"},
+		"pause on expiry": {OnExpiry: sandbox.ExpiryPause},
+	} {
+		_, err := m.Create(ctx, sandbox.CreateOptions{Image: "web", Start: true, Config: c})
+		if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "cannot take "+what) {
+			t.Errorf("create from a started state with %s: %v", what, err)
+		}
+	}
+	if _, err := m.Create(ctx, sandbox.CreateOptions{Image: "web", Start: true, Config: sandbox.Config{Network: &sandbox.Network{Mode: sandbox.NetNone}}}); err != nil {
+		t.Errorf("create from a started state asking for no network: %v", err)
+	}
+
 	// The snapshot is the template's: snapshot rm refuses it.
 	err = m.Snapshots().Remove(ctx, tmpl.Snapshot, func(id string) (bool, error) { return m.SnapshotInUse(ctx, id) })
 	if !errors.Is(err, snapshot.ErrInUse) || !strings.Contains(err.Error(), "template web") {

@@ -239,6 +239,14 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	if req.Timeout != nil {
 		opts.Config.TTL = time.Duration(*req.Timeout) * time.Second
 	}
+	if req.AllowInternetAccess == nil && req.Network == nil {
+		// A template's started state keeps the network it was built with
+		// (none): E2B's default of the internet is not a request that its
+		// restore must refuse; an explicit one is (Manager.fromTemplate).
+		if t, err := h.m.Template(r.Context(), req.TemplateID); err == nil && t.Snapshot != "" {
+			opts.Config.Network = nil
+		}
+	}
 	for k, v := range req.EnvVars {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
 			writeAPIError(w, http.StatusBadRequest, fmt.Sprintf("envVars: invalid name %q", k))

@@ -573,6 +573,12 @@ func (h *Handler) dockerfile(ctx context.Context, req e2bapi.BuildStart) (buildS
 		}
 	case base == "":
 		return spec, errdefs.New(errdefs.ErrInvalid, "fromImage or fromTemplate: required")
+	case base == e2bapi.BaseImage:
+		b, err := h.baseImage(ctx)
+		if err != nil {
+			return spec, err
+		}
+		base = b
 	}
 	user := ""
 	if img, err := h.images.Get(ctx, base); err == nil {
@@ -707,4 +713,21 @@ func unquote(s string) string {
 		return s
 	}
 	return strings.ReplaceAll(s[1:len(s)-1], `'"'"'`, `'`)
+}
+
+// baseImage is what fromBaseImage() names: E2B's base image if the
+// store has it (imported or built as e2bdev/base), else smolvm's base
+// image, which has the tools E2B's does (python3, node, git, curl). Not
+// the host image: a template is meant to run elsewhere than this host.
+func (h *Handler) baseImage(ctx context.Context) (string, error) {
+	for _, name := range []string{e2bapi.BaseImage, sandbox.BaseImage} {
+		_, err := h.images.Get(ctx, name)
+		if err == nil {
+			return name, nil
+		}
+		if !errors.Is(err, sandbox.ErrImageNotFound) {
+			return "", fmt.Errorf("fromBaseImage: %w", err)
+		}
+	}
+	return "", errdefs.New(errdefs.ErrInvalid, fmt.Sprintf("fromBaseImage: neither %s nor smolvm's %s image is in the store; make one with smolvm image build %s (or import %s)", e2bapi.BaseImage, sandbox.BaseImage, sandbox.BaseImage, e2bapi.BaseImage))
 }

@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"smolvm.dev/smolvm/api/e2bapi"
+	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/runtime/build"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/tests/testimage"
@@ -130,5 +133,40 @@ func TestTemplateUploads(t *testing.T) {
 	}
 	if got := put("..%2Fx", 1); got != http.StatusBadRequest {
 		t.Errorf("a hash that is no hex: %d", got)
+	}
+}
+
+// imageNames is an image store of bare names.
+type imageNames map[string]bool
+
+func (n imageNames) Get(_ context.Context, name string) (*sandbox.Image, error) {
+	if !n[name] {
+		return nil, sandbox.ErrImageNotFound
+	}
+	return &sandbox.Image{Refs: []string{name}}, nil
+}
+func (imageNames) List(context.Context) ([]sandbox.Image, error) { return nil, nil }
+func (imageNames) Pull(context.Context, string, sandbox.PullOptions) (*sandbox.Image, error) {
+	return nil, sandbox.ErrImageNotFound
+}
+
+// TestBaseImage: fromBaseImage() names E2B's base image, else smolvm's,
+// and without either says how to make one rather than using the host's.
+func TestBaseImage(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		have imageNames
+		want string
+	}{
+		{imageNames{e2bapi.BaseImage: true, sandbox.BaseImage: true}, e2bapi.BaseImage},
+		{imageNames{sandbox.BaseImage: true, sandbox.DefaultImage: true}, sandbox.BaseImage},
+	} {
+		if got, err := (&Handler{images: c.have}).baseImage(ctx); got != c.want || err != nil {
+			t.Errorf("with %v: %q %v, want %q", c.have, got, err, c.want)
+		}
+	}
+	_, err := (&Handler{images: imageNames{sandbox.DefaultImage: true}}).baseImage(ctx)
+	if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "smolvm image build base") {
+		t.Errorf("with neither: %v", err)
 	}
 }
