@@ -127,6 +127,11 @@ const (
 // (image.Store.Default).
 const DefaultImage = "host"
 
+// AgentPath is where the backends put the agent binary inside a sandbox
+// (gVisor's spec, the microVM's init script); commands may run it again
+// for its helpers (the guest's forward, which browser sandboxes use).
+const AgentPath = "/.smolvm/agent"
+
 // BaseImage is the base image's name (`smolvm image build base`): Debian
 // with the usual tools, the default once built.
 const BaseImage = "base"

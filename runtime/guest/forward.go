@@ -10,11 +10,6 @@ import (
 	"smolvm.dev/smolvm/internal/splice"
 )
 
-// AgentPath is where the backends put the agent binary inside a sandbox
-// (gVisor's spec, the microVM's init script); commands may run it again
-// for its helpers (Forward).
-const AgentPath = "/.smolvm/agent"
-
 // Forward relays every connection accepted on ln to target until ctx
 // ends (`smolvm-guest forward LISTEN TARGET`). A browser sandbox needs
 // one: headless Chromium's DevTools listens on loopback only, which a

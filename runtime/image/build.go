@@ -3,9 +3,6 @@ package image
 import (
 	"compress/gzip"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -32,38 +29,8 @@ const RecipeLabel = "dev.smolvm.recipe"
 // ErrBuild is a recipe that did not build (mmdebstrap missing or failed).
 var ErrBuild = errdefs.New(errdefs.ErrUnavailable, "image build failed")
 
-// Recipe is a Debian root filesystem made by mmdebstrap from apt sources:
-// the same recipe over the same archive state gives the same files, with
-// every timestamp clamped to Epoch (SOURCE_DATE_EPOCH).
-type Recipe struct {
-	// Name is the reference the image is stored under.
-	Name string `json:"name"`
-	// Suite is the Debian release, e.g. "bookworm".
-	Suite string `json:"suite"`
-	// Variant is mmdebstrap's package set before Packages ("essential",
-	// "apt", "minbase", …).
-	Variant string `json:"variant"`
-	// Sources are apt source lines ("deb URL SUITE COMPONENTS").
-	Sources []string `json:"sources"`
-	// Packages are installed on top of the variant, with their dependencies.
-	Packages []string `json:"packages"`
-	// Exclude are dpkg path-exclude globs (documentation, locales): files
-	// no sandbox reads.
-	Exclude []string `json:"exclude,omitempty"`
-	// Epoch is SOURCE_DATE_EPOCH, the time every file is clamped to.
-	Epoch int64 `json:"epoch"`
-	// Env is the image's environment.
-	Env []string `json:"env,omitempty"`
-}
-
-// Digest names the recipe's content: any change to it builds anew.
-func (r Recipe) Digest() string {
-	b, _ := json.Marshal(r) // a struct of strings and numbers always marshals
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
-
-func (r Recipe) check() error {
+// checkRecipe refuses what mmdebstrap would read as an option or a list.
+func checkRecipe(r sandbox.Recipe) error {
 	if r.Suite == "" || len(r.Sources) == 0 || r.Variant == "" {
 		return fmt.Errorf("%w: recipe %s: a suite, a variant and apt sources are required", sandbox.ErrInvalid, r.Name)
 	}
@@ -89,12 +56,12 @@ type BuildOptions struct {
 // mmdebstrap and stored as a one-layer image through the same path as
 // Import. Building downloads the packages from r.Sources (minutes).
 // built reports whether mmdebstrap ran.
-func (s *Store) Build(ctx context.Context, r Recipe, o BuildOptions) (img *sandbox.Image, built bool, err error) {
+func (s *Store) Build(ctx context.Context, r sandbox.Recipe, o BuildOptions) (img *sandbox.Image, built bool, err error) {
 	ref, err := Normalize(r.Name)
 	if err != nil {
 		return nil, false, err
 	}
-	if err := r.check(); err != nil {
+	if err := checkRecipe(r); err != nil {
 		return nil, false, err
 	}
 	digest := r.Digest()
@@ -137,7 +104,7 @@ func (s *Store) Build(ctx context.Context, r Recipe, o BuildOptions) (img *sandb
 // rootfs returns the path of r's root filesystem tarball: kept in cache
 // if there is one, otherwise made by mmdebstrap (built), into cache or a
 // temporary directory of its own.
-func (s *Store) rootfs(ctx context.Context, r Recipe, cache string) (path string, built bool, err error) {
+func (s *Store) rootfs(ctx context.Context, r sandbox.Recipe, cache string) (path string, built bool, err error) {
 	dir := cache
 	if cache != "" {
 		path = filepath.Join(cache, strings.TrimPrefix(r.Digest(), "sha256:")+".tar")
@@ -170,7 +137,7 @@ func (s *Store) rootfs(ctx context.Context, r Recipe, cache string) (path string
 
 // mmdebstrap writes r's root filesystem to out as a tarball; its output
 // goes to logPath, whose tail an error quotes.
-func mmdebstrap(ctx context.Context, r Recipe, out, logPath string) error {
+func mmdebstrap(ctx context.Context, r sandbox.Recipe, out, logPath string) error {
 	bin, err := exec.LookPath("mmdebstrap")
 	if err != nil {
 		return fmt.Errorf("%w: mmdebstrap is not installed (apt-get install mmdebstrap)", ErrBuild)

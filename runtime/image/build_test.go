@@ -16,8 +16,8 @@ import (
 	"smolvm.dev/smolvm/tests/testenv"
 )
 
-func testRecipe() Recipe {
-	return Recipe{Name: "built", Suite: "bookworm", Variant: "essential", Epoch: 1,
+func testRecipe() sandbox.Recipe {
+	return sandbox.Recipe{Name: "built", Suite: "bookworm", Variant: "essential", Epoch: 1,
 		Sources: []string{"deb http://deb.debian.org/debian bookworm main"}, Packages: []string{"hello"}, Env: []string{"A=1"}}
 }
 
@@ -64,12 +64,12 @@ func TestBuildFromCache(t *testing.T) {
 
 func TestBuildRefusesBadRecipes(t *testing.T) {
 	s, _ := newStore(t)
-	for _, change := range []func(*Recipe){
-		func(r *Recipe) { r.Packages = []string{"a,b"} },
-		func(r *Recipe) { r.Packages = []string{"--hook=x"} },
-		func(r *Recipe) { r.Exclude = []string{"/a b"} },
-		func(r *Recipe) { r.Sources = nil },
-		func(r *Recipe) { r.Suite = "" },
+	for _, change := range []func(*sandbox.Recipe){
+		func(r *sandbox.Recipe) { r.Packages = []string{"a,b"} },
+		func(r *sandbox.Recipe) { r.Packages = []string{"--hook=x"} },
+		func(r *sandbox.Recipe) { r.Exclude = []string{"/a b"} },
+		func(r *sandbox.Recipe) { r.Sources = nil },
+		func(r *sandbox.Recipe) { r.Suite = "" },
 	} {
 		r := testRecipe()
 		change(&r)
@@ -127,7 +127,7 @@ func TestRecipeReproducible(t *testing.T) {
 		}
 		t.Skip("mmdebstrap not installed (apt-get install mmdebstrap)")
 	}
-	r := Bookworm("repro", "busybox-static")
+	r := sandbox.Bookworm("repro", "busybox-static")
 	r.Variant = "extract"
 	var imgs []*sandbox.Image
 	for range 2 {

@@ -46,14 +46,6 @@ var rules = []rule{
 	{layer: "scripts"}, {layer: "sdk"},
 }
 
-// pending are the imports that break a rule today, each to be removed by
-// moving what it needs to where it belongs (issue 33). A fixed one must
-// leave this list: the test fails on an entry that no longer occurs.
-var pending = map[string]bool{
-	"workflow/browser -> runtime/guest": true,
-	"workflow/browser -> runtime/image": true,
-}
-
 type pkg struct {
 	ImportPath string
 	Imports    []string
@@ -101,7 +93,6 @@ func anyHolds(layers []string, path string) bool {
 }
 
 func TestLayers(t *testing.T) {
-	seen := map[string]bool{}
 	for _, p := range packages(t) {
 		r, ok := ruleOf(p.ImportPath)
 		if !ok {
@@ -116,19 +107,9 @@ func TestLayers(t *testing.T) {
 			if holds(r.layer, imp) {
 				continue // within its own layer
 			}
-			bad := anyHolds(r.not, imp) || (r.only != nil && !anyHolds(r.only, imp))
-			edge := p.ImportPath + " -> " + imp
-			switch {
-			case bad && pending[edge]:
-				seen[edge] = true
-			case bad:
+			if anyHolds(r.not, imp) || (r.only != nil && !anyHolds(r.only, imp)) {
 				t.Errorf("%s: %s may not import %s (%s)", p.ImportPath, r.layer, imp, r.why)
 			}
-		}
-	}
-	for edge := range pending {
-		if !seen[edge] {
-			t.Errorf("%s no longer occurs: remove it from pending", edge)
 		}
 	}
 }

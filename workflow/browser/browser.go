@@ -21,7 +21,6 @@ import (
 	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/internal/names"
-	"smolvm.dev/smolvm/runtime/guest"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -103,7 +102,7 @@ const devtoolsPort = CDPPort + 1
 // copy keeps although its own address differs from the golden's.
 func Command() []string {
 	relay := fmt.Sprintf(`"$0" forward 0.0.0.0:%d 127.0.0.1:%d & exec "$@"`, CDPPort, devtoolsPort)
-	cmd := append([]string{"/bin/sh", "-c", relay, guest.AgentPath, Chromium}, flags...)
+	cmd := append([]string{"/bin/sh", "-c", relay, sandbox.AgentPath, Chromium}, flags...)
 	// Start on about:blank: without a URL Chromium opens its New Tab page,
 	// a WebUI page whose navigation a checkpoint can catch uncommitted,
 	// and Playwright's connectOverCDP waits for every page's first commit.

@@ -1,6 +1,6 @@
 package browser
 
-import "smolvm.dev/smolvm/runtime/image"
+import "smolvm.dev/smolvm/sandbox"
 
 // ImageName is the browser image's name in the image store
 // (`smolvm image build browser`, then `browser start --image browser`).
@@ -11,6 +11,6 @@ const ImageName = "browser"
 // built by mmdebstrap from Debian's archive (the DevTools relay is the
 // agent's, which every sandbox has). Chromium is in bookworm-security only, so the recipe has the
 // security suite; a security update changes what the same recipe builds.
-func ImageRecipe() image.Recipe {
-	return image.Bookworm(ImageName, "chromium", "fonts-liberation", "ca-certificates")
+func ImageRecipe() sandbox.Recipe {
+	return sandbox.Bookworm(ImageName, "chromium", "fonts-liberation", "ca-certificates")
 }

@@ -31,8 +31,8 @@ func (a *app) imageCmd() *cobra.Command {
 }
 
 // recipes are the images smolvm knows how to build, by name.
-func recipes() map[string]image.Recipe {
-	return map[string]image.Recipe{image.BaseName: image.BaseRecipe(), browser.ImageName: browser.ImageRecipe()}
+func recipes() map[string]sandbox.Recipe {
+	return map[string]sandbox.Recipe{image.BaseName: image.BaseRecipe(), browser.ImageName: browser.ImageRecipe()}
 }
 
 // recipeNames lists the recipes for help and errors.

@@ -11,11 +11,12 @@ import (
 
 	"smolvm.dev/smolvm/runtime/backend"
 	"smolvm.dev/smolvm/runtime/guest"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // Paths inside the sandbox.
 const (
-	guestAgent  = guest.AgentPath
+	guestAgent  = sandbox.AgentPath
 	guestRunDir = "/.smolvm/run"
 )
 
