@@ -303,6 +303,11 @@ func TestGateway(t *testing.T) {
 			{"POST", "/sandboxes", keyA, `{"templateID": "base", "timeout": -1}`, http.StatusBadRequest},
 			{"GET", "/sandboxes/nosuch", keyA, "", http.StatusNotFound},
 			{"GET", "/sandboxes", "", "", http.StatusUnauthorized},
+			// Volumes and template builds are a node's: 501, not 404.
+			{"GET", "/volumes", keyA, "", http.StatusNotImplemented},
+			{"POST", "/volumes", keyA, `{"name": "v"}`, http.StatusNotImplemented},
+			{"POST", "/v3/templates", keyA, `{"name": "t"}`, http.StatusNotImplemented},
+			{"POST", "/sandboxes", keyA, `{"templateID": "base", "volumeMounts": [{"name": "v", "path": "/v"}]}`, http.StatusBadRequest},
 		} {
 			req, _ := http.NewRequest(tc.method, c.URL+tc.path, strings.NewReader(tc.body))
 			if tc.key != "" {
