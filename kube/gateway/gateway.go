@@ -1,4 +1,4 @@
-// Package gateway serves E2B's API and smolvm's native API in front of a cluster: it makes Sandbox objects, waits until a node runs them, and forwards each sandbox's traffic to the node that holds it; the native API is server/httpapi over a cluster-backed sandbox.Runtime.
+// Package gateway serves E2B's API and smolvm's native API in front of a cluster: server/e2b and server/httpapi over one cluster runtime, which makes Sandbox objects, waits until a node runs them, and asks the node that holds a sandbox for the rest.
 package gateway
 
 import (
