@@ -29,18 +29,20 @@ import (
 	"smolvm.dev/smolvm/server/e2b"
 )
 
-// cluster is the sandbox.Runtime that server/httpapi serves the native API
-// over in front of a cluster. What changes a sandbox's life goes through
+// cluster is the runtime that server/httpapi (a sandbox.Runtime) and
+// server/e2b (an e2b.Runtime) serve over in front of a cluster. What changes a sandbox's life goes through
 // its Sandbox object (made, patched, deleted, snapshotted as SandboxSnapshots);
 // the rest about one sandbox (exec, files, logs, stats, network, time to
 // live) is asked of the smolvm serve of the node that holds it, through
 // the Go client with the nodes' token. What a cluster has no sense for
-// (start and stop, pools made by API, images, tenants made by API, usage)
-// is errdefs.ErrUnsupported, which the server answers with 501.
+// (start and stop, pools made by API, images, tenants made by API, usage,
+// volumes, templates) is errdefs.ErrUnsupported, which the servers answer
+// with 501.
 //
 // Every call acts in the namespace the gateway's key resolved to
 // (withNamespace); a call without one is refused rather than scoped to
-// every namespace.
+// every namespace, but for a lookup by exact ID (lookup), which server/e2b
+// makes only for a request holding that sandbox's token.
 type cluster struct {
 	g *Gateway
 	// nodes are the clients of the nodes' smolvm serve by endpoint, so
