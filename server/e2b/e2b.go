@@ -16,7 +16,6 @@ import (
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/internal/names"
-	"smolvm.dev/smolvm/runtime/build"
 	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/server/ports"
@@ -94,7 +93,7 @@ type Options struct {
 	// Builder, when set, serves E2B's template builds (templates.go),
 	// whose uploaded files wait in a directory under UploadDir (default:
 	// the system's temporary directory).
-	Builder   *build.Builder
+	Builder   sandbox.Builder
 	UploadDir string
 	// Images are the builds' bases (required with Builder).
 	Images sandbox.Images
