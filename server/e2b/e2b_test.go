@@ -15,6 +15,7 @@ import (
 
 	"smolvm.dev/smolvm/api/e2bapi"
 	"smolvm.dev/smolvm/internal/httpguard"
+	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -437,8 +438,11 @@ func TestStateSurvives(t *testing.T) {
 	}
 	id, token := body["sandboxID"].(string), body["envdAccessToken"].(string)
 
-	// A second handler over the same store: what a restarted server is.
-	again := serve(t, s.o)
+	// A second handler over the same store, its state opened again: what
+	// a restarted server is.
+	o := s.o
+	o.State = state(t, s.o.Manager.(interface{ Store() *store.Store }).Store())
+	again := serve(t, o)
 	status, body = again.call(t, "GET", "/sandboxes/"+id, apiKey, "")
 	// "base" is the builtin image, "host": the template is what create named.
 	if md, _ := body["metadata"].(map[string]any); status != http.StatusOK || md["owner"] != "ci" || body["templateID"] != "base" {
