@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"context"
+	"io"
 	"time"
 
 	"smolvm.dev/smolvm/errdefs"
@@ -50,4 +52,35 @@ type PullProgress struct {
 	Done   int64  `json:"done"`
 	Total  int64  `json:"total,omitempty"` // 0 when unknown
 	Status string `json:"status"`          // "downloading", "extracting", "exists", "done"
+}
+
+// BuildOptions say what to build from a Dockerfile, and how.
+type BuildOptions struct {
+	// Dockerfile is the Dockerfile's content; Name is how messages name it.
+	Dockerfile []byte
+	Name       string
+	// Context is the directory COPY and ADD read from.
+	Context string
+	// Tags name the result; none leaves it untagged (its ID is printed).
+	Tags []string
+	// Args are --build-arg values, overriding ARG defaults.
+	Args map[string]string
+	// Target is the stage to build; empty is the last.
+	Target string
+	// NoCache runs every step, and caches the results for later builds.
+	NoCache bool
+	// Network is what RUN steps may reach; nil is none.
+	Network *Network
+	// Backend runs the RUN steps; empty is the manager's default.
+	Backend string
+	// Insecure allows pulling base images over plain HTTP.
+	Insecure bool
+	// Progress receives docker's plain progress ("#3 [2/5] RUN …"); nil
+	// prints nothing.
+	Progress io.Writer
+}
+
+// Builder builds images (runtime/build's Builder).
+type Builder interface {
+	Build(ctx context.Context, o BuildOptions) (*Image, error)
 }

@@ -9,34 +9,40 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"smolvm.dev/smolvm/api"
+	"smolvm.dev/smolvm/api/e2bapi"
 	"smolvm.dev/smolvm/client"
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/kube/api/v1alpha1"
 	"smolvm.dev/smolvm/sandbox"
+	"smolvm.dev/smolvm/server/e2b"
 )
 
-// cluster is the sandbox.Runtime that server/httpapi serves the native API
-// over in front of a cluster. What changes a sandbox's life goes through
+// cluster is the runtime that server/httpapi (a sandbox.Runtime) and
+// server/e2b (an e2b.Runtime) serve over in front of a cluster. What changes a sandbox's life goes through
 // its Sandbox object (made, patched, deleted, snapshotted as SandboxSnapshots);
 // the rest about one sandbox (exec, files, logs, stats, network, time to
 // live) is asked of the smolvm serve of the node that holds it, through
 // the Go client with the nodes' token. What a cluster has no sense for
-// (start and stop, pools made by API, images, tenants made by API, usage)
-// is errdefs.ErrUnsupported, which the server answers with 501.
+// (start and stop, pools made by API, images, tenants made by API, usage,
+// volumes, templates) is errdefs.ErrUnsupported, which the servers answer
+// with 501.
 //
 // Every call acts in the namespace the gateway's key resolved to
 // (withNamespace); a call without one is refused rather than scoped to
-// every namespace.
+// every namespace, but for a lookup by exact ID (lookup), which server/e2b
+// makes only for a request holding that sandbox's token.
 type cluster struct {
 	g *Gateway
 	// nodes are the clients of the nodes' smolvm serve by endpoint, so
@@ -45,7 +51,10 @@ type cluster struct {
 	nodes map[string]*client.Client
 }
 
-var _ sandbox.Runtime = (*cluster)(nil)
+var (
+	_ sandbox.Runtime = (*cluster)(nil)
+	_ e2b.Runtime     = (*cluster)(nil)
+)
 
 func newCluster(g *Gateway) *cluster { return &cluster{g: g, nodes: map[string]*client.Client{}} }
 
@@ -107,16 +116,29 @@ func (c *cluster) get(ctx context.Context, sb *v1alpha1.Sandbox, id string) (*sa
 	if err != nil {
 		return nil, err
 	}
-	return cl.Get(ctx, id)
+	got, err := cl.Get(ctx, id)
+	return owned(sb, got, err)
 }
 
-// nodeError answers a lookup's, a wait's or a write's error in the native
-// API's shape; a code that is an error class's name is its class too, so
-// that the Go client's errors.Is holds as against a single smolvm serve.
+// owned is s, sb's sandbox on its node, as the cluster's: its tenant is
+// sb's namespace, which server/e2b holds a key's requests to.
+func owned(sb *v1alpha1.Sandbox, s *sandbox.Sandbox, err error) (*sandbox.Sandbox, error) {
+	if err != nil {
+		return nil, err
+	}
+	s.Tenant = sb.Namespace
+	return s, nil
+}
+
+// nodeError is a lookup's, a wait's or a write's error as both servers
+// take it: the native API's answer (errorFor passes an *api.Error on as
+// it is), and its class, by which server/e2b answers (errdefs.Class). A
+// code that is a class's name is that class too, so that the Go client's
+// errors.Is holds as against a single smolvm serve.
 func nodeError(err error) error {
 	if errors.Is(err, errQuota) {
 		// As a single smolvm serve answers a tenant over its quota.
-		return &api.Error{Status: http.StatusConflict, Code: api.CodeConflict, Class: errdefs.Name(errdefs.ErrQuota), Message: err.Error()}
+		return &classed{&api.Error{Status: http.StatusConflict, Code: api.CodeConflict, Class: errdefs.Name(errdefs.ErrQuota), Message: err.Error()}, errdefs.ErrQuota}
 	}
 	status := statusOf(err)
 	code := map[int]string{
@@ -126,11 +148,27 @@ func nodeError(err error) error {
 	if code == "" {
 		code = api.CodeInternal
 	}
-	e := &api.Error{Status: status, Code: code, Message: err.Error()}
-	if errdefs.Parse(code) != nil {
-		e.Class = code
+	e := &classed{ae: &api.Error{Status: status, Code: code, Message: err.Error()}, class: errdefs.Parse(code)}
+	if e.class != nil {
+		e.ae.Class = code
 	}
 	return e
+}
+
+// classed is an answer of the native API and its error class (nil for
+// none).
+type classed struct {
+	ae    *api.Error
+	class error
+}
+
+func (e *classed) Error() string { return e.ae.Message }
+
+func (e *classed) Unwrap() []error {
+	if e.class == nil {
+		return []error{e.ae}
+	}
+	return []error{e.ae, e.class}
 }
 
 // spec is the Sandbox o asks for; what a node cannot be told through a
@@ -155,12 +193,9 @@ func (c *cluster) spec(o sandbox.CreateOptions) (v1alpha1.SandboxSpec, error) {
 	}
 	spec.Image, spec.Command, spec.WorkingDir, spec.User, spec.Backend = o.Image, cfg.Cmd, cfg.WorkDir, cfg.User, o.Backend
 	spec.Labels = cfg.Labels
-	for _, e := range cfg.Env {
-		k, v, ok := strings.Cut(e, "=")
-		if !ok || k == "" {
-			return spec, errdefs.New(errdefs.ErrInvalid, fmt.Sprintf("env: %q is not NAME=VALUE", e))
-		}
-		spec.Env = append(spec.Env, v1alpha1.EnvVar{Name: k, Value: v})
+	var err error
+	if spec.Env, err = env(cfg.Env); err != nil {
+		return spec, err
 	}
 	l := cfg.Limits
 	if l.CPUs < 0 || l.Memory < 0 || l.Disk < 0 || l.Pids < 0 {
@@ -190,6 +225,19 @@ func (c *cluster) spec(o sandbox.CreateOptions) (v1alpha1.SandboxSpec, error) {
 	return spec, nil
 }
 
+// env is NAME=VALUE pairs as a Sandbox's.
+func env(pairs []string) ([]v1alpha1.EnvVar, error) {
+	var out []v1alpha1.EnvVar
+	for _, e := range pairs {
+		k, v, ok := strings.Cut(e, "=")
+		if !ok || k == "" {
+			return nil, errdefs.New(errdefs.ErrInvalid, fmt.Sprintf("env: %q is not NAME=VALUE", e))
+		}
+		out = append(out, v1alpha1.EnvVar{Name: k, Value: v})
+	}
+	return out, nil
+}
+
 func (c *cluster) Create(ctx context.Context, o sandbox.CreateOptions) (*sandbox.Sandbox, error) {
 	n, err := ns(ctx)
 	if err != nil {
@@ -201,6 +249,12 @@ func (c *cluster) Create(ctx context.Context, o sandbox.CreateOptions) (*sandbox
 	spec, err := c.spec(o)
 	if err != nil {
 		return nil, err
+	}
+	if spec.SandboxTemplateRef, err = c.template(ctx, n, o.Image); err != nil {
+		return nil, err
+	}
+	if spec.SandboxTemplateRef != nil {
+		spec.Image = ""
 	}
 	prefix := "sbx-"
 	if o.Name != "" {
@@ -214,12 +268,40 @@ func (c *cluster) Create(ctx context.Context, o sandbox.CreateOptions) (*sandbox
 	return c.get(ctx, sb, sb.Status.Instances[0].ID)
 }
 
+// template is the SandboxTemplate of ns that image names, nil if none
+// does. An image a SandboxSnapshot or E2B's default templates are named
+// after is no image any node has: ErrImageNotFound, on which E2B's create
+// restores the snapshot or makes the builtin image (server/e2b's
+// fromTemplate), rather than a Sandbox whose node pulls a name from a
+// registry.
+func (c *cluster) template(ctx context.Context, ns, image string) (*v1alpha1.LocalRef, error) {
+	var tmpl v1alpha1.SandboxTemplate
+	switch err := c.g.cfg.Kube.Get(ctx, kclient.ObjectKey{Namespace: ns, Name: image}, &tmpl); {
+	case err == nil:
+		return &v1alpha1.LocalRef{Name: image}, nil
+	case !apierrors.IsNotFound(err) && !apierrors.IsInvalid(err):
+		return nil, fmt.Errorf("image %s: %w", image, err)
+	}
+	switch _, err := c.g.snapshot(ctx, ns, image); {
+	case err == nil:
+		return nil, fmt.Errorf("%w: %q names a snapshot", sandbox.ErrImageNotFound, image)
+	case !errors.Is(err, errNotFound):
+		return nil, nodeError(err)
+	}
+	if image == e2bapi.DefaultTemplate || image == e2bapi.CodeInterpreterTemplate {
+		return nil, fmt.Errorf("%w: %q is E2B's template, not an image", sandbox.ErrImageNotFound, image)
+	}
+	return nil, nil
+}
+
 // claim answers a create from a warm pool: one of its ready sandboxes,
-// given the request's time to live, or else a fresh one of its template.
+// given the request's time to live, or else a fresh one made as the pool
+// makes its own. A request with env, labels or a network, which a
+// pooled sandbox was made without, gets a fresh one with them.
 func (c *cluster) claim(ctx context.Context, n string, o sandbox.CreateOptions) (*sandbox.Sandbox, error) {
 	cfg := o.Config
-	if o.Name != "" || o.Image != "" || len(cfg.Cmd) > 0 || len(cfg.Env) > 0 || len(cfg.Labels) > 0 || cfg.Network != nil {
-		return nil, errdefs.New(errdefs.ErrInvalid, "pool: a pool's sandboxes are made before the claim; name, image, cmd, env, labels and network cannot be given with it")
+	if o.Name != "" || o.Image != "" || len(cfg.Cmd) > 0 {
+		return nil, errdefs.New(errdefs.ErrInvalid, "pool: a pool's sandboxes are made before the claim; name, image and cmd cannot be given with it")
 	}
 	pool, err := c.g.pool(ctx, n, o.Pool)
 	if err == nil && pool == nil {
@@ -228,13 +310,19 @@ func (c *cluster) claim(ctx context.Context, n string, o sandbox.CreateOptions) 
 	if err != nil {
 		return nil, nodeError(err)
 	}
-	sb, err := c.g.claim(ctx, pool, nil)
-	if err != nil {
-		return nil, nodeError(err)
+	var sb *v1alpha1.Sandbox
+	if len(cfg.Env) == 0 && len(cfg.Labels) == 0 && cfg.Network == nil {
+		if sb, err = c.g.claim(ctx, pool); err != nil {
+			return nil, nodeError(err)
+		}
 	}
 	if sb == nil {
 		spec := pool.Spec.Member()
 		spec.TTLSeconds = ptr.To(int64(cfg.TTL / time.Second))
+		if spec.Env, err = env(cfg.Env); err != nil {
+			return nil, err
+		}
+		spec.Labels, spec.Network = cfg.Labels, networkPolicy(cfg.Network)
 		if sb, err = c.g.create(ctx, n, "", pool.Name+"-", spec, nil); err != nil {
 			return nil, nodeError(err)
 		}
@@ -256,7 +344,8 @@ func (c *cluster) claim(ctx context.Context, n string, o sandbox.CreateOptions) 
 			return nil, fmt.Errorf("resume the claimed sandbox on its node: %w", err)
 		}
 	}
-	return cl.Get(ctx, id)
+	got, err := cl.Get(ctx, id)
+	return owned(sb, got, err)
 }
 
 func (c *cluster) Start(context.Context, string) (*sandbox.Sandbox, error) {
@@ -281,13 +370,17 @@ func (c *cluster) Remove(ctx context.Context, ref string, _ bool) error {
 }
 
 // lookup finds the object ref names in ctx's namespace, and the ID of
-// its smolvm sandbox.
+// its smolvm sandbox. A request with no namespace came with a token of
+// the sandbox (server/e2b's envd and ports), which names it by its exact
+// ID, in whichever namespace holds it.
 func (c *cluster) lookup(ctx context.Context, ref string) (*v1alpha1.Sandbox, string, error) {
-	n, err := ns(ctx)
-	if err != nil {
-		return nil, "", err
+	var sb *v1alpha1.Sandbox
+	var err error
+	if n := namespace(ctx); n != "" {
+		sb, err = c.g.lookup(ctx, n, ref)
+	} else {
+		sb, err = c.g.byID(ctx, ref)
 	}
-	sb, err := c.g.lookup(ctx, n, ref)
 	if err != nil {
 		return nil, "", nodeError(err)
 	}
@@ -295,11 +388,11 @@ func (c *cluster) lookup(ctx context.Context, ref string) (*v1alpha1.Sandbox, st
 }
 
 func (c *cluster) Get(ctx context.Context, ref string) (*sandbox.Sandbox, error) {
-	_, id, cl, err := c.on(ctx, ref)
+	sb, id, err := c.lookup(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
-	return cl.Get(ctx, id)
+	return c.get(ctx, sb, id)
 }
 
 // List asks each node holding the namespace's sandboxes for its list and
@@ -320,7 +413,8 @@ func (c *cluster) List(ctx context.Context) ([]*sandbox.Sandbox, error) {
 			return err
 		}
 		for _, sb := range all {
-			if ids[sb.ID] != nil {
+			if obj := ids[sb.ID]; obj != nil {
+				sb.Tenant = obj.Namespace
 				out = append(out, sb)
 			}
 		}
@@ -652,6 +746,10 @@ func (c *cluster) snapshot(ctx context.Context, ref string) (*v1alpha1.SandboxSn
 		return nil, err
 	}
 	s, err := c.g.snapshot(ctx, n, ref)
+	if errors.Is(err, errNotFound) {
+		// The same answer for another namespace's snapshot.
+		return nil, fmt.Errorf("snapshot %q: %w", ref, sandbox.ErrSnapshotNotFound)
+	}
 	if err != nil {
 		return nil, nodeError(err)
 	}
@@ -669,7 +767,7 @@ func (c *cluster) snapshotRecord(ctx context.Context, s *v1alpha1.SandboxSnapsho
 			continue
 		}
 		var code int
-		if code, err = c.g.fwd.call(ctx, "GET", base, "/v1/snapshots/"+url.PathEscape(s.Status.ID), nil, &out); err == nil && code != http.StatusOK {
+		if code, err = c.g.fwd.call(ctx, "GET", base, "/v1/snapshots/"+url.PathEscape(s.Status.ID), &out); err == nil && code != http.StatusOK {
 			err = fmt.Errorf("node %s answered %d", node, code)
 		}
 		if err == nil {
@@ -843,4 +941,8 @@ func (*cluster) ListVolumes(context.Context) ([]*sandbox.Volume, error) {
 
 func (*cluster) RemoveVolume(context.Context, string, bool) error {
 	return unsupported("removing a volume", volumesWhy)
+}
+
+func (*cluster) VolumeRoot(context.Context, string) (*os.Root, error) {
+	return nil, unsupported("a volume's files", volumesWhy)
 }

@@ -1,14 +1,12 @@
-// Package gateway serves E2B's API and smolvm's native API in front of a cluster: it makes Sandbox objects, waits until a node runs them, and forwards each sandbox's traffic to the node that holds it; the native API is server/httpapi over a cluster-backed sandbox.Runtime.
+// Package gateway serves E2B's API and smolvm's native API in front of a cluster: server/e2b and server/httpapi over one cluster runtime, which makes Sandbox objects, waits until a node runs them, and asks the node that holds a sandbox for the rest.
 package gateway
 
 import (
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -23,9 +21,9 @@ import (
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"smolvm.dev/smolvm/api/e2bapi"
 	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/kube/api/v1alpha1"
+	"smolvm.dev/smolvm/server/e2b"
 	"smolvm.dev/smolvm/server/httpapi"
 	"smolvm.dev/smolvm/server/ports"
 )
@@ -58,21 +56,25 @@ type Config struct {
 	Log   *slog.Logger
 }
 
-// Gateway is an http.Handler: E2B's control plane at / and /e2b, E2B's
-// envd and ports by their headers (or PORT-ID.Domain), and the native API
-// at /v1, served by server/httpapi over the cluster (cluster).
+// Gateway is an http.Handler: E2B's API (control plane at / and /e2b,
+// envd and ports by their headers or PORT-ID.Domain), served by
+// server/e2b, and the native API at /v1, served by server/httpapi, both
+// over one cluster runtime (cluster).
 type Gateway struct {
 	cfg    Config
-	e2b    *http.ServeMux
+	e2b    *e2b.Handler
 	native *httpapi.Server
 	fwd    *forwarder
 	quotas quotas
+	// noAdmin is the servers' admin token: the gateway has no admin, so
+	// it is a secret no one holds, and every key acts as its namespace.
+	noAdmin string
 }
 
 // New returns a Gateway over cfg.
 func New(cfg Config) (*Gateway, error) {
-	if cfg.Kube == nil || cfg.LeaseNamespace == "" || len(cfg.Keys) == 0 {
-		return nil, errors.New("gateway: Kube, LeaseNamespace and Keys are required")
+	if cfg.Kube == nil || cfg.LeaseNamespace == "" || len(cfg.Keys) == 0 || cfg.NodeToken == "" {
+		return nil, errors.New("gateway: Kube, LeaseNamespace, Keys and NodeToken are required")
 	}
 	if cfg.Ready <= 0 {
 		cfg.Ready = 2 * time.Minute
@@ -83,18 +85,28 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	g := &Gateway{cfg: cfg, fwd: newForwarder(cfg.NodeToken)}
-	g.e2b = g.e2bRoutes()
+	g := &Gateway{cfg: cfg, fwd: newForwarder(cfg.NodeToken), noAdmin: rand.Text()}
 	c := newCluster(g)
+	// Ports dial through the cluster, at the node's tunnel.
+	proxy := ports.New(c.DialPort)
 	g.native = httpapi.New(httpapi.Options{
-		Manager: c, Images: images{}, Snapshots: snapshots{c},
-		// The server's admin token opens every tenant's objects; the
-		// gateway has no admin, so it is a secret no one holds.
-		Token:      rand.Text(),
-		DefaultTTL: cfg.DefaultTTL, Logger: cfg.Log,
-		// The port route dials through the cluster, at the node's tunnel.
-		Ports: ports.New(c.DialPort),
+		Manager: c, Images: images{}, Snapshots: snapshots{c}, Token: g.noAdmin,
+		DefaultTTL: cfg.DefaultTTL, Logger: cfg.Log, Ports: proxy,
 	})
+	var err error
+	g.e2b, err = e2b.New(context.Background(), e2b.Options{
+		Manager: c, State: state{c}, Snapshots: snapshots{c}, Authorize: g.authorize,
+		Ports: proxy, Domain: cfg.Domain, DefaultTTL: cfg.DefaultTTL,
+		Where: "E2B's API is at / and " + e2bPrefix + ", smolvm's at /v1",
+		// envd is forwarded to the sandbox's node, whose serve runs it:
+		// the cluster runtime has no file system API (cluster.FS) for
+		// server/e2b's own envd, and a node's envd is what the SDK's
+		// streams (commands, pty, watchDir) were proven against.
+		Envd: g.forwardEnvd,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
 	return g, nil
 }
 
@@ -128,14 +140,15 @@ func Setup(ctx context.Context, c cache.Cache) error {
 	return nil
 }
 
-// Headers the E2B SDK sends with every envd request.
+// headerSandboxID names the sandbox of an envd or port request, and
+// headerSandboxPort its port; the E2B SDK sends both.
 const (
 	headerSandboxID   = "E2b-Sandbox-Id"
 	headerSandboxPort = "E2b-Sandbox-Port"
 )
 
 // e2bPrefix is where smolvm serve serves E2B's API besides its root; the
-// gateway does the same, and forwards to nodes there.
+// gateway does the same, and forwards envd to nodes there.
 const e2bPrefix = "/e2b"
 
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -143,34 +156,19 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Header.Set(headerSandboxID, id)
 		r.Header.Set(headerSandboxPort, port)
 	}
-	// envd and ports carry the sandbox's own tokens, which its node checks.
-	if id := r.Header.Get(headerSandboxID); id != "" {
-		g.forwardEnvd(w, r, id)
-		return
-	}
-	if r.URL.Path == "/v1" || strings.HasPrefix(r.URL.Path, "/v1/") {
+	switch p := r.URL.Path; {
+	case r.Header.Get(headerSandboxID) != "":
+		// envd and ports: their paths are the sandbox's own.
+		g.e2b.ServeHTTP(w, r)
+	case p == "/v1" || strings.HasPrefix(p, "/v1/"):
 		g.serveNative(w, r)
-		return
-	}
-	// A path is checked before it is routed: a mux would clean ".." away
-	// (or redirect), and the answer would name the wrong route.
-	if err := httpguard.Path(r); err != nil {
-		writeE2B(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	if p, ok := strings.CutPrefix(r.URL.Path, e2bPrefix+"/"); ok {
-		r.URL.Path, r.URL.RawPath = "/"+p, ""
-	}
-	if r.URL.Path == "/healthz" {
+	case p == "/healthz":
 		w.WriteHeader(http.StatusNoContent)
-		return
+	case strings.HasPrefix(p, e2bPrefix+"/"):
+		http.StripPrefix(e2bPrefix, g.e2b).ServeHTTP(w, r)
+	default:
+		g.e2b.ServeHTTP(w, r)
 	}
-	ns, ok := g.tenant(r)
-	if !ok {
-		writeE2B(w, http.StatusUnauthorized, "missing or invalid API key (X-API-KEY)")
-		return
-	}
-	g.e2b.ServeHTTP(w, r.WithContext(withNamespace(r.Context(), ns)))
 }
 
 // serveNative serves the native API. The server authenticates the key
@@ -181,6 +179,19 @@ func (g *Gateway) serveNative(w http.ResponseWriter, r *http.Request) {
 		r = r.WithContext(withNamespace(r.Context(), ns))
 	}
 	g.native.ServeHTTP(w, r)
+}
+
+// authorize is server/e2b's check of a key: the request then acts as the
+// key's tenant (for the server) and in its namespace (for the cluster).
+func (g *Gateway) authorize(r *http.Request) (*http.Request, bool) {
+	ns, ok := g.tenant(r)
+	if !ok {
+		return r, false
+	}
+	if r, ok = httpapi.Authenticate(r, g.noAdmin, keys{g}); !ok {
+		return r, false
+	}
+	return r.WithContext(withNamespace(r.Context(), ns)), true
 }
 
 // portHost splits PORT-ID.Domain, as E2B's getHost(port) names a port.
@@ -232,28 +243,6 @@ func withNamespace(ctx context.Context, ns string) context.Context {
 func namespace(ctx context.Context) string {
 	ns, _ := ctx.Value(nsKey{}).(string)
 	return ns
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
-}
-
-func writeE2B(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, e2bapi.Error{Code: status, Message: msg})
-}
-
-// maxBody bounds a control-plane request's body.
-const maxBody = 1 << 20
-
-// decode reads r's JSON body into v; an empty body leaves v as it is.
-func decode(r *http.Request, v any) error {
-	d := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxBody))
-	if err := d.Decode(v); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("malformed JSON body: %w", err)
-	}
-	return nil
 }
 
 // ManagerOptions are those of the controller-runtime manager whose cache

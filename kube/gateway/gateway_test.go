@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -303,6 +305,11 @@ func TestGateway(t *testing.T) {
 			{"POST", "/sandboxes", keyA, `{"templateID": "base", "timeout": -1}`, http.StatusBadRequest},
 			{"GET", "/sandboxes/nosuch", keyA, "", http.StatusNotFound},
 			{"GET", "/sandboxes", "", "", http.StatusUnauthorized},
+			// Volumes and template builds are a node's: 501, not 404.
+			{"GET", "/volumes", keyA, "", http.StatusNotImplemented},
+			{"POST", "/volumes", keyA, `{"name": "v"}`, http.StatusNotImplemented},
+			{"POST", "/v3/templates", keyA, `{"name": "t"}`, http.StatusNotImplemented},
+			{"POST", "/sandboxes", keyA, `{"templateID": "base", "volumeMounts": [{"name": "v", "path": "/v"}]}`, http.StatusBadRequest},
 		} {
 			req, _ := http.NewRequest(tc.method, c.URL+tc.path, strings.NewReader(tc.body))
 			if tc.key != "" {
@@ -339,6 +346,47 @@ func TestGateway(t *testing.T) {
 		runSDK(t, c, "test/code-interpreter.test.mjs", []string{"E2B_API_KEY=" + keyA})
 	})
 
+	t.Run("E2BIsolation", func(t *testing.T) {
+		// B asking for A's sandbox or snapshot gets what it gets for a
+		// missing one: the same status and body, but for the ID it sent.
+		var sb struct{ SandboxID, EnvdAccessToken string }
+		if code := call(t, "POST", c.URL+"/sandboxes", keyA, `{"templateID":"base"}`, &sb); code != http.StatusCreated {
+			t.Fatalf("A's create: %d", code)
+		}
+		var snap struct{ SnapshotID string }
+		if code := call(t, "POST", c.URL+"/sandboxes/"+sb.SandboxID+"/snapshots", keyA, `{}`, &snap); code != http.StatusCreated {
+			t.Fatalf("A's snapshot: %d", code)
+		}
+		missingSandbox, missingSnapshot := "0123456789ab", strings.Repeat("0", 64)
+		for _, r := range []struct{ method, path, body, a, missing string }{
+			{"GET", "/sandboxes/%s", "", sb.SandboxID, missingSandbox},
+			{"POST", "/sandboxes/%s/connect", "{}", sb.SandboxID, missingSandbox},
+			{"POST", "/sandboxes/%s/timeout", `{"timeout": 10}`, sb.SandboxID, missingSandbox},
+			{"POST", "/sandboxes/%s/pause", "", sb.SandboxID, missingSandbox},
+			{"POST", "/sandboxes/%s/fork", "{}", sb.SandboxID, missingSandbox},
+			{"POST", "/sandboxes/%s/snapshots", "{}", sb.SandboxID, missingSandbox},
+			{"GET", "/sandboxes/%s/metrics", "", sb.SandboxID, missingSandbox},
+			{"DELETE", "/sandboxes/%s", "", sb.SandboxID, missingSandbox},
+			{"DELETE", "/templates/%s", "", snap.SnapshotID, missingSnapshot},
+			{"GET", "/v1/sandboxes/%s", "", sb.SandboxID, missingSandbox},
+			{"GET", "/v1/snapshots/%s", "", snap.SnapshotID, missingSnapshot},
+		} {
+			code, body := answer(t, r.method, c.URL+fmt.Sprintf(r.path, r.a), keyB, r.body)
+			wantCode, want := answer(t, r.method, c.URL+fmt.Sprintf(r.path, r.missing), keyB, r.body)
+			if code != wantCode || code < 400 || strings.ReplaceAll(body, r.a, "ID") != strings.ReplaceAll(want, r.missing, "ID") {
+				t.Errorf("B's %s %s of A's: %d %s; of a missing one: %d %s", r.method, r.path, code, body, wantCode, want)
+			}
+		}
+		if code := call(t, "GET", c.URL+"/sandboxes/"+sb.SandboxID, keyA, "", nil); code != http.StatusOK {
+			t.Errorf("A's sandbox after B's calls: %d", code)
+		}
+		for _, path := range []string{"/templates/" + snap.SnapshotID, "/sandboxes/" + sb.SandboxID} {
+			if code := call(t, "DELETE", c.URL+path, keyA, "", nil); code != http.StatusNoContent {
+				t.Errorf("A's DELETE %s: %d", path, code)
+			}
+		}
+	})
+
 	t.Run("E2BTenants", func(t *testing.T) {
 		// Two keys, two namespaces: B reaches none of A's sandboxes and
 		// snapshots, and each call answers as for one that never existed.
@@ -347,6 +395,26 @@ func TestGateway(t *testing.T) {
 		runSDK(t, c, "tenants.mjs", []string{"SMOLVM_KEY_A=" + keyA, "SMOLVM_KEY_B=" + keyB},
 			"tenant B reaches none of tenant A's sandboxes")
 	})
+}
+
+// answer sends a request with an API key and returns its status and body.
+func answer(tb testing.TB, method, url, key, body string) (int, string) {
+	tb.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	req.Header.Set("X-API-KEY", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
 }
 
 // runSDK runs the e2b SDK scenarios of sdk/e2b-compat's file whose names

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"fmt"
-	"maps"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,8 +31,8 @@ func (g *Gateway) pool(ctx context.Context, ns, name string) (*v1alpha1.SandboxW
 // claim takes a ready Sandbox of pool: the first whose pool label and
 // owner reference it removes, under the object's resourceVersion, so
 // that two claims never take the same one; the pool then makes another.
-// The patch adds annotations too. nil when none is ready.
-func (g *Gateway) claim(ctx context.Context, pool *v1alpha1.SandboxWarmPool, annotations map[string]string) (*v1alpha1.Sandbox, error) {
+// nil when none is ready.
+func (g *Gateway) claim(ctx context.Context, pool *v1alpha1.SandboxWarmPool) (*v1alpha1.Sandbox, error) {
 	// A claimed sandbox becomes the namespace's, and counts.
 	done, err := g.admit(ctx, pool.Namespace)
 	if err != nil {
@@ -56,7 +55,6 @@ func (g *Gateway) claim(ctx context.Context, pool *v1alpha1.SandboxWarmPool, ann
 		if sb.Annotations == nil {
 			sb.Annotations = map[string]string{}
 		}
-		maps.Copy(sb.Annotations, annotations)
 		sb.Annotations[AnnotationClaimedFrom] = pool.Name
 		switch err := g.cfg.Kube.Patch(ctx, sb, patch); {
 		case err == nil:

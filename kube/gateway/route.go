@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -15,7 +17,9 @@ import (
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"smolvm.dev/smolvm/api/e2bapi"
+	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/kube/api/v1alpha1"
+	"smolvm.dev/smolvm/sandbox"
 )
 
 // errNotFound is a sandbox the caller's namespace does not hold.
@@ -102,23 +106,21 @@ func (g *Gateway) nodeURL(ctx context.Context, name string) (*url.URL, error) {
 	return u, nil
 }
 
-// forwarder sends requests on to nodes' smolvm serve, streaming both
-// ways (envd's Connect streams, WebSocket upgrades to ports).
+// forwarder sends envd requests on to nodes' smolvm serve, streaming
+// both ways, and calls their API.
 type forwarder struct {
 	token  string
 	proxy  *httputil.ReverseProxy
 	client *http.Client
 }
 
-type targetKey struct{}
-
-// target is where one request goes: a node, the path there, and whether
-// it acts with the node's token (control plane) or its own (envd).
+// target is where one request goes: a node, and the path there.
 type target struct {
-	base  *url.URL
-	path  string
-	token bool
+	base *url.URL
+	path string
 }
+
+type targetKey struct{}
 
 func newForwarder(token string) *forwarder {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
@@ -132,88 +134,106 @@ func newForwarder(token string) *forwarder {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = t.base.Scheme, t.base.Host
 			pr.Out.URL.Path, pr.Out.URL.RawPath = t.base.Path+t.path, ""
 			pr.Out.Host = ""
-			pr.Out.Header.Del("Authorization")
-			pr.Out.Header.Del("X-API-KEY")
-			if t.token {
-				pr.Out.Header.Set("Authorization", "Bearer "+f.token)
+			// The gateway checked the caller's credentials; the node
+			// takes its own key, which opens envd as it opens ports. A
+			// Basic authorization names envd's user, and stays.
+			pr.Out.Header.Del("X-Access-Token")
+			if a := pr.Out.Header.Get("Authorization"); !strings.HasPrefix(strings.ToLower(a), "basic ") {
+				pr.Out.Header.Del("Authorization")
 			}
+			pr.Out.Header.Set("X-API-KEY", f.token)
 		},
 		// Streams flush as they come.
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			writeE2B(w, http.StatusBadGateway, fmt.Sprintf("the sandbox's node did not answer: %v", err))
+			envdGone(w, r, fmt.Sprintf("the sandbox's node did not answer: %v", err))
 		},
 	}
 	return f
 }
 
-// forward sends r to path on the node at base.
-func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, base *url.URL, path string, token bool) {
+// forwardEnvd sends an envd request, once server/e2b found that its
+// credentials open sb, to the envd of sb's node.
+func (g *Gateway) forwardEnvd(w http.ResponseWriter, r *http.Request, sb *sandbox.Sandbox) {
+	obj, err := g.byID(r.Context(), sb.ID)
+	if err == nil {
+		var base *url.URL
+		if base, err = g.node(r.Context(), obj); err == nil {
+			g.fwd.forward(w, r, base, sb.ID)
+			return
+		}
+	}
+	envdGone(w, r, err.Error())
+}
+
+// forward sends r, an envd request for sandbox id, to the node at base.
+func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, base *url.URL, id string) {
 	// A stream's answer starts before its request body is all sent. An
 	// HTTP/1.1 handler may not read the body after the first flush
 	// otherwise: the transport's copy of it then fails, and the node
 	// connection is closed mid-stream (the SDK's "terminated").
 	if err := http.NewResponseController(w).EnableFullDuplex(); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		writeE2B(w, http.StatusInternalServerError, err.Error())
-		return
-	}
-	f.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, target{base: base, path: path, token: token})))
-}
-
-// forwardEnvd routes an envd or port request by its sandbox ID. It acts
-// with the caller's credentials (the sandbox's access tokens), so it
-// needs no API key, and looks across namespaces: the ID is the secret's
-// partner, not the secret. An API key of the sandbox's namespace opens
-// its ports too, as on a single smolvm serve: the request then goes on
-// with the nodes' token.
-func (g *Gateway) forwardEnvd(w http.ResponseWriter, r *http.Request, id string) {
-	sb, ok := g.byID(r.Context(), id)
-	if !ok {
-		envdGone(w, r, fmt.Sprintf("sandbox %q not found: it is not running anymore", id))
-		return
-	}
-	base, err := g.node(r.Context(), sb)
-	if err != nil {
 		envdGone(w, r, err.Error())
 		return
 	}
-	ns, keyed := g.tenant(r)
-	g.fwd.forward(w, r, base, e2bPrefix+r.URL.Path, keyed && ns == sb.Namespace)
+	// A signed file URL may name no sandbox; the node needs the ID.
+	r.Header.Set(headerSandboxID, id)
+	f.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, target{base: base, path: e2bPrefix + r.URL.Path})))
 }
 
-// envdGone answers a request for a sandbox that cannot be reached. For
-// envd, that is as E2B's own proxy does: 502, which the SDK reads as "not
-// running" (Connect's unavailable; isRunning false), in the shape of the
-// request's protocol. A port of the sandbox's own answers 404, as the
-// node would for a sandbox it no longer has (the code interpreter's
-// NotFoundError).
+// envdGone answers an envd request whose node cannot be reached as E2B's
+// own proxy does: 502, which the SDK reads as "not running" (Connect's
+// unavailable; isRunning false), in the shape of the request's protocol.
 func envdGone(w http.ResponseWriter, r *http.Request, msg string) {
-	if p := r.Header.Get(headerSandboxPort); p != "" && p != e2bapi.EnvdPort {
-		writeE2B(w, http.StatusNotFound, msg)
-		return
-	}
 	if strings.HasPrefix(r.URL.Path, "/process.") || strings.HasPrefix(r.URL.Path, "/filesystem.") {
-		writeJSON(w, http.StatusBadGateway, map[string]string{"code": "unavailable", "message": msg})
+		httpguard.WriteJSON(w, http.StatusBadGateway, map[string]string{"code": "unavailable", "message": msg})
 		return
 	}
-	writeE2B(w, http.StatusBadGateway, msg)
+	httpguard.WriteJSON(w, http.StatusBadGateway, e2bapi.Error{Code: http.StatusBadGateway, Message: msg})
 }
 
-// cacheLag bounds how long an envd request for an ID the cache does not
-// know waits for it: envd requests carry no API key, so a miss is not
-// worth a read of every namespace from the API server.
+// call sends a request with the node's token to path on the node at
+// base and decodes its JSON answer into out.
+func (f *forwarder) call(ctx context.Context, method string, base *url.URL, path string, out any) (int, error) {
+	u := *base
+	u.Path = base.Path + path
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+f.token)
+	resp, err := f.client.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("node %s: %w", base.Host, err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(out); err != nil && !errors.Is(err, io.EOF) {
+		return 0, fmt.Errorf("node %s: %s %s: %w", base.Host, method, path, err)
+	}
+	return resp.StatusCode, nil
+}
+
+// cacheLag bounds how long a request that names a sandbox by ID alone
+// (envd and ports, by token) waits for the cache to know it: envd
+// requests (no key) wait up to a second on the cache for a sandbox the
+// gateway just made, as the SDK sends its first command as soon as
+// create answers, perhaps to another replica. Without a key there is no
+// namespace to read from the API server, and a miss is not worth a read
+// of every namespace.
 const cacheLag = time.Second
 
 // byID finds the Sandbox holding smolvm sandbox id, in any namespace.
-func (g *Gateway) byID(ctx context.Context, id string) (*v1alpha1.Sandbox, bool) {
+// Callers have checked a credential of that exact ID first (server/e2b's
+// access), so the wait tells no one which IDs exist.
+func (g *Gateway) byID(ctx context.Context, id string) (*v1alpha1.Sandbox, error) {
 	deadline := time.Now().Add(cacheLag)
 	for {
 		var list v1alpha1.SandboxList
 		if err := g.cfg.Kube.List(ctx, &list, kclient.MatchingFields{indexInstance: id}); err == nil && len(list.Items) > 0 {
-			return &list.Items[0], true
+			return &list.Items[0], nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return nil, false
+			return nil, fmt.Errorf("sandbox %q: %w", id, errNotFound)
 		}
 		time.Sleep(10 * poll)
 	}

@@ -14,7 +14,6 @@ import (
 	"k8s.io/utils/ptr"
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 
-	"smolvm.dev/smolvm/api/e2bapi"
 	"smolvm.dev/smolvm/kube/api/v1alpha1"
 )
 
@@ -137,62 +136,4 @@ func restoreSpec(s *v1alpha1.SandboxSnapshot, labels map[string]string, ttl time
 		spec.TTLSeconds = ptr.To(int64(ttl / time.Second))
 	}
 	return spec
-}
-
-// e2bSnapshot answers createSnapshot.
-func (g *Gateway) e2bSnapshot(w http.ResponseWriter, r *http.Request) {
-	var req e2bapi.SnapshotRequest
-	if err := decode(r, &req); err != nil {
-		writeE2B(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	src, _, ok := g.e2bLookup(w, r)
-	if !ok {
-		return
-	}
-	s, err := g.checkpoint(r.Context(), src, req.Name)
-	if err != nil {
-		writeE2B(w, statusOf(err), err.Error())
-		return
-	}
-	writeJSON(w, http.StatusCreated, e2bSnapshotJSON(s))
-}
-
-func e2bSnapshotJSON(s *v1alpha1.SandboxSnapshot) e2bapi.Snapshot {
-	return e2bapi.Snapshot{SnapshotID: s.Status.ID, Names: []string{s.Name}}
-}
-
-// e2bSnapshots answers listSnapshots, filtered by the sandbox they were
-// taken of and by name.
-func (g *Gateway) e2bSnapshots(w http.ResponseWriter, r *http.Request) {
-	f, err := e2bapi.ParseSnapshotFilter(r.URL.Query())
-	if err != nil {
-		writeE2B(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	all, err := g.snapshots(r.Context(), namespace(r.Context()))
-	if err != nil {
-		writeE2B(w, statusOf(err), err.Error())
-		return
-	}
-	out := []e2bapi.Snapshot{}
-	for _, s := range all {
-		if f.Match(s.Status.SandboxID, []string{s.Name}) {
-			out = append(out, e2bSnapshotJSON(s))
-		}
-	}
-	writeJSON(w, http.StatusOK, out)
-}
-
-// e2bDeleteTemplate answers deleteSnapshot (DELETE /templates/{id}).
-func (g *Gateway) e2bDeleteTemplate(w http.ResponseWriter, r *http.Request) {
-	s, err := g.snapshot(r.Context(), namespace(r.Context()), r.PathValue("template"))
-	if err == nil {
-		err = g.deleteSnapshot(r.Context(), s)
-	}
-	if err != nil {
-		writeE2B(w, statusOf(err), err.Error())
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
 }

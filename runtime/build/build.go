@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -32,31 +31,9 @@ var (
 	ErrStep = errdefs.New(errdefs.ErrInvalid, "build step failed")
 )
 
-// Options say what to build and how.
-type Options struct {
-	// Dockerfile is the Dockerfile's content; Name is how messages name it.
-	Dockerfile []byte
-	Name       string
-	// Context is the directory COPY and ADD read from.
-	Context string
-	// Tags name the result; none leaves it untagged (its ID is printed).
-	Tags []string
-	// Args are --build-arg values, overriding ARG defaults.
-	Args map[string]string
-	// Target is the stage to build; empty is the last.
-	Target string
-	// NoCache runs every step, and caches the results for later builds.
-	NoCache bool
-	// Network is what RUN steps may reach; nil is none.
-	Network *sandbox.Network
-	// Backend runs the RUN steps; empty is the manager's default.
-	Backend string
-	// Insecure allows pulling base images over plain HTTP.
-	Insecure bool
-	// Progress receives docker's plain progress ("#3 [2/5] RUN …"); nil
-	// prints nothing.
-	Progress io.Writer
-}
+// Options configure a build (sandbox.BuildOptions, where the servers,
+// which link no runtime, name them).
+type Options = sandbox.BuildOptions
 
 // Builder builds images into a manager's image store.
 type Builder struct {

@@ -1,9 +1,7 @@
 package e2b
 
 import (
-	"context"
 	"crypto/hmac"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -12,7 +10,6 @@ import (
 
 	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/internal/names"
-	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -32,24 +29,6 @@ import (
 // names, whatever that names.
 var errNoAccess = errors.New("credentials do not open the sandbox")
 
-// tokenKey names the key in e2b_keys that envd tokens are derived from.
-const tokenKey = "envd"
-
-// loadKey returns the key envd tokens are derived from, made at the first
-// start and kept in the store, so that tokens outlive a restart.
-func loadKey(ctx context.Context, st *store.Store) ([]byte, error) {
-	var fresh [32]byte
-	rand.Read(fresh[:])
-	if _, err := st.DB().ExecContext(ctx, `INSERT INTO e2b_keys (name, key) VALUES (?, ?) ON CONFLICT (name) DO NOTHING`, tokenKey, fresh[:]); err != nil {
-		return nil, fmt.Errorf("e2b: make the envd token key: %w", err)
-	}
-	var key []byte
-	if err := st.DB().QueryRowContext(ctx, `SELECT key FROM e2b_keys WHERE name = ?`, tokenKey).Scan(&key); err != nil {
-		return nil, fmt.Errorf("e2b: read the envd token key: %w", err)
-	}
-	return key, nil
-}
-
 // envdToken is the envd access token of the sandbox whose full ID is id:
 // an HMAC of the ID. A request's token is thus checked against the ID it
 // names by computation alone, before anything is looked up, and still
@@ -57,8 +36,10 @@ func loadKey(ctx context.Context, st *store.Store) ([]byte, error) {
 // isRunning reads envd's 502 after a kill as false; an auth error would
 // throw). Tokens an older smolvm made at random stop working: connect
 // hands out the new one.
-func (h *Handler) envdToken(id string) string {
-	mac := hmac.New(sha256.New, h.key)
+func (h *Handler) envdToken(id string) string { return envdToken(h.key, id) }
+
+func envdToken(key []byte, id string) string {
+	mac := hmac.New(sha256.New, key)
 	mac.Write([]byte(id))
 	return hex.EncodeToString(mac.Sum(nil)[:16])
 }
@@ -102,15 +83,16 @@ func all(sent []string, tok string) bool {
 	return ok
 }
 
-// portSandbox returns the sandbox whose ports r asks for. The API key
-// opens any sandbox of its tenant (r then acts as the tenant; another's
-// answers as a missing one), by name and prefix too, as on the API; the
-// sandbox's own tokens open it alone (tokenSandbox). Every credential
-// sent must hold, for one principal: a key that does not is errNoAccess
-// whatever else r carries, and so are tokens sent with a key whose
-// tenant does not own their sandbox.
-func (h *Handler) portSandbox(r *http.Request, id string) (*http.Request, *sandbox.Sandbox, error) {
-	envd, traffic := r.Header.Values(headerAccessToken), r.Header.Values(headerTrafficToken)
+// access returns the sandbox r asks for, by its envd and traffic tokens
+// or the API key. The key opens any sandbox of its tenant (r then acts
+// as the tenant; another's answers as a missing one), by name and prefix
+// too, as on the API; the sandbox's own tokens open it alone
+// (tokenSandbox). Every credential sent must hold, for one principal: a
+// key that does not is errNoAccess whatever else r carries, and so are
+// tokens sent with a key whose tenant does not own their sandbox. The
+// e2b SDK sends envd no key; a cluster gateway does, forwarding envd
+// traffic to a node (Options.Envd).
+func (h *Handler) access(r *http.Request, id string, envd, traffic []string) (*http.Request, *sandbox.Sandbox, error) {
 	// Without a key authorize fails, unless auth is off: then everyone
 	// is the admin.
 	kr, keyed := h.authorize(r)

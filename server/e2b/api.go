@@ -131,7 +131,7 @@ type lifecycleJSON struct {
 	AutoResume bool   `json:"autoResume"`
 }
 
-func (h *Handler) newSandboxJSON(sb *sandbox.Sandbox, in info) sandboxJSON {
+func (h *Handler) newSandboxJSON(sb *sandbox.Sandbox, in Info) sandboxJSON {
 	token := h.envdToken(sb.ID)
 	return sandboxJSON{
 		TemplateID: in.templateID(sb), SandboxID: sb.ID, Alias: sb.Name, ClientID: "smolvm",
@@ -140,7 +140,7 @@ func (h *Handler) newSandboxJSON(sb *sandbox.Sandbox, in info) sandboxJSON {
 	}
 }
 
-func newDetailJSON(sb *sandbox.Sandbox, in info) detailJSON {
+func newDetailJSON(sb *sandbox.Sandbox, in Info) detailJSON {
 	d := detailJSON{
 		TemplateID: in.templateID(sb), SandboxID: sb.ID, Alias: sb.Name, ClientID: "smolvm",
 		StartedAt: sb.CreatedAt, EndAt: noEnd,
@@ -271,11 +271,11 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	in := info{Metadata: req.Metadata, Template: req.TemplateID}
+	in := Info{Metadata: req.Metadata, Template: req.TemplateID}
 	if in.Metadata == nil {
 		in.Metadata = map[string]string{}
 	}
-	if err := h.saveInfo(r.Context(), sb.ID, in); err != nil {
+	if err := h.st.SaveInfo(r.Context(), sb.ID, in); err != nil {
 		h.m.Remove(r.Context(), sb.ID, true)
 		writeErr(w, err)
 		return
@@ -351,7 +351,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	// is gone (removed by the CLI, reaped after expiry) and can go too;
 	// but only in an unscoped list: a tenant's lacks every other tenant's
 	// sandboxes, whose envd tokens and metadata must stay.
-	infos, err := h.allInfo(r.Context())
+	infos, err := h.st.AllInfo(r.Context())
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -374,7 +374,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	}
 	if _, scoped := tenant.Of(r.Context()); !scoped {
 		for id := range infos {
-			h.deleteInfo(r.Context(), id)
+			h.st.DeleteInfo(r.Context(), id)
 		}
 	}
 	writeJSON(w, http.StatusOK, pg.cut(w, out))
@@ -424,7 +424,7 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	if err := h.deleteInfo(r.Context(), sb.ID); err != nil {
+	if err := h.st.DeleteInfo(r.Context(), sb.ID); err != nil {
 		writeErr(w, err)
 		return
 	}
@@ -578,8 +578,8 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
 		if kernelUp {
 			h.kernels.mark(f.ID)
 		}
-		in := info{Metadata: src.Metadata, Template: src.Template}
-		err := h.saveInfo(r.Context(), f.ID, in)
+		in := Info{Metadata: src.Metadata, Template: src.Template}
+		err := h.st.SaveInfo(r.Context(), f.ID, in)
 		if err == nil && req.Timeout != nil {
 			f, err = h.m.SetTTL(r.Context(), f.ID, time.Duration(*req.Timeout)*time.Second)
 		}

@@ -16,6 +16,7 @@ import (
 	"smolvm.dev/smolvm/tests/testenv"
 
 	"smolvm.dev/smolvm/api/e2bapi"
+	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/server/ports"
 	"smolvm.dev/smolvm/tests/fakeruntime"
 	"smolvm.dev/smolvm/tests/testmgr"
@@ -42,7 +43,7 @@ func newServer(t testing.TB) *server {
 // newServerOn serves the handler over env's manager.
 func newServerOn(t testing.TB, env *testmgr.Env) *server {
 	t.Helper()
-	s := serve(t, Options{Manager: env.Manager, Store: env.Store, Snapshots: env.Snapshots})
+	s := serve(t, Options{Manager: env.Manager, State: state(t, env.Store), Snapshots: env.Snapshots})
 	s.env = env
 	return s
 }
@@ -52,7 +53,17 @@ func newServerOn(t testing.TB, env *testmgr.Env) *server {
 func newFakeServer(t testing.TB) *server {
 	t.Helper()
 	rt := fakeruntime.New(t)
-	return serve(t, Options{Manager: rt, Store: rt.Store(), Snapshots: rt.Snapshots()})
+	return serve(t, Options{Manager: rt, State: state(t, rt.Store()), Snapshots: rt.Snapshots()})
+}
+
+// state is E2B's state in st.
+func state(t testing.TB, st *store.Store) State {
+	t.Helper()
+	s, err := OpenState(context.Background(), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // serve serves the handler with o's runtime and stores, the test's key

@@ -16,8 +16,6 @@ import (
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/internal/httpguard"
 	"smolvm.dev/smolvm/internal/names"
-	"smolvm.dev/smolvm/internal/store"
-	"smolvm.dev/smolvm/runtime/build"
 	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/server/ports"
@@ -58,9 +56,9 @@ type Runtime interface {
 // Options configure a Handler.
 type Options struct {
 	Manager Runtime
-	// Store holds E2B's own durable state (metadata, envd tokens); it is
-	// the Manager's store.
-	Store *store.Store
+	// State holds E2B's own durable state (metadata, the envd token
+	// key): OpenState over the Manager's store, for smolvm serve.
+	State State
 	// Snapshots, when set, serves E2B's sandbox snapshots (checkpoints).
 	Snapshots sandbox.Snapshots
 	// Authorize checks the API key of a control-plane request (the SDK
@@ -95,10 +93,14 @@ type Options struct {
 	// Builder, when set, serves E2B's template builds (templates.go),
 	// whose uploaded files wait in a directory under UploadDir (default:
 	// the system's temporary directory).
-	Builder   *build.Builder
+	Builder   sandbox.Builder
 	UploadDir string
 	// Images are the builds' bases (required with Builder).
 	Images sandbox.Images
+	// Envd, when set, serves envd requests once their credentials
+	// opened sb, instead of the handler's own envd over Manager: a
+	// cluster gateway forwards them to the envd of sb's node.
+	Envd func(w http.ResponseWriter, r *http.Request, sb *sandbox.Sandbox)
 }
 
 // Handler serves both E2B APIs: requests with an E2b-Sandbox-Id header
@@ -107,7 +109,7 @@ type Options struct {
 // E2B_SANDBOX_URL at that prefix.
 type Handler struct {
 	m         Runtime
-	st        *store.Store
+	st        State
 	snaps     sandbox.Snapshots
 	authorize func(*http.Request) (*http.Request, bool)
 	// key derives each sandbox's envd token from its ID (envdToken).
@@ -123,6 +125,7 @@ type Handler struct {
 	kernels   *kernels
 	builds    *builds // nil without Options.Builder
 	images    sandbox.Images
+	envd      func(http.ResponseWriter, *http.Request, *sandbox.Sandbox)
 	api       *http.ServeMux
 	envdMux   *http.ServeMux
 	// routes and envdRoutes list the patterns of each API, for tests.
@@ -131,22 +134,19 @@ type Handler struct {
 
 // New returns a Handler.
 func New(ctx context.Context, o Options) (*Handler, error) {
-	if o.Manager == nil || o.Store == nil {
-		return nil, errors.New("e2b: Manager and Store are required")
+	if o.Manager == nil || o.State == nil {
+		return nil, errors.New("e2b: Manager and State are required")
 	}
 	if o.Authorize == nil || o.Ports == nil {
 		return nil, errors.New("e2b: Authorize and Ports are required")
 	}
-	if err := o.Store.Migrate(ctx, "e2b", schema); err != nil {
-		return nil, fmt.Errorf("e2b: %w", err)
-	}
-	key, err := loadKey(ctx, o.Store)
+	key, err := o.State.Key(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("e2b: the envd token key: %w", err)
 	}
 	h := &Handler{
-		m: o.Manager, st: o.Store, snaps: o.Snapshots, authorize: o.Authorize, key: key, maxUpload: o.MaxUpload, ttl: o.DefaultTTL, where: o.Where,
-		ports: o.Ports, domain: o.Domain, limit: o.Limiter, procs: newProcTable(), watches: newWatchSet(), kernels: newKernels(), images: o.Images,
+		m: o.Manager, st: o.State, snaps: o.Snapshots, authorize: o.Authorize, key: key, maxUpload: o.MaxUpload, ttl: o.DefaultTTL, where: o.Where,
+		ports: o.Ports, domain: o.Domain, limit: o.Limiter, procs: newProcTable(), watches: newWatchSet(), kernels: newKernels(), images: o.Images, envd: o.Envd,
 	}
 	if h.maxUpload <= 0 {
 		h.maxUpload = 1 << 30

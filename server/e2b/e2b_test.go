@@ -15,6 +15,7 @@ import (
 
 	"smolvm.dev/smolvm/api/e2bapi"
 	"smolvm.dev/smolvm/internal/httpguard"
+	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -223,10 +224,18 @@ func TestBadInput(t *testing.T) {
 				t.Errorf("token %q: %d %v", tok, status, body)
 			}
 		}
-		// The API key is not an envd credential.
+		// The API key opens envd as it opens ports (it opens the sandbox
+		// through the API anyway): a cluster gateway forwards envd with
+		// its nodes' key. A wrong key refuses even a right token.
 		status, _ := s.call(t, "GET", "/files?path=/etc/hostname", map[string]string{headerSandboxID: id, "X-API-KEY": testKey}, "")
-		if status != http.StatusUnauthorized {
-			t.Errorf("API key accepted by envd: %d", status)
+		if status != http.StatusOK {
+			t.Errorf("API key at envd: %d", status)
+		}
+		for _, hdr := range []map[string]string{{"X-API-KEY": "wrong"}, {"X-API-KEY": "wrong", headerAccessToken: token}} {
+			hdr[headerSandboxID] = id
+			if status, _ := s.call(t, "GET", "/files?path=/etc/hostname", hdr, ""); status != http.StatusUnauthorized {
+				t.Errorf("%v at envd: %d", hdr, status)
+			}
 		}
 	})
 
@@ -429,8 +438,11 @@ func TestStateSurvives(t *testing.T) {
 	}
 	id, token := body["sandboxID"].(string), body["envdAccessToken"].(string)
 
-	// A second handler over the same store: what a restarted server is.
-	again := serve(t, s.o)
+	// A second handler over the same store, its state opened again: what
+	// a restarted server is.
+	o := s.o
+	o.State = state(t, s.o.Manager.(interface{ Store() *store.Store }).Store())
+	again := serve(t, o)
 	status, body = again.call(t, "GET", "/sandboxes/"+id, apiKey, "")
 	// "base" is the builtin image, "host": the template is what create named.
 	if md, _ := body["metadata"].(map[string]any); status != http.StatusOK || md["owner"] != "ci" || body["templateID"] != "base" {
@@ -448,9 +460,8 @@ func TestStateSurvives(t *testing.T) {
 	if status, body := s.call(t, "GET", "/v2/sandboxes", apiKey, ""); status != http.StatusOK {
 		t.Fatalf("list: %d %v", status, body)
 	}
-	var n int
-	if err := s.o.Store.DB().QueryRow(`SELECT count(*) FROM e2b_sandboxes WHERE id = ?`, id).Scan(&n); err != nil || n != 0 {
-		t.Fatalf("E2B state of a removed sandbox: %d rows, %v", n, err)
+	if infos, err := s.o.State.AllInfo(context.Background()); err != nil || infos[id].Metadata != nil {
+		t.Fatalf("E2B state of a removed sandbox: %+v, %v", infos[id], err)
 	}
 }
 

@@ -53,7 +53,8 @@ func (h *Handler) envdServeMux() *http.ServeMux {
 }
 
 // serveEnvd serves an envd request for sandbox id: it authenticates it by
-// the sandbox's access token before anything else (tokenSandbox), then
+// the sandbox's access token (or its tenant's key) before anything else
+// (access), then
 // checks the path, the port and the body's size, and routes it. An
 // unknown method is a 404 (what connect-go answers, and what Connect
 // clients read as unimplemented), a wrong HTTP method a 405.
@@ -62,7 +63,7 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 	if len(envd) == 0 && h.signedBy(r, id) {
 		envd = []string{h.envdToken(id)} // a signed file URL stands for the token (signed.go)
 	}
-	r, sb, err := h.tokenSandbox(r, id, envd, nil)
+	r, sb, err := h.access(r, id, envd, nil)
 	switch {
 	case errors.Is(err, errNoAccess):
 		envdError(w, r, rpcErrorf(codeUnauthenticated, "missing or invalid envd access token (X-Access-Token)"))
@@ -109,6 +110,10 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	defer release()
+	if h.envd != nil {
+		h.envd(w, r, sb)
+		return
+	}
 	// A GET takes no body; uploads stream, with a limit per file
 	// (writeFiles); every other request is one small message.
 	route := r.Method + " " + r.URL.Path

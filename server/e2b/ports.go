@@ -42,10 +42,10 @@ func (h *Handler) ServeHost(w http.ResponseWriter, r *http.Request) {
 
 // servePort forwards r to port p of sandbox id. Any one of the sandbox's
 // traffic token, its envd token (X-Access-Token) or the API key opens it
-// (portSandbox); none of them is passed on. Errors are E2B's proxy's: 502
+// (access); none of them is passed on. Errors are E2B's proxy's: 502
 // for a sandbox not running or a port nothing listens on.
 func (h *Handler) servePort(w http.ResponseWriter, r *http.Request, id, p string) {
-	r, sb, err := h.portSandbox(r, id)
+	r, sb, err := h.access(r, id, r.Header.Values(headerAccessToken), r.Header.Values(headerTrafficToken))
 	if errors.Is(err, errNoAccess) {
 		writeAPIError(w, http.StatusUnauthorized, fmt.Sprintf("missing or invalid access token: send %s (trafficAccessToken), %s or the API key", headerTrafficToken, headerAccessToken))
 		return
@@ -64,7 +64,7 @@ func (h *Handler) servePort(w http.ResponseWriter, r *http.Request, id, p string
 		return
 	}
 	// The sandbox's server gets none of the credentials that opened it;
-	// any API key left was checked (portSandbox refuses a wrong one).
+	// any API key left was checked (access refuses a wrong one).
 	r.Header.Del(headerTrafficToken)
 	r.Header.Del(headerAccessToken)
 	if len(httpguard.APIKeys(r)) > 0 {

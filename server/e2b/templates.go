@@ -22,7 +22,6 @@ import (
 	"smolvm.dev/smolvm/api/e2bapi"
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/internal/names"
-	"smolvm.dev/smolvm/runtime/build"
 	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 )
@@ -59,7 +58,7 @@ func dirBytes(dir string) int64 {
 
 // builds are one Handler's template builds.
 type builds struct {
-	b *build.Builder
+	b sandbox.Builder
 	// dir holds uploads, DIR/OWNER/HASH.tar: the context of each of that
 	// tenant's builds.
 	dir  string
@@ -88,7 +87,7 @@ type buildRun struct {
 
 // newBuilds makes the template builds of b, with their uploads in a new
 // directory under parent ("": the system's temporary directory).
-func newBuilds(b *build.Builder, parent string) (*builds, error) {
+func newBuilds(b sandbox.Builder, parent string) (*builds, error) {
 	dir, err := os.MkdirTemp(parent, "smolvm-e2b-uploads-")
 	if err != nil {
 		return nil, fmt.Errorf("e2b: template uploads: %w", err)
@@ -365,7 +364,7 @@ func (h *Handler) runBuild(ctx context.Context, run *buildRun, req e2bapi.BuildS
 		fail("base", err)
 		return
 	}
-	img, err := h.builds.b.Build(ctx, build.Options{Dockerfile: spec.dockerfile, Name: "template " + run.templateID, Context: dir,
+	img, err := h.builds.b.Build(ctx, sandbox.BuildOptions{Dockerfile: spec.dockerfile, Name: "template " + run.templateID, Context: dir,
 		NoCache: spec.noCache, Network: netPolicy, Progress: run.writer("info")})
 	if err != nil {
 		fail("finalize", err)

@@ -101,7 +101,7 @@ func TestTemplateUploads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := serve(t, Options{Manager: env.Manager, Store: env.Store, Snapshots: env.Snapshots, Builder: b, Images: env.Images})
+	s := serve(t, Options{Manager: env.Manager, State: state(t, env.Store), Snapshots: env.Snapshots, Builder: b, Images: env.Images})
 	key := map[string]string{"X-API-KEY": s.Key}
 	link := func(hash string) e2bapi.FileUpload {
 		status, body := s.send(t, "GET", "/templates/t/files/"+hash, key, "", nil)

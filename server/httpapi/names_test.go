@@ -51,7 +51,11 @@ func TestNamesOnEveryRoute(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h, err := e2b.New(context.Background(), e2b.Options{Manager: env.Manager, Store: env.Store, Snapshots: env.Snapshots,
+		st, err := e2b.OpenState(context.Background(), env.Store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := e2b.New(context.Background(), e2b.Options{Manager: env.Manager, State: st, Snapshots: env.Snapshots,
 			Authorize: func(r *http.Request) (*http.Request, bool) { return httpapi.Authenticate(r, token, nil) }, Ports: ports.New(env.Manager.DialPort),
 			Builder: b, UploadDir: t.TempDir(), Images: env.Images})
 		if err != nil {

@@ -133,8 +133,12 @@ X-Access-Token). The sandbox needs no network for either.`,
 			if err != nil {
 				return err
 			}
+			e2bState, err := e2b.OpenState(ctx, e.st)
+			if err != nil {
+				return err
+			}
 			e2bAPI, err := e2b.New(ctx, e2b.Options{
-				Manager: e.mgr, Store: e.st, Snapshots: e.snaps, MaxUpload: limit, DefaultTTL: defaultTTL,
+				Manager: e.mgr, State: e2bState, Snapshots: e.snaps, MaxUpload: limit, DefaultTTL: defaultTTL,
 				Builder: builder, UploadDir: tmp, Images: e.images,
 				Authorize: func(r *http.Request) (*http.Request, bool) { return httpapi.Authenticate(r, token, e.mgr.Tenants()) },
 				Ports:     proxy, Domain: domain, Limiter: limiter,
