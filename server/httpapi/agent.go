@@ -32,9 +32,9 @@ type agentRuns struct {
 type activeRun struct {
 	cancel context.CancelFunc
 	first  api.AgentRun // what GET answers until the log has the run
-	// resumed is a resumed run's record as it was: the log keeps it, its
-	// last end, until the run saves again.
-	resumed *runner.Run
+	// ended is set at the run's done event, which follows its last save:
+	// from then on it may be resumed, and its log is what it is.
+	ended bool
 }
 
 // errNoRunner answers the agent routes of a server without a runner;
@@ -89,7 +89,7 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 	}
 	o.ID = runner.NewRunID()
 	first := api.AgentRun{ID: o.ID, Created: time.Now().UTC(), Repo: o.Repo, Task: o.Task, Test: o.Test, Agent: o.AgentName, State: string(runner.Running)}
-	s.launch(r.Context(), &o, first, nil, func(ctx context.Context) error {
+	s.launch(r.Context(), &o, first, func(ctx context.Context) error {
 		_, err := s.o.Runner.Fix(ctx, o)
 		return err
 	})
@@ -98,17 +98,26 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 
 // launch runs fn in the background as run o.ID, whose progress goes to
 // /v1/events: the run outlives the request, and the server's shutdown or
-// a stop cancels it. first is what GET answers until the log has it;
-// resumed the record of a run resumed (nil for a new one).
-func (s *Server) launch(ctx context.Context, o *runner.Options, first api.AgentRun, resumed *runner.Run, fn func(context.Context) error) {
+// a stop cancels it. first is what GET answers until the log has it.
+func (s *Server) launch(ctx context.Context, o *runner.Options, first api.AgentRun, fn func(context.Context) error) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	o.Progress = func(e runner.Event) { s.publishRun(ctx, "agent."+e.Phase, e) }
 	a := &s.runs
+	run := &activeRun{cancel: cancel, first: first}
+	o.Progress = func(e runner.Event) {
+		if e.Phase == "done" {
+			a.mu.Lock()
+			run.ended = true
+			a.mu.Unlock()
+		}
+		s.publishRun(ctx, "agent."+e.Phase, e)
+	}
 	a.mu.Lock()
 	if a.active == nil {
 		a.active = map[string]*activeRun{}
 	}
-	a.active[o.ID] = &activeRun{cancel: cancel, first: first, resumed: resumed}
+	// An ended run still clearing up may be resumed: its entry is
+	// replaced, and it removes only its own.
+	a.active[o.ID] = run
 	a.wg.Add(1)
 	a.mu.Unlock()
 	s.publishRun(ctx, "agent.started", runner.Event{Run: o.ID, Phase: "started"})
@@ -119,7 +128,9 @@ func (s *Server) launch(ctx context.Context, o *runner.Options, first api.AgentR
 			s.o.Logger.Warn("agent run", "run", o.ID, "err", err)
 		}
 		a.mu.Lock()
-		delete(a.active, o.ID)
+		if a.active[o.ID] == run {
+			delete(a.active, o.ID)
+		}
 		a.mu.Unlock()
 	}()
 }
@@ -173,7 +184,7 @@ func (s *Server) resumeRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	first := running(wireRun(run))
-	s.launch(r.Context(), &o, first, run, func(ctx context.Context) error {
+	s.launch(r.Context(), &o, first, func(ctx context.Context) error {
 		_, err := s.o.Runner.Resume(ctx, id, req.From, o)
 		return err
 	})
@@ -269,16 +280,20 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// active is run id if it runs here and has not ended.
 func (s *Server) active(id string) *activeRun {
 	s.runs.mu.Lock()
 	defer s.runs.mu.Unlock()
-	return s.runs.active[id]
+	if a := s.runs.active[id]; a != nil && !a.ended {
+		return a
+	}
+	return nil
 }
 
 // wireRunHere is run as the log has it, but running while it runs here:
 // a resumed run's log keeps its last end until its first iteration.
 func (s *Server) wireRunHere(run *runner.Run) api.AgentRun {
-	if a := s.active(run.ID); a != nil && a.resumed != nil && run.State == a.resumed.State && run.Elapsed == a.resumed.Elapsed {
+	if s.active(run.ID) != nil {
 		return running(wireRun(run))
 	}
 	return wireRun(run)
@@ -339,13 +354,7 @@ func (s *Server) stopRun(w http.ResponseWriter, r *http.Request) {
 	// Wait (bounded by the request) for the run to save its end.
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
-	for {
-		s.runs.mu.Lock()
-		_, running := s.runs.active[id]
-		s.runs.mu.Unlock()
-		if !running {
-			break
-		}
+	for s.active(id) != nil {
 		select {
 		case <-r.Context().Done():
 			return
