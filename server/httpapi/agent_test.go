@@ -161,10 +161,9 @@ func TestAgentRuns(t *testing.T) {
 			t.Errorf("POST %s %s: %d %s, want %d field %q", c.path, c.body, code, body, c.code, c.field)
 		}
 	}
-	code, body, _ := f.do(http.MethodPost, resume, `{"from":0,"max_iterations":2,"flaky_reruns":-1}`)
-	var resumed api.AgentRun
-	if code != http.StatusAccepted || json.Unmarshal(body, &resumed) != nil || resumed.ID != run.ID || resumed.State != "running" || resumed.Agent != l.Run.Agent {
-		t.Fatalf("resume: %d %s", code, body)
+	resumed, err := f.c.ResumeAgentRun(ctx, run.ID, api.AgentResumeRequest{AgentBudget: api.AgentBudget{MaxIterations: 2, FlakyReruns: -1}})
+	if err != nil || resumed.ID != run.ID || resumed.State != "running" || resumed.Agent != l.Run.Agent || resumed.Verdict != nil {
+		t.Fatalf("resume: %+v, %v", resumed, err)
 	}
 	if code, body, _ := f.do(http.MethodPost, resume, `{"from":0}`); code != http.StatusConflict {
 		t.Errorf("resume of a running run: %d %s, want 409", code, body)

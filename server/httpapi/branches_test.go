@@ -2,13 +2,13 @@ package httpapi_test
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/api"
+	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/server/httpapi"
 	"smolvm.dev/smolvm/workflow/branch"
@@ -67,10 +67,10 @@ func branchStore(t *testing.T) *branch.Store {
 // them says so, a bad ID is 400 and a missing one 404.
 func TestBranchRuns(t *testing.T) {
 	f := withTenants(t, newFakeFixture(t, func(o *httpapi.Options) { o.Branches = &branch.Coordinator{Store: branchStore(t)} }))
-	code, body, _ := f.do(http.MethodGet, "/v1/agent/branches", "")
-	var runs []api.BranchRun
-	if code != http.StatusOK || json.Unmarshal(body, &runs) != nil || len(runs) != 2 {
-		t.Fatalf("list: %d %s", code, body)
+	ctx := context.Background()
+	runs, err := f.c.BranchRuns(ctx)
+	if err != nil || len(runs) != 2 {
+		t.Fatalf("list: %+v, %v", runs, err)
 	}
 	if r := runs[0]; r.ID != "br-00000002" || r.State != "failed" || !strings.Contains(r.Reason, "died") || r.Branches != 1 {
 		t.Errorf("the dead run: %+v", r)
@@ -79,10 +79,9 @@ func TestBranchRuns(t *testing.T) {
 		t.Errorf("the merged run: %+v", r)
 	}
 
-	code, body, _ = f.do(http.MethodGet, "/v1/agent/branches/br-00000001", "")
-	var l api.BranchRunLog
-	if code != http.StatusOK || json.Unmarshal(body, &l) != nil {
-		t.Fatalf("get: %d %s", code, body)
+	l, err := f.c.BranchRun(ctx, "br-00000001")
+	if err != nil {
+		t.Fatal(err)
 	}
 	if len(l.Branches) != 2 || l.Branches[0].Tests == nil || l.Branches[0].Tests.Passed != 3 || l.Branches[0].AgentRun != "run-00000001" ||
 		l.Branches[1].State != "red" || l.Branches[1].Tests.Failed != 2 || l.Branches[1].DiffLines != 7 {
@@ -95,15 +94,16 @@ func TestBranchRuns(t *testing.T) {
 	if strings.Join(kinds, " ") != "rank conflict resolve merged done" || l.Steps[1].Files[0] != "lib.sh" || l.Steps[3].Tests == nil || l.Steps[3].N != 4 {
 		t.Errorf("steps: %+v", l.Steps)
 	}
-	code, body, _ = f.do(http.MethodGet, "/v1/agent/branches/br-00000002", "")
+	code, body, _ := f.do(http.MethodGet, "/v1/agent/branches/br-00000002", "")
 	if code != http.StatusOK || !strings.Contains(string(body), `"state":"failed"`) || !strings.Contains(string(body), "interrupted") {
 		t.Errorf("the dead run: %d %s", code, body)
 	}
 
-	for path, want := range map[string]int{"/v1/agent/branches/br-0000000f": http.StatusNotFound, "/v1/agent/branches/..%2Fx": http.StatusBadRequest} {
-		if code, body, _ := f.do(http.MethodGet, path, ""); code != want {
-			t.Errorf("GET %s: %d %s, want %d", path, code, body, want)
-		}
+	if _, err := f.c.BranchRun(ctx, "br-0000000f"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("a missing run: %v, want not found", err)
+	}
+	if code, body, _ := f.do(http.MethodGet, "/v1/agent/branches/..%2Fx", ""); code != http.StatusBadRequest {
+		t.Errorf("a bad ID: %d %s, want 400", code, body)
 	}
 	for _, path := range []string{"/v1/agent/branches", "/v1/agent/branches/br-00000001"} {
 		if code, body := f.as("a", http.MethodGet, path, ""); code != http.StatusForbidden || strings.Contains(body, "br-0000000") {
