@@ -142,24 +142,6 @@ async function views() {
     await axe(page, view);
     await shot(page, view);
   }
-  if (cfg.run) {
-    await page.goto(`${cfg.url}/ui/runs/${cfg.run}`);
-    await page.locator('ol.timeline li.it').first().waitFor();
-    const its = await page.locator('ol.timeline li.it').count();
-    check('agent run timeline', its >= 2, its);
-    await axe(page, 'run');
-    await shot(page, 'run');
-    // Resumed from its base, the run's agent fixes add again in a new
-    // iteration from 0; the run's events redraw the page, whose resume
-    // buttons come back once it has ended.
-    await page.locator('ol.timeline li.it[data-n="0"]').getByRole('button', { name: /^Resume the run/ }).click();
-    const next = page.locator(`ol.timeline li.it[data-n="${its}"]`);
-    await next.filter({ hasText: 'from 0' }).waitFor({ timeout: 180000 });
-    await next.locator('button[data-action="resume-iteration"]').waitFor({ timeout: 180000 });
-    const st = await page.locator('dl.info dd').first().textContent();
-    check('resume from an iteration', st.startsWith('resolved'), st);
-  }
-
   if (cfg.fanout) {
     // A real fan-out: three branches (two green, one red), a merge queue
     // that met a conflict and had it resolved, the integration's CI.
@@ -181,6 +163,26 @@ async function views() {
     await page.locator('ol.queue li.step').first().waitFor();
     await axe(page, 'branches');
     await shot(page, 'branches');
+    await page.getByRole('heading', { name: 'Merge queue' }).evaluate((h) => h.scrollIntoView());
+    await shot(page, 'merge-queue');
+  }
+
+  if (cfg.run) {
+    await page.goto(`${cfg.url}/ui/runs/${cfg.run}`);
+    await page.locator('ol.timeline li.it').first().waitFor();
+    const its = await page.locator('ol.timeline li.it').count();
+    check('agent run timeline', its >= 2, its);
+    await axe(page, 'run');
+    await shot(page, 'run');
+    // Resumed from its base, the run's agent fixes add again in a new
+    // iteration from 0; the run's events redraw the page, whose resume
+    // buttons come back once it has ended.
+    await page.locator('ol.timeline li.it[data-n="0"]').getByRole('button', { name: /^Resume the run/ }).click();
+    const next = page.locator(`ol.timeline li.it[data-n="${its}"]`);
+    await next.filter({ hasText: 'from 0' }).waitFor({ timeout: 180000 });
+    await next.locator('button[data-action="resume-iteration"]').waitFor({ timeout: 180000 });
+    const st = await page.locator('dl.info dd').first().textContent();
+    check('resume from an iteration', st.startsWith('resolved'), st);
   }
 
   if (cfg.memory) {
