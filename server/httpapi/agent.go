@@ -89,19 +89,29 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 	}
 	o.ID = runner.NewRunID()
 	first := api.AgentRun{ID: o.ID, Created: time.Now().UTC(), Repo: o.Repo, Task: o.Task, Test: o.Test, Agent: o.AgentName, State: string(runner.Running)}
-	s.launch(r.Context(), &o, first, func(ctx context.Context) error {
+	err = s.launch(r.Context(), &o, first, func(ctx context.Context) error {
 		_, err := s.o.Runner.Fix(ctx, o)
 		return err
 	})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	writeJSON(w, http.StatusAccepted, first)
 }
 
 // launch runs fn in the background as run o.ID, whose progress goes to
 // /v1/events: the run outlives the request, and the server's shutdown or
-// a stop cancels it. first is what GET answers until the log has it.
-func (s *Server) launch(ctx context.Context, o *runner.Options, first api.AgentRun, fn func(context.Context) error) {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+// a stop cancels it. first is what GET answers until the log has it. A
+// run already running here is a conflict (two resumes at once).
+func (s *Server) launch(ctx context.Context, o *runner.Options, first api.AgentRun, fn func(context.Context) error) error {
 	a := &s.runs
+	a.mu.Lock()
+	if old := a.active[o.ID]; old != nil && !old.ended {
+		a.mu.Unlock()
+		return errRunning(o.ID)
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	run := &activeRun{cancel: cancel, first: first}
 	o.Progress = func(e runner.Event) {
 		if e.Phase == "done" {
@@ -111,7 +121,6 @@ func (s *Server) launch(ctx context.Context, o *runner.Options, first api.AgentR
 		}
 		s.publishRun(ctx, "agent."+e.Phase, e)
 	}
-	a.mu.Lock()
 	if a.active == nil {
 		a.active = map[string]*activeRun{}
 	}
@@ -133,6 +142,11 @@ func (s *Server) launch(ctx context.Context, o *runner.Options, first api.AgentR
 		}
 		a.mu.Unlock()
 	}()
+	return nil
+}
+
+func errRunning(id string) error {
+	return errdefs.New(errdefs.ErrConflict, fmt.Sprintf("run %s is running: stop it first", id))
 }
 
 // resumeRun continues a run from an iteration's checkpoint in the
@@ -157,7 +171,7 @@ func (s *Server) resumeRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.active(id) != nil || run.State == runner.Running {
-		writeError(w, errdefs.New(errdefs.ErrConflict, fmt.Sprintf("run %s is running: stop it first", id)))
+		writeError(w, errRunning(id))
 		return
 	}
 	its, err := s.o.Runner.Log.Iterations(r.Context(), id)
@@ -184,10 +198,14 @@ func (s *Server) resumeRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	first := running(wireRun(run))
-	s.launch(r.Context(), &o, first, func(ctx context.Context) error {
+	err = s.launch(r.Context(), &o, first, func(ctx context.Context) error {
 		_, err := s.o.Runner.Resume(ctx, id, req.From, o)
 		return err
 	})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	writeJSON(w, http.StatusAccepted, first)
 }
 
