@@ -406,7 +406,13 @@ type AgentRunRequest struct {
 	Test string `json:"test,omitempty"`
 	// Agent is "builtin" (the default: the server's SMOLVM_MODEL_*
 	// model) or an agent CLI command line run in the sandbox.
-	Agent            string   `json:"agent,omitempty"`
+	Agent string `json:"agent,omitempty"`
+	AgentBudget
+}
+
+// AgentBudget is what a run may spend and how it treats its tests; a
+// start and a resume take the same.
+type AgentBudget struct {
 	MaxIterations    int      `json:"max_iterations,omitempty"`
 	MaxTime          Duration `json:"max_time,omitempty"`
 	MaxTokens        int      `json:"max_tokens,omitempty"`
@@ -415,6 +421,17 @@ type AgentRunRequest struct {
 	FlakyReruns      int      `json:"flaky_reruns,omitempty"`
 	StuckAfter       int      `json:"stuck_after,omitempty"`
 	AllowTestChanges bool     `json:"allow_test_changes,omitempty"`
+}
+
+// AgentResumeRequest is the body of POST /v1/agent/runs/{id}/resume:
+// `smolvm agent resume --from`. The run keeps its repository, task and
+// test command and continues from iteration From's checkpoint; Agent
+// defaults to the one the run used ("builtin" for the built-in agent,
+// whatever its model); the budget counts from now.
+type AgentResumeRequest struct {
+	From  int    `json:"from"`
+	Agent string `json:"agent,omitempty"`
+	AgentBudget
 }
 
 // AgentUsage is what an agent spent.
@@ -556,4 +573,83 @@ type AgentProgress struct {
 	CostUSD   float64 `json:"cost_usd"`
 	Elapsed   float64 `json:"elapsed"`
 	Note      string  `json:"note,omitempty"`
+}
+
+// BranchRun is a fan-out (`smolvm branch fanout`): agent branches forked
+// from one set-up checkpoint, each judged by the repository's own CI, then
+// merged through a merge queue into Integration. Times are in seconds.
+type BranchRun struct {
+	ID      string    `json:"id"`
+	Created time.Time `json:"created"`
+	Repo    string    `json:"repo"`
+	// Mode is best-of-n (one task, one winner) or split (one sub-task
+	// per branch, all that pass merge).
+	Mode         string   `json:"mode"`
+	Task         string   `json:"task,omitempty"`
+	Setup        string   `json:"setup,omitempty"`
+	CI           BranchCI `json:"ci"`
+	Base         string   `json:"base"`
+	Snapshot     string   `json:"snapshot,omitempty"`
+	SetupElapsed float64  `json:"setup_elapsed"`
+	State        string   `json:"state"`
+	Reason       string   `json:"reason,omitempty"`
+	Elapsed      float64  `json:"elapsed"`
+	Integration  string   `json:"integration,omitempty"`
+	Summary      string   `json:"summary,omitempty"`
+	// Branches is how many branches the run has, Green how many passed CI.
+	Branches int `json:"branches"`
+	Green    int `json:"green"`
+}
+
+// BranchCI is a fan-out's CI: the command, where it came from, and the
+// steps of a GitHub job it could not run.
+type BranchCI struct {
+	Command     string   `json:"command"`
+	Source      string   `json:"source"`
+	Unsupported []string `json:"unsupported,omitempty"`
+}
+
+// Branch is one branch of a fan-out: its CI result on its best change
+// (Tests) and the change's summary.
+type Branch struct {
+	K             int         `json:"k"`
+	Name          string      `json:"name"`
+	Task          string      `json:"task"`
+	Agent         string      `json:"agent"`
+	State         string      `json:"state"`
+	Reason        string      `json:"reason,omitempty"`
+	AgentRun      string      `json:"agent_run,omitempty"`
+	Commit        string      `json:"commit,omitempty"`
+	Tests         *AgentTests `json:"tests,omitempty"`
+	Flaky         []string    `json:"flaky,omitempty"`
+	DiffLines     int         `json:"diff_lines"`
+	Interventions int         `json:"interventions"`
+	Iterations    int         `json:"iterations"`
+	Usage         AgentUsage  `json:"usage"`
+	Elapsed       float64     `json:"elapsed"`
+	// Last is the branch's latest progress.
+	Last *AgentProgress `json:"last,omitempty"`
+}
+
+// BranchStep is one step of a merge queue, in order: rank, winner,
+// merge, conflict (Files), resolve, ci, merged, ejected, done. Branch is
+// 0 for the run as a whole; Tests is the CI that decided it.
+type BranchStep struct {
+	N       int         `json:"n"`
+	Created time.Time   `json:"created"`
+	Branch  int         `json:"branch"`
+	Kind    string      `json:"kind"`
+	Target  string      `json:"target,omitempty"`
+	Commit  string      `json:"commit,omitempty"`
+	Files   []string    `json:"files,omitempty"`
+	Tests   *AgentTests `json:"tests,omitempty"`
+	Note    string      `json:"note,omitempty"`
+}
+
+// BranchRunLog is GET /v1/agent/branches/{id}: a fan-out, its branches
+// and its merge queue's steps.
+type BranchRunLog struct {
+	Run      BranchRun    `json:"run"`
+	Branches []Branch     `json:"branches"`
+	Steps    []BranchStep `json:"steps"`
 }

@@ -47,6 +47,32 @@ func (c *Client) StopAgentRun(ctx context.Context, id string) (*api.AgentRun, er
 	return &run, nil
 }
 
+// ResumeAgentRun continues run id from iteration req.From's checkpoint
+// on the server and returns it running; WatchAgentRun follows it.
+func (c *Client) ResumeAgentRun(ctx context.Context, id string, req api.AgentResumeRequest) (*api.AgentRun, error) {
+	var run api.AgentRun
+	if err := c.call(ctx, http.MethodPost, "/v1/agent/runs/"+url.PathEscape(id)+"/resume", req, &run); err != nil {
+		return nil, err
+	}
+	return &run, nil
+}
+
+// BranchRuns lists the fan-outs of smolvm branch that the server's state
+// holds, newest first.
+func (c *Client) BranchRuns(ctx context.Context) ([]api.BranchRun, error) {
+	var runs []api.BranchRun
+	return runs, c.call(ctx, http.MethodGet, "/v1/agent/branches", nil, &runs)
+}
+
+// BranchRun returns a fan-out, its branches and its merge queue's steps.
+func (c *Client) BranchRun(ctx context.Context, id string) (*api.BranchRunLog, error) {
+	var l api.BranchRunLog
+	if err := c.call(ctx, http.MethodGet, "/v1/agent/branches/"+url.PathEscape(id), nil, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
 // errWatched ends WatchAgentRun's event stream.
 var errWatched = errors.New("watched")
 

@@ -5,7 +5,7 @@
 // Usage: node console.mjs CONFIG.json; prints a JSON report as its last
 // line (go test ./server/console runs it; see console_test.go).
 // CONFIG: {url, admin, tenant: {key, own, other}, running, stopped, shots,
-// mode: "views" | "bench", n}
+// run, fanout, memory, mode: "views" | "bench", n}
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { chromium } from 'playwright-core';
@@ -142,12 +142,47 @@ async function views() {
     await axe(page, view);
     await shot(page, view);
   }
+  if (cfg.fanout) {
+    // A real fan-out: three branches (two green, one red), a merge queue
+    // that met a conflict and had it resolved, the integration's CI.
+    await page.getByRole('link', { name: 'Branches' }).click();
+    const fr = page.locator(`tr[data-id="${cfg.fanout}"]`);
+    await fr.waitFor();
+    check('fan-out listed with its branches\' CI', (await fr.textContent()).includes('2 of 3 green'), await fr.textContent());
+    await axe(page, 'branches list');
+    await fr.getByRole('link').click();
+    await page.locator('ol.queue li.step').first().waitFor();
+    const states = await page.locator('tbody tr').evaluateAll((rs) => rs.map((r) => r.dataset.state));
+    check('branches with their CI result', states.join() === 'passed,passed,red', states);
+    const kinds = await page.locator('ol.queue li.step').evaluateAll((ls) => ls.map((l) => l.dataset.kind));
+    check('the merge queue: conflict, resolution, merges, in order', ['conflict', 'resolve', 'merged'].every((k) => kinds.includes(k)) &&
+      kinds.indexOf('conflict') < kinds.indexOf('resolve') && kinds.at(-1) === 'done', kinds);
+    const ci = await page.locator('.integration-ci').textContent();
+    check('the integration branch\'s CI', /^\d+ passed, 0 failed/.test(ci), ci);
+    await page.getByRole('button', { name: 'Refresh' }).click();
+    await page.locator('ol.queue li.step').first().waitFor();
+    await axe(page, 'branches');
+    await shot(page, 'branches');
+    await page.getByRole('heading', { name: 'Merge queue' }).evaluate((h) => h.scrollIntoView());
+    await shot(page, 'merge-queue');
+  }
+
   if (cfg.run) {
     await page.goto(`${cfg.url}/ui/runs/${cfg.run}`);
     await page.locator('ol.timeline li.it').first().waitFor();
-    check('agent run timeline', await page.locator('ol.timeline li.it').count() >= 2);
+    const its = await page.locator('ol.timeline li.it').count();
+    check('agent run timeline', its >= 2, its);
     await axe(page, 'run');
     await shot(page, 'run');
+    // Resumed from its base, the run's agent fixes add again in a new
+    // iteration from 0; the run's events redraw the page, whose resume
+    // buttons come back once it has ended.
+    await page.locator('ol.timeline li.it[data-n="0"]').getByRole('button', { name: /^Resume the run/ }).click();
+    const next = page.locator(`ol.timeline li.it[data-n="${its}"]`);
+    await next.filter({ hasText: 'from 0' }).waitFor({ timeout: 180000 });
+    await next.locator('button[data-action="resume-iteration"]').waitFor({ timeout: 180000 });
+    const st = await page.locator('dl.info dd').first().textContent();
+    check('resume from an iteration', st.startsWith('resolved'), st);
   }
 
   if (cfg.memory) {
@@ -195,7 +230,7 @@ async function tenantViews() {
   check('tenant does not see the other\'s', await row(page, cfg.tenant.other).count() === 0);
   // Through the console's own pages and its credential, the other
   // tenant's sandbox is missing, and actions without the token refused.
-  const probes = await page.evaluate(async ({ other, own }) => {
+  const probes = await page.evaluate(async ({ other, own, fanout }) => {
     const s = await (await fetch('/ui/session')).json();
     const st = async (m, p, h = {}) => (await fetch(p, { method: m, headers: { 'Content-Type': 'application/json', ...h }, body: m === 'GET' ? undefined : '{}' })).status;
     return {
@@ -203,9 +238,12 @@ async function tenantViews() {
       stopOther: await st('POST', `/v1/sandboxes/${other}/stop`, { 'X-CSRF-Token': s.csrf }),
       stopNoToken: await st('POST', `/v1/sandboxes/${own}/stop`),
       stopBadToken: await st('POST', `/v1/sandboxes/${own}/stop`, { 'X-CSRF-Token': 'x' }),
+      fanouts: await st('GET', '/v1/agent/branches'),
+      fanout: await st('GET', `/v1/agent/branches/${fanout}`),
     };
-  }, cfg.tenant);
+  }, { ...cfg.tenant, fanout: cfg.fanout });
   check('other tenant\'s sandbox missing', probes.get === 404 && probes.stopOther === 404, JSON.stringify(probes));
+  check('branch runs refused to a tenant', probes.fanouts === 403 && probes.fanout === 403, JSON.stringify(probes));
   check('actions without the CSRF token refused', probes.stopNoToken === 403 && probes.stopBadToken === 403, JSON.stringify(probes));
   report.errors = report.errors.filter((e) => !/40[34]/.test(e));
   await page.goto(`${cfg.url}/ui/sandboxes/${cfg.tenant.other}`);
@@ -218,7 +256,7 @@ async function tenantViews() {
   await page.getByRole('link', { name: 'Snapshots' }).click();
   await page.locator('main[data-loaded] .graph p').waitFor();
   check('tenant sees none of the admin\'s snapshots', (await page.locator('.graph').textContent()).includes('No snapshots'));
-  for (const [link, text] of [['Agent runs', 'admin\'s'], ['Memory', 'admin\'s'], ['Usage', 'Usage']]) {
+  for (const [link, text] of [['Agent runs', 'admin\'s'], ['Branches', 'admin\'s'], ['Memory', 'admin\'s'], ['Usage', 'Usage']]) {
     await page.getByRole('link', { name: link }).click();
     await page.getByText(text).first().waitFor();
     await axe(page, `tenant ${link}`);

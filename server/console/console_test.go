@@ -29,6 +29,7 @@ import (
 // sandboxes of the admin's and of each tenant's.
 type serve struct {
 	*testserve.Server
+	dir  string // its data dir
 	keys map[string]string
 	ids  map[string]string // sandbox name -> ID
 }
@@ -74,7 +75,7 @@ func (s *serve) must(t testing.TB, key, method, path, body string, v any) {
 
 func newServe(t *testing.T) *serve {
 	env := testmgr.New(t)
-	s := &serve{Server: testserve.Start(t, env.Dir, env.GuestBinary), keys: map[string]string{}, ids: map[string]string{}}
+	s := &serve{Server: testserve.Start(t, env.Dir, env.GuestBinary), dir: env.Dir, keys: map[string]string{}, ids: map[string]string{}}
 	for _, name := range []string{"ta", "tb"} {
 		s.must(t, s.Token, "POST", "/v1/tenants", `{"name":"`+name+`"}`, nil)
 		var k api.NewKey
@@ -293,6 +294,48 @@ func (s *serve) agentRun(t *testing.T) string {
 	return run.ID
 }
 
+// fanout runs smolvm branch as users do against a server (--host, state
+// in the server's data dir): three sub-tasks, of which two change the same
+// line and one breaks CI; the merge queue merges the first, hands the
+// conflict of the second to a resolver that settles it, and leaves the red
+// one out. It returns the run's ID.
+func (s *serve) fanout(t *testing.T) string {
+	t.Helper()
+	const lib = "add() { echo $(($1 + $2)); }\ngreet() { echo ok; }\nVERSION=1\n"
+	repo := testenv.GitRepo(t, map[string]string{
+		"lib.sh": lib, "cmd/main.sh": ". ./lib.sh; greet\n",
+		// CI: TAP from sh; VERSION must be a number, every cmd/*.sh print ok.
+		"test.sh": "n=0; bad=0\ncheck() { n=$((n+1)); if [ \"$2\" = \"$3\" ]; then echo \"ok $n - $1\"; else echo \"not ok $n - $1\"; bad=1; fi; }\n" +
+			"echo 'TAP version 13'\ncheck version \"$( (. ./lib.sh && [ \"$VERSION\" -ge 1 ] && echo ok) 2>/dev/null)\" ok\n" +
+			"for f in cmd/*.sh; do check \"$(basename \"$f\")\" \"$(sh \"$f\" 2>&1)\" ok; done\necho \"1..$n\"\nexit $bad\n",
+	})
+	tasks := filepath.Join(t.TempDir(), "tasks")
+	os.WriteFile(tasks, []byte("do: sed -i 's/VERSION=1/VERSION=2/' lib.sh\ndo: sed -i 's/VERSION=1/VERSION=3/' lib.sh\ndo: sed -i 's/echo ok/echo no/' lib.sh\n"), 0o644)
+	smolvm := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(testenv.Smolvm(t), append([]string{"--host", s.URL, "--data-dir", s.dir}, args...)...)
+		cmd.Env = append(os.Environ(), "SMOLVM_TOKEN="+s.Token)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("smolvm %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.String())
+		}
+		return string(out)
+	}
+	// The agent runs the task's "do: " line.
+	agent := `sh -c "$(sed -n 's/^do: //p' "$SMOLVM_AGENT_PROMPT" | head -n 1)"`
+	var view struct{ Run struct{ ID string } }
+	out := smolvm("branch", "fanout", "--repo", repo, "--tasks", tasks, "--agent", agent, "--test", "sh test.sh", "--setup", "",
+		"--max-iterations", "1", "--stuck-after", "1", "--flaky-reruns", "-1", "--concurrency", "2", "--max-time", "3m", "--json")
+	if err := json.Unmarshal([]byte(out), &view); err != nil || view.Run.ID == "" {
+		t.Fatalf("branch fanout: %v\n%s", err, out)
+	}
+	resolved := strings.ReplaceAll(lib, "VERSION=1", "VERSION=3")
+	smolvm("branch", "merge", view.Run.ID, "--resolver", "printf '"+resolved+"' > lib.sh", "--resolver-iterations", "1", "--resolver-time", "3m")
+	return view.Run.ID
+}
+
 // memoryRepo is a repository with a valid fact and a proposed one, both
 // anchored to a file that has changed since (uncommitted).
 func memoryRepo(t *testing.T) map[string]string {
@@ -338,7 +381,7 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 	r := runScript(t, map[string]any{
 		"url": s.URL, "admin": s.Token, "running": s.ids["web"], "stopped": s.ids["worker"], "logLine": "console-log-line",
-		"shots": shots, "run": s.agentRun(t), "memory": memoryRepo(t),
+		"shots": shots, "run": s.agentRun(t), "memory": memoryRepo(t), "fanout": s.fanout(t),
 		"tenant": map[string]any{"key": s.keys["ta"], "own": s.ids["ta-box"], "other": s.ids["tb-box"], "count": 1},
 	})
 	for _, c := range r.Checks {

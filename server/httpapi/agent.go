@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,31 +32,46 @@ type agentRuns struct {
 type activeRun struct {
 	cancel context.CancelFunc
 	first  api.AgentRun // what GET answers until the log has the run
+	// ended is set at the run's done event, which follows its last save:
+	// from then on it may be resumed, and its log is what it is.
+	ended bool
 }
 
-// errNoRunner answers the agent routes of a server without a runner.
-var errNoRunner = errdefs.New(errdefs.ErrUnsupported, "this server runs no agents")
+// errNoRunner answers the agent routes of a server without a runner;
+// errNoBranches the fan-out routes of one without their state.
+var (
+	errNoRunner   = errdefs.New(errdefs.ErrUnsupported, "this server runs no agents")
+	errNoBranches = errdefs.New(errdefs.ErrUnsupported, "this server keeps no branch runs")
+)
 
-// registerAgentRoutes registers the agent runner's routes. They are the
-// admin's: a run reads a path on the server's host.
+// registerAgentRoutes registers the agent runner's routes and the
+// fan-outs' (smolvm branch). They are the admin's: a run reads a path on
+// the server's host, and neither kind of run belongs to a tenant.
 func (s *Server) registerAgentRoutes(route, bare func(string, http.HandlerFunc)) {
-	only := func(h http.HandlerFunc) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			if _, scoped := tenant.Of(r.Context()); scoped {
-				writeError(w, tenant.ErrAdminOnly)
-				return
+	admin := func(served bool, missing error) func(http.HandlerFunc) http.HandlerFunc {
+		return func(h http.HandlerFunc) http.HandlerFunc {
+			return func(w http.ResponseWriter, r *http.Request) {
+				if _, scoped := tenant.Of(r.Context()); scoped {
+					writeError(w, tenant.ErrAdminOnly)
+					return
+				}
+				if !served {
+					writeError(w, missing)
+					return
+				}
+				h(w, r)
 			}
-			if s.o.Runner == nil {
-				writeError(w, errNoRunner)
-				return
-			}
-			h(w, r)
 		}
 	}
+	only := admin(s.o.Runner != nil, errNoRunner)
 	route("POST /v1/agent/runs", only(s.startRun))
 	route("GET /v1/agent/runs", only(s.listRuns))
 	route("GET /v1/agent/runs/{id}", only(s.getRun))
 	bare("POST /v1/agent/runs/{id}/stop", only(s.stopRun))
+	route("POST /v1/agent/runs/{id}/resume", only(s.resumeRun))
+	fanouts := admin(s.o.Branches != nil, errNoBranches)
+	route("GET /v1/agent/branches", fanouts(s.listBranchRuns))
+	route("GET /v1/agent/branches/{id}", fanouts(s.getBranchRun))
 }
 
 // startRun starts a run in the background and answers 202 with it; its
@@ -72,29 +89,123 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 	}
 	o.ID = runner.NewRunID()
 	first := api.AgentRun{ID: o.ID, Created: time.Now().UTC(), Repo: o.Repo, Task: o.Task, Test: o.Test, Agent: o.AgentName, State: string(runner.Running)}
-	// The run outlives the request; the server's shutdown stops it.
-	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
-	o.Progress = func(e runner.Event) { s.publishRun(ctx, "agent."+e.Phase, e) }
+	err = s.launch(r.Context(), &o, first, func(ctx context.Context) error {
+		_, err := s.o.Runner.Fix(ctx, o)
+		return err
+	})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, first)
+}
+
+// launch runs fn in the background as run o.ID, whose progress goes to
+// /v1/events: the run outlives the request, and the server's shutdown or
+// a stop cancels it. first is what GET answers until the log has it. A
+// run already running here is a conflict (two resumes at once).
+func (s *Server) launch(ctx context.Context, o *runner.Options, first api.AgentRun, fn func(context.Context) error) error {
 	a := &s.runs
 	a.mu.Lock()
+	if old := a.active[o.ID]; old != nil && !old.ended {
+		a.mu.Unlock()
+		return errRunning(o.ID)
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	run := &activeRun{cancel: cancel, first: first}
+	o.Progress = func(e runner.Event) {
+		if e.Phase == "done" {
+			a.mu.Lock()
+			run.ended = true
+			a.mu.Unlock()
+		}
+		s.publishRun(ctx, "agent."+e.Phase, e)
+	}
 	if a.active == nil {
 		a.active = map[string]*activeRun{}
 	}
-	a.active[o.ID] = &activeRun{cancel: cancel, first: first}
+	// An ended run still clearing up may be resumed: its entry is
+	// replaced, and it removes only its own.
+	a.active[o.ID] = run
 	a.wg.Add(1)
 	a.mu.Unlock()
 	s.publishRun(ctx, "agent.started", runner.Event{Run: o.ID, Phase: "started"})
 	go func() {
 		defer a.wg.Done()
 		defer cancel()
-		_, err := s.o.Runner.Fix(ctx, o)
-		if err != nil {
+		if err := fn(ctx); err != nil {
 			s.o.Logger.Warn("agent run", "run", o.ID, "err", err)
 		}
 		a.mu.Lock()
-		delete(a.active, o.ID)
+		if a.active[o.ID] == run {
+			delete(a.active, o.ID)
+		}
 		a.mu.Unlock()
 	}()
+	return nil
+}
+
+func errRunning(id string) error {
+	return errdefs.New(errdefs.ErrConflict, fmt.Sprintf("run %s is running: stop it first", id))
+}
+
+// resumeRun continues a run from an iteration's checkpoint in the
+// background (smolvm agent resume), as startRun starts one: 202 with the
+// run, its progress on /v1/events, a stop ends it. What Resume would
+// refuse only once under way (no such iteration, no checkpoint) is
+// refused here first, so that the answer says so.
+func (s *Server) resumeRun(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var req api.AgentResumeRequest
+	if err := decode(r.Body, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := checkBudget(req.AgentBudget); err != nil {
+		writeError(w, err)
+		return
+	}
+	run, err := s.o.Runner.Log.Get(r.Context(), id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if s.active(id) != nil || run.State == runner.Running {
+		writeError(w, errRunning(id))
+		return
+	}
+	its, err := s.o.Runner.Log.Iterations(r.Context(), id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if !slices.ContainsFunc(its, func(it runner.Iteration) bool { return it.N == req.From && it.Snapshot != "" }) {
+		writeError(w, invalid("from", fmt.Sprintf("run %s has no checkpoint at iteration %d", id, req.From)))
+		return
+	}
+	spec := req.Agent
+	if spec == "" {
+		// The built-in agent is recorded with its model; the server's
+		// SMOLVM_MODEL_* say which model it is now.
+		if spec = run.Agent; strings.HasPrefix(spec, "builtin:") {
+			spec = "builtin"
+		}
+	}
+	o := budgetOptions(req.AgentBudget)
+	o.ID, o.RunsDir = id, s.o.RunsDir
+	if o.Agent, o.AgentName, err = s.newAgent(r.Context(), spec, run.Repo); err != nil {
+		writeError(w, err)
+		return
+	}
+	first := running(wireRun(run))
+	err = s.launch(r.Context(), &o, first, func(ctx context.Context) error {
+		_, err := s.o.Runner.Resume(ctx, id, req.From, o)
+		return err
+	})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	writeJSON(w, http.StatusAccepted, first)
 }
 
@@ -105,20 +216,15 @@ func (s *Server) runOptions(ctx context.Context, req *api.AgentRunRequest) (runn
 		return runner.Options{}, invalid("task", "no task")
 	case req.Repo == "" || !filepath.IsAbs(req.Repo):
 		return runner.Options{}, invalid("repo", "want an absolute path on the server's host")
-	case req.MaxIterations < 0 || req.MaxIterations > runner.MaxIterations:
-		return runner.Options{}, invalid("max_iterations", fmt.Sprintf("want 0 (the default) to %d", runner.MaxIterations))
-	case req.MaxTokens < 0 || req.MaxCost < 0 || req.FlakyReruns < -1 || req.FlakyReruns > sandbox.MaxFork || req.StuckAfter < 0:
-		return runner.Options{}, invalid("", fmt.Sprintf("budgets must not be negative; flaky_reruns is -1 (off) to %d", sandbox.MaxFork))
+	}
+	if err := checkBudget(req.AgentBudget); err != nil {
+		return runner.Options{}, err
 	}
 	if err := runner.CheckRepo(ctx, req.Repo); err != nil {
 		return runner.Options{}, invalid("repo", err.Error())
 	}
-	o := runner.Options{
-		Repo: req.Repo, Task: req.Task, Test: req.Test,
-		Budget:      runner.Budget{Iterations: req.MaxIterations, Wall: time.Duration(req.MaxTime), Tokens: req.MaxTokens, CostUSD: req.MaxCost},
-		TestTimeout: time.Duration(req.TestTimeout), FlakyReruns: req.FlakyReruns, StuckAfter: req.StuckAfter,
-		AllowWeaken: req.AllowTestChanges, RunsDir: s.o.RunsDir,
-	}
+	o := budgetOptions(req.AgentBudget)
+	o.Repo, o.Task, o.Test, o.RunsDir = req.Repo, req.Task, req.Test, s.o.RunsDir
 	if o.Test == "" {
 		if o.Test = runner.DetectTest(o.Repo); o.Test == "" {
 			return o, invalid("test", "no test command given and none detected in "+o.Repo)
@@ -128,25 +234,55 @@ func (s *Server) runOptions(ctx context.Context, req *api.AgentRunRequest) (runn
 	if spec == "" {
 		spec = "builtin"
 	}
+	var err error
+	o.Agent, o.AgentName, err = s.newAgent(ctx, spec, o.Repo)
+	return o, err
+}
+
+func checkBudget(b api.AgentBudget) error {
+	switch {
+	case b.MaxIterations < 0 || b.MaxIterations > runner.MaxIterations:
+		return invalid("max_iterations", fmt.Sprintf("want 0 (the default) to %d", runner.MaxIterations))
+	case b.MaxTokens < 0 || b.MaxCost < 0 || b.FlakyReruns < -1 || b.FlakyReruns > sandbox.MaxFork || b.StuckAfter < 0:
+		return invalid("", fmt.Sprintf("budgets must not be negative; flaky_reruns is -1 (off) to %d", sandbox.MaxFork))
+	}
+	return nil
+}
+
+// budgetOptions are the runner's options a budget sets.
+func budgetOptions(b api.AgentBudget) runner.Options {
+	return runner.Options{
+		Budget:      runner.Budget{Iterations: b.MaxIterations, Wall: time.Duration(b.MaxTime), Tokens: b.MaxTokens, CostUSD: b.MaxCost},
+		TestTimeout: time.Duration(b.TestTimeout), FlakyReruns: b.FlakyReruns, StuckAfter: b.StuckAfter,
+		AllowWeaken: b.AllowTestChanges,
+	}
+}
+
+// newAgent makes the agent spec names ("builtin" or a command line) for
+// repo; the built-in one uses the server's SMOLVM_MODEL_*.
+func (s *Server) newAgent(ctx context.Context, spec, repo string) (runner.Agent, string, error) {
 	getenv := s.o.Getenv
 	if getenv == nil {
 		getenv = func(string) string { return "" }
 	}
-	var err error
-	o.Agent, o.AgentName, err = runner.NewAgent(ctx, spec, o.Repo, getenv, io.Discard)
+	ag, name, err := runner.NewAgent(ctx, spec, repo, getenv, io.Discard)
 	if err != nil {
-		return o, invalid("agent", err.Error())
+		return nil, "", invalid("agent", err.Error())
 	}
-	return o, nil
+	return ag, name, nil
 }
 
 // publishRun sends a run's progress to /v1/events.
 func (s *Server) publishRun(ctx context.Context, typ string, e runner.Event) {
-	data, _ := json.Marshal(api.AgentProgress{
+	data, _ := json.Marshal(wireProgress(e))
+	s.o.Manager.Publish(ctx, sandbox.Event{Type: typ, ID: e.Run, Data: data})
+}
+
+func wireProgress(e runner.Event) api.AgentProgress {
+	return api.AgentProgress{
 		Run: e.Run, Iteration: e.Iteration, Phase: e.Phase, Passed: e.Passed, Failed: e.Failed, Flaky: e.Flaky,
 		Tokens: e.Tokens, CostUSD: e.CostUSD, Elapsed: e.Elapsed.Seconds(), Note: e.Note,
-	})
-	s.o.Manager.Publish(ctx, sandbox.Event{Type: typ, ID: e.Run, Data: data})
+	}
 }
 
 func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
@@ -157,9 +293,34 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]api.AgentRun, 0, len(runs))
 	for _, run := range runs {
-		out = append(out, wireRun(run))
+		out = append(out, s.wireRunHere(run))
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// active is run id if it runs here and has not ended.
+func (s *Server) active(id string) *activeRun {
+	s.runs.mu.Lock()
+	defer s.runs.mu.Unlock()
+	if a := s.runs.active[id]; a != nil && !a.ended {
+		return a
+	}
+	return nil
+}
+
+// wireRunHere is run as the log has it, but running while it runs here:
+// a resumed run's log keeps its last end until its first iteration.
+func (s *Server) wireRunHere(run *runner.Run) api.AgentRun {
+	if s.active(run.ID) != nil {
+		return running(wireRun(run))
+	}
+	return wireRun(run)
+}
+
+// running is run under way again: its last end's outcome cleared.
+func running(run api.AgentRun) api.AgentRun {
+	run.State, run.Reason, run.Verdict, run.Evidence = string(runner.Running), "", nil, nil
+	return run
 }
 
 func (s *Server) getRun(w http.ResponseWriter, r *http.Request) {
@@ -167,10 +328,7 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request) {
 	run, err := s.o.Runner.Log.Get(r.Context(), id)
 	if errors.Is(err, runner.ErrRunNotFound) {
 		// Started, but the runner has not logged it yet.
-		s.runs.mu.Lock()
-		a := s.runs.active[id]
-		s.runs.mu.Unlock()
-		if a != nil {
+		if a := s.active(id); a != nil {
 			writeJSON(w, http.StatusOK, api.AgentRunLog{Run: a.first, Iterations: []api.AgentIteration{}})
 			return
 		}
@@ -184,7 +342,7 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	out := api.AgentRunLog{Run: wireRun(run), Iterations: make([]api.AgentIteration, 0, len(its))}
+	out := api.AgentRunLog{Run: s.wireRunHere(run), Iterations: make([]api.AgentIteration, 0, len(its))}
 	for _, it := range its {
 		wi := api.AgentIteration{N: it.N, Parent: it.Parent, Created: it.Created, Commit: it.Commit, Snapshot: it.Snapshot,
 			Diff: it.Diff, Tests: wireTests(it.Result), Flaky: it.Flaky, Usage: wireUsage(it.Usage), Note: it.Note}
@@ -200,9 +358,7 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request) {
 // standing. The answer is the run once it has ended.
 func (s *Server) stopRun(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	s.runs.mu.Lock()
-	a := s.runs.active[id]
-	s.runs.mu.Unlock()
+	a := s.active(id)
 	if a == nil {
 		run, err := s.o.Runner.Log.Get(r.Context(), id)
 		if err != nil {
@@ -216,13 +372,7 @@ func (s *Server) stopRun(w http.ResponseWriter, r *http.Request) {
 	// Wait (bounded by the request) for the run to save its end.
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
-	for {
-		s.runs.mu.Lock()
-		_, running := s.runs.active[id]
-		s.runs.mu.Unlock()
-		if !running {
-			break
-		}
+	for s.active(id) != nil {
 		select {
 		case <-r.Context().Done():
 			return

@@ -103,7 +103,7 @@ func TestAgentRuns(t *testing.T) {
 		}
 	}
 
-	run, err := f.c.StartAgentRun(ctx, api.AgentRunRequest{Task: "make add add", Repo: repo, Test: test, MaxIterations: 3, FlakyReruns: -1})
+	run, err := f.c.StartAgentRun(ctx, api.AgentRunRequest{Task: "make add add", Repo: repo, Test: test, AgentBudget: api.AgentBudget{MaxIterations: 3, FlakyReruns: -1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,43 @@ func TestAgentRuns(t *testing.T) {
 		t.Fatalf("runs = %+v, %v", runs, err)
 	}
 
-	hang, err := f.c.StartAgentRun(ctx, api.AgentRunRequest{Task: "hang", Repo: repo, Test: test, FlakyReruns: -1})
+	// Resumed from its base, the run fixes add again in a new iteration
+	// whose parent is the base, and ends resolved again.
+	resume := "/v1/agent/runs/" + run.ID + "/resume"
+	for _, c := range []struct {
+		path, body string
+		code       int
+		field      string
+	}{
+		{resume, `{"from":7}`, 400, "from"},
+		{resume, `{"from":0,"max_iterations":-1}`, 400, "max_iterations"},
+		{resume, `{"from":0,"bogus":1}`, 400, "bogus"},
+		{"/v1/agent/runs/run-00000000/resume", `{"from":0}`, 404, ""},
+	} {
+		code, body, _ := f.do(http.MethodPost, c.path, c.body)
+		if code != c.code || apiError(t, body).Field != c.field {
+			t.Errorf("POST %s %s: %d %s, want %d field %q", c.path, c.body, code, body, c.code, c.field)
+		}
+	}
+	resumed, err := f.c.ResumeAgentRun(ctx, run.ID, api.AgentResumeRequest{AgentBudget: api.AgentBudget{MaxIterations: 2, FlakyReruns: -1}})
+	if err != nil || resumed.ID != run.ID || resumed.State != "running" || resumed.Agent != l.Run.Agent || resumed.Verdict != nil {
+		t.Fatalf("resume: %+v, %v", resumed, err)
+	}
+	if code, body, _ := f.do(http.MethodPost, resume, `{"from":0}`); code != http.StatusConflict {
+		t.Errorf("resume of a running run: %d %s, want 409", code, body)
+	}
+	if err := f.c.WatchAgentRun(ctx, run.ID, func(api.AgentProgress) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	again, err := f.c.AgentRun(ctx, run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(again.Iterations); again.Run.State != "resolved" || n != 3 || again.Iterations[n-1].Parent != 0 || again.Iterations[n-1].N != 2 {
+		t.Fatalf("resumed run: %s (%s), iterations %+v", again.Run.State, again.Run.Reason, again.Iterations)
+	}
+
+	hang, err := f.c.StartAgentRun(ctx, api.AgentRunRequest{Task: "hang", Repo: repo, Test: test, AgentBudget: api.AgentBudget{FlakyReruns: -1}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"smolvm.dev/smolvm/runtime/tenant"
 	"smolvm.dev/smolvm/sandbox"
 	"smolvm.dev/smolvm/server/ports"
+	"smolvm.dev/smolvm/workflow/branch"
 	"smolvm.dev/smolvm/workflow/runner"
 )
 
@@ -79,6 +80,9 @@ type Options struct {
 	Runner  *runner.Runner
 	RunsDir string
 	Getenv  func(string) string
+	// Branches serves /v1/agent/branches (nil: 501): the fan-outs and
+	// merge queues of smolvm branch, as its status reads them.
+	Branches *branch.Coordinator
 	// Session, when set, admits a request that carries no API key by a
 	// browser session (server/console's Admit): r acting as its
 	// principal, false for none; an error refuses it (403: an action

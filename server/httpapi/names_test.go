@@ -31,7 +31,7 @@ var (
 		"GET /v1/images", "GET /v1/snapshots", "GET /v1/pools", "GET /v1/tenants", "GET /v1/usage", "GET /v1/templates", "GET /v1/volumes", "/e2b/",
 		// A run's repo is a path on the server's host, not a name in the
 		// data dir: TestAgentRunsAPI checks it (absolute, a git work tree).
-		"GET /v1/agent/runs", "POST /v1/agent/runs",
+		"GET /v1/agent/runs", "POST /v1/agent/runs", "GET /v1/agent/branches",
 		// So is project memory's repo (admin only, as agent runs).
 		"GET /v1/memory", "POST /v1/memory", "POST /v1/memory/verify"}
 	e2bNameless = []string{"GET /sandboxes", "GET /v2/sandboxes", "GET /volumes"}

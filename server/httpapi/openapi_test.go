@@ -68,11 +68,12 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		"Error": api.Error{}, "BrowserStartRequest": api.BrowserStartRequest{}, "BrowserRequest": api.BrowserRequest{},
 		"Browser": api.Browser{}, "ScreenshotRequest": api.ScreenshotRequest{}, "PullRequest": api.PullRequest{},
 		"VolumeRequest": api.VolumeRequest{}, "Volume": sandbox.Volume{}, "VolumeMount": sandbox.VolumeMount{},
+		"AgentRunRequest": api.AgentRunRequest{}, "AgentResumeRequest": api.AgentResumeRequest{},
 	} {
 		var fields []string
-		typ := reflect.TypeOf(v)
-		for i := range typ.NumField() {
-			if tag, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ","); tag != "-" && tag != "" {
+		// An embedded struct's fields are its parent's on the wire.
+		for _, f := range reflect.VisibleFields(reflect.TypeOf(v)) {
+			if tag, _, _ := strings.Cut(f.Tag.Get("json"), ","); !f.Anonymous && tag != "-" && tag != "" {
 				fields = append(fields, tag)
 			}
 		}

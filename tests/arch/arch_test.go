@@ -34,7 +34,7 @@ var rules = []rule{
 	{layer: "api", only: []string{"api/", "sandbox", "errdefs", "internal/units", "internal/names"}, why: "wire types are the contract's, over HTTP"},
 	{layer: "client", not: []string{"runtime/", "server/", "workflow/", "kube/", "cmd/", "tests/"}, why: "the Go SDK links no runtime, server or workflow"},
 	{layer: "runtime/", not: []string{"server/", "workflow/", "kube/", "client", "cmd/", "tests/"}, why: "the runtime serves the layers above, never imports them"},
-	{layer: "server/", not: []string{"runtime/backend", "runtime/guest", "workflow/branch", "kube/", "cmd/", "tests/"}, why: "servers reach sandboxes through the runtime's interfaces, never a backend or the guest"},
+	{layer: "server/", not: []string{"runtime/backend", "runtime/guest", "kube/", "cmd/", "tests/"}, why: "servers reach sandboxes through the runtime's interfaces, never a backend or the guest"},
 	{layer: "workflow/", not: []string{"runtime/", "server/", "kube/", "cmd/", "tests/"}, why: "the workflow layer works over the contract, not the runtime's internals"},
 	{layer: "kube/", not: []string{"runtime/", "workflow/", "cmd/", "tests/"}, why: "Kubernetes reaches nodes through client/, and serves the servers over the cluster, never the runtime"},
 	{layer: "internal/", not: []string{"runtime/", "server/", "workflow/", "kube/", "client", "cmd/", "tests/"}, why: "internal/ holds leaf helpers"},

@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"smolvm.dev/smolvm/cmd/smolvm/bench"
+	"smolvm.dev/smolvm/internal/series"
 	"smolvm.dev/smolvm/sandbox"
 )
 
 func report(b *testing.B, prefix string, samples []time.Duration) {
-	s := bench.Series{Samples: samples}
+	s := series.Series{Samples: samples}
 	b.ReportMetric(float64(s.Quantile(0.5).Microseconds())/1000, prefix+"p50-ms")
 	b.ReportMetric(float64(s.Quantile(0.99).Microseconds())/1000, prefix+"p99-ms")
 }

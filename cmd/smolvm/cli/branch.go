@@ -50,7 +50,13 @@ func (a *app) coordinator(s *session) (*branch.Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &branch.Coordinator{Service: rn.Service, Runner: rn, Store: bs, Dir: filepath.Join(a.dataDir, "branch"), RunsDir: a.runsDir()}, nil
+	return a.newCoordinator(rn, bs), nil
+}
+
+// newCoordinator is the CLI's and smolvm serve's: each run's repository
+// under the data dir's branch/, each branch's scratch in the runs dir.
+func (a *app) newCoordinator(rn *runner.Runner, st *branch.Store) *branch.Coordinator {
+	return &branch.Coordinator{Service: rn.Service, Runner: rn, Store: st, Dir: filepath.Join(a.dataDir, "branch"), RunsDir: a.runsDir()}
 }
 
 // branchAgent makes an agent from --agent: "builtin" (SMOLVM_MODEL_*),

@@ -24,6 +24,7 @@ import (
 	"smolvm.dev/smolvm/server/e2b"
 	"smolvm.dev/smolvm/server/httpapi"
 	"smolvm.dev/smolvm/server/ports"
+	"smolvm.dev/smolvm/workflow/branch"
 	"smolvm.dev/smolvm/workflow/runner"
 	"smolvm.dev/smolvm/workflow/trust"
 )
@@ -152,6 +153,10 @@ X-Access-Token). The sandbox needs no network for either.`,
 			if err != nil {
 				return err
 			}
+			branches, err := branch.OpenStore(ctx, e.st)
+			if err != nil {
+				return err
+			}
 			ledger, err := trust.OpenLedger(ctx, e.st)
 			if err != nil {
 				return err
@@ -162,6 +167,7 @@ X-Access-Token). The sandbox needs no network for either.`,
 			if err != nil {
 				return err
 			}
+			rn := &runner.Runner{Service: e.mgr, Log: runLog, Ledger: ledger}
 			con, err := console.New(ctx, console.Options{Store: e.st, ResolveKey: keys.ResolveKey, Token: token})
 			if err != nil {
 				return err
@@ -183,8 +189,9 @@ X-Access-Token). The sandbox needs no network for either.`,
 				},
 				Session: con.Admit,
 				Root:    e2bAPI,
-				Runner:  &runner.Runner{Service: e.mgr, Log: runLog, Ledger: ledger},
-				RunsDir: a.runsDir(), Getenv: os.Getenv,
+				Runner:  rn, RunsDir: a.runsDir(), Getenv: os.Getenv,
+				// smolvm branch's runs, which serve only reads.
+				Branches: a.newCoordinator(rn, branches),
 			})
 			// Headers within 10 s (bodies are paced: --body-timeout); a
 			// kept-alive connection idle for 2 minutes is closed.

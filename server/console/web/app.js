@@ -4,10 +4,11 @@
 import { sandboxesView } from './sandboxes.js';
 import { snapshotsView } from './snapshots.js';
 import { runsView } from './runs.js';
+import { branchesView } from './branches.js';
 import { usageView } from './usage.js';
 import { memoryView } from './memory.js';
 
-const views = { sandboxes: sandboxesView, snapshots: snapshotsView, runs: runsView, memory: memoryView, usage: usageView };
+const views = { sandboxes: sandboxesView, snapshots: snapshotsView, runs: runsView, branches: branchesView, memory: memoryView, usage: usageView };
 let session = null;
 let unmount = null;
 

@@ -1,6 +1,7 @@
 // Agent runs: the list, and one run's timeline (base, iterations, flaky
 // reruns, verdict), its tests per iteration as a chart, the guard's
 // refusals, each iteration's diff, tokens and cost; live while it runs.
+// An iteration's checkpoint opens in a sandbox, or the run resumes from it.
 import { el, api, act, onEvent, currentSession } from './app.js';
 import { ago, short, barChart } from './util.js';
 
@@ -86,7 +87,10 @@ function runPage(main, id) {
         it.flaky?.length ? el('p', { class: 'flaky' }, `flaky (passed on a rerun): ${it.flaky.join(', ')}`) : null,
         it.tests?.failing?.length ? el('p', {}, `failing: ${it.tests.failing.join(', ')}`) : null,
         it.violations?.length ? el('ul', { class: 'violations' }, ...it.violations.map((v) => el('li', {}, el('strong', {}, v.rule), ` ${v.path}: ${v.reason}`))) : null,
-        it.snapshot ? el('p', {}, el('button', { type: 'button', 'data-action': 'restore-iteration', onclick: () => act(`restore iteration ${it.n}`, () => api('POST', `/v1/snapshots/${it.snapshot}/restore`, {})) }, 'Open this iteration in a sandbox')) : null,
+        it.snapshot ? el('p', { class: 'actions' },
+          el('button', { type: 'button', 'data-action': 'restore-iteration', onclick: () => act(`restore iteration ${it.n}`, () => api('POST', `/v1/snapshots/${it.snapshot}/restore`, {})) }, 'Open this iteration in a sandbox'),
+          // The run continues with its own agent; its events redraw the page.
+          r.state === 'running' ? null : el('button', { type: 'button', 'data-action': 'resume-iteration', onclick: () => act(`resume from iteration ${it.n}`, () => api('POST', `/v1/agent/runs/${encodeURIComponent(r.id)}/resume`, { from: it.n })) }, `Resume the run from iteration ${it.n}`)) : null,
         it.diff ? el('details', {}, el('summary', {}, 'Diff'), diffView(it.diff)) : null);
     }));
     main.dataset.loaded = String(Date.now());
