@@ -198,20 +198,18 @@ func (c *cluster) Create(ctx context.Context, o sandbox.CreateOptions) (*sandbox
 	if o.Pool != "" {
 		return c.claim(ctx, n, o)
 	}
+	// A template wins over an image of the same name, as on a single serve.
+	switch t, err := c.templateObject(ctx, n, o.Image); {
+	case err == nil:
+		return c.fromTemplate(ctx, n, t, o)
+	case !errors.Is(err, errdefs.ErrNotFound):
+		return nil, err
+	}
 	spec, err := c.spec(o)
 	if err != nil {
 		return nil, err
 	}
-	prefix := "sbx-"
-	if o.Name != "" {
-		// A name is the object's own; Kubernetes refuses one in use.
-		prefix = ""
-	}
-	sb, err := c.g.create(ctx, n, o.Name, prefix, spec, nil)
-	if err != nil {
-		return nil, nodeError(err)
-	}
-	return c.get(ctx, sb, sb.Status.Instances[0].ID)
+	return c.createNamed(ctx, n, o.Name, spec)
 }
 
 // claim answers a create from a warm pool: one of its ready sandboxes,
@@ -433,15 +431,7 @@ func (c *cluster) Restore(ctx context.Context, ref string, o sandbox.RestoreOpti
 	if err != nil {
 		return nil, err
 	}
-	prefix := "sbx-"
-	if o.Name != "" {
-		prefix = ""
-	}
-	sb, err := c.g.create(ctx, s.Namespace, o.Name, prefix, restoreSpec(s, o.Labels, o.TTL), nil)
-	if err != nil {
-		return nil, nodeError(err)
-	}
-	return c.get(ctx, sb, sb.Status.Instances[0].ID)
+	return c.createNamed(ctx, s.Namespace, o.Name, restoreSpec(s, o.Labels, o.TTL))
 }
 
 // Fork makes all copies or none (those made are removed when one fails),
@@ -800,30 +790,6 @@ func (k keys) RemoveKey(context.Context, string, string) error {
 // Resolve is the namespace of the key secret.
 func (k keys) Resolve(_ context.Context, secret string) (string, bool) {
 	return k.g.resolve(secret)
-}
-
-// templatesWhy: a template's started state is a checkpoint on the node
-// that built it, and nothing copies it to the others yet.
-const templatesWhy = "a template is built on one node's smolvm serve and is not copied across the cluster (docs/templates.md)"
-
-func (*cluster) BuildTemplate(context.Context, sandbox.TemplateOptions) (*sandbox.Template, error) {
-	return nil, unsupported("building a template", templatesWhy)
-}
-
-func (*cluster) TagTemplate(context.Context, string, string) (*sandbox.Template, error) {
-	return nil, unsupported("tagging a template", templatesWhy)
-}
-
-func (*cluster) Template(context.Context, string) (*sandbox.Template, error) {
-	return nil, unsupported("a template", templatesWhy)
-}
-
-func (*cluster) Templates(context.Context) ([]*sandbox.Template, error) {
-	return nil, unsupported("the templates", templatesWhy)
-}
-
-func (*cluster) RemoveTemplate(context.Context, string) error {
-	return unsupported("removing a template", templatesWhy)
 }
 
 // volumesWhy: a volume is an ext4 image on one node's disk.
