@@ -92,7 +92,9 @@ func (c *cluster) saveTemplate(ctx context.Context, t *v1alpha1.SandboxTemplate,
 	status := t.Status
 	write := c.g.cfg.Kube.Create
 	if replace {
-		write = func(ctx context.Context, o kclient.Object, _ ...kclient.CreateOption) error { return c.g.cfg.Kube.Update(ctx, o) }
+		write = func(ctx context.Context, o kclient.Object, _ ...kclient.CreateOption) error {
+			return c.g.cfg.Kube.Update(ctx, o)
+		}
 	}
 	if err := write(ctx, t); err != nil {
 		return nodeError(fmt.Errorf("template %s: %w", t.Name, err))
