@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -83,6 +84,11 @@ func (c *cluster) BuildTemplate(ctx context.Context, o sandbox.TemplateOptions) 
 	if old != nil && old.Status.Snapshot != "" {
 		c.dropStartedState(ctx, old)
 	}
+	// A create naming it next, through this gateway, is not taken for an
+	// image's.
+	if err := c.g.cached(ctx, t, false); err != nil {
+		return nil, err
+	}
 	return templateRecord(t), nil
 }
 
@@ -90,13 +96,13 @@ func (c *cluster) BuildTemplate(ctx context.Context, o sandbox.TemplateOptions) 
 // its status.
 func (c *cluster) saveTemplate(ctx context.Context, t *v1alpha1.SandboxTemplate, replace bool) error {
 	status := t.Status
-	write := c.g.cfg.Kube.Create
+	var err error
 	if replace {
-		write = func(ctx context.Context, o kclient.Object, _ ...kclient.CreateOption) error {
-			return c.g.cfg.Kube.Update(ctx, o)
-		}
+		err = c.g.cfg.Kube.Update(ctx, t)
+	} else {
+		err = c.g.cfg.Kube.Create(ctx, t)
 	}
-	if err := write(ctx, t); err != nil {
+	if err != nil {
 		return nodeError(fmt.Errorf("template %s: %w", t.Name, err))
 	}
 	t.Status = status
@@ -104,6 +110,28 @@ func (c *cluster) saveTemplate(ctx context.Context, t *v1alpha1.SandboxTemplate,
 		return nodeError(fmt.Errorf("template %s: status: %w", t.Name, err))
 	}
 	return nil
+}
+
+// cached waits until the gateway's cache holds t as last written (gone
+// false) or no longer holds it (gone true): the answer about a template
+// then holds for the next request through this gateway.
+func (g *Gateway) cached(ctx context.Context, t *v1alpha1.SandboxTemplate, gone bool) error {
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.Ready)
+	defer cancel()
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	for {
+		var now v1alpha1.SandboxTemplate
+		err := g.cfg.Kube.Get(ctx, kclient.ObjectKeyFromObject(t), &now)
+		if gone && apierrors.IsNotFound(err) || !gone && err == nil && now.ResourceVersion == t.ResourceVersion {
+			return nil
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return nodeError(&phaseError{http.StatusServiceUnavailable, fmt.Sprintf("template %s: written, but the gateway's cache has not seen it within %s", t.Name, g.cfg.Ready)})
+		}
+	}
 }
 
 // startedState builds o on a node and returns the SandboxSnapshot its
@@ -300,7 +328,7 @@ func (c *cluster) RemoveTemplate(ctx context.Context, name string) error {
 		return nodeError(fmt.Errorf("remove template %s: %w", name, err))
 	}
 	c.dropStartedState(ctx, t)
-	return nil
+	return c.g.cached(ctx, t, true)
 }
 
 // dropStartedState deletes t's started state's SandboxSnapshot, without
