@@ -21,9 +21,9 @@ import (
 
 // TestTemplates builds a template with a started state through the
 // gateway (a Python HTTP server as the start command, ready when its port
-// accepts) and creates sandboxes from it: one through the gateway, and
-// one bound to the node that did not build it, which copies the started
-// state there. Each is a restore: the server answers the first request,
+// accepts) and creates sandboxes from it: one through each API of the
+// gateway, and one bound to the node that did not build it, which copies
+// the started state there. Each is a restore: the server answers the first request,
 // and the file the start command wrote before it was checkpointed holds
 // the build's time in both. Another key neither sees nor uses it, and
 // its removal takes the build off its node.
@@ -71,6 +71,19 @@ func TestTemplates(t *testing.T) {
 	want := started(near.ID)
 	if !strings.HasSuffix(want, "\nweb\n") {
 		t.Fatalf("the template's sandbox has %q, want the start's time and the template's environment", want)
+	}
+
+	// E2B's create naming it: a Sandbox naming the template, which its
+	// node makes a restore of the started state too.
+	var e2b struct {
+		SandboxID string `json:"sandboxID"`
+	}
+	if code := call(t, "POST", c.URL+"/sandboxes", keyA, `{"templateID":"web","timeout":300}`, &e2b); code != http.StatusCreated {
+		t.Fatalf("E2B's create from the template: %d", code)
+	}
+	first(e2b.SandboxID)
+	if got := started(e2b.SandboxID); got != want {
+		t.Fatalf("E2B's sandbox of the template has %q, want the build's %q", got, want)
 	}
 
 	// On the other node: a restore of the started state there, as the
@@ -125,7 +138,7 @@ func TestTemplates(t *testing.T) {
 
 	// Removal: the template, then its started state and its build on
 	// its node, once no sandbox restored from it is left.
-	for _, id := range []string{near.ID, far.Name} {
+	for _, id := range []string{near.ID, far.Name, e2b.SandboxID} {
 		if err := a.Remove(ctx, id, true); err != nil {
 			t.Fatal(err)
 		}
