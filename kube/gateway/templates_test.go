@@ -9,13 +9,13 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"smolvm.dev/smolvm/api"
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/kube/api/v1alpha1"
-	"smolvm.dev/smolvm/kube/kubetest"
 	"smolvm.dev/smolvm/sandbox"
 )
 
@@ -136,9 +136,30 @@ func TestTemplates(t *testing.T) {
 		t.Fatalf("a public template through the gateway: %v, want denied", err)
 	}
 
+	// A rebuild replaces the started state; the former one's object goes,
+	// while the sandboxes restored from it run on.
+	rebuilt, err := a.BuildTemplate(ctx, api.TemplateRequest{Name: "web",
+		Start: []string{"sh", "-c", "date +%s%N > /tmp/started; exec python3 -m http.server 8000 --directory /tmp"},
+		Env:   []string{"WHO=web"}, Ready: &api.TemplateReady{Port: 8000}})
+	if err != nil || rebuilt.Snapshot == built.Snapshot {
+		t.Fatalf("rebuild: %v %+v, want a new started state", err, rebuilt)
+	}
+	gone(t, c, tmpl.Status.Snapshot)
+	again, err := a.Create(ctx, sandbox.CreateOptions{Image: "web", Start: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first(again.ID)
+	if got := started(again.ID); got == want || started(near.ID) != want {
+		t.Fatalf("after the rebuild a new sandbox has %q and an old one %q, want the new build's and the old %q", got, started(near.ID), want)
+	}
+	if err := c.k.Client.Get(ctx, kclient.ObjectKey{Namespace: "team-a", Name: "web"}, &tmpl); err != nil {
+		t.Fatal(err)
+	}
+
 	// Removal: the template, then its started state and its build on
 	// its node, once no sandbox restored from it is left.
-	for _, id := range []string{near.ID, far.Name, e2b.SandboxID} {
+	for _, id := range []string{near.ID, far.Name, e2b.SandboxID, again.ID} {
 		if err := a.Remove(ctx, id, true); err != nil {
 			t.Fatal(err)
 		}
@@ -149,15 +170,25 @@ func TestTemplates(t *testing.T) {
 	if _, err := a.Template(ctx, "web"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("the removed template: %v, want not found", err)
 	}
-	node := c.nodes[slices.IndexFunc(c.nodes, func(n *kubetest.Node) bool { return n.Name == buildNode })]
+	gone(t, c, tmpl.Status.Snapshot)
+	for _, n := range c.nodes {
+		if ts, err := n.Smolvm.Templates(ctx); err != nil || len(ts) != 0 {
+			t.Fatalf("%s's templates after the removal: %v %+v, want none", n.Name, err, ts)
+		}
+	}
+}
+
+// gone waits until team-a's SandboxSnapshot name is gone: its node removed
+// what it made for it.
+func gone(tb testing.TB, c *cluster, name string) {
+	tb.Helper()
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		ts, err := node.Smolvm.Templates(ctx)
-		gone := c.k.Client.Get(ctx, kclient.ObjectKey{Namespace: "team-a", Name: tmpl.Status.Snapshot}, &v1alpha1.SandboxSnapshot{})
-		if err == nil && len(ts) == 0 && gone != nil {
-			break
+		err := c.k.Client.Get(context.Background(), kclient.ObjectKey{Namespace: "team-a", Name: name}, &v1alpha1.SandboxSnapshot{})
+		if apierrors.IsNotFound(err) {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("a minute after the removal: %s's templates %v %+v, the started state's object: %v", buildNode, err, ts, gone)
+			tb.Fatalf("snapshot %s not gone a minute after its deletion: %v", name, err)
 		}
 	}
 }
