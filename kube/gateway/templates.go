@@ -53,6 +53,11 @@ func (c *cluster) BuildTemplate(ctx context.Context, o sandbox.TemplateOptions) 
 	case len(o.Start) == 0 && o.Ready != (sandbox.Ready{}):
 		return nil, errdefs.New(errdefs.ErrInvalid, "ready: a ready check needs a start command")
 	}
+	// Checked here too, before any object is made, and with its defaults
+	// filled as the template records them.
+	if err := o.Ready.Check(); err != nil {
+		return nil, fmt.Errorf("build template %s: %w", o.Name, err)
+	}
 	old, err := c.templateObject(ctx, n, o.Name)
 	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return nil, err
