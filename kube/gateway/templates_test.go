@@ -136,6 +136,26 @@ func TestTemplates(t *testing.T) {
 		t.Fatalf("a public template through the gateway: %v, want denied", err)
 	}
 
+	// A start command that ends is the template's fault, and its build
+	// leaves no object behind.
+	if _, err := a.BuildTemplate(ctx, api.TemplateRequest{Name: "broken", Start: []string{"sh", "-c", "echo bye; exit 3"},
+		Ready: &api.TemplateReady{Port: 8000}}); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "bye") {
+		t.Fatalf("a build whose start command exits: %v, want invalid with its output", err)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		var snaps v1alpha1.SandboxSnapshotList
+		if err := c.k.Client.List(ctx, &snaps, kclient.InNamespace("team-a")); err != nil {
+			t.Fatal(err)
+		}
+		left := slices.ContainsFunc(snaps.Items, func(s v1alpha1.SandboxSnapshot) bool { return s.Spec.TemplateRef != nil && s.Spec.TemplateRef.Name == "broken" })
+		if err := c.k.Client.Get(ctx, kclient.ObjectKey{Namespace: "team-a", Name: "broken"}, &v1alpha1.SandboxTemplate{}); !left && apierrors.IsNotFound(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a minute after a failed build its objects remain: %+v", snaps.Items)
+		}
+	}
+
 	// A rebuild replaces the started state; the former one's object goes,
 	// while the sandboxes restored from it run on.
 	rebuilt, err := a.BuildTemplate(ctx, api.TemplateRequest{Name: "web",
