@@ -106,6 +106,7 @@ func TestDeploy(t *testing.T) {
 			{"create", sm, "sandboxsnapshots", "", "team-a", true}, // a fork's, a template's started state
 			{"watch", sm, "sandboxsnapshots", "", "", true},
 			{"delete", sm, "sandboxsnapshots", "", "team-a", true}, // deleteSnapshot, a template's removal
+			{"patch", sm, "sandboxsnapshots", "", "team-a", true},  // a started state's owner
 			{"create", sm, "sandboxtemplates", "", "team-a", true}, // a template built through the gateway
 			{"update", sm, "sandboxtemplates", "", "team-a", true}, // rebuilt
 			{"update", sm, "sandboxtemplates", "status", "team-a", true},

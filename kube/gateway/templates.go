@@ -86,6 +86,9 @@ func (c *cluster) BuildTemplate(ctx context.Context, o sandbox.TemplateOptions) 
 		}
 		return nil, err
 	}
+	if snap != nil {
+		c.own(ctx, t, snap)
+	}
 	if old != nil && old.Status.Snapshot != "" {
 		c.dropStartedState(ctx, old)
 	}
@@ -136,6 +139,19 @@ func (g *Gateway) cached(ctx context.Context, t *v1alpha1.SandboxTemplate, gone 
 		case <-ctx.Done():
 			return nodeError(&phaseError{http.StatusServiceUnavailable, fmt.Sprintf("template %s: written, but the gateway's cache has not seen it within %s", t.Name, g.cfg.Ready)})
 		}
+	}
+}
+
+// own makes t the owner of its started state's snapshot, so that
+// Kubernetes' garbage collector deletes it with t when t is deleted
+// without the gateway (kubectl delete sandboxtemplate). The snapshot is
+// made before t, whose UID the reference needs. A failure is logged: the
+// template works without it, and the gateway's removal deletes both.
+func (c *cluster) own(ctx context.Context, t *v1alpha1.SandboxTemplate, snap *v1alpha1.SandboxSnapshot) {
+	patch := kclient.MergeFrom(snap.DeepCopy())
+	snap.OwnerReferences = append(snap.OwnerReferences, metav1.OwnerReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "SandboxTemplate", Name: t.Name, UID: t.UID})
+	if err := c.g.cfg.Kube.Patch(ctx, snap, patch); err != nil {
+		c.g.cfg.Log.Warn("own a template's started state", "template", t.Namespace+"/"+t.Name, "snapshot", snap.Name, "err", err)
 	}
 }
 

@@ -99,6 +99,9 @@ func TestTemplates(t *testing.T) {
 	if !slices.Equal(snap.Status.Nodes, []string{buildNode, other}) || len(snap.Status.Copies) != 1 || snap.Status.Copies[0].From != buildNode {
 		t.Fatalf("started state's status after the copy: %+v", snap.Status)
 	}
+	if o := snap.OwnerReferences; len(o) != 1 || o[0].Kind != "SandboxTemplate" || o[0].UID != tmpl.UID {
+		t.Fatalf("started state's owners: %+v, want the template", o)
+	}
 
 	// The started state is the template's: not listed as a snapshot, not
 	// removed as one.
@@ -147,7 +150,9 @@ func TestTemplates(t *testing.T) {
 		if err := c.k.Client.List(ctx, &snaps, kclient.InNamespace("team-a")); err != nil {
 			t.Fatal(err)
 		}
-		left := slices.ContainsFunc(snaps.Items, func(s v1alpha1.SandboxSnapshot) bool { return s.Spec.TemplateRef != nil && s.Spec.TemplateRef.Name == "broken" })
+		left := slices.ContainsFunc(snaps.Items, func(s v1alpha1.SandboxSnapshot) bool {
+			return s.Spec.TemplateRef != nil && s.Spec.TemplateRef.Name == "broken"
+		})
 		if err := c.k.Client.Get(ctx, kclient.ObjectKey{Namespace: "team-a", Name: "broken"}, &v1alpha1.SandboxTemplate{}); !left && apierrors.IsNotFound(err) {
 			break
 		}
