@@ -103,9 +103,15 @@ func TestDeploy(t *testing.T) {
 			{"watch", sm, "sandboxes", "", "", true},
 			{"watch", sm, "sandboxtemplates", "", "", true},
 			{"watch", sm, "sandboxwarmpools", "", "", true},
-			{"create", sm, "sandboxsnapshots", "", "team-a", true}, // a fork's
+			{"create", sm, "sandboxsnapshots", "", "team-a", true}, // a fork's, a template's started state
 			{"watch", sm, "sandboxsnapshots", "", "", true},
-			{"delete", sm, "sandboxsnapshots", "", "team-a", false},
+			{"delete", sm, "sandboxsnapshots", "", "team-a", true}, // deleteSnapshot, a template's removal
+			{"patch", sm, "sandboxsnapshots", "", "team-a", true},  // a started state's owner
+			{"create", sm, "sandboxtemplates", "", "team-a", true}, // a template built through the gateway
+			{"update", sm, "sandboxtemplates", "", "team-a", true}, // rebuilt
+			{"update", sm, "sandboxtemplates", "status", "team-a", true},
+			{"delete", sm, "sandboxtemplates", "", "team-a", true},
+			{"update", sm, "sandboxsnapshots", "status", "team-a", false},
 			{"watch", co, "leases", "", "kube-node-lease", true},
 			{"update", co, "leases", "", "kube-node-lease", false},
 			{"update", sm, "sandboxes", "status", "team-a", false},

@@ -15,7 +15,6 @@ import (
 	"sync"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
@@ -246,52 +245,40 @@ func (c *cluster) Create(ctx context.Context, o sandbox.CreateOptions) (*sandbox
 	if o.Pool != "" {
 		return c.claim(ctx, n, o)
 	}
+	// A template wins over an image of the same name, as on a single serve.
+	switch t, err := c.templateObject(ctx, n, o.Image); {
+	case err == nil:
+		return c.fromTemplate(ctx, n, t, o)
+	case !errors.Is(err, errdefs.ErrNotFound):
+		return nil, err
+	}
 	spec, err := c.spec(o)
 	if err != nil {
 		return nil, err
 	}
-	if spec.SandboxTemplateRef, err = c.template(ctx, n, o.Image); err != nil {
+	if err := c.notImage(ctx, n, o.Image); err != nil {
 		return nil, err
 	}
-	if spec.SandboxTemplateRef != nil {
-		spec.Image = ""
-	}
-	prefix := "sbx-"
-	if o.Name != "" {
-		// A name is the object's own; Kubernetes refuses one in use.
-		prefix = ""
-	}
-	sb, err := c.g.create(ctx, n, o.Name, prefix, spec, nil)
-	if err != nil {
-		return nil, nodeError(err)
-	}
-	return c.get(ctx, sb, sb.Status.Instances[0].ID)
+	return c.createNamed(ctx, n, o.Name, spec)
 }
 
-// template is the SandboxTemplate of ns that image names, nil if none
-// does. An image a SandboxSnapshot or E2B's default templates are named
-// after is no image any node has: ErrImageNotFound, on which E2B's create
-// restores the snapshot or makes the builtin image (server/e2b's
-// fromTemplate), rather than a Sandbox whose node pulls a name from a
-// registry.
-func (c *cluster) template(ctx context.Context, ns, image string) (*v1alpha1.LocalRef, error) {
-	var tmpl v1alpha1.SandboxTemplate
-	switch err := c.g.cfg.Kube.Get(ctx, kclient.ObjectKey{Namespace: ns, Name: image}, &tmpl); {
-	case err == nil:
-		return &v1alpha1.LocalRef{Name: image}, nil
-	case !apierrors.IsNotFound(err) && !apierrors.IsInvalid(err):
-		return nil, fmt.Errorf("image %s: %w", image, err)
-	}
+// notImage refuses, as ErrImageNotFound, an image that a SandboxSnapshot
+// or one of E2B's default templates is named after: no node has such an
+// image, and on that error E2B's create restores the snapshot or makes the
+// builtin image (server/e2b's fromTemplate), rather than a Sandbox whose
+// node pulls the name from a registry. (A SandboxTemplate's name is taken
+// before: Create.)
+func (c *cluster) notImage(ctx context.Context, ns, image string) error {
 	switch _, err := c.g.snapshot(ctx, ns, image); {
 	case err == nil:
-		return nil, fmt.Errorf("%w: %q names a snapshot", sandbox.ErrImageNotFound, image)
+		return fmt.Errorf("%w: %q names a snapshot", sandbox.ErrImageNotFound, image)
 	case !errors.Is(err, errNotFound):
-		return nil, nodeError(err)
+		return nodeError(err)
 	}
 	if image == e2bapi.DefaultTemplate || image == e2bapi.CodeInterpreterTemplate {
-		return nil, fmt.Errorf("%w: %q is E2B's template, not an image", sandbox.ErrImageNotFound, image)
+		return fmt.Errorf("%w: %q is E2B's template, not an image", sandbox.ErrImageNotFound, image)
 	}
-	return nil, nil
+	return nil
 }
 
 // claim answers a create from a warm pool: one of its ready sandboxes,
@@ -527,15 +514,7 @@ func (c *cluster) Restore(ctx context.Context, ref string, o sandbox.RestoreOpti
 	if err != nil {
 		return nil, err
 	}
-	prefix := "sbx-"
-	if o.Name != "" {
-		prefix = ""
-	}
-	sb, err := c.g.create(ctx, s.Namespace, o.Name, prefix, restoreSpec(s, o.Labels, o.TTL), nil)
-	if err != nil {
-		return nil, nodeError(err)
-	}
-	return c.get(ctx, sb, sb.Status.Instances[0].ID)
+	return c.createNamed(ctx, s.Namespace, o.Name, restoreSpec(s, o.Labels, o.TTL))
 }
 
 // Fork makes all copies or none (those made are removed when one fails),
@@ -898,30 +877,6 @@ func (k keys) RemoveKey(context.Context, string, string) error {
 // Resolve is the namespace of the key secret.
 func (k keys) Resolve(_ context.Context, secret string) (string, bool) {
 	return k.g.resolve(secret)
-}
-
-// templatesWhy: a template's started state is a checkpoint on the node
-// that built it, and nothing copies it to the others yet.
-const templatesWhy = "a template is built on one node's smolvm serve and is not copied across the cluster (docs/templates.md)"
-
-func (*cluster) BuildTemplate(context.Context, sandbox.TemplateOptions) (*sandbox.Template, error) {
-	return nil, unsupported("building a template", templatesWhy)
-}
-
-func (*cluster) TagTemplate(context.Context, string, string) (*sandbox.Template, error) {
-	return nil, unsupported("tagging a template", templatesWhy)
-}
-
-func (*cluster) Template(context.Context, string) (*sandbox.Template, error) {
-	return nil, unsupported("a template", templatesWhy)
-}
-
-func (*cluster) Templates(context.Context) ([]*sandbox.Template, error) {
-	return nil, unsupported("the templates", templatesWhy)
-}
-
-func (*cluster) RemoveTemplate(context.Context, string) error {
-	return unsupported("removing a template", templatesWhy)
 }
 
 // volumesWhy: a volume is an ext4 image on one node's disk.

@@ -66,7 +66,7 @@ func (g *Gateway) snapshots(ctx context.Context, ns string) ([]*v1alpha1.Sandbox
 	for i := range list.Items {
 		s := &list.Items[i]
 		owned := slices.ContainsFunc(s.OwnerReferences, func(o metav1.OwnerReference) bool { return o.Kind == "Sandbox" })
-		if s.Status.Phase == v1alpha1.SnapshotReady && !owned {
+		if s.Status.Phase == v1alpha1.SnapshotReady && !owned && s.Spec.TemplateRef == nil { // a template's is its own business too
 			out = append(out, s)
 		}
 	}
@@ -101,6 +101,9 @@ func (g *Gateway) snapshot(ctx context.Context, ns, ref string) (*v1alpha1.Sandb
 // one does, as on a single smolvm serve), and waits until its node
 // removed it.
 func (g *Gateway) deleteSnapshot(ctx context.Context, s *v1alpha1.SandboxSnapshot) error {
+	if t := s.Spec.TemplateRef; t != nil {
+		return &phaseError{http.StatusConflict, fmt.Sprintf("snapshot %s is the started state of template %s: remove the template", s.Name, t.Name)}
+	}
 	switch user, err := g.snapshotUser(ctx, s); {
 	case err == nil:
 		return &phaseError{http.StatusConflict, fmt.Sprintf("snapshot %s is in use: Sandbox %s was restored from it", s.Name, user)}

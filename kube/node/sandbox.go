@@ -13,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	kclient "sigs.k8s.io/controller-runtime/pkg/client"
 
+	"smolvm.dev/smolvm/client"
 	"smolvm.dev/smolvm/errdefs"
 	"smolvm.dev/smolvm/kube/api/v1alpha1"
 	"smolvm.dev/smolvm/sandbox"
@@ -155,6 +156,12 @@ func (r *sandboxes) make(ctx context.Context, sb *v1alpha1.Sandbox, missing []st
 	from := sb.Spec.ForkFrom
 	switch {
 	case from == nil:
+		switch started, err := r.startedState(ctx, sb); {
+		case err != nil:
+			return nil, err
+		case started != "":
+			return r.restore(ctx, smolvm, sb, started, missing)
+		}
 		o, err := r.createOptions(ctx, sb, missing[0])
 		if err != nil {
 			return nil, err
@@ -185,29 +192,56 @@ func (r *sandboxes) make(ctx context.Context, sb *v1alpha1.Sandbox, missing []st
 		}
 		return copies, nil
 	default:
-		var snap v1alpha1.SandboxSnapshot
-		if err := r.direct.Get(ctx, kclient.ObjectKey{Namespace: sb.Namespace, Name: from.Snapshot}, &snap); err != nil {
-			return nil, fmt.Errorf("snapshot %s: %w", from.Snapshot, err)
-		}
-		if snap.Status.Phase != v1alpha1.SnapshotReady || snap.Status.ID == "" {
-			return nil, &waiting{"WaitingForSnapshot", fmt.Sprintf("snapshot %s is %s", from.Snapshot, snap.NotReady())}
-		}
-		if !slices.Contains(snap.Status.Nodes, r.Node) {
-			// Bound here with no room on its holders: copy it first.
-			if err := r.copySnapshot(ctx, &snap); err != nil {
-				return nil, err
-			}
-		}
-		var made []*sandbox.Sandbox
-		for _, name := range missing {
-			s, err := smolvm.Restore(ctx, snap.Status.ID, sandbox.RestoreOptions{Name: name, TTL: ttl(sb.Spec.TTLSeconds), Labels: sb.Spec.Labels})
-			if err != nil {
-				return made, fmt.Errorf("restore %s: %w", from.Snapshot, err)
-			}
-			made = append(made, s)
-		}
-		return made, nil
+		return r.restore(ctx, smolvm, sb, from.Snapshot, missing)
 	}
+}
+
+// restore makes the missing sandboxes restores of the SandboxSnapshot
+// named snapName, copying it here first when this node lacks it.
+func (r *sandboxes) restore(ctx context.Context, smolvm *client.Client, sb *v1alpha1.Sandbox, snapName string, missing []string) ([]*sandbox.Sandbox, error) {
+	var snap v1alpha1.SandboxSnapshot
+	if err := r.direct.Get(ctx, kclient.ObjectKey{Namespace: sb.Namespace, Name: snapName}, &snap); err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", snapName, err)
+	}
+	if snap.Status.Phase != v1alpha1.SnapshotReady || snap.Status.ID == "" {
+		return nil, &waiting{"WaitingForSnapshot", fmt.Sprintf("snapshot %s is %s", snapName, snap.NotReady())}
+	}
+	if !slices.Contains(snap.Status.Nodes, r.Node) {
+		// Bound here with no room on its holders: copy it first.
+		if err := r.copySnapshot(ctx, &snap); err != nil {
+			return nil, err
+		}
+	}
+	var made []*sandbox.Sandbox
+	for _, name := range missing {
+		s, err := smolvm.Restore(ctx, snap.Status.ID, sandbox.RestoreOptions{Name: name, TTL: ttl(sb.Spec.TTLSeconds), Labels: sb.Spec.Labels})
+		if err != nil {
+			return made, fmt.Errorf("restore %s: %w", snapName, err)
+		}
+		made = append(made, s)
+	}
+	return made, nil
+}
+
+// startedState is the SandboxSnapshot holding the started state of the
+// template sb names, "" for none: a Sandbox naming a template built
+// through the gateway (E2B's templateID, a warm pool's member) is a
+// restore of it, as on a single smolvm serve. The restore keeps the
+// build's command and environment, which sb cannot replace; its network
+// and limits too, as on a single serve.
+func (r *sandboxes) startedState(ctx context.Context, sb *v1alpha1.Sandbox) (string, error) {
+	ref := sb.Spec.SandboxTemplateRef
+	if ref == nil {
+		return "", nil
+	}
+	var tmpl v1alpha1.SandboxTemplate
+	if err := r.direct.Get(ctx, kclient.ObjectKey{Namespace: sb.Namespace, Name: ref.Name}, &tmpl); err != nil {
+		return "", fmt.Errorf("template %s: %w", ref.Name, err)
+	}
+	if tmpl.Status.Snapshot != "" && (len(sb.Spec.Command) > 0 || len(sb.Spec.Env) > 0) {
+		return "", fmt.Errorf("template %s has a started state, whose sandboxes keep its start command and environment: command and env cannot be given", ref.Name)
+	}
+	return tmpl.Status.Snapshot, nil
 }
 
 func orPending[P ~string](p P) P {

@@ -58,6 +58,9 @@ func (r *snapshots) checkpoint(ctx context.Context, snap *v1alpha1.SandboxSnapsh
 			return &all[i], nil
 		}
 	}
+	if snap.Spec.TemplateRef != nil {
+		return r.startedState(ctx, snap, all)
+	}
 	var src v1alpha1.Sandbox
 	if err := r.direct.Get(ctx, kclient.ObjectKey{Namespace: snap.Namespace, Name: snap.Spec.SandboxRef.Name}, &src); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", snap.Spec.SandboxRef.Name, err)
@@ -80,6 +83,26 @@ func (r *snapshots) checkpoint(ctx context.Context, snap *v1alpha1.SandboxSnapsh
 	return s, nil
 }
 
+// startedState is the checkpoint of the template the gateway builds on
+// this node for snap (named as snap's smolvm snapshot would be, k-UID),
+// among all, the node's snapshots. Until the build ends there is no such
+// template, and the snapshot waits.
+func (r *snapshots) startedState(ctx context.Context, snap *v1alpha1.SandboxSnapshot, all []sandbox.Snapshot) (*sandbox.Snapshot, error) {
+	t, err := r.Smolvm.Template(ctx, snapshotName(snap))
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, &waiting{"WaitingForBuild", fmt.Sprintf("template %s is not built on %s yet", snap.Spec.TemplateRef.Name, r.Node)}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("template of %s: %w", key(snap), err)
+	}
+	for i := range all {
+		if all[i].ID == t.Snapshot {
+			return &all[i], nil
+		}
+	}
+	return nil, fmt.Errorf("template %s built on %s has no started state (snapshot %q)", snap.Spec.TemplateRef.Name, r.Node, t.Snapshot)
+}
+
 func (r *snapshots) setStatus(ctx context.Context, snap *v1alpha1.SandboxSnapshot, s *sandbox.Snapshot, phase v1alpha1.SnapshotPhase, reason, msg string) error {
 	st := *snap.Status.DeepCopy()
 	st.Phase = phase
@@ -99,8 +122,15 @@ func (r *snapshots) setStatus(ctx context.Context, snap *v1alpha1.SandboxSnapsho
 	return r.writeStatus(ctx, snap)
 }
 
-// remove removes the smolvm snapshot.
+// remove removes the smolvm snapshot; a template's started state goes
+// with the template built for it, which removes it unless sandboxes
+// restored from it remain (then it stays, as on a single smolvm serve).
 func (r *snapshots) remove(ctx context.Context, snap *v1alpha1.SandboxSnapshot) error {
+	if snap.Spec.TemplateRef != nil {
+		if err := r.Smolvm.RemoveTemplate(ctx, snapshotName(snap)); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			return fmt.Errorf("remove the template of %s: %w", key(snap), err)
+		}
+	}
 	if err := r.Smolvm.RemoveSnapshot(ctx, snapshotName(snap)); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return fmt.Errorf("remove snapshot of %s: %w", key(snap), err)
 	}

@@ -57,6 +57,10 @@ func TestAPIServer(t *testing.T) {
 				ObjectMeta: metav1.ObjectMeta{Name: "snap", Namespace: "default"},
 				Spec:       v1alpha1.SandboxSnapshotSpec{SandboxRef: v1alpha1.LocalRef{Name: "plain"}},
 			},
+			&v1alpha1.SandboxSnapshot{
+				ObjectMeta: metav1.ObjectMeta{Name: "started", Namespace: "default"},
+				Spec:       v1alpha1.SandboxSnapshotSpec{TemplateRef: &v1alpha1.LocalRef{Name: "python"}, NodeName: "node-a"},
+			},
 		}
 		for _, o := range objs {
 			if err := c.Create(ctx, o); err != nil {
@@ -101,7 +105,8 @@ func TestAPIServer(t *testing.T) {
 			{"pool too big", &v1alpha1.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "default"}, Spec: v1alpha1.SandboxWarmPoolSpec{Replicas: 1001, SandboxTemplateRef: &v1alpha1.LocalRef{Name: "python"}}}, "should be less than or equal to 1000"},
 			{"pool of nothing", &v1alpha1.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "default"}, Spec: v1alpha1.SandboxWarmPoolSpec{Replicas: 1}}, "a pool names exactly one of sandboxTemplateRef or sandboxSnapshotRef"},
 			{"pool of both", &v1alpha1.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "default"}, Spec: v1alpha1.SandboxWarmPoolSpec{Replicas: 1, SandboxTemplateRef: &v1alpha1.LocalRef{Name: "python"}, SandboxSnapshotRef: &v1alpha1.LocalRef{Name: "s"}}}, "a pool names exactly one of sandboxTemplateRef or sandboxSnapshotRef"},
-			{"snapshot of nothing", &v1alpha1.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "default"}}, "spec.sandboxRef.name in body should be at least 1 chars long"},
+			{"snapshot of nothing", &v1alpha1.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "default"}}, "a snapshot names exactly one of sandboxRef or templateRef"},
+			{"snapshot of both", &v1alpha1.SandboxSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "default"}, Spec: v1alpha1.SandboxSnapshotSpec{SandboxRef: v1alpha1.LocalRef{Name: "plain"}, TemplateRef: &v1alpha1.LocalRef{Name: "python"}}}, "a snapshot names exactly one of sandboxRef or templateRef"},
 		} {
 			err := c.Create(ctx, tc.obj)
 			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.want) {

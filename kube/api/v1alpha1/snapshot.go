@@ -9,7 +9,8 @@ import (
 )
 
 // SandboxSnapshot is a checkpoint of a Sandbox (memory, processes and
-// files), kept on the node that took it until copied elsewhere.
+// files), or a template's started state, kept on the node that took it
+// until copied elsewhere.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
@@ -25,11 +26,24 @@ type SandboxSnapshot struct {
 	Status SandboxSnapshotStatus `json:"status,omitempty"`
 }
 
-// SandboxSnapshotSpec names the sandbox to checkpoint.
+// SandboxSnapshotSpec names the sandbox to checkpoint, or the template
+// whose started state it is.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.sandboxRef) != has(self.templateRef)",message="a snapshot names exactly one of sandboxRef or templateRef"
+// +kubebuilder:validation:XValidation:rule="has(oldSelf.sandboxRef) == has(self.sandboxRef) && has(oldSelf.templateRef) == has(self.templateRef)",message="sandboxRef and templateRef cannot change"
 type SandboxSnapshotSpec struct {
 	// SandboxRef is the Sandbox to checkpoint; it keeps running.
+	// +optional
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="sandboxRef cannot change"
-	SandboxRef LocalRef `json:"sandboxRef"`
+	SandboxRef LocalRef `json:"sandboxRef,omitzero"`
+	// TemplateRef is the SandboxTemplate whose started state this is:
+	// the gateway builds the template on spec.nodeName's smolvm serve,
+	// named after this object (k-UID), and that node's daemon records the
+	// build's checkpoint here, from where restores copy it like any
+	// snapshot's.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="templateRef cannot change"
+	TemplateRef *LocalRef `json:"templateRef,omitempty"`
 	// NodeName is the node that takes the checkpoint: the sandbox's.
 	// Left out, the controller sets it once the sandbox is bound (its
 	// Scheduled condition says why it waits, or fails).
