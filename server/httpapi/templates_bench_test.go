@@ -27,7 +27,8 @@ import (
 // answer) and, as the baseline in the same run, from the image with the
 // server as its command (GETs every 10 ms until one answers). Removal is
 // not timed. A third series creates from a template with hot copies
-// (--hot 1), claiming a restored, paused one. It prints p50/p99 of each
+// (--hot 1), claiming a restored, paused one; a fourth from the template
+// with a restore target waiting in a pool of its image. It prints p50/p99 of each
 // and the load average.
 //
 //	go test -run X -bench TemplateFirstAnswer -benchtime 10x ./server/httpapi
@@ -109,10 +110,37 @@ func BenchmarkTemplateFirstAnswer(b *testing.B) {
 		time.Sleep(time.Second)
 		hot.Samples = append(hot.Samples, measure(sandbox.CreateOptions{Image: "slow-web-hot", Start: true}, false))
 	}
+	// A pool of restore targets of the template's image: the restore
+	// goes into a sandbox created ahead (runsc create done), as a fork
+	// into a target does. The pool is refilled before each, untimed.
+	targets := bench.Series{Name: "create from the template, a restore target waiting, first GET", Baseline: plain.Name}
+	plainTmpl, err := env.Manager.Template(ctx, "slow-web")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := env.Manager.CreatePool(ctx, sandbox.PoolOptions{Name: "slow-web-targets", Image: plainTmpl.Image, Targets: 1}); err != nil {
+		b.Fatal(err)
+	}
+	for range n {
+		if p, err := env.Manager.Pool(ctx, "slow-web-targets"); err != nil || p.TargetsReady != 1 {
+			if _, err := env.Manager.FillPool(ctx, "slow-web-targets"); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if p, err := env.Manager.Pool(ctx, "slow-web-targets"); err != nil || p.TargetsReady != 1 {
+			b.Fatalf("no restore target waiting: %+v %v", p, err)
+		}
+		time.Sleep(time.Second)
+		targets.Samples = append(targets.Samples, measure(sandbox.CreateOptions{Image: "slow-web", Start: true}, false))
+		if p, err := env.Manager.Pool(ctx, "slow-web-targets"); err != nil || p.TargetsReady != 0 {
+			b.Fatalf("the create took no restore target: %+v %v", p, err)
+		}
+	}
 	after, _ := os.ReadFile("/proc/loadavg")
-	bench.Print(os.Stdout, []bench.Series{plain, tmpl, {Name: "  of which the template's create (a restore)", Samples: created[:n]}, hot})
+	bench.Print(os.Stdout, []bench.Series{plain, tmpl, {Name: "  of which the template's create (a restore)", Samples: created[:n]}, hot, targets})
 	fmt.Printf("load average before: %s, after: %s\n", strings.TrimSpace(string(load)), strings.TrimSpace(string(after)))
 	report(b, "template-", tmpl.Samples)
 	report(b, "plain-", plain.Samples)
 	report(b, "hot-", hot.Samples)
+	report(b, "targets-", targets.Samples)
 }
