@@ -55,3 +55,14 @@ func (r TemplateRequest) Options() sandbox.TemplateOptions {
 	}
 	return o
 }
+
+// NewTemplateRequest is the request that builds o on a smolvm serve (a
+// cluster gateway's build on one node): the inverse of Options.
+func NewTemplateRequest(o sandbox.TemplateOptions) TemplateRequest {
+	r := o.Ready
+	return TemplateRequest{Name: o.Name, Image: o.Image, Start: o.Start, Env: o.Env, WorkDir: o.WorkDir, User: o.User,
+		Public: o.Public, Hot: o.Hot, Backend: o.Backend,
+		CPUs: o.Limits.CPUs, Memory: Bytes(o.Limits.Memory), Pids: o.Limits.Pids, Disk: Bytes(o.Limits.Disk),
+		Ready: &TemplateReady{Port: r.Port, URL: r.URL, Status: r.Status, File: r.File, Process: r.Process, Cmd: r.Cmd,
+			After: Duration(r.After), Timeout: Duration(r.Timeout)}}
+}

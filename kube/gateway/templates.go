@@ -181,7 +181,7 @@ func (c *cluster) startedState(ctx context.Context, n string, o sandbox.Template
 		return nil, nil, nodeError(fmt.Errorf("template %s: snapshot: %w", o.Name, err))
 	}
 	drop := func() { c.g.cfg.Kube.Delete(context.WithoutCancel(ctx), snap) }
-	req := templateRequest(o)
+	req := api.NewTemplateRequest(o)   // public and hot were refused above
 	req.Name = "k-" + string(snap.UID) // the node daemon finds it by this name
 	built, err := cl.BuildTemplate(ctx, req)
 	if err != nil {
@@ -220,15 +220,6 @@ func (g *Gateway) buildNode(ctx context.Context, backend string) (string, *url.U
 	}
 	base, err := g.nodeURL(ctx, best.Name)
 	return best.Name, base, err
-}
-
-// templateRequest is what a node's smolvm serve builds for o.
-func templateRequest(o sandbox.TemplateOptions) api.TemplateRequest {
-	r := o.Ready
-	return api.TemplateRequest{Image: o.Image, Start: o.Start, Env: o.Env, WorkDir: o.WorkDir, User: o.User, Backend: o.Backend,
-		CPUs: o.Limits.CPUs, Memory: api.Bytes(o.Limits.Memory), Pids: o.Limits.Pids, Disk: api.Bytes(o.Limits.Disk),
-		Ready: &api.TemplateReady{Port: r.Port, URL: r.URL, Status: r.Status, File: r.File, Process: r.Process, Cmd: r.Cmd,
-			After: api.Duration(r.After), Timeout: api.Duration(r.Timeout)}}
 }
 
 // templateSpec is the SandboxTemplate o describes. Its command is the
