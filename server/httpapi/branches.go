@@ -8,21 +8,16 @@ import (
 )
 
 // listBranchRuns lists the fan-outs, newest first, as their status reads
-// now: a run whose smolvm died says so (Coordinator.Get).
+// now: a run whose smolvm died says so (Coordinator.Runs).
 func (s *Server) listBranchRuns(w http.ResponseWriter, r *http.Request) {
-	runs, err := s.o.Branches.Store.Runs(r.Context())
+	runs, branches, err := s.o.Branches.Runs(r.Context())
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	out := make([]api.BranchRun, 0, len(runs))
-	for _, run := range runs {
-		run, bs, err := s.o.Branches.Get(r.Context(), run.ID)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		out = append(out, wireBranchRun(run, bs))
+	for i, run := range runs {
+		out = append(out, wireBranchRun(run, branches[i]))
 	}
 	writeJSON(w, http.StatusOK, out)
 }

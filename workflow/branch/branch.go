@@ -514,9 +514,36 @@ func (c *Coordinator) Get(ctx context.Context, id string) (*Run, []*Branch, erro
 	if err != nil {
 		return nil, nil, err
 	}
-	bs, err := c.Store.Branches(ctx, id)
+	bs, err := c.branches(ctx, r)
 	if err != nil {
 		return nil, nil, err
+	}
+	return r, bs, nil
+}
+
+// Runs lists every run, newest first, with its branches, each as Get
+// reads it.
+func (c *Coordinator) Runs(ctx context.Context) ([]*Run, [][]*Branch, error) {
+	runs, err := c.Store.Runs(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	all := make([][]*Branch, len(runs))
+	for i, r := range runs {
+		if all[i], err = c.branches(ctx, r); err != nil {
+			return nil, nil, err
+		}
+	}
+	return runs, all, nil
+}
+
+// branches returns r's branches, and reports r failed (killed) if it is
+// still marked as going but its process is gone, its unfinished
+// branches with it.
+func (c *Coordinator) branches(ctx context.Context, r *Run) ([]*Branch, error) {
+	bs, err := c.Store.Branches(ctx, r.ID)
+	if err != nil {
+		return nil, err
 	}
 	if going(r.State) && !r.Alive() {
 		r.Reason = fmt.Sprintf("smolvm (pid %d) died while it was %s", r.PID, r.State)
@@ -527,7 +554,7 @@ func (c *Coordinator) Get(ctx context.Context, id string) (*Run, []*Branch, erro
 			}
 		}
 	}
-	return r, bs, nil
+	return bs, nil
 }
 
 func going(s State) bool { return s == SettingUp || s == Running || s == Merging }

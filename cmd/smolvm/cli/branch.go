@@ -296,16 +296,19 @@ func (a *app) branchStatusCmd() *cobra.Command {
 		if len(args) == 1 {
 			return a.printBranchRun(s, c, args[0], asJSON)
 		}
-		runs, err := c.Store.Runs(s.ctx)
+		if asJSON {
+			runs, err := c.Store.Runs(s.ctx)
+			if err != nil {
+				return err
+			}
+			return writeJSON(a.stdout, runs)
+		}
+		runs, _, err := c.Runs(s.ctx)
 		if err != nil {
 			return err
 		}
-		if asJSON {
-			return writeJSON(a.stdout, runs)
-		}
 		return table(a.stdout, "RUN\tMODE\tSTATE\tCREATED\tREPO", func(tw io.Writer) {
 			for _, r := range runs {
-				r, _, _ := c.Get(s.ctx, r.ID)
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.Mode, r.State, r.Created.Local().Format(time.DateTime), r.Repo)
 			}
 		})
