@@ -66,17 +66,7 @@ func servicePath(name string, svc sandbox.Service) path {
 // processes (SMOLVM_NO_REFILL), as the library's and the API's are not
 // here: the benchmark fills them, untimed.
 func cliPath(self, dataDir, runsc string) path {
-	run := func(ctx context.Context, args ...string) (string, error) {
-		cmd := exec.CommandContext(ctx, self, append([]string{"--data-dir", dataDir, "--runsc", runsc}, args...)...)
-		cmd.Env = append(cmd.Environ(), "SMOLVM_NO_REFILL=1")
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			return "", fmt.Errorf("smolvm %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
-		}
-		return strings.TrimSpace(string(out)), nil
-	}
+	run := cliRunner(self, dataDir, runsc)
 	return path{
 		name:       "CLI",
 		checkpoint: func(ctx context.Context, id string) (string, error) { return run(ctx, "checkpoint", id) },
@@ -87,6 +77,57 @@ func cliPath(self, dataDir, runsc string) path {
 			return err
 		},
 	}
+}
+
+// cliRunner runs one smolvm command on dataDir and returns its output.
+func cliRunner(self, dataDir, runsc string) func(ctx context.Context, args ...string) (string, error) {
+	return func(ctx context.Context, args ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, self, append([]string{"--data-dir", dataDir, "--runsc", runsc}, args...)...)
+		cmd.Env = append(cmd.Environ(), "SMOLVM_NO_REFILL=1")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return "", fmt.Errorf("smolvm %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+		}
+		return strings.TrimSpace(string(out)), nil
+	}
+}
+
+// cliStartup splits the CLI's cost over the library into its parts, n
+// times each, interleaved: a process that does nothing (/bin/true, the
+// floor of any command), smolvm's own start-up (help: process start,
+// runtime and package init, the command tree; no data dir), and that
+// plus opening and closing the data dir and its manager (ls: one more
+// query). What an exec by the CLI adds beyond the last is its lookups,
+// as the library's.
+func cliStartup(ctx context.Context, self, dataDir, runsc string, n int) ([]Series, error) {
+	run := cliRunner(self, dataDir, runsc)
+	steps := []struct {
+		name string
+		do   func() error
+	}{
+		{"CLI floor: a process doing nothing (/bin/true)", func() error { return exec.CommandContext(ctx, "/bin/true").Run() }},
+		{"CLI start-up: smolvm help (no data dir)", func() error { _, err := run(ctx, "help"); return err }},
+		{"CLI start-up + data dir opened and closed: smolvm ls --quiet", func() error { _, err := run(ctx, "ls", "--quiet"); return err }},
+	}
+	series := make([]Series, len(steps))
+	for i, s := range steps {
+		series[i].Name = s.name
+		if i > 0 {
+			series[i].Baseline = steps[0].name
+		}
+	}
+	for range n {
+		for i, s := range steps {
+			t := time.Now()
+			if err := s.do(); err != nil {
+				return nil, err
+			}
+			series[i].Samples = append(series[i].Samples, time.Since(t))
+		}
+	}
+	return series, nil
 }
 
 // pathSeries are one operation's series, one per path. The library's

@@ -63,6 +63,13 @@ func Snapshots(ctx context.Context, o Options, snaps *snapshot.Store, n int) ([]
 	if err != nil {
 		return nil, nil, err
 	}
+	if o.Self != "" {
+		startup, err := cliStartup(ctx, o.Self, o.DataDir, o.Runsc, 3*n)
+		if err != nil {
+			return nil, nil, err
+		}
+		execs = append(execs, startup...)
+	}
 	bg := context.WithoutCancel(ctx)
 	start := func(touch bool) (*sandbox.Sandbox, error) {
 		sb, err := m.Create(ctx, sandbox.CreateOptions{Start: true})
