@@ -45,6 +45,12 @@ type Store struct {
 	st    *store.Store
 	dir   string         // <dataDir>/snapshots
 	seals sync.WaitGroup // snapshots committed and not yet sealed
+	// mu guards running, the stagings whose seal runs in this process,
+	// and their handedOff.
+	mu      sync.Mutex
+	running map[*Staging]bool
+	// beforeSeal, if set, runs as each seal starts (tests).
+	beforeSeal func()
 	// scratch holds this data dir's checkpoints that are never
 	// committed, on /dev/shm; "" if that is no tmpfs.
 	scratch string

@@ -360,7 +360,7 @@ func TestSealRefusesChanged(t *testing.T) {
 	if err := os.Truncate(filepath.Join(dir, "pages.img"), 5000); err != nil {
 		t.Fatal(err)
 	}
-	g.seal(snap.ID, snap.Files)
+	g.seal(ctx, snap.ID, snap.Files)
 	got, err := s.Get(ctx, snap.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -793,4 +793,74 @@ func TestGetWhileSealing(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A seal handed over (HandOff) stops in this process and leaves the
+// staging and its lock to the process that finishes it (Finish): the
+// snapshot stays listed while the lock is held anywhere, and comes out
+// sealed. A seal that give refuses goes on here.
+func TestHandOff(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	ctx := t.Context()
+	hold := make(chan struct{})
+	s.beforeSeal = func() { <-hold }
+	commit := func(name string) *sandbox.Snapshot {
+		g := stage(t, s, map[string]string{"pages.img": strings.Repeat("p", 3<<20), "checkpoint.img": "state"})
+		snap, err := g.Commit(ctx, name, "sha256:img", sandbox.Lineage{Sandbox: "sb1"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return snap
+	}
+	given, kept := commit("given"), commit("kept")
+	var handed []Handoff
+	s.HandOff(func(h Handoff) error {
+		if h.ID == kept.ID {
+			return errors.New("no process to give it to")
+		}
+		// The other process holds its own duplicate of the lock.
+		h.Lock = dupFile(t, h.Lock)
+		handed = append(handed, h)
+		return nil
+	})
+	close(hold)
+	s.Wait()
+	if len(handed) != 1 || handed[0].ID != given.ID {
+		t.Fatalf("handed over %+v, want %s alone", handed, given.ID)
+	}
+	if got, err := s.Get(ctx, kept.ID); err != nil || !got.Durable || got.Digest == "" {
+		t.Fatalf("the seal kept here: %+v, %v; want it sealed", got, err)
+	}
+	h := handed[0]
+	got, err := s.Get(ctx, given.ID)
+	if err != nil || got.Durable {
+		t.Fatalf("the seal handed over, before Finish: %+v, %v; want it listed, not durable", got, err)
+	}
+	if _, err := os.Stat(filepath.Join(h.Staging, pidName)); err != nil {
+		t.Fatalf("the staging handed over is gone: %v", err)
+	}
+	if gone, err := s.GC(ctx); err != nil || len(gone) != 0 {
+		t.Fatalf("GC while the lock is held elsewhere: removed %v, %v", gone, err)
+	}
+	if err := s.Finish(ctx, h.ID, filepath.Join(t.TempDir(), stagingPrefix+"x"), dupFile(t, h.Lock)); err == nil {
+		t.Fatal("Finish took a staging directory outside the store")
+	}
+	if err := s.Finish(ctx, h.ID, h.Staging, h.Lock); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get(ctx, given.ID); err != nil || !got.Durable || got.Digest == "" || got.Files[1].SHA256 == "" {
+		t.Fatalf("after Finish: %+v, %v; want it sealed", got, err)
+	}
+	if _, err := os.Stat(h.Staging); !os.IsNotExist(err) {
+		t.Fatalf("Finish left its staging: %v", err)
+	}
+}
+
+func dupFile(t *testing.T, f *os.File) *os.File {
+	t.Helper()
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return os.NewFile(uintptr(fd), f.Name())
 }

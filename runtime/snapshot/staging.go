@@ -41,6 +41,11 @@ type Staging struct {
 	root string   // <dataDir>/snapshots/.staging-*
 	pid  *os.File // flocked for the staging's life, so GC leaves it alone
 	done bool
+	// id, cancel and handedOff are set for a committed staging whose seal
+	// runs in this process (HandOff).
+	id        string
+	cancel    context.CancelFunc
+	handedOff bool
 	// scratch is set for a checkpoint that is never committed (Scratch).
 	scratch bool
 }
@@ -187,8 +192,115 @@ func (g *Staging) commitAs(ctx context.Context, id, name, imageID string, lin sa
 		return nil, fmt.Errorf("commit snapshot: %w", err)
 	}
 	g.done = true // the seal ends it
-	g.s.seals.Go(func() { g.seal(snap.ID, snap.Files) })
+	sealCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	g.id, g.cancel = snap.ID, cancel
+	g.s.mu.Lock()
+	if g.s.running == nil {
+		g.s.running = map[*Staging]bool{}
+	}
+	g.s.running[g] = true
+	g.s.mu.Unlock()
+	g.s.seals.Go(func() {
+		if g.s.beforeSeal != nil {
+			g.s.beforeSeal()
+		}
+		g.seal(sealCtx, snap.ID, snap.Files)
+	})
 	return snap, nil
+}
+
+// A Handoff is a seal that one process began and another finishes: the
+// snapshot, its staging directory, and a duplicate of the staging's
+// locked pid file. The lock is on the open file, not on the process, so
+// GC keeps away for as long as any process holds it.
+type Handoff struct {
+	ID, Staging string
+	Lock        *os.File
+}
+
+// HandOff passes each seal still running in this process to give, which
+// starts another process that finishes it (Finish) holding h.Lock, and
+// closes h.Lock. A seal given away stops here and leaves its staging to
+// the other process; one that give refuses goes on here, and Wait waits
+// for it. A CLI command hands its seals to a detached process instead of
+// making its user wait for the hashing and the syncfs, as a Go program
+// or smolvm serve, which go on running, does not wait.
+func (s *Store) HandOff(give func(Handoff) error) {
+	s.mu.Lock()
+	gs := make([]*Staging, 0, len(s.running))
+	for g := range s.running {
+		gs = append(gs, g)
+	}
+	s.mu.Unlock()
+	for _, g := range gs {
+		// Under mu, a running seal has not closed its pid file yet
+		// (release): the duplicate holds the lock.
+		s.mu.Lock()
+		fd := -1
+		if s.running[g] {
+			fd, _ = unix.FcntlInt(g.pid.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		}
+		s.mu.Unlock()
+		if fd < 0 {
+			continue // sealed meanwhile, or no descriptor left: it goes on here
+		}
+		lock := os.NewFile(uintptr(fd), g.pid.Name())
+		err := give(Handoff{ID: g.id, Staging: g.root, Lock: lock})
+		lock.Close()
+		if err != nil {
+			continue
+		}
+		s.mu.Lock()
+		g.handedOff = true
+		s.mu.Unlock()
+		g.cancel()
+	}
+}
+
+// Finish seals snapshot id for the process that committed it and handed
+// the seal over (HandOff), with lock the staging's locked pid file. A
+// snapshot sealed meanwhile is left as it is.
+func (s *Store) Finish(ctx context.Context, id, staging string, lock *os.File) error {
+	if filepath.Dir(staging) != s.dir || !strings.HasPrefix(filepath.Base(staging), stagingPrefix) {
+		lock.Close()
+		return fmt.Errorf("seal %s: %s is no staging directory of this store", id, staging)
+	}
+	g := &Staging{s: s, root: staging, pid: lock, done: true, id: id}
+	if !sameFile(lock, filepath.Join(staging, pidName)) {
+		// The committing process's seal ended and released the staging
+		// after it handed the seal over: nothing of it to remove.
+		g.root = ""
+	}
+	var filesJSON string
+	var durable bool
+	err := s.st.DB().QueryRowContext(ctx, `SELECT files, durable FROM snapshots WHERE id = ?`, id).Scan(&filesJSON, &durable)
+	if err != nil || durable {
+		g.release()
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("seal %s: %w", id, ErrNotFound)
+		}
+		return err
+	}
+	var committed []sandbox.File
+	if err := json.Unmarshal([]byte(filesJSON), &committed); err != nil {
+		g.release()
+		return fmt.Errorf("seal %s: %w", id, err)
+	}
+	g.seal(ctx, id, committed)
+	if err := s.st.DB().QueryRowContext(ctx, `SELECT durable FROM snapshots WHERE id = ?`, id).Scan(&durable); err != nil || !durable {
+		return fmt.Errorf("seal %s: not sealed (%v)", id, err)
+	}
+	return nil
+}
+
+// sameFile reports whether f is the file at path.
+func sameFile(f *os.File, path string) bool {
+	a, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	b, err := os.Stat(path)
+	return err == nil && os.SameFile(a, b)
 }
 
 func (g *Staging) commit(ctx context.Context, id, name, imageID string, lin sandbox.Lineage, meta any) (*sandbox.Snapshot, error) {
@@ -294,9 +406,8 @@ func newID() string {
 // grown or added since) keep that listing and get no digest: hashing
 // them would bless the damage, and Verify's size check refuses them as
 // corrupt, with a clear error, until the snapshot is removed.
-func (g *Staging) seal(id string, committed []sandbox.File) {
+func (g *Staging) seal(ctx context.Context, id string, committed []sandbox.File) {
 	defer g.release()
-	ctx := context.Background()
 	dir, err := g.s.path(id)
 	if err != nil {
 		return
@@ -316,14 +427,24 @@ func (g *Staging) seal(id string, committed []sandbox.File) {
 	if err := syncFS(g.s.dir); err != nil {
 		return
 	}
+	if ctx.Err() != nil {
+		return // handed over (HandOff): the other process marks it
+	}
 	g.s.st.DB().ExecContext(ctx, `UPDATE snapshots SET files = ?, digest = ?, durable = 1, sealer = '' WHERE id = ?`,
 		string(filesJSON), sum, id)
 }
 
 // release drops the staging directory and its lock; what RemoveAll
-// leaves, GC removes once the lock is gone.
+// leaves, GC removes once the lock is gone. A staging whose seal was
+// handed over belongs to the other process, which releases it.
 func (g *Staging) release() {
-	os.RemoveAll(g.root)
+	g.s.mu.Lock()
+	delete(g.s.running, g)
+	handedOff := g.handedOff
+	g.s.mu.Unlock()
+	if g.root != "" && !handedOff {
+		os.RemoveAll(g.root)
+	}
 	if g.pid != nil {
 		g.pid.Close()
 	}
@@ -398,7 +519,7 @@ func hashTree(ctx context.Context, dir string) ([]sandbox.File, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		h, err := hashFile(filepath.Join(dir, filepath.FromSlash(f.Name)), buf)
+		h, err := hashFile(ctx, filepath.Join(dir, filepath.FromSlash(f.Name)), buf)
 		if err != nil {
 			return nil, err
 		}
@@ -408,18 +529,32 @@ func hashTree(ctx context.Context, dir string) ([]sandbox.File, error) {
 	return files, nil
 }
 
-func hashFile(path string, buf []byte) (sandbox.File, error) {
+func hashFile(ctx context.Context, path string, buf []byte) (sandbox.File, error) {
 	fh, err := os.Open(path)
 	if err != nil {
 		return sandbox.File{}, err
 	}
 	defer fh.Close()
 	sum, crc := sha256.New(), crc32.New(crcTable)
-	n, err := io.CopyBuffer(io.MultiWriter(sum, crc), fh, buf)
+	// A seal handed over stops within a buffer (1 MB), not a file.
+	n, err := io.CopyBuffer(io.MultiWriter(sum, crc), ctxReader{ctx, fh}, buf)
 	if err != nil {
 		return sandbox.File{}, fmt.Errorf("hash %s: %w", path, err)
 	}
 	return sandbox.File{Size: n, SHA256: hex.EncodeToString(sum.Sum(nil)), CRC32C: crc.Sum32()}, nil
+}
+
+// ctxReader reads r until ctx is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }
 
 // digest is the snapshot ID of files sorted by name: the SHA-256 of their

@@ -34,6 +34,12 @@ type session struct {
 
 func (s *session) close() {
 	if s.env != nil {
+		if s.self != "" {
+			// What the command checkpointed can be restored already; its
+			// hashing and syncfs (snapshot.Staging.Commit) need not hold
+			// up the user, as they do not hold up a library's caller.
+			s.env.snaps.HandOff(s.sealAside)
+		}
 		s.env.Close()
 	}
 	if s.st != nil {

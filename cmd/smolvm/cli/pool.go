@@ -26,24 +26,29 @@ func (a *app) poolCmd() *cobra.Command {
 	return c
 }
 
-// spawnFill refills a pool from a detached smolvm process, which outlives
-// this one; its output goes to a log beside the pool's locks.
+// spawnFill refills a pool from a detached smolvm process.
 func (a *app) spawnFill(runsc, pool string) {
-	logPath := filepath.Join(a.dataDir, "locks", "pool-"+pool+".log")
-	log, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
+	if err := a.spawn("pool-"+pool+".log", nil, "--runsc", runsc, "pool", "fill", pool); err != nil {
 		fmt.Fprintf(a.stderr, "smolvm: pool %s will not refill: %v\n", pool, err)
-		return
 	}
-	defer log.Close()
-	cmd := exec.Command(a.self, "--data-dir", a.dataDir, "--runsc", runsc, "pool", "fill", pool)
-	cmd.Stdout, cmd.Stderr = log, log
+}
+
+// spawn runs smolvm args on this data dir in a detached process, which
+// outlives this one, with extra as its descriptors from 3 on; its output
+// goes to the log named in the data dir's locks directory.
+func (a *app) spawn(log string, extra []*os.File, args ...string) error {
+	f, err := os.OpenFile(filepath.Join(a.dataDir, "locks", log), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	cmd := exec.Command(a.self, append([]string{"--data-dir", a.dataDir}, args...)...)
+	cmd.Stdout, cmd.Stderr, cmd.ExtraFiles = f, f, extra
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(a.stderr, "smolvm: pool %s will not refill: %v\n", pool, err)
-		return
+		return err
 	}
-	cmd.Process.Release()
+	return cmd.Process.Release()
 }
 
 // createPool records the pool o and fills it: before returning with wait,

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -19,8 +20,31 @@ func (a *app) snapshotCmd() *cobra.Command {
 		Use:   "snapshot",
 		Short: "Manage stored sandbox checkpoints (ls, inspect, rm)",
 	}
-	c.AddCommand(a.snapshotLsCmd(), a.snapshotInspectCmd(), a.snapshotRmCmd())
+	c.AddCommand(a.snapshotLsCmd(), a.snapshotInspectCmd(), a.snapshotRmCmd(), a.snapshotSealCmd())
 	return c
+}
+
+// snapshotSealCmd finishes the seal of a snapshot that another smolvm
+// command committed and handed over as it exited (sealAside), holding the
+// staging's lock as descriptor 3.
+func (a *app) snapshotSealCmd() *cobra.Command {
+	return a.withSession(&cobra.Command{
+		Use:    "seal SNAPSHOT STAGING",
+		Short:  "Finish sealing a snapshot another smolvm command committed (internal)",
+		Hidden: true,
+		Args:   cobra.ExactArgs(2),
+	}, func(s *session, args []string) error {
+		snaps, err := s.snapshots()
+		if err != nil {
+			return err
+		}
+		return snaps.Finish(s.ctx, args[0], args[1], os.NewFile(3, "staging lock"))
+	})
+}
+
+// sealAside finishes h in a detached smolvm snapshot seal.
+func (a *app) sealAside(h snapshot.Handoff) error {
+	return a.spawn("seal.log", []*os.File{h.Lock}, "snapshot", "seal", h.ID, h.Staging)
 }
 
 func (a *app) snapshotLsCmd() *cobra.Command {

@@ -1,14 +1,16 @@
 package cli
 
 import (
-	"bufio"
+	"bytes"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"smolvm.dev/smolvm/internal/store"
 	"smolvm.dev/smolvm/runtime/snapshot"
@@ -128,34 +130,34 @@ func TestSnapshotRm(t *testing.T) {
 	}
 }
 
-// TestCrashWhileSealing kills a real `smolvm checkpoint` process with
-// SIGKILL once it has printed its snapshot's ID, while the snapshot is
-// being hashed and synced in the background. The snapshot is lost, and
-// only it: it is never listed, an older snapshot still restores, the
-// source runs on, and gc removes what the lost one left.
+// TestCrashWhileSealing: a real `smolvm checkpoint` exits as soon as its
+// snapshot can be restored, and hands the hashing and syncfs to a detached
+// `smolvm snapshot seal`, which is killed here with SIGKILL while it
+// hashes 120 MB. The snapshot is lost, and only it: it is never listed, an
+// older snapshot still restores, the source runs on, and gc removes what
+// the lost one left.
 func TestCrashWhileSealing(t *testing.T) {
 	c := newSandboxCLI(t)
+	c.self = testenv.Smolvm(t) // the detached sealer
 	c.must("run", "-d", "--name", "src", "--memory", "1g")
 	// 120 MB of memory that does not compress away: sealing hashes it all.
 	c.must("exec", "src", "--", "sh", "-c", "head -c 120000000 /dev/urandom > /tmp/fill")
 	c.must("checkpoint", "--name", "old", "src")
+	c.sealed("old")
 
-	cmd := exec.Command(testenv.Smolvm(t), "--host", "", "--data-dir", c.dataDir, "--runsc", c.runsc, "checkpoint", "--name", "new", "src")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
+	id := strings.TrimSpace(c.must("checkpoint", "--name", "new", "src"))
+	if len(id) != 64 {
+		t.Fatalf("checkpoint printed %q", id)
+	}
+	pid := sealer(t, id)
+	if pid == 0 {
+		t.Fatal("no smolvm snapshot seal runs once checkpoint exited: the seal was not handed over")
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	id, err := bufio.NewReader(out).ReadString('\n')
-	cmd.Process.Kill() // SIGKILL
-	cmd.Wait()
-	id = strings.TrimSpace(id)
-	if err != nil || len(id) != 64 {
-		t.Fatalf("checkpoint printed %q (%v): %s", id, err, stderr.String())
+	for sealer(t, id) != 0 {
+		time.Sleep(10 * time.Millisecond)
 	}
 	st, err := store.Open(t.Context(), c.dataDir)
 	if err != nil {
@@ -165,7 +167,7 @@ func TestCrashWhileSealing(t *testing.T) {
 	err = st.DB().QueryRowContext(t.Context(), `SELECT durable FROM snapshots WHERE id = ?`, id).Scan(&durable)
 	st.Close()
 	if err != nil || durable {
-		t.Fatalf("the killed checkpoint's row: durable %v, %v; the kill missed the sealing window", durable, err)
+		t.Fatalf("the killed seal's row: durable %v, %v; the kill missed the sealing window", durable, err)
 	}
 
 	var listed []sandbox.Snapshot
@@ -218,5 +220,46 @@ func TestCLIHotPool(t *testing.T) {
 	}
 	if _, errOut, code := c.run("snapshot", "rm", "s"); code != exitFailure || !strings.Contains(errOut, "hot pool hp") {
 		t.Errorf("snapshot rm under a hot pool: exit %d, %q", code, errOut)
+	}
+}
+
+// sealer is the pid of the smolvm snapshot seal that seals snapshot id;
+// 0 if none runs (a zombie, its locks gone, does not count).
+func sealer(t *testing.T, id string) int {
+	t.Helper()
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if err != nil || !bytes.Contains(cmdline, []byte("\x00snapshot\x00seal\x00"+id+"\x00")) {
+			continue
+		}
+		if stat, err := os.ReadFile(filepath.Join("/proc", p.Name(), "stat")); err == nil && !bytes.Contains(stat, []byte(") Z ")) {
+			return pid
+		}
+	}
+	return 0
+}
+
+// sealed waits until snapshot ref is durable, and returns it.
+func (c *testCLI) sealed(ref string) sandbox.Snapshot {
+	c.t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		var snap sandbox.Snapshot
+		if err := json.Unmarshal([]byte(c.must("snapshot", "inspect", ref)), &snap); err != nil {
+			c.t.Fatal(err)
+		}
+		if snap.Durable {
+			return snap
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("snapshot %s is not durable after a minute: %+v", ref, snap)
+		}
 	}
 }
