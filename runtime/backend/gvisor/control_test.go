@@ -90,6 +90,7 @@ func TestControlWireMatchesGVisor(t *testing.T) {
 	for name, want := range map[string]string{
 		"ContMgrCheckpoint": methodCheckpoint, "ContMgrRestore": methodRestore,
 		"ContMgrPause": methodPause, "ContMgrResume": methodResume, "ContMgrSetNetworkArgs": methodNetworkArgs,
+		"ContMgrRootContainerStart": methodStartRoot,
 	} {
 		if consts[name] != want {
 			t.Errorf("boot.%s is %q, smolvm calls %q", name, consts[name], want)
@@ -214,7 +215,10 @@ type urpcSave struct {
 
 // containerManager is served by gVisor's own urpc server, so that the
 // method names resolve as in a sandbox.
-type containerManager struct{ paused bool }
+type containerManager struct {
+	paused  bool
+	started string
+}
 
 func (cm *containerManager) Checkpoint(o *urpcSave, _ *struct{}) error {
 	defer func() {
@@ -233,6 +237,12 @@ func (cm *containerManager) Checkpoint(o *urpcSave, _ *struct{}) error {
 
 func (cm *containerManager) Pause(_, _ *struct{}) error {
 	cm.paused = true
+	return nil
+}
+
+// StartRoot takes the container's ID as boot's containerManager does.
+func (cm *containerManager) StartRoot(cid *string, _ *struct{}) error {
+	cm.started = *cid
 	return nil
 }
 
@@ -290,6 +300,10 @@ func TestControlSpeaksURPC(t *testing.T) {
 	}
 	if err := controlCall(ctx, "sb1", path, methodPause, nil); err != nil || !cm.paused {
 		t.Errorf("pause: %v, paused %t", err, cm.paused)
+	}
+	id := "sb1"
+	if err := controlCall(ctx, "sb1", path, methodStartRoot, &id); err != nil || cm.started != "sb1" {
+		t.Errorf("start: %v, started %q", err, cm.started)
 	}
 	if err := controlCall(ctx, "sb1", path, "containerManager.NoSuch", nil); err == nil {
 		t.Error("an unknown method succeeded")
@@ -398,6 +412,39 @@ func TestControlPath(t *testing.T) {
 		t.Fatalf("runsc list: %v: %s", err, out)
 	}
 	if err := b.Stop(ctx, cp, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestControlStart starts a created sandbox over the control socket, with
+// runsc's debug log on: no runsc start ran (it would have left its log),
+// the runsc CLI sees the status runsc start records, the agent serves,
+// and a second start is refused as runsc refuses it.
+func TestControlStart(t *testing.T) {
+	b, spec := controlHarness(t)
+	b.cfg.Debug = true
+	ctx := context.Background()
+	s := spec()
+	s.Limits.Pids = 64
+	if err := b.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if logs, _ := filepath.Glob(filepath.Join(layout{s.Dir}.debugDir(), "*.start.txt")); len(logs) > 0 {
+		t.Fatalf("runsc start ran: %v", logs)
+	}
+	if st := runscStatus(t, b, s); st != "running" {
+		t.Fatalf("runsc state after start: %s", st)
+	}
+	if out, _, exit := shIn(t, b, s, "echo up; cat /etc/machine-id"); exit != 0 || out != "up\n"+s.MachineID+"\n" {
+		t.Fatalf("exec after start: %q, exit %d", out, exit)
+	}
+	if err := b.Start(ctx, s); err == nil || !strings.Contains(err.Error(), "cannot start a container in state running") {
+		t.Fatalf("second start: %v", err)
+	}
+	if err := b.Stop(ctx, s, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -546,12 +593,13 @@ func TestControlTargetDied(t *testing.T) {
 
 // TestControlFallsBack drives a runsc whose version smolvm cannot tell (a
 // wrapper script): the check says why, and checkpoint and restore into a
-// created sandbox go through the CLI, which the wrapper logs.
+// created sandbox, pause and start go through the CLI, which the wrapper
+// logs.
 func TestControlFallsBack(t *testing.T) {
 	real := testenv.Runsc(t)
 	dir := t.TempDir()
 	wrapper, log := filepath.Join(dir, "runsc"), filepath.Join(dir, "calls")
-	script := fmt.Sprintf("#!/bin/sh\nfor a; do case $a in checkpoint|restore|pause|resume) echo $a >> %s;; esac; done\nexec %s \"$@\"\n", log, real)
+	script := fmt.Sprintf("#!/bin/sh\nfor a; do case $a in checkpoint|restore|pause|resume|start) echo $a >> %s;; esac; done\nexec %s \"$@\"\n", log, real)
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -577,8 +625,15 @@ func TestControlFallsBack(t *testing.T) {
 	if err := b.Pause(ctx, cp); err != nil {
 		t.Fatal(err)
 	}
+	started := spec()
+	if err := b.Create(ctx, started); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(ctx, started); err != nil {
+		t.Fatal(err)
+	}
 	calls, _ := os.ReadFile(log)
-	if got := strings.Fields(string(calls)); strings.Join(got, " ") != "checkpoint restore pause" {
+	if got := strings.Fields(string(calls)); strings.Join(got, " ") != "checkpoint restore pause start" {
 		t.Fatalf("runsc CLI calls: %q", got)
 	}
 }

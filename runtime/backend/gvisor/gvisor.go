@@ -264,7 +264,15 @@ func (b *Backend) Restart(ctx context.Context, s *backend.Spec) error {
 func (b *Backend) Start(ctx context.Context, s *backend.Spec) error {
 	l := layout{s.Dir}
 	os.Remove(l.ExitFile())
-	if err := b.runsc(ctx, s, "start", s.ID); err != nil {
+	var err error
+	if s.NetNS == "" && b.proto.check() == nil {
+		// A sandbox with a network needs runsc to read its namespace's
+		// links and pass their sockets: that stays with the CLI.
+		err = b.startControl(ctx, s)
+	} else {
+		err = b.runsc(ctx, s, "start", s.ID)
+	}
+	if err != nil {
 		return fmt.Errorf("start %s: %w", s.ID, err)
 	}
 	return b.booted(ctx, s)
