@@ -70,7 +70,7 @@ func (a *app) doctorChecks() []check {
 		if err := gvisor.CheckControl(p); err != nil {
 			add("runsc control socket", "warn", err.Error())
 		} else {
-			add("runsc control socket", "ok", "checkpoint, restore into targets, pause and resume skip the runsc CLI")
+			add("runsc control socket", "ok", "checkpoint, restore into targets, pause, resume and start skip the runsc CLI")
 		}
 	}
 	if p, err := guestBinary(); err != nil {
