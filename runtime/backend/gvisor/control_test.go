@@ -449,6 +449,24 @@ func TestControlStart(t *testing.T) {
 	}
 }
 
+// TestStartControlSpec holds ociSpec to what startControl assumes of the
+// sandboxes it starts: runsc start would also run hooks, set
+// oom_score_adj and leave IPv6 off the loopback for a spec that asked,
+// and startControl does none of that.
+func TestStartControlSpec(t *testing.T) {
+	s := &backend.Spec{ID: "sb1", Dir: t.TempDir(), GuestBinary: "/bin/true", Limits: sandbox.Limits{Memory: 1 << 30, Pids: 64}}
+	spec := ociSpec(s, "/")
+	if spec.Hooks != nil {
+		t.Errorf("hooks: %+v", spec.Hooks)
+	}
+	if spec.Process.OOMScoreAdj != nil {
+		t.Errorf("oom_score_adj: %d", *spec.Process.OOMScoreAdj)
+	}
+	if _, ok := spec.Linux.Sysctl["net.ipv6.conf.all.disable_ipv6"]; ok {
+		t.Errorf("sysctl: %v", spec.Linux.Sysctl)
+	}
+}
+
 // runKeeping runs a sandbox that holds /root/f ("kept"), which its copies
 // must hold too.
 func runKeeping(t *testing.T, b *Backend, spec func() *backend.Spec) *backend.Spec {
