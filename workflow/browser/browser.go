@@ -44,14 +44,14 @@ const (
 	// DefaultWidth and DefaultHeight are the screenshot viewport.
 	DefaultWidth, DefaultHeight = 1280, 800
 	// DefaultCPUs is a browser's CPU limit unless StartOptions.Limits
-	// sets one (the host's CPUs if it has fewer). A run (connect, a page,
-	// its screenshot) kept one CPU busy: 1.7-2.3 CPU-seconds in 2.3-2.7
-	// s, of which the sandbox's CFS quota throttled 14-226 ms at one CPU
-	// (load 7-10, 2026-12-07); Chromium's browser and renderer processes
-	// and gVisor's sentry run at once, and at two CPUs a run to its
-	// first screenshot took 894-924 ms p50 against 1144-1178 at one (A/B
-	// interleaved, load 10-16). Each browser counts as much against a
-	// tenant's CPU quota.
+	// sets one (the host's CPUs if it has fewer). A run (connect, two
+	// pages, their screenshots) kept one CPU busy, 1.7-2.3 CPU-seconds in
+	// 2.3-2.7 s, and at one CPU the sandbox's CFS quota throttled it for
+	// 0-226 ms of that (load 7-10, 2026-12-07): Chromium's browser and
+	// renderer processes and gVisor's sentry want to run at once. At two
+	// CPUs the run to its first screenshot was faster in 6 of 7 A/B pairs
+	// (BenchmarkBrowserRun, interleaved, load 6-16; see docs/browser.md).
+	// Each browser counts as much against a tenant's CPU quota.
 	DefaultCPUs = 2.0
 	// MaxSide bounds a viewport's sides and a full page's height, in CSS
 	// pixels: Chromium's own texture limit is 16384.
