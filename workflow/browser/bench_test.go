@@ -22,7 +22,8 @@ import (
 	"smolvm.dev/smolvm/workflow/browser"
 )
 
-// BenchmarkBrowser times, in one run: browser new until its CDP endpoint
+// BenchmarkBrowser times, in one run: the golden's build (browser.Start:
+// boot, warm-up, checkpoint; one sample); browser new until its CDP endpoint
 // answers, from a hot pool and by a plain restore, against a cold Chromium start in a sandbox until the same;
 // screenshot end to end (new, page, PNG, release); and the memory of one
 // more idle browser. It reports the load average beside them.
@@ -99,6 +100,7 @@ func BenchmarkBrowser(b *testing.B) {
 	report(hotAtOnce, "new-hot-at-once")
 	report(cold, "cold")
 	report(shot, "screenshot")
+	b.ReportMetric(w.golden.Seconds(), "golden-s")
 
 	// Memory: three idle browsers, each with one page loaded, measured
 	// by the sandbox's resident memory and by the host's MemAvailable.
@@ -160,8 +162,12 @@ func memAvailable(b *testing.B) int64 {
 // endpoint answers (fork), Playwright's connectOverCDP (connect), the
 // navigation of the page every browser starts with to a small page
 // (goto), and the first screenshot; the run end to end (total: fork to
-// screenshot). Apart: a new page's creation (newPage), which a run that
-// opens another page pays, and on the same browser a second WebSocket's
+// screenshot). Apart: the same page's second navigation (another path on
+// the same host) and screenshot (goto2, screenshot2), what is left once
+// each has been done, so goto less goto2 is the first one's own cost (a
+// DNS lookup through the policy and a new connection among it); a new
+// page's creation (newPage), which a run that opens another page pays;
+// and on the same browser a second WebSocket's
 // open and its CDP round trips (Browser.getVersion), which no page work
 // slows: what the path to DevTools costs per message. Playwright runs in
 // one node process for every run (sdk/browser-test/bench.mjs), so node's
@@ -193,7 +199,7 @@ func BenchmarkBrowserRun(b *testing.B) {
 	defer in.Close()
 	out := bufio.NewScanner(outPipe)
 
-	steps := []string{"fork", "connect", "goto", "screenshot", "total", "newPage", "ws-open", "cdp-rtt"}
+	steps := []string{"fork", "connect", "goto", "screenshot", "total", "goto2", "screenshot2", "newPage", "ws-open", "cdp-rtt"}
 	series := map[string]*bench.Series{}
 	for _, s := range steps {
 		series[s] = &bench.Series{Name: s}
@@ -235,7 +241,7 @@ func BenchmarkBrowserRun(b *testing.B) {
 		series["fork"].Samples = append(series["fork"].Samples, fork)
 		d := func(step string) time.Duration { return time.Duration(ms[step] * float64(time.Millisecond)) }
 		series["total"].Samples = append(series["total"].Samples, fork+d("connect")+d("goto")+d("screenshot"))
-		for _, s := range []string{"connect", "goto", "screenshot", "newPage"} {
+		for _, s := range []string{"connect", "goto", "screenshot", "goto2", "screenshot2", "newPage"} {
 			series[s].Samples = append(series[s].Samples, d(s))
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -42,6 +43,16 @@ const (
 	DefaultReadyTimeout = 20 * time.Second
 	// DefaultWidth and DefaultHeight are the screenshot viewport.
 	DefaultWidth, DefaultHeight = 1280, 800
+	// DefaultCPUs is a browser's CPU limit unless StartOptions.Limits
+	// sets one (the host's CPUs if it has fewer). A run (connect, two
+	// pages, their screenshots) kept one CPU busy, 1.7-2.3 CPU-seconds in
+	// 2.3-2.7 s, and at one CPU the sandbox's CFS quota throttled it for
+	// 0-226 ms of that (load 7-10, 2026-12-07): Chromium's browser and
+	// renderer processes and gVisor's sentry want to run at once. At two
+	// CPUs the run to its first screenshot was faster in 6 of 7 A/B pairs
+	// (BenchmarkBrowserRun, interleaved, load 6-16; see docs/browser.md).
+	// Each browser counts as much against a tenant's CPU quota.
+	DefaultCPUs = 2.0
 	// MaxSide bounds a viewport's sides and a full page's height, in CSS
 	// pixels: Chromium's own texture limit is 16384.
 	MaxSide = 16384
@@ -123,7 +134,8 @@ type StartOptions struct {
 	// Network is what browsers may reach: egress (the default) or full,
 	// with the user's allow-list. The DevTools port is added to it.
 	Network sandbox.Network
-	// Limits are each browser's; zero values take the defaults.
+	// Limits are each browser's; zero values take the defaults, and
+	// CPUs DefaultCPUs.
 	Limits sandbox.Limits
 	// Timeout bounds the wait for DevTools (default DefaultBootTimeout).
 	Timeout time.Duration
@@ -158,8 +170,18 @@ func Start(ctx context.Context, svc sandbox.Service, o StartOptions) (*sandbox.S
 		// load 25, against 0.04-0.75 s for a warmed copy's.
 		Labels: map[string]string{sandbox.LabelWarm: fmt.Sprintf("%d/json/version", CDPPort), Label: o.Golden},
 	}
+	if cfg.Limits.CPUs == 0 {
+		cfg.Limits.CPUs = min(DefaultCPUs, float64(runtime.NumCPU()))
+	}
 	// The host image by default, not the base image, which has no Chromium.
-	sb, err := svc.Create(ctx, sandbox.CreateOptions{Image: cmp.Or(o.Image, sandbox.DefaultImage), Config: cfg, Start: true})
+	create := sandbox.CreateOptions{Image: cmp.Or(o.Image, sandbox.DefaultImage), Config: cfg, Start: true}
+	sb, err := svc.Create(ctx, create)
+	if errors.Is(err, sandbox.ErrInvalid) && o.Limits.CPUs == 0 && cfg.Limits.CPUs > 1 {
+		// Through a server on a host with fewer CPUs than this one,
+		// which refuses a limit above its own: its default then.
+		create.Config.Limits.CPUs = 0
+		sb, err = svc.Create(ctx, create)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("browser start: %w", err)
 	}
@@ -435,11 +457,16 @@ func Screenshot(ctx context.Context, cdpURL string, o ScreenshotOptions) ([]byte
 	if err := o.check(); err != nil {
 		return nil, err
 	}
-	return capture(ctx, cdpURL, o)
+	return capture(ctx, cdpURL, o, false)
 }
 
-// capture is Screenshot of any URL, in a new page closed after.
-func capture(ctx context.Context, cdpURL string, o ScreenshotOptions) ([]byte, error) {
+// capture is Screenshot of any URL, in a new page closed after; in a
+// fresh browser (fresh: one Capture made and removes after), in the page
+// it starts with instead. Every copy's page is the golden's about:blank,
+// the same in each, and nothing else ever uses it: Target.createTarget
+// and the attach of a new page took 150-265 ms of a run at load 10
+// (2026-12-07, DEBUG=pw:protocol), closing it more.
+func capture(ctx context.Context, cdpURL string, o ScreenshotOptions, fresh bool) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	c, err := dialCDP(ctx, cdpURL, dialOptions(o.Dial))
@@ -447,6 +474,20 @@ func capture(ctx context.Context, cdpURL string, o ScreenshotOptions) ([]byte, e
 		return nil, err
 	}
 	defer c.Close()
+	if fresh {
+		pages, err := c.pages(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if len(pages) != 1 {
+			return nil, fmt.Errorf("a fresh browser has %d pages, want the golden's one: %+v", len(pages), pages)
+		}
+		s, err := c.attach(ctx, pages[0].TargetID)
+		if err != nil {
+			return nil, err
+		}
+		return render(ctx, c, s, o)
+	}
 	var target struct {
 		TargetID string `json:"targetId"`
 	}
@@ -584,7 +625,7 @@ func Capture(ctx context.Context, svc sandbox.Service, golden string, o Screensh
 		return nil, err
 	}
 	defer Release(context.WithoutCancel(ctx), svc, b.ID)
-	png, err := Screenshot(ctx, b.CDP, o)
+	png, err := capture(ctx, b.CDP, o, true)
 	if err != nil {
 		return nil, fmt.Errorf("browser screenshot: %w", err)
 	}

@@ -41,6 +41,8 @@ type world struct {
 	net  *nettest.World
 	mgr  *manager.Manager
 	dial browser.Dialer
+	// golden is how long browser.Start took (boot, warm-up, checkpoint).
+	golden time.Duration
 }
 
 func newWorld(t testing.TB) *world {
@@ -66,6 +68,7 @@ func openWorld(t testing.TB, image func(*testmgr.Env) string) *world {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	dial := env.Manager.DialPublished
+	t0 := time.Now()
 	_, err := browser.Start(ctx, env.Manager, browser.StartOptions{
 		Image:   img,
 		Network: sandbox.Network{Mode: sandbox.NetEgress, Hosts: []string{"allowed.test"}},
@@ -76,7 +79,7 @@ func openWorld(t testing.TB, image func(*testmgr.Env) string) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &world{net: w, mgr: env.Manager, dial: dial}
+	return &world{net: w, mgr: env.Manager, dial: dial, golden: time.Since(t0)}
 }
 
 // pageColour is the colour of /page/N's block.
@@ -238,6 +241,14 @@ func TestBrowser(t *testing.T) {
 		// navigation: a golden caught with Chromium's New Tab page still
 		// navigating made it hang. A browser has the golden's one page.
 		w.onePage(t, first)
+		// Two CPUs unless the golden asked otherwise: a run is CPU-bound.
+		sb, err := w.mgr.Get(ctx, first.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := min(browser.DefaultCPUs, float64(runtime.NumCPU())); sb.Config.Limits.CPUs != want {
+			t.Errorf("browser's limits: %+v, want %g CPUs", sb.Config.Limits, want)
+		}
 		shot := filepath.Join(t.TempDir(), "shot.png")
 		r := w.playwright(t, first.CDP, pageURL("allowed.test", 3), "set", shot)
 		if r.Title != "page 3" || len(r.Cookies) != 1 || r.Cookies[0] != "run=first" || r.Storage == nil || *r.Storage != "first" {
