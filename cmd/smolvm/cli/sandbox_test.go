@@ -314,6 +314,7 @@ func TestCLIPool(t *testing.T) {
 	if out := c.must("exec", "y-1", "--", "sh", "-c", "cat /root/f; hostname"); out != "forked\ny-1\n" {
 		t.Fatalf("fork into a target sees %q", out)
 	}
+	deadline = time.Now().Add(30 * time.Second)
 	for pool().TargetsReady != 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("the pool's target was not replaced in the background")
