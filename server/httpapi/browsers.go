@@ -1,7 +1,9 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
+	"strconv"
 	"time"
 
 	"smolvm.dev/smolvm/api"
@@ -64,14 +66,21 @@ func (s *Server) screenshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	png, err := browser.Capture(r.Context(), s.o.Manager, req.Golden, browser.ScreenshotOptions{
+	png, id, err := browser.Take(r.Context(), s.o.Manager, req.Golden, browser.ScreenshotOptions{
 		URL: req.URL, FullPage: req.FullPage, Width: req.Width, Height: req.Height,
 		Timeout: time.Duration(req.Timeout), Dial: s.o.Manager.DialPublished,
 	})
+	if id != "" {
+		// After the answer: with its length given and flushed, the
+		// client has the whole picture before the browser goes.
+		defer browser.Release(context.WithoutCancel(r.Context()), s.o.Manager, id)
+	}
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	w.Header().Set("Content-Type", "image/png")
+	w.Header().Set("Content-Length", strconv.Itoa(len(png)))
 	w.Write(png)
+	http.NewResponseController(w).Flush()
 }

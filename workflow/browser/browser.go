@@ -611,23 +611,35 @@ func render(ctx context.Context, c *cdp, s string, o ScreenshotOptions) ([]byte,
 // Capture is one command's screenshot: a new browser from the golden, the
 // page, and the browser's removal.
 func Capture(ctx context.Context, svc sandbox.Service, golden string, o ScreenshotOptions) ([]byte, error) {
+	png, id, err := Take(ctx, svc, golden, o)
+	if id != "" {
+		Release(context.WithoutCancel(ctx), svc, id)
+	}
+	return png, err
+}
+
+// Take is Capture without the removal: it returns the screenshot and the
+// ID of the browser it was taken in, which the caller releases (Release)
+// once it has delivered the PNG, so that whoever waits for the picture
+// does not also wait for the removal (0.4-0.5 s at load 6-8). A browser
+// that could not be made has no ID; one made has its ID even on error.
+func Take(ctx context.Context, svc sandbox.Service, golden string, o ScreenshotOptions) (png []byte, id string, err error) {
 	if golden == "" {
 		golden = DefaultGolden
 	}
 	if err := checkNames(golden, "", ""); err != nil {
-		return nil, fmt.Errorf("browser screenshot: %w", err)
+		return nil, "", fmt.Errorf("browser screenshot: %w", err)
 	}
 	if err := o.check(); err != nil {
-		return nil, fmt.Errorf("browser screenshot: %w", err)
+		return nil, "", fmt.Errorf("browser screenshot: %w", err)
 	}
 	b, err := New(ctx, svc, NewOptions{Golden: golden, TTL: o.Timeout + DefaultReadyTimeout, Dial: o.Dial})
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	defer Release(context.WithoutCancel(ctx), svc, b.ID)
-	png, err := capture(ctx, b.CDP, o, true)
+	png, err = capture(ctx, b.CDP, o, true)
 	if err != nil {
-		return nil, fmt.Errorf("browser screenshot: %w", err)
+		return nil, b.ID, fmt.Errorf("browser screenshot: %w", err)
 	}
-	return png, nil
+	return png, b.ID, nil
 }

@@ -108,6 +108,12 @@ func TestCLIBrowser(t *testing.T) {
 		t.Fatalf("POST /v1/browsers/screenshot: %d %s", code, data)
 	}
 	checkPNG(t, data, 320, 200)
+	// The copy goes after the answer (browser.Take), but it goes.
+	for deadline := time.Now().Add(15 * time.Second); c.must("ls", "-q") != ""; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the screenshot's browser outlived its answer by 15 s: %q", c.must("ls", "-q"))
+		}
+	}
 	code, data = post("POST", "/v1/browsers", `{"ttl":"2m"}`)
 	var ab api.Browser
 	if code != http.StatusCreated || json.Unmarshal(data, &ab) != nil || !strings.HasPrefix(ab.CDP, "ws://127.0.0.1:") {
