@@ -471,24 +471,40 @@ func testRestart(t *testing.T, h Harness) {
 // disk keeps what the sandbox could not write. The host's free space is
 // measured (gVisor's layer is a file it unlinks once open), less what the
 // files backing the sandbox's memory grew by: a VM's RAM file takes the
-// guest's page cache of what dd wrote, which is memory, not disk.
+// guest's page cache of what dd wrote, which is memory, not disk. Other
+// tests writing to the same filesystem at the same moment (CI runs two
+// packages at once; a checkpoint writes 120 MB) show as lost space too,
+// so the fill is tried up to three times and the smallest loss counts.
 func testDiskLimit(t *testing.T, h Harness) {
 	s := newSpec(t, h)
 	s.Rootfs.WritableSize = 32 << 20
 	run(t, h, s)
-	var before, after syscall.Statfs_t
-	syscall.Statfs(filepath.Dir(s.Dir), &before)
-	mem := memoryBytes(t, s.Dir, h.MemoryFiles)
-	out, _, exit := sh(t, h, s, "dd if=/dev/zero of=/root/fill bs=1M count=100 2>&1")
-	syscall.Statfs(filepath.Dir(s.Dir), &after)
-	mem = memoryBytes(t, s.Dir, h.MemoryFiles) - mem
-	if exit.Code == 0 || !strings.Contains(out, "No space left on device") {
-		t.Fatalf("filling a 32 MiB writable layer: %+v, %q", exit, out)
+	var losses []string
+	for attempt := range 3 {
+		if attempt > 0 {
+			if _, _, exit := sh(t, h, s, "rm /root/fill"); exit.Code != 0 {
+				t.Fatalf("removing the fill: %+v", exit)
+			}
+		}
+		var before, after syscall.Statfs_t
+		syscall.Statfs(filepath.Dir(s.Dir), &before)
+		mem := memoryBytes(t, s.Dir, h.MemoryFiles)
+		out, _, exit := sh(t, h, s, "dd if=/dev/zero of=/root/fill bs=1M count=100 2>&1")
+		syscall.Statfs(filepath.Dir(s.Dir), &after)
+		mem = memoryBytes(t, s.Dir, h.MemoryFiles) - mem
+		if exit.Code == 0 || !strings.Contains(out, "No space left on device") {
+			t.Fatalf("filling a 32 MiB writable layer: %+v, %q", exit, out)
+		}
+		used := (int64(before.Bfree)-int64(after.Bfree))*before.Bsize - mem
+		t.Logf("the host disk lost %d MiB, the memory files took %d MiB more", used>>20, mem>>20)
+		if used <= 64<<20 {
+			losses = nil
+			break
+		}
+		losses = append(losses, fmt.Sprintf("%d MiB", used>>20))
 	}
-	used := (int64(before.Bfree)-int64(after.Bfree))*before.Bsize - mem
-	t.Logf("the host disk lost %d MiB, the memory files took %d MiB more", used>>20, mem>>20)
-	if used > 64<<20 {
-		t.Fatalf("the host disk lost %d MiB to a 32 MiB writable layer", used>>20)
+	if losses != nil {
+		t.Fatalf("the host disk lost %s to a 32 MiB writable layer", strings.Join(losses, ", then "))
 	}
 	if _, _, exit := sh(t, h, s, "rm /root/fill && echo ok > /root/again"); exit.Code != 0 {
 		t.Fatalf("writing after freeing space: %+v", exit)
