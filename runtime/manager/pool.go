@@ -248,30 +248,51 @@ func (m *Manager) removeMembers(ctx context.Context, pool string) error {
 // FillPool starts sandboxes until the pool holds Size of them, then
 // creates restore targets until it holds Targets, or stops where one more
 // would go over its memory budget (ErrPoolBudget). Only one filler works
-// on a pool at a time; another returns at once. It returns how many
-// sandboxes it made.
+// on a pool at a time; another returns at once, leaving what it was
+// started for to the one at work, which looks at the pool once more after
+// it lets the lock go (a claim made just before it did would otherwise
+// wait for the next claim's refill). It returns how many sandboxes it made.
 func (m *Manager) FillPool(ctx context.Context, name string) (int, error) {
 	// The name becomes a file name: check it before anything else.
 	if err := names.Check(names.Pool, name); err != nil {
 		return 0, fmt.Errorf("fill pool: %w", err)
 	}
-	f, err := m.openLock("pool-" + name)
-	if err != nil {
-		return 0, fmt.Errorf("fill pool %s: %w", name, err)
-	}
-	defer f.Close()
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		return 0, nil // another filler is at work
-	}
 	made := 0
 	for {
+		n, ok, err := m.fillLocked(ctx, name)
+		made += n
+		if err != nil || !ok {
+			return made, err
+		}
 		p, err := m.Pool(ctx, name)
 		if err != nil {
 			return made, fmt.Errorf("fill pool: %w", err)
 		}
+		if p.Ready >= p.Size && p.TargetsReady >= p.Targets && p.HotReady >= p.Hot {
+			return made, nil
+		}
+	}
+}
+
+// fillLocked is one pass of FillPool under the pool's lock: how many
+// sandboxes it made, and false if another filler held the lock.
+func (m *Manager) fillLocked(ctx context.Context, name string) (made int, ok bool, err error) {
+	f, err := m.openLock("pool-" + name)
+	if err != nil {
+		return 0, false, fmt.Errorf("fill pool %s: %w", name, err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return 0, false, nil // another filler is at work
+	}
+	for {
+		p, err := m.Pool(ctx, name)
+		if err != nil {
+			return made, true, fmt.Errorf("fill pool: %w", err)
+		}
 		start := p.Ready < p.Size
 		if !start && p.TargetsReady >= p.Targets && p.HotReady >= p.Hot {
-			return made, nil
+			return made, true, nil
 		}
 		// Judge the next sandbox by what the waiting ones use; idle hot
 		// copies count with their restored memory.
@@ -280,7 +301,7 @@ func (m *Manager) FillPool(ctx context.Context, name string) (int, error) {
 			next = p.MemoryUsed / int64(n)
 		}
 		if p.MemoryUsed+next > p.MemoryBudget {
-			return made, fmt.Errorf("fill pool %s: %w: %d of %d ready, %d of %d targets and %d of %d hot copies use %s of %s; "+
+			return made, true, fmt.Errorf("fill pool %s: %w: %d of %d ready, %d of %d targets and %d of %d hot copies use %s of %s; "+
 				"one more would need about %s (raise --memory-budget)", name, sandbox.ErrPoolBudget,
 				p.Ready, p.Size, p.TargetsReady, p.Targets, p.HotReady, p.Hot, units.FormatBytes(p.MemoryUsed), units.FormatBytes(p.MemoryBudget),
 				units.FormatBytes(next))
@@ -293,11 +314,11 @@ func (m *Manager) FillPool(ctx context.Context, name string) (int, error) {
 			sb, err = m.create(tenant.With(ctx, p.Tenant), sandbox.CreateOptions{Image: p.Image, Backend: p.Backend, Config: sandbox.Config{Limits: p.Limits}, Start: start}, name, "")
 		}
 		if err != nil {
-			return made, fmt.Errorf("fill pool %s: %w", name, err)
+			return made, true, fmt.Errorf("fill pool %s: %w", name, err)
 		}
 		if _, err := m.loadPool(ctx, name); errors.Is(err, sandbox.ErrPoolNotFound) {
 			m.Remove(context.WithoutCancel(ctx), sb.ID, true)
-			return made, fmt.Errorf("fill pool: %w", err)
+			return made, true, fmt.Errorf("fill pool: %w", err)
 		}
 		made++
 	}

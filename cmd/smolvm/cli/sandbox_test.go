@@ -317,7 +317,8 @@ func TestCLIPool(t *testing.T) {
 	deadline = time.Now().Add(30 * time.Second)
 	for pool().TargetsReady != 1 {
 		if time.Now().After(deadline) {
-			t.Fatal("the pool's target was not replaced in the background")
+			log, _ := os.ReadFile(filepath.Join(c.dataDir, "locks", "pool-p.log"))
+			t.Fatalf("the pool's target was not replaced in the background: %+v; the fill's log:\n%s", pool(), log)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
